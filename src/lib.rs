@@ -1,0 +1,29 @@
+//! wharf: a durable AMQP 0-9-1 message broker.
+//!
+//! Every confirmed message is fsync'd before its confirm; expiry is exact wherever a message
+//! sits in a queue and survives requeues and restarts; dead-lettering is atomic.
+//!
+//! # Layout
+//!
+//! Arrows point only downward (`tests/layering.rs` enforces them):
+//!
+//! ```text
+//!   server    tokio glue: listeners, connections, group commit, timers, config, admin
+//!     |   \
+//!  protocol  store       protocol: AMQP 0-9-1 bytes <-> typed frames, no state
+//!             |   \      store: broker events <-> log records; checkpoints; replay
+//!           broker  wal  broker: the model; pure, takes `now` as an argument
+//!                        wal: segment files, record framing, checksums, fsync
+//! ```
+//!
+//! - [`limits`]: every hard limit, with compile-time checks between them. A leaf.
+//! - [`clock`]: the only code that reads the system clock; [`clock::ManualClock`] for tests.
+//! - [`wal`]: the write-ahead log of opaque records.
+//! - [`broker`]: the deterministic model of exchanges, queues and messages.
+//! - [`protocol`]: AMQP 0-9-1 framing.
+
+pub mod broker;
+pub mod clock;
+pub mod limits;
+pub mod protocol;
+pub mod wal;
