@@ -30,13 +30,16 @@
 
 pub mod args;
 pub mod error;
+mod flow;
 pub mod model;
 mod queue;
+pub mod replay;
 pub mod routing;
 pub mod types;
 pub mod value;
 
 pub use error::{BrokerError, ErrorKind};
 pub use model::Broker;
+pub use replay::{DurableMessage, DurableState};
 pub use types::*;
 pub use value::{FieldTable, Value};

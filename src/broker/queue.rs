@@ -1,2 +1,349 @@
-//! The messages of one queue: ready entries in queue order and an index by deadline.
+//! The messages of one queue: ready entries in queue order and an index of them by deadline.
 //! Must not depend on anything outside `broker`.
+//!
+//! Queue order is message-id order: ids are assigned when a message first enters its queues
+//! (a dead-lettered copy or a due scheduled message gets a fresh id), so a requeued message
+//! goes back to its original position by a binary search (RabbitMQ classic queues requeue by
+//! position). Removal from the middle (expiry, S-TTL-9; settles during replay) leaves a
+//! tombstone that is dropped when it reaches the head or by an amortised compaction.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use crate::broker::types::{Message, MessageId};
+
+/// One queued message: 24 bytes. The message itself is shared by every queue it entered.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    /// `msg.id`, kept inline so tombstones keep their place in the order.
+    pub id: MessageId,
+    /// `None` = tombstone.
+    pub msg: Option<Arc<Message>>,
+    /// Times it came back to the queue (x-delivery-count).
+    pub delivery_count: u32,
+    /// Delivered (or possibly delivered) before.
+    pub redelivered: bool,
+}
+
+/// A message taken out of a queue.
+#[derive(Debug, Clone)]
+pub(crate) struct Taken {
+    pub msg: Arc<Message>,
+    pub delivery_count: u32,
+    pub redelivered: bool,
+}
+
+/// The deadline of `msg` in a queue whose effective TTL is `queue_ttl_ms` (S-TTL-3, S-TTL-4):
+/// enqueue time + the lowest TTL.
+pub(crate) fn deadline_of(msg: &Message, queue_ttl_ms: Option<u32>) -> Option<u64> {
+    let ttl = match (msg.ttl_ms, queue_ttl_ms) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }?;
+    Some(msg.enqueued_at_ms.saturating_add(u64::from(ttl)))
+}
+
+/// Ready messages of one queue. Invariant: `slots` is sorted by id; `live` counts the
+/// non-tombstones and `bytes` their body bytes; a live message with a deadline is in
+/// `deadlines` exactly once, a tombstone never.
+#[derive(Debug, Default)]
+pub(crate) struct Ready {
+    slots: VecDeque<Entry>,
+    live: usize,
+    bytes: u64,
+    deadlines: BTreeSet<(u64, MessageId)>,
+    ttl_ms: Option<u32>,
+}
+
+fn body_len(msg: &Message) -> u64 {
+    u64::try_from(msg.body.len()).unwrap_or(u64::MAX)
+}
+
+impl Ready {
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The earliest deadline of a ready message.
+    pub fn first_deadline(&self) -> Option<u64> {
+        self.deadlines.first().map(|&(d, _)| d)
+    }
+
+    /// The queue TTL the deadline index was built with.
+    pub fn ttl_ms(&self) -> Option<u32> {
+        self.ttl_ms
+    }
+
+    /// Appends a message newer than every message in the queue.
+    pub fn push_back(&mut self, msg: Arc<Message>, delivery_count: u32, redelivered: bool) {
+        if let Some(last) = self.slots.back() {
+            assert!(
+                last.id < msg.id,
+                "push_back out of order: {:?} after {:?}",
+                msg.id,
+                last.id
+            );
+        }
+        self.index_insert(&msg);
+        self.live += 1;
+        self.bytes += body_len(&msg);
+        self.slots.push_back(Entry {
+            id: msg.id,
+            msg: Some(msg),
+            delivery_count,
+            redelivered,
+        });
+    }
+
+    /// Puts a message back at its position by id (requeue, S-TTL-7: the deadline is derived
+    /// from the original enqueue time, so it is unchanged).
+    pub fn insert(&mut self, msg: Arc<Message>, delivery_count: u32, redelivered: bool) {
+        let id = msg.id;
+        let entry = Entry {
+            id,
+            msg: Some(msg.clone()),
+            delivery_count,
+            redelivered,
+        };
+        match self.slots.binary_search_by_key(&id, |e| e.id) {
+            Ok(i) => {
+                let slot = self.slots.get_mut(i).expect("binary_search found index i");
+                assert!(slot.msg.is_none(), "message {id:?} is already ready");
+                *slot = entry;
+            }
+            Err(i) => self.slots.insert(i, entry),
+        }
+        self.index_insert(&msg);
+        self.live += 1;
+        self.bytes += body_len(&msg);
+    }
+
+    fn index_insert(&mut self, msg: &Message) {
+        if let Some(d) = deadline_of(msg, self.ttl_ms) {
+            let fresh = self.deadlines.insert((d, msg.id));
+            assert!(fresh, "message {:?} already in the deadline index", msg.id);
+        }
+    }
+
+    fn index_remove(&mut self, msg: &Message) {
+        if let Some(d) = deadline_of(msg, self.ttl_ms) {
+            let was = self.deadlines.remove(&(d, msg.id));
+            assert!(was, "message {:?} missing from the deadline index", msg.id);
+        }
+    }
+
+    fn trim_front(&mut self) {
+        while self.slots.front().is_some_and(|e| e.msg.is_none()) {
+            self.slots.pop_front();
+        }
+    }
+
+    /// The oldest ready message.
+    pub fn front(&self) -> Option<&Entry> {
+        self.slots.front()
+    }
+
+    /// Takes the oldest ready message.
+    pub fn pop_front(&mut self) -> Option<Taken> {
+        let entry = self.slots.pop_front()?;
+        let msg = entry.msg.expect("the front is never a tombstone");
+        self.index_remove(&msg);
+        self.live -= 1;
+        self.bytes -= body_len(&msg);
+        self.trim_front();
+        Some(Taken {
+            msg,
+            delivery_count: entry.delivery_count,
+            redelivered: entry.redelivered,
+        })
+    }
+
+    /// Takes the message `id` wherever it is; `None` if it is not ready here.
+    pub fn remove(&mut self, id: MessageId) -> Option<Taken> {
+        let i = self.slots.binary_search_by_key(&id, |e| e.id).ok()?;
+        let slot = self.slots.get_mut(i)?;
+        let msg = slot.msg.take()?;
+        let taken = Taken {
+            msg,
+            delivery_count: slot.delivery_count,
+            redelivered: slot.redelivered,
+        };
+        self.index_remove(&taken.msg);
+        self.live -= 1;
+        self.bytes -= body_len(&taken.msg);
+        self.trim_front();
+        // Amortised compaction: tombstones never outnumber live entries by much.
+        if self.slots.len() > 2 * self.live + 64 {
+            self.slots.retain(|e| e.msg.is_some());
+        }
+        Some(taken)
+    }
+
+    /// A mutable view of the live entry `id` (replay's delivery marks).
+    pub fn get_mut(&mut self, id: MessageId) -> Option<&mut Entry> {
+        let i = self.slots.binary_search_by_key(&id, |e| e.id).ok()?;
+        self.slots.get_mut(i).filter(|e| e.msg.is_some())
+    }
+
+    /// The earliest-deadline message if it is due at `now_ms`.
+    pub fn first_due(&self, now_ms: u64) -> Option<MessageId> {
+        self.deadlines
+            .first()
+            .filter(|&&(d, _)| d <= now_ms)
+            .map(|&(_, id)| id)
+    }
+
+    /// Changes the queue TTL and rebuilds the deadline index (S-TTL-11).
+    pub fn set_ttl(&mut self, ttl_ms: Option<u32>) {
+        if self.ttl_ms == ttl_ms {
+            return;
+        }
+        self.ttl_ms = ttl_ms;
+        self.deadlines.clear();
+        for e in &self.slots {
+            if let Some(msg) = &e.msg
+                && let Some(d) = deadline_of(msg, ttl_ms)
+            {
+                self.deadlines.insert((d, msg.id));
+            }
+        }
+    }
+
+    /// Removes every ready message.
+    pub fn drain_all(&mut self) -> Vec<Taken> {
+        let out = self
+            .slots
+            .drain(..)
+            .filter_map(|e| {
+                e.msg.map(|msg| Taken {
+                    msg,
+                    delivery_count: e.delivery_count,
+                    redelivered: e.redelivered,
+                })
+            })
+            .collect();
+        self.deadlines.clear();
+        self.live = 0;
+        self.bytes = 0;
+        out
+    }
+
+    /// The live entries in queue order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Arc<Message>, &Entry)> {
+        self.slots
+            .iter()
+            .filter_map(|e| e.msg.as_ref().map(|m| (m, e)))
+    }
+
+    /// Walks the structure (STYLE 3.1).
+    pub fn check_invariants(&self) {
+        let mut live = 0;
+        let mut bytes = 0;
+        let mut with_deadline = 0;
+        let mut prev: Option<MessageId> = None;
+        for e in &self.slots {
+            if let Some(p) = prev {
+                assert!(p < e.id, "queue order broken: {p:?} before {:?}", e.id);
+            }
+            prev = Some(e.id);
+            if let Some(msg) = &e.msg {
+                assert_eq!(msg.id, e.id, "entry id differs from its message's");
+                live += 1;
+                bytes += body_len(msg);
+                if let Some(d) = deadline_of(msg, self.ttl_ms) {
+                    with_deadline += 1;
+                    assert!(
+                        self.deadlines.contains(&(d, msg.id)),
+                        "ready message {:?} missing from the deadline index",
+                        msg.id
+                    );
+                }
+            }
+        }
+        assert!(
+            self.slots.front().is_none_or(|e| e.msg.is_some()),
+            "tombstone at the head"
+        );
+        assert_eq!(live, self.live, "live count");
+        assert_eq!(bytes, self.bytes, "byte count");
+        assert_eq!(
+            with_deadline,
+            self.deadlines.len(),
+            "deadline index holds messages that are not ready"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::types::Properties;
+
+    fn msg(id: u64, at: u64, ttl: Option<u32>) -> Arc<Message> {
+        Arc::new(Message {
+            id: MessageId(id),
+            enqueued_at_ms: at,
+            ttl_ms: ttl,
+            exchange: String::new(),
+            routing_key: "q".into(),
+            properties: Properties::default(),
+            body: bytes::Bytes::from_static(b"abc"),
+        })
+    }
+
+    #[test]
+    fn s_ttl_9_expiry_from_the_middle_uses_the_index() {
+        let mut r = Ready::default();
+        r.push_back(msg(1, 0, None), 0, false);
+        r.push_back(msg(2, 0, Some(10)), 0, false);
+        r.push_back(msg(3, 0, None), 0, false);
+        r.check_invariants();
+        assert_eq!(r.first_due(9), None);
+        assert_eq!(r.first_due(10), Some(MessageId(2)));
+        let t = r.remove(MessageId(2)).unwrap();
+        assert_eq!(t.msg.id, MessageId(2));
+        r.check_invariants();
+        assert_eq!(r.len(), 2);
+        assert_eq!(r.bytes(), 6);
+        assert_eq!(r.pop_front().unwrap().msg.id, MessageId(1));
+        assert_eq!(r.pop_front().unwrap().msg.id, MessageId(3));
+        r.check_invariants();
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn s_ttl_7_requeue_goes_back_to_its_position_with_its_deadline() {
+        let mut r = Ready::default();
+        r.set_ttl(Some(100));
+        for i in 1..=3 {
+            r.push_back(msg(i, i * 10, None), 0, false);
+        }
+        let first = r.pop_front().unwrap();
+        r.insert(first.msg, 1, true);
+        r.check_invariants();
+        assert_eq!(r.front().unwrap().id, MessageId(1));
+        assert_eq!(r.first_deadline(), Some(110));
+    }
+
+    #[test]
+    fn s_ttl_11_changing_the_queue_ttl_rebuilds_deadlines() {
+        let mut r = Ready::default();
+        r.push_back(msg(1, 1000, None), 0, false);
+        r.push_back(msg(2, 2000, Some(50)), 0, false);
+        assert_eq!(r.first_deadline(), Some(2050));
+        r.set_ttl(Some(10));
+        assert_eq!(r.first_deadline(), Some(1010));
+        r.check_invariants();
+        r.set_ttl(None);
+        assert_eq!(r.first_deadline(), Some(2050));
+        r.check_invariants();
+    }
+}

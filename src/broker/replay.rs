@@ -1,0 +1,694 @@
+//! Rebuilding the model from its own events (`apply`), the end of recovery (`recovered`),
+//! the invariant walk, and the read-only queries (management listings, the durable view used
+//! to prove replay equivalence). Must not depend on anything outside `broker`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::broker::args::{parse_policy, parse_queue_args};
+use crate::broker::error::BrokerError;
+use crate::broker::model::{Broker, Dest, Timer};
+use crate::broker::queue::deadline_of;
+use crate::broker::types::{
+    BindingInfo, ConsumerInfo, DestName, Event, ExchangeInfo, MessageId, Outcome, PolicyInfo,
+    QueueDeletedReason, QueueInfo,
+};
+
+/// One persistent message of a durable queue as the log knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DurableMessage {
+    /// Its id.
+    pub id: MessageId,
+    /// Enqueue time (ms).
+    pub enqueued_at_ms: u64,
+    /// Deadline in this queue (ms), if any.
+    pub deadline_ms: Option<u64>,
+    /// Times it came back.
+    pub delivery_count: u32,
+    /// Delivered before (unacked ones count as delivered).
+    pub redelivered: bool,
+}
+
+/// Everything that must survive a restart, in a comparable form (S-DUR-1/2/5).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DurableState {
+    /// Vhost names.
+    pub vhosts: Vec<String>,
+    /// Durable exchanges.
+    pub exchanges: Vec<ExchangeInfo>,
+    /// Bindings between durable entities, per vhost.
+    pub bindings: Vec<(String, BindingInfo)>,
+    /// Durable queues with their persistent messages in queue order.
+    pub queues: Vec<(QueueInfo, Vec<DurableMessage>)>,
+    /// Policies.
+    pub policies: Vec<PolicyInfo>,
+    /// Durable scheduled messages: (id, due time).
+    pub scheduled: Vec<(MessageId, u64)>,
+}
+
+fn corrupt(what: &str) -> BrokerError {
+    BrokerError::new(
+        crate::broker::error::ErrorKind::InternalError,
+        format!("event does not fit the state: {what}"),
+    )
+}
+
+impl Broker {
+    /// Replays one logged event into the model: no delivery, no expiry, no timer fires (as
+    /// nats's `recovering`); [`Broker::recovered`] ends the replay.
+    ///
+    /// # Errors
+    /// The event names an entity the state lacks or carries invalid definitions: the log is
+    /// not this broker's, or is damaged.
+    pub fn apply(&mut self, event: &Event) -> Result<(), BrokerError> {
+        let mut out = Outcome::default();
+        let result = self.apply_inner(event, &mut out);
+        self.rearm_dirty();
+        result
+    }
+
+    fn apply_inner(&mut self, event: &Event, out: &mut Outcome) -> Result<(), BrokerError> {
+        match event {
+            Event::VhostAdded { vhost } => self.add_vhost(vhost),
+            Event::VhostDeleted { vhost } => self.delete_vhost(vhost, 0, out),
+            Event::ExchangeDeclared {
+                vhost,
+                exchange,
+                kind,
+                auto_delete,
+                internal,
+                arguments,
+            } => {
+                self.vhost(vhost)?;
+                if !self.vhost(vhost)?.exchanges.contains_key(exchange) {
+                    self.create_exchange(
+                        vhost,
+                        exchange,
+                        *kind,
+                        true,
+                        *auto_delete,
+                        *internal,
+                        arguments.clone(),
+                    );
+                }
+            }
+            Event::ExchangeDeleted { vhost, exchange } => {
+                if let Some(&id) = self.vhost(vhost)?.exchanges.get(exchange) {
+                    self.delete_exchange(id, false, out);
+                }
+            }
+            Event::QueueDeclared {
+                vhost,
+                queue,
+                auto_delete,
+                arguments,
+            } => {
+                let settings = parse_queue_args(vhost, queue, arguments)?;
+                if !self.vhost(vhost)?.queues.contains_key(queue) {
+                    self.create_queue(
+                        vhost,
+                        queue,
+                        true,
+                        None,
+                        *auto_delete,
+                        arguments.clone(),
+                        settings,
+                        0,
+                    );
+                }
+            }
+            Event::QueueDeleted { vhost, queue } => {
+                if let Some(&id) = self.vhost(vhost)?.queues.get(queue) {
+                    self.delete_queue(id, QueueDeletedReason::Deleted, false, 0, out);
+                }
+            }
+            Event::Bound {
+                vhost,
+                source,
+                destination,
+                routing_key,
+                arguments,
+            }
+            | Event::Unbound {
+                vhost,
+                source,
+                destination,
+                routing_key,
+                arguments,
+            } => {
+                let bind = matches!(event, Event::Bound { .. });
+                let v = self.vhost(vhost)?;
+                let src = *v
+                    .exchanges
+                    .get(source)
+                    .ok_or_else(|| corrupt("binding source"))?;
+                let dest = match destination {
+                    DestName::Queue(q) => v.queues.get(q).map(|&q| Dest::Queue(q)),
+                    DestName::Exchange(x) => v.exchanges.get(x).map(|&x| Dest::Exchange(x)),
+                }
+                .ok_or_else(|| corrupt("binding destination"))?;
+                self.set_binding(
+                    vhost,
+                    src,
+                    dest,
+                    routing_key.clone(),
+                    arguments.clone(),
+                    bind,
+                    false,
+                    out,
+                );
+            }
+            Event::PolicySet {
+                vhost,
+                policy,
+                operator,
+            } => {
+                self.vhost(vhost)?;
+                let p = parse_policy(policy, *operator)?;
+                self.install_policy(vhost, p, *operator);
+                self.reapply_policies(vhost, false, 0, out);
+            }
+            Event::PolicyCleared {
+                vhost,
+                name,
+                operator,
+            } => {
+                if let Some(v) = self.vhosts.get_mut(vhost) {
+                    if *operator {
+                        v.operator_policies.remove(name);
+                    } else {
+                        v.policies.remove(name);
+                    }
+                }
+                self.reapply_policies(vhost, false, 0, out);
+            }
+            Event::Published {
+                vhost,
+                message,
+                queues,
+                scheduled,
+            } => {
+                let msg = &message.message;
+                self.see_id(msg.id);
+                if let Some(s) = scheduled {
+                    self.unschedule(*s);
+                }
+                for name in queues {
+                    self.replay_push(vhost, name, msg.clone())?;
+                }
+            }
+            Event::Scheduled {
+                vhost,
+                exchange: _,
+                message,
+            } => {
+                self.see_id(message.message.id);
+                self.schedule(vhost.clone(), message.message.clone(), true);
+            }
+            Event::Unscheduled { id, .. } => self.unschedule(*id),
+            Event::Settled {
+                vhost, queue, ids, ..
+            }
+            | Event::Purged { vhost, queue, ids } => {
+                for id in ids {
+                    self.replay_remove(vhost, queue, *id);
+                }
+            }
+            Event::Delivered { vhost, queue, ids } | Event::Returned { vhost, queue, ids } => {
+                let returned = matches!(event, Event::Returned { .. });
+                let Some(&qid) = self.vhost(vhost)?.queues.get(queue) else {
+                    return Ok(());
+                };
+                let q = self.queues.get_mut(&qid).expect("vhost map is consistent");
+                for id in ids {
+                    if let Some(e) = q.ready.get_mut(*id) {
+                        e.redelivered = true;
+                        if returned {
+                            e.delivery_count = e.delivery_count.saturating_add(1);
+                        }
+                    }
+                }
+            }
+            Event::DeadLettered {
+                vhost,
+                from,
+                id,
+                message,
+                targets,
+            } => {
+                if let Some(from) = from {
+                    self.replay_remove(vhost, from, *id);
+                }
+                if let Some(m) = message {
+                    self.see_id(m.message.id);
+                    for t in targets {
+                        self.replay_push(vhost, t, m.message.clone())?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn see_id(&mut self, id: MessageId) {
+        self.next_message = self.next_message.max(id.0.saturating_add(1));
+    }
+
+    fn unschedule(&mut self, id: MessageId) {
+        if let Some(s) = self.scheduled.remove(&id) {
+            self.timers
+                .remove(&(s.msg.enqueued_at_ms, Timer::Scheduled(id)));
+        }
+    }
+
+    fn replay_push(
+        &mut self,
+        vhost: &str,
+        queue: &str,
+        msg: Arc<crate::broker::types::Message>,
+    ) -> Result<(), BrokerError> {
+        let qid = *self
+            .vhost(vhost)?
+            .queues
+            .get(queue)
+            .ok_or_else(|| corrupt("message for an unknown queue"))?;
+        let q = self.queues.get_mut(&qid).expect("vhost map is consistent");
+        if q.ready.front().is_some() && q.ready.iter().last().is_some_and(|(m, _)| m.id >= msg.id) {
+            return Err(corrupt("message ids out of order"));
+        }
+        q.ready.push_back(msg, 0, false);
+        self.mark_dirty(qid);
+        Ok(())
+    }
+
+    fn replay_remove(&mut self, vhost: &str, queue: &str, id: MessageId) {
+        let Some(&qid) = self.vhosts.get(vhost).and_then(|v| v.queues.get(queue)) else {
+            return;
+        };
+        if let Some(q) = self.queues.get_mut(&qid) {
+            q.ready.remove(id);
+        }
+        self.mark_dirty(qid);
+    }
+
+    /// Ends recovery at `now_ms`: transient state is dropped (connections, channels,
+    /// consumers, transient queues, exchanges and messages), unacked messages come back ready
+    /// and redelivered (S-DUR-6), every lease restarts from now (S-QEXP-4), and what died
+    /// while the broker was down expires now, before any consumer can see it (S-DUR-5).
+    pub fn recovered(&mut self, now_ms: u64) -> Outcome {
+        let mut out = Outcome::default();
+        let chans: Vec<_> = self.channels.keys().copied().collect();
+        for chan in chans {
+            if let Some(ch) = self.channels.remove(&chan) {
+                for (_, u) in ch.unacked {
+                    self.unacked_released(&u, None);
+                    if let Some(q) = self.queues.get_mut(&u.queue) {
+                        q.ready.insert(u.taken.msg, u.taken.delivery_count, true);
+                    }
+                }
+            }
+        }
+        self.conns.clear();
+        let transient: Vec<_> = self
+            .queues
+            .values()
+            .filter(|q| !q.logged())
+            .map(|q| q.id)
+            .collect();
+        for q in transient {
+            self.delete_queue(q, QueueDeletedReason::Deleted, false, now_ms, &mut out);
+        }
+        let transient_x: Vec<_> = self
+            .exchanges
+            .values()
+            .filter(|x| !x.durable)
+            .map(|x| x.id)
+            .collect();
+        for x in transient_x {
+            self.delete_exchange(x, false, &mut out);
+        }
+        self.scheduled.retain(|_, s| s.durable);
+        let live: std::collections::BTreeSet<MessageId> = self.scheduled.keys().copied().collect();
+        self.timers
+            .retain(|(_, t)| !matches!(t, Timer::Scheduled(id) if !live.contains(id)));
+        let ids: Vec<_> = self.queues.keys().copied().collect();
+        for qid in ids {
+            let q = self.queues.get_mut(&qid).expect("listed above");
+            q.consumers.clear();
+            q.rr = 0;
+            q.unacked = 0;
+            q.last_used_ms = now_ms;
+            let transient_msgs: Vec<MessageId> = q
+                .ready
+                .iter()
+                .filter(|(m, _)| !m.is_persistent())
+                .map(|(m, _)| m.id)
+                .collect();
+            for id in transient_msgs {
+                q.ready.remove(id);
+            }
+            self.mark_dirty(qid);
+        }
+        self.rearm_dirty();
+        let expired = self.expire_due(now_ms);
+        out.events.extend(expired.events);
+        out.effects.extend(expired.effects);
+        out
+    }
+
+    /// Walks the whole structure and panics on a broken invariant (STYLE 3.1).
+    pub fn check_invariants(&self) {
+        let mut armed = 0usize;
+        for (qid, q) in &self.queues {
+            assert_eq!(*qid, q.id, "queue keyed under another id");
+            q.ready.check_invariants();
+            assert_eq!(
+                q.ready.ttl_ms(),
+                q.eff.message_ttl_ms,
+                "deadline index built with a stale TTL"
+            );
+            assert!(!q.dirty, "queue {} left dirty", q.name);
+            let v = self
+                .vhosts
+                .get(&*q.vhost)
+                .expect("queue in a missing vhost");
+            assert_eq!(
+                v.queues.get(&*q.name),
+                Some(qid),
+                "vhost map misses queue {}",
+                q.name
+            );
+            assert_eq!(
+                q.armed_msg,
+                q.ready.first_deadline(),
+                "message timer of {}",
+                q.name
+            );
+            assert_eq!(
+                q.armed_lease,
+                q.lease_deadline(),
+                "lease timer of {}",
+                q.name
+            );
+            if let Some(t) = q.armed_msg {
+                assert!(self.timers.contains(&(t, Timer::Messages(*qid))));
+                armed += 1;
+            }
+            if let Some(t) = q.armed_lease {
+                assert!(self.timers.contains(&(t, Timer::Lease(*qid))));
+                armed += 1;
+            }
+            let held = self
+                .channels
+                .values()
+                .flat_map(|c| c.unacked.values())
+                .filter(|u| u.queue == *qid)
+                .count();
+            assert_eq!(
+                u64::try_from(held).unwrap_or(u64::MAX),
+                q.unacked,
+                "unacked count of {}",
+                q.name
+            );
+            for c in &q.consumers {
+                let ch = self
+                    .channels
+                    .get(&c.chan)
+                    .expect("consumer on a closed channel");
+                assert_eq!(
+                    ch.consumers.get(&c.tag),
+                    Some(qid),
+                    "channel does not know consumer"
+                );
+                let mine = ch
+                    .unacked
+                    .values()
+                    .filter(|u| u.consumer == Some(c.serial))
+                    .count();
+                assert_eq!(
+                    mine,
+                    usize::try_from(c.unacked).unwrap_or(usize::MAX),
+                    "consumer unacked"
+                );
+                if !c.no_ack && c.prefetch > 0 {
+                    assert!(c.unacked <= u32::from(c.prefetch), "prefetch exceeded");
+                }
+            }
+            // S-TTL-8: held messages are not in the deadline index (Ready checks the count).
+            if let Some(owner) = q.owner {
+                assert!(
+                    self.conns
+                        .get(&owner)
+                        .is_none_or(|c| c.exclusive.contains(qid))
+                );
+            }
+        }
+        for (id, s) in &self.scheduled {
+            assert!(
+                self.timers
+                    .contains(&(s.msg.enqueued_at_ms, Timer::Scheduled(*id)))
+            );
+            armed += 1;
+        }
+        assert_eq!(armed, self.timers.len(), "timers without an owner");
+        for (chan, ch) in &self.channels {
+            let c = self
+                .conns
+                .get(&chan.conn)
+                .expect("channel without a connection");
+            assert!(c.channels.contains(&chan.channel));
+            let by_consumers = ch.unacked.values().filter(|u| u.consumer.is_some()).count();
+            assert_eq!(
+                by_consumers,
+                usize::try_from(ch.consumer_unacked).unwrap_or(usize::MAX)
+            );
+            if let Some((&last, _)) = ch.unacked.last_key_value() {
+                assert!(last < ch.next_tag, "tag {last} from the future");
+            }
+            if ch.global_prefetch > 0 {
+                assert!(
+                    ch.consumer_unacked <= u32::from(ch.global_prefetch),
+                    "global prefetch exceeded"
+                );
+            }
+            for (tag, qid) in &ch.consumers {
+                let q = self
+                    .queues
+                    .get(qid)
+                    .expect("channel consumer of a deleted queue");
+                assert!(q.consumers.iter().any(|c| c.chan == *chan && c.tag == *tag));
+            }
+        }
+        for (xid, x) in &self.exchanges {
+            let v = self
+                .vhosts
+                .get(&*x.vhost)
+                .expect("exchange in a missing vhost");
+            assert_eq!(v.exchanges.get(&*x.name), Some(xid));
+            for b in &x.bindings {
+                match b.dest {
+                    Dest::Queue(q) => {
+                        assert!(self.queues.contains_key(&q), "binding to a deleted queue")
+                    }
+                    Dest::Exchange(e) => assert!(
+                        self.exchanges.contains_key(&e),
+                        "binding to a deleted exchange"
+                    ),
+                }
+            }
+        }
+        for m in self.queues.values().flat_map(|q| q.ready.iter()) {
+            assert!(m.0.id.0 < self.next_message, "message id from the future");
+        }
+    }
+
+    // ----- queries -----
+
+    /// Queues of `vhost`, by name.
+    pub fn queues(&self, vhost: &str) -> Vec<QueueInfo> {
+        let Some(v) = self.vhosts.get(vhost) else {
+            return Vec::new();
+        };
+        v.queues
+            .values()
+            .filter_map(|id| self.queues.get(id))
+            .map(|q| QueueInfo {
+                vhost: q.vhost.to_string(),
+                name: q.name.to_string(),
+                durable: q.durable,
+                exclusive_owner: q.owner,
+                auto_delete: q.auto_delete,
+                arguments: q.arguments.clone(),
+                policy: q.policy.clone(),
+                operator_policy: q.operator_policy.clone(),
+                ready: u64::try_from(q.ready.len()).unwrap_or(u64::MAX),
+                unacked: q.unacked,
+                ready_bytes: q.ready.bytes(),
+                consumers: u32::try_from(q.consumers.len()).unwrap_or(u32::MAX),
+            })
+            .collect()
+    }
+
+    /// Exchanges of `vhost`, by name.
+    pub fn exchanges(&self, vhost: &str) -> Vec<ExchangeInfo> {
+        let Some(v) = self.vhosts.get(vhost) else {
+            return Vec::new();
+        };
+        v.exchanges
+            .values()
+            .filter_map(|id| self.exchanges.get(id))
+            .map(|x| ExchangeInfo {
+                vhost: x.vhost.to_string(),
+                name: x.name.to_string(),
+                kind: x.kind,
+                durable: x.durable,
+                auto_delete: x.auto_delete,
+                internal: x.internal,
+                arguments: x.arguments.clone(),
+            })
+            .collect()
+    }
+
+    /// Bindings of `vhost`, by source exchange then binding order.
+    pub fn bindings(&self, vhost: &str) -> Vec<BindingInfo> {
+        let Some(v) = self.vhosts.get(vhost) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for x in v.exchanges.values().filter_map(|id| self.exchanges.get(id)) {
+            for b in &x.bindings {
+                if let Some((destination, _)) = self.dest_name(b.dest) {
+                    out.push(BindingInfo {
+                        source: x.name.to_string(),
+                        destination,
+                        routing_key: b.key.clone(),
+                        arguments: b.args.clone(),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Policies and operator policies of `vhost`.
+    pub fn policies(&self, vhost: &str) -> Vec<PolicyInfo> {
+        let Some(v) = self.vhosts.get(vhost) else {
+            return Vec::new();
+        };
+        let normal = v.policies.values().map(|p| (p, false));
+        let op = v.operator_policies.values().map(|p| (p, true));
+        normal
+            .chain(op)
+            .map(|(p, operator)| PolicyInfo {
+                vhost: vhost.to_owned(),
+                policy: p.spec.clone(),
+                operator,
+            })
+            .collect()
+    }
+
+    /// Consumers of `vhost`.
+    pub fn consumers(&self, vhost: &str) -> Vec<ConsumerInfo> {
+        let Some(v) = self.vhosts.get(vhost) else {
+            return Vec::new();
+        };
+        v.queues
+            .values()
+            .filter_map(|id| self.queues.get(id))
+            .flat_map(|q| {
+                q.consumers.iter().map(|c| ConsumerInfo {
+                    chan: c.chan,
+                    consumer_tag: c.tag.to_string(),
+                    queue: q.name.to_string(),
+                    no_ack: c.no_ack,
+                    exclusive: c.exclusive,
+                    prefetch_count: c.prefetch,
+                    unacked: c.unacked,
+                })
+            })
+            .collect()
+    }
+
+    /// Virtual host names.
+    pub fn vhost_names(&self) -> Vec<String> {
+        self.vhosts.keys().cloned().collect()
+    }
+
+    /// The durable view of the model: what a restart must bring back. Unacked persistent
+    /// messages count as in their queue, delivered (S-DUR-6).
+    pub fn durable_state(&self) -> DurableState {
+        let mut s = DurableState {
+            vhosts: self.vhost_names(),
+            ..DurableState::default()
+        };
+        for vhost in &s.vhosts {
+            s.exchanges
+                .extend(self.exchanges(vhost).into_iter().filter(|x| x.durable));
+            let v = &self.vhosts[vhost];
+            for x in v.exchanges.values().filter_map(|id| self.exchanges.get(id)) {
+                if !x.durable {
+                    continue;
+                }
+                for b in &x.bindings {
+                    if let Some((destination, true)) = self.dest_name(b.dest) {
+                        s.bindings.push((
+                            vhost.clone(),
+                            BindingInfo {
+                                source: x.name.to_string(),
+                                destination,
+                                routing_key: b.key.clone(),
+                                arguments: b.args.clone(),
+                            },
+                        ));
+                    }
+                }
+            }
+            s.policies.extend(self.policies(vhost));
+            for info in self.queues(vhost) {
+                let qid = v.queues[&info.name];
+                let q = &self.queues[&qid];
+                if !q.logged() {
+                    continue;
+                }
+                let mut msgs: BTreeMap<MessageId, DurableMessage> = BTreeMap::new();
+                let ttl = q.ready.ttl_ms();
+                let mut add = |m: &crate::broker::types::Message, count: u32, redelivered: bool| {
+                    if m.is_persistent() {
+                        msgs.insert(
+                            m.id,
+                            DurableMessage {
+                                id: m.id,
+                                enqueued_at_ms: m.enqueued_at_ms,
+                                deadline_ms: deadline_of(m, ttl),
+                                delivery_count: count,
+                                redelivered,
+                            },
+                        );
+                    }
+                };
+                for (m, e) in q.ready.iter() {
+                    add(m, e.delivery_count, e.redelivered);
+                }
+                for u in self.channels.values().flat_map(|c| c.unacked.values()) {
+                    if u.queue == qid {
+                        add(&u.taken.msg, u.taken.delivery_count, true);
+                    }
+                }
+                let info = QueueInfo {
+                    ready: 0,
+                    unacked: 0,
+                    ready_bytes: 0,
+                    consumers: 0,
+                    ..info
+                };
+                s.queues.push((info, msgs.into_values().collect()));
+            }
+        }
+        for (id, sch) in &self.scheduled {
+            if sch.durable {
+                s.scheduled.push((*id, sch.msg.enqueued_at_ms));
+            }
+        }
+        s
+    }
+}
