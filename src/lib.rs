@@ -21,9 +21,11 @@
 //! - [`wal`]: the write-ahead log of opaque records.
 //! - [`broker`]: the deterministic model of exchanges, queues and messages.
 //! - [`protocol`]: AMQP 0-9-1 framing.
+//! - [`store`]: broker events <-> log records, replay.
 
 pub mod broker;
 pub mod clock;
 pub mod limits;
 pub mod protocol;
+pub mod store;
 pub mod wal;
