@@ -1,19 +1,141 @@
 //! Topic exchange routing: binding keys are dot-separated words where `*` matches exactly one
-//! word and `#` matches zero or more words.
+//! word and `#` matches zero or more words, with RabbitMQ's rules for empty keys and words.
 //!
-//! FOUNDATION STUB: a correct but linear index. The routing work replaces it with an index whose
-//! cost grows with the routing key, not with the number of bindings; the API stays.
+//! [`TopicIndex`] is a trie over binding-key words; [`topic_matches`] is the reference
+//! definition the trie is tested against. Pure data structures: must not depend on anything
+//! outside `broker` (no I/O, no clock, no logging).
 
-/// Bindings of one topic exchange, from binding key to destination `D`.
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// Splits a routing or binding key into words the way RabbitMQ does
+/// (`rabbit_db_topic_exchange:split_topic_key_binary/1`, and `split_topic_key/1` in 3.x):
+/// the empty key has **zero** words, every other key is split on each `.`, keeping empty
+/// words (`"a..b"` is `["a", "", "b"]`, `".a"` is `["", "a"]`, `"a."` is `["a", ""]`).
+///
+/// So `*` never matches the empty routing key (zero words), while `*.*` matches `"."`.
+fn words(key: &str) -> impl Iterator<Item = &str> {
+    // `str::split` yields one empty word for "", which RabbitMQ does not: skip it.
+    key.split('.')
+        .take(if key.is_empty() { 0 } else { usize::MAX })
+}
+
+/// Index of a node in `TopicIndex::nodes`.
+type NodeId = usize;
+
+/// The root: the node reached by zero words. It is never freed.
+const ROOT: NodeId = 0;
+
+/// Once the free list holds more than this many slots *and* more slots than there are live
+/// nodes, `unbind` renumbers the arena, so memory follows the live bindings, not the peak.
+const FREE_SLOTS_COMPACT_MIN: usize = 64;
+
+/// One trie node: the binding-key prefix spelled by the edges from the root to it.
+#[derive(Debug, Clone)]
+struct Node<D> {
+    /// Edges for literal words (never `*` or `#`, which have their own edges).
+    children: HashMap<Box<str>, NodeId>,
+    /// The `*` edge.
+    star: Option<NodeId>,
+    /// The `#` edge.
+    hash: Option<NodeId>,
+    /// Destinations whose binding key ends exactly here; no duplicates.
+    dests: Vec<D>,
+    /// True when this node was reached through a `#` edge: it may absorb further words.
+    via_hash: bool,
+    /// How many `#` edges lie on the path from the root, saturated at 2. Only nodes with two
+    /// or more can be reached twice in one routing step (see `TopicIndex::route_with`).
+    hashes_on_path: u8,
+}
+
+impl<D> Node<D> {
+    fn new(via_hash: bool, hashes_on_path: u8) -> Self {
+        Self {
+            children: HashMap::new(),
+            star: None,
+            hash: None,
+            dests: Vec::new(),
+            via_hash,
+            hashes_on_path,
+        }
+    }
+
+    /// True when the node holds no binding and leads to none: it can be removed.
+    fn is_empty(&self) -> bool {
+        self.dests.is_empty()
+            && self.children.is_empty()
+            && self.star.is_none()
+            && self.hash.is_none()
+    }
+
+    /// Every child id, in no particular order.
+    fn child_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.children
+            .values()
+            .copied()
+            .chain(self.star)
+            .chain(self.hash)
+    }
+}
+
+/// Which edge leads from a node to the next one for a binding-key word.
+#[derive(Debug, Clone, Copy)]
+enum Edge<'a> {
+    Literal(&'a str),
+    Star,
+    Hash,
+}
+
+impl<'a> Edge<'a> {
+    fn of(word: &'a str) -> Self {
+        match word {
+            "*" => Edge::Star,
+            "#" => Edge::Hash,
+            literal => Edge::Literal(literal),
+        }
+    }
+}
+
+/// The two active-node sets `route` swaps between, kept per thread so that routing does not
+/// allocate once they have grown to the largest set seen.
+#[derive(Debug, Default)]
+struct Scratch {
+    current: Vec<NodeId>,
+    next: Vec<NodeId>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Bindings of one topic exchange, from binding key to destination `D`, as a trie over words.
+///
+/// Each node stands for a binding-key prefix and has a hash map of literal-word edges plus
+/// one `*` and one `#` edge. Routing simulates the trie as an automaton over the routing
+/// key's words, keeping the set of nodes the words read so far can have reached, so its cost
+/// grows with the number of words times the number of live branches, never with the number
+/// of bindings. Each binding is found at most once per `route` call.
+///
+/// Invariants (checked by [`TopicIndex::check_invariants`]): every node except the root is
+/// reachable from the root and is non-empty (holds a binding or leads to one); `len` is the
+/// total number of destinations held; a node's `dests` has no duplicates; free slots are
+/// unreachable and empty.
 #[derive(Debug, Clone)]
 pub struct TopicIndex<D> {
-    bindings: Vec<(String, D)>,
+    /// Node arena; `nodes[ROOT]` always exists.
+    nodes: Vec<Node<D>>,
+    /// Unused slots of `nodes`, reused before the arena grows.
+    free: Vec<NodeId>,
+    /// Number of bindings.
+    len: usize,
 }
 
 impl<D> Default for TopicIndex<D> {
     fn default() -> Self {
         Self {
-            bindings: Vec::new(),
+            nodes: vec![Node::new(false, 0)],
+            free: Vec::new(),
+            len: 0,
         }
     }
 }
@@ -25,65 +147,356 @@ impl<D: Copy + Eq> TopicIndex<D> {
     }
 
     /// Adds the binding `pattern -> dest`; returns false if it was already there.
+    ///
+    /// Costs one hash-map lookup (or insert) per word of `pattern`, plus a scan of the
+    /// destinations already bound with exactly this pattern.
     pub fn bind(&mut self, pattern: &str, dest: D) -> bool {
-        if self
-            .bindings
-            .iter()
-            .any(|(p, d)| p == pattern && *d == dest)
-        {
+        let mut node = ROOT;
+        for word in words(pattern) {
+            node = self.child_or_insert(node, Edge::of(word));
+        }
+        let dests = &mut self.nodes[node].dests;
+        if dests.contains(&dest) {
             return false;
         }
-        self.bindings.push((pattern.to_owned(), dest));
+        dests.push(dest);
+        self.len += 1;
         true
     }
 
-    /// Removes the binding `pattern -> dest`; returns false if it was not there.
+    /// Removes the binding `pattern -> dest`; returns false if it was not there. Nodes left
+    /// without bindings below them are removed, so memory stays proportional to the bindings.
     pub fn unbind(&mut self, pattern: &str, dest: D) -> bool {
-        let before = self.bindings.len();
-        self.bindings.retain(|(p, d)| !(p == pattern && *d == dest));
-        self.bindings.len() != before
+        // The path from the root, so that emptied nodes can be pruned bottom-up.
+        let mut path: Vec<(NodeId, Edge<'_>)> = Vec::new();
+        let mut node = ROOT;
+        for word in words(pattern) {
+            let edge = Edge::of(word);
+            let Some(child) = self.child(node, edge) else {
+                return false;
+            };
+            path.push((node, edge));
+            node = child;
+        }
+        let dests = &mut self.nodes[node].dests;
+        let Some(position) = dests.iter().position(|d| *d == dest) else {
+            return false;
+        };
+        dests.swap_remove(position);
+        self.len -= 1;
+        // Prune: walk back up while the node we stand on is empty.
+        while let Some((parent, edge)) = path.pop() {
+            if !self.nodes[node].is_empty() {
+                break;
+            }
+            self.remove_edge(parent, edge);
+            self.free_node(node);
+            node = parent;
+        }
+        if self.free.len() > FREE_SLOTS_COMPACT_MIN && self.free.len() > self.live_nodes() {
+            self.compact();
+        }
+        true
     }
 
-    /// Appends to `out` every destination with a binding that matches `routing_key`. A
-    /// destination bound by several matching patterns is appended once per pattern; callers
-    /// deduplicate.
+    /// Appends to `out` the destination of every binding whose pattern matches
+    /// `routing_key`, each binding once. A destination bound by several matching patterns is
+    /// therefore appended once per matching pattern; callers deduplicate. The order of `out`
+    /// is unspecified.
+    ///
+    /// Cost: for each word of the key, one hash lookup per active node (plus the `*` and `#`
+    /// edges), where the active nodes are the binding-key prefixes that match the words read so
+    /// far; then the matching destinations are copied. It does not allocate beyond growing
+    /// `out` (two per-thread buffers are reused).
     pub fn route(&self, routing_key: &str, out: &mut Vec<D>) {
-        for (pattern, dest) in &self.bindings {
-            if topic_matches(pattern, routing_key) {
-                out.push(*dest);
+        let routed = SCRATCH.try_with(|cell| {
+            if let Ok(mut scratch) = cell.try_borrow_mut() {
+                self.route_with(routing_key, &mut scratch, out);
+                true
+            } else {
+                false
             }
+        });
+        // Only reachable while the thread is being torn down (or re-entered, which routing
+        // never does): fall back to buffers of our own.
+        if routed != Ok(true) {
+            self.route_with(routing_key, &mut Scratch::default(), out);
         }
     }
 
     /// Number of bindings.
     pub fn len(&self) -> usize {
-        self.bindings.len()
+        self.len
     }
 
     /// True when there are no bindings.
     pub fn is_empty(&self) -> bool {
-        self.bindings.is_empty()
+        self.len == 0
     }
-}
 
-/// True when the binding key `pattern` matches `routing_key`: the reference definition.
-pub fn topic_matches(pattern: &str, routing_key: &str) -> bool {
-    let pattern: Vec<&str> = pattern.split('.').collect();
-    let key: Vec<&str> = routing_key.split('.').collect();
-    matches_words(&pattern, &key)
-}
+    /// Number of live trie nodes, the root included (1 when empty). For tests and benches:
+    /// it shows that memory follows the bindings.
+    pub fn node_count(&self) -> usize {
+        self.live_nodes()
+    }
 
-fn matches_words(pattern: &[&str], key: &[&str]) -> bool {
-    match pattern.split_first() {
-        None => key.is_empty(),
-        Some((&"#", rest)) => {
-            (0..=key.len()).any(|skip| matches_words(rest, key.get(skip..).unwrap_or(&[])))
-        }
-        Some((word, rest)) => match key.split_first() {
-            Some((first, key_rest)) => {
-                (*word == "*" || word == first) && matches_words(rest, key_rest)
+    /// Walks the whole trie and checks every invariant (see [`TopicIndex`]). Meant for tests
+    /// and debug builds; costs O(nodes + bindings).
+    ///
+    /// # Panics
+    /// When an invariant is broken, which is a bug in this module.
+    pub fn check_invariants(&self) {
+        let mut reached = vec![false; self.nodes.len()];
+        let mut stack = vec![ROOT];
+        let mut bindings = 0;
+        while let Some(id) = stack.pop() {
+            assert!(
+                !reached[id],
+                "node {id} reached twice: the trie has a cycle or a join"
+            );
+            reached[id] = true;
+            let node = &self.nodes[id];
+            assert!(
+                id == ROOT || !node.is_empty(),
+                "empty node {id} was not pruned"
+            );
+            for (i, dest) in node.dests.iter().enumerate() {
+                assert!(
+                    !node.dests[i + 1..].contains(dest),
+                    "node {id} holds a destination twice"
+                );
             }
-            None => false,
-        },
+            bindings += node.dests.len();
+            for (child, via_hash) in node
+                .children
+                .values()
+                .chain(node.star.as_ref())
+                .map(|c| (*c, false))
+                .chain(node.hash.map(|c| (c, true)))
+            {
+                let expected = node
+                    .hashes_on_path
+                    .saturating_add(u8::from(via_hash))
+                    .min(2);
+                assert_eq!(
+                    self.nodes[child].via_hash, via_hash,
+                    "node {child} edge kind"
+                );
+                assert_eq!(
+                    self.nodes[child].hashes_on_path, expected,
+                    "node {child} hashes"
+                );
+                stack.push(child);
+            }
+        }
+        assert_eq!(bindings, self.len, "len disagrees with the bindings held");
+        for &id in &self.free {
+            assert!(!reached[id], "free slot {id} is reachable");
+            assert!(self.nodes[id].is_empty(), "free slot {id} holds data");
+        }
+        let live = reached.iter().filter(|r| **r).count();
+        assert_eq!(
+            live + self.free.len(),
+            self.nodes.len(),
+            "a slot is neither live nor free"
+        );
     }
+
+    /// The automaton walk behind [`TopicIndex::route`].
+    ///
+    /// `current` holds the nodes that the words read so far can reach, closed under `#` edges
+    /// (a `#` may match zero words). A word moves each active node along its literal edge and
+    /// its `*` edge, and keeps every node reached through `#` (which absorbs the word). The
+    /// bindings of the nodes active after the last word are the matches, as in RabbitMQ's
+    /// `trie_match`, which walks the same edges depth-first.
+    ///
+    /// A node reached by a literal or `*` edge has one parent, active at most once per step, so
+    /// it is added at most once. A `#` node can be added both as a survivor and through its
+    /// parent, but only if its path holds two `#` edges (with one, its parent is active at one
+    /// step only); just those are checked against `next`, so each binding is reported once
+    /// and the walk never repeats work, where a naive backtracking walk is exponential in the
+    /// number of `#`s.
+    fn route_with(&self, routing_key: &str, scratch: &mut Scratch, out: &mut Vec<D>) {
+        let Scratch { current, next } = scratch;
+        current.clear();
+        self.push_closed(current, ROOT);
+        for word in words(routing_key) {
+            if current.is_empty() {
+                return;
+            }
+            next.clear();
+            for &id in current.iter() {
+                let node = &self.nodes[id];
+                if node.via_hash {
+                    // Its `#` children are in `current` too (closure), so they survive as well.
+                    self.push_once(next, id);
+                }
+                // A routing-key word "*" or "#" is a literal word; no literal edge has that
+                // label, so it only follows the wildcard edges, as any other word does.
+                if let Some(&child) = node.children.get(word) {
+                    self.push_closed(next, child);
+                }
+                if let Some(child) = node.star {
+                    self.push_closed(next, child);
+                }
+            }
+            std::mem::swap(current, next);
+        }
+        for &id in current.iter() {
+            out.extend_from_slice(&self.nodes[id].dests);
+        }
+    }
+
+    /// Adds `id` and the chain of `#` nodes below it (`a.#.#` matches `a`) to `set`.
+    fn push_closed(&self, set: &mut Vec<NodeId>, id: NodeId) {
+        self.push_once(set, id);
+        let mut node = id;
+        while let Some(hash) = self.nodes[node].hash {
+            self.push_once(set, hash);
+            node = hash;
+        }
+    }
+
+    /// Adds `id` to `set` unless it is already there. Only a `#` node with another `#` above
+    /// it can be offered twice in one step (see `route_with`), so only those pay for the scan.
+    fn push_once(&self, set: &mut Vec<NodeId>, id: NodeId) {
+        let node = &self.nodes[id];
+        let may_repeat = node.via_hash && node.hashes_on_path >= 2;
+        if !may_repeat || !set.contains(&id) {
+            set.push(id);
+        }
+    }
+
+    fn child(&self, id: NodeId, edge: Edge<'_>) -> Option<NodeId> {
+        let node = &self.nodes[id];
+        match edge {
+            Edge::Literal(word) => node.children.get(word).copied(),
+            Edge::Star => node.star,
+            Edge::Hash => node.hash,
+        }
+    }
+
+    fn child_or_insert(&mut self, id: NodeId, edge: Edge<'_>) -> NodeId {
+        if let Some(child) = self.child(id, edge) {
+            return child;
+        }
+        let via_hash = matches!(edge, Edge::Hash);
+        let hashes = self.nodes[id]
+            .hashes_on_path
+            .saturating_add(u8::from(via_hash))
+            .min(2);
+        let child = self.alloc_node(Node::new(via_hash, hashes));
+        let node = &mut self.nodes[id];
+        match edge {
+            Edge::Literal(word) => {
+                node.children.insert(word.into(), child);
+            }
+            Edge::Star => node.star = Some(child),
+            Edge::Hash => node.hash = Some(child),
+        }
+        child
+    }
+
+    fn remove_edge(&mut self, id: NodeId, edge: Edge<'_>) {
+        let node = &mut self.nodes[id];
+        let removed = match edge {
+            Edge::Literal(word) => node.children.remove(word),
+            Edge::Star => node.star.take(),
+            Edge::Hash => node.hash.take(),
+        };
+        assert!(removed.is_some(), "pruned an edge that was not there");
+        if node.children.is_empty() && node.children.capacity() > 0 {
+            // A node that once fanned out widely keeps its table otherwise.
+            node.children = HashMap::new();
+        }
+    }
+
+    fn alloc_node(&mut self, node: Node<D>) -> NodeId {
+        if let Some(id) = self.free.pop() {
+            self.nodes[id] = node;
+            id
+        } else {
+            self.nodes.push(node);
+            self.nodes.len() - 1
+        }
+    }
+
+    fn free_node(&mut self, id: NodeId) {
+        assert_ne!(id, ROOT, "the root is never freed");
+        assert!(
+            self.nodes[id].is_empty(),
+            "freed node {id} still holds data"
+        );
+        // Replace rather than keep: drops the node's (empty) allocations.
+        self.nodes[id] = Node::new(false, 0);
+        self.free.push(id);
+    }
+
+    fn live_nodes(&self) -> usize {
+        self.nodes.len() - self.free.len()
+    }
+
+    /// Renumbers the live nodes into a fresh arena (breadth-first from the root) and drops
+    /// the free slots.
+    fn compact(&mut self) {
+        const UNSET: NodeId = NodeId::MAX;
+        let mut old = std::mem::take(&mut self.nodes);
+        let mut new_id = vec![UNSET; old.len()];
+        let mut order = vec![ROOT];
+        new_id[ROOT] = 0;
+        let mut i = 0;
+        while let Some(&id) = order.get(i) {
+            for child in old[id].child_ids() {
+                new_id[child] = order.len();
+                order.push(child);
+            }
+            i += 1;
+        }
+        let mut nodes = Vec::with_capacity(order.len());
+        for &id in &order {
+            let mut node = std::mem::replace(&mut old[id], Node::new(false, 0));
+            for child in node.children.values_mut() {
+                *child = new_id[*child];
+            }
+            node.star = node.star.map(|c| new_id[c]);
+            node.hash = node.hash.map(|c| new_id[c]);
+            nodes.push(node);
+        }
+        assert!(
+            nodes.iter().flat_map(Node::child_ids).all(|c| c != UNSET),
+            "compaction lost a node"
+        );
+        self.nodes = nodes;
+        self.free = Vec::new();
+    }
+}
+
+/// True when the binding key `pattern` matches `routing_key`: the reference definition, with
+/// RabbitMQ's word splitting (see `words`: the empty key has zero words, other keys keep
+/// their empty words).
+///
+/// Dynamic programming over (pattern word, key word), so O(pattern words x key words) time
+/// even for patterns full of `#`; it allocates. [`TopicIndex::route`] is the fast path.
+pub fn topic_matches(pattern: &str, routing_key: &str) -> bool {
+    let key: Vec<&str> = words(routing_key).collect();
+    // reach[j]: the pattern words seen so far can match exactly the first j key words.
+    let mut reach = vec![false; key.len() + 1];
+    reach[0] = true;
+    for word in words(pattern) {
+        if word == "#" {
+            // Zero or more words: reach[j] becomes "some i <= j was reachable".
+            let mut any = false;
+            for r in &mut reach {
+                any |= *r;
+                *r = any;
+            }
+        } else {
+            // Exactly one word; go right to left so each step reads the old row.
+            for j in (1..reach.len()).rev() {
+                reach[j] = reach[j - 1] && (word == "*" || word == key[j - 1]);
+            }
+            reach[0] = false;
+        }
+    }
+    reach[key.len()]
 }
