@@ -500,3 +500,319 @@ pub fn topic_matches(pattern: &str, routing_key: &str) -> bool {
     }
     reach[key.len()]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Routes `key` and returns the sorted destinations.
+    fn routed(index: &TopicIndex<u32>, key: &str) -> Vec<u32> {
+        let mut out = Vec::new();
+        index.route(key, &mut out);
+        out.sort_unstable();
+        out
+    }
+
+    /// True when the trie holding only `pattern` routes `key` to it; also checks that it is
+    /// reported at most once.
+    fn trie_matches(pattern: &str, key: &str) -> bool {
+        let mut index = TopicIndex::new();
+        assert!(index.bind(pattern, 7_u32));
+        index.check_invariants();
+        let out = routed(&index, key);
+        assert!(
+            out.len() <= 1,
+            "{pattern:?} reported {} times for {key:?}",
+            out.len()
+        );
+        !out.is_empty()
+    }
+
+    /// Asserts the reference and the trie agree with `expected` for `pattern` and `key`.
+    fn check(pattern: &str, key: &str, expected: bool) {
+        assert_eq!(
+            topic_matches(pattern, key),
+            expected,
+            "reference: {pattern:?} vs {key:?}"
+        );
+        assert_eq!(
+            trie_matches(pattern, key),
+            expected,
+            "trie: {pattern:?} vs {key:?}"
+        );
+    }
+
+    /// An independent, deliberately naive definition (backtracking over word slices, with
+    /// RabbitMQ's splitting) to cross-check the dynamic-programming reference.
+    fn naive_matches(pattern: &str, key: &str) -> bool {
+        fn go(pattern: &[&str], key: &[&str]) -> bool {
+            match pattern.split_first() {
+                None => key.is_empty(),
+                Some((&"#", rest)) => (0..=key.len()).any(|skip| go(rest, &key[skip..])),
+                Some((word, rest)) => key.split_first().is_some_and(|(first, key_rest)| {
+                    (*word == "*" || word == first) && go(rest, key_rest)
+                }),
+            }
+        }
+        let split = |s: &str| -> Vec<String> {
+            if s.is_empty() {
+                Vec::new()
+            } else {
+                s.split('.').map(str::to_owned).collect()
+            }
+        };
+        let (p, k) = (split(pattern), split(key));
+        let p: Vec<&str> = p.iter().map(String::as_str).collect();
+        let k: Vec<&str> = k.iter().map(String::as_str).collect();
+        go(&p, &k)
+    }
+
+    // RabbitMQ splits the routing key with `split_topic_key_binary(<<>>) -> []`: the empty
+    // key has zero words, so `*` (exactly one word) cannot match it, while `#` and the empty
+    // binding key do.
+    #[test]
+    fn empty_routing_key_has_zero_words() {
+        check("*", "", false);
+        check("#", "", true);
+        check("", "", true);
+        check("#.#", "", true);
+        check("#.*", "", false);
+        check("a", "", false);
+    }
+
+    // The empty binding key is also zero words (`split_topic_key(<<>>, [], []) -> []` in
+    // 3.x), so it matches only the empty routing key, not a key of one empty word: no such
+    // key exists, since "" is zero words and "." is two empty words.
+    #[test]
+    fn empty_binding_key_matches_only_the_empty_routing_key() {
+        check("", ".", false);
+        check("", "a", false);
+        check(".", ".", true);
+        check(".", "", false);
+    }
+
+    // `binary:split(Key, <<".">>, [global])` keeps empty words: "a..b" is three words,
+    // ".a" and "a." are two, so `*` matches an empty word like any other.
+    #[test]
+    fn empty_words_are_words() {
+        check("a.*.b", "a..b", true);
+        check("a..b", "a..b", true);
+        check("a..b", "a.b", false);
+        check("a.b", "a..b", false);
+        check("*.a", ".a", true);
+        check("a.*", "a.", true);
+        check("a", "a.", false);
+        check("*.*", ".", true);
+        check("*", ".", false);
+        check("#", ".", true);
+        check("#", "..", true);
+        check("a.#", "a.", true);
+        check("a.#", "a..b", true);
+    }
+
+    // `#` matches zero or more words anywhere (`trie_match_skip_any`), `*` exactly one.
+    #[test]
+    fn hash_matches_zero_or_more_words_and_star_exactly_one() {
+        check("#", "a.b.c", true);
+        check("a.#", "a", true);
+        check("#.a", "a", true);
+        check("a.#.b", "a.b", true);
+        check("a.#.b", "a.x.y.b", true);
+        check("a.#.b", "a.x.y.c", false);
+        check("a.*", "a", false);
+        check("a.*", "a.b.c", false);
+        check("*.b.*", "a.b.c", true);
+        check("#.b.#", "b", true);
+        check("#.*.#", "", false);
+        check("#.*.#", "a.b", true);
+        check("a.b", "a.b", true);
+        check("a.b", "a.bb", false);
+    }
+
+    // A routing key is never a pattern: its words "*" and "#" are literal (RabbitMQ looks
+    // them up as edge labels, which only reach nodes the wildcard edges reach anyway).
+    #[test]
+    fn wildcards_in_routing_keys_are_literal_words() {
+        check("a", "*", false);
+        check("a", "#", false);
+        check("a.b", "a.#", false);
+        check("*", "#", true);
+        check("a.#", "a.#", true);
+        check("#", "*.#", true);
+    }
+
+    #[test]
+    fn each_matching_binding_is_reported_once() {
+        // "#.#" and "a.#.#.b" match "a.b.b.b" along several paths; RabbitMQ (before its memo)
+        // returned a destination once per path and deduplicated later.
+        let mut index = TopicIndex::new();
+        for pattern in ["#.#", "#", "a.#.#.b", "#.b.#", "a.*.#", "#.#.#"] {
+            assert!(index.bind(pattern, 1_u32));
+        }
+        assert!(index.bind("#.b.#", 2));
+        assert_eq!(routed(&index, "a.b.b.b"), [1, 1, 1, 1, 1, 1, 2]);
+        assert_eq!(routed(&index, ""), [1, 1, 1]);
+    }
+
+    #[test]
+    fn bind_and_unbind_report_whether_anything_changed() {
+        let mut index = TopicIndex::new();
+        assert!(index.bind("a.*", 1_u32));
+        assert!(!index.bind("a.*", 1));
+        assert!(index.bind("a.*", 2));
+        assert!(index.bind("a.#", 1));
+        assert_eq!(index.len(), 3);
+        assert_eq!(routed(&index, "a.b"), [1, 1, 2]);
+        assert!(!index.unbind("a.b", 1));
+        assert!(!index.unbind("a.*", 3));
+        assert!(!index.unbind("a.*.c", 1));
+        assert!(index.unbind("a.*", 1));
+        assert!(!index.unbind("a.*", 1));
+        assert_eq!(routed(&index, "a.b"), [1, 2]);
+        index.check_invariants();
+        assert_eq!(index.len(), 2);
+    }
+
+    #[test]
+    fn unbinding_everything_leaves_only_the_root() {
+        let mut index = TopicIndex::new();
+        let patterns: Vec<String> = (0..300)
+            .map(|i| format!("stock.s{}.#.v{}.*", i % 37, i % 11))
+            .collect();
+        for (i, pattern) in patterns.iter().enumerate() {
+            index.bind(pattern, u32::try_from(i % 5).unwrap());
+        }
+        index.check_invariants();
+        assert!(index.node_count() > 300);
+        for (i, pattern) in patterns.iter().enumerate() {
+            index.unbind(pattern, u32::try_from(i % 5).unwrap());
+            index.check_invariants();
+        }
+        assert!(index.is_empty());
+        assert_eq!(index.node_count(), 1);
+        // Compaction ran, so the arena does not keep the peak's slots.
+        assert!(
+            index.nodes.len() <= FREE_SLOTS_COMPACT_MIN + 1,
+            "{}",
+            index.nodes.len()
+        );
+        assert!(routed(&index, "stock.s1.x.v1.y").is_empty());
+    }
+
+    #[test]
+    fn routing_survives_compaction() {
+        let mut index = TopicIndex::new();
+        for i in 0..500_u32 {
+            index.bind(&format!("k{i}.#"), i);
+        }
+        index.bind("k7.*", 1000);
+        index.bind("#.k7.#", 1001);
+        for i in 0..500_u32 {
+            if i != 7 {
+                index.unbind(&format!("k{i}.#"), i);
+            }
+        }
+        index.check_invariants();
+        assert!(index.nodes.len() < 2 * index.node_count() + FREE_SLOTS_COMPACT_MIN);
+        assert_eq!(routed(&index, "k7.x"), [7, 1000, 1001]);
+        assert_eq!(routed(&index, "k7"), [7, 1001]);
+    }
+
+    // RabbitMQ memoises (node, words) once two '#' are taken because the plain walk is
+    // exponential; ours keeps a set of nodes per word, so many '#' stay cheap.
+    #[test]
+    fn many_hashes_do_not_blow_up() {
+        let pattern = ["#"; 40].join(".") + ".z";
+        let key = ["a"; 60].join(".");
+        check(&pattern, &key, false);
+        check(&pattern, &(key.clone() + ".z"), true);
+    }
+
+    /// Keys and patterns over a small alphabet with empty words, so that collisions are common.
+    fn key_strategy() -> impl Strategy<Value = String> {
+        prop::collection::vec(prop::sample::select(vec!["a", "b", ""]), 0..5)
+            .prop_map(|words| words.join("."))
+    }
+
+    fn pattern_strategy() -> impl Strategy<Value = String> {
+        prop::collection::vec(prop::sample::select(vec!["a", "b", "", "*", "#"]), 0..5)
+            .prop_map(|words| words.join("."))
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Bind(usize, u32),
+        Unbind(usize, u32),
+        Route(String),
+    }
+
+    fn op_strategy() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0..8_usize, 0..4_u32).prop_map(|(p, d)| Op::Bind(p, d)),
+            2 => (0..8_usize, 0..4_u32).prop_map(|(p, d)| Op::Unbind(p, d)),
+            3 => key_strategy().prop_map(Op::Route),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn trie_agrees_with_reference(pattern in pattern_strategy(), key in key_strategy()) {
+            prop_assert_eq!(trie_matches(&pattern, &key), topic_matches(&pattern, &key));
+        }
+
+        #[test]
+        fn reference_agrees_with_naive_backtracking(
+            pattern in pattern_strategy(),
+            key in key_strategy(),
+        ) {
+            prop_assert_eq!(topic_matches(&pattern, &key), naive_matches(&pattern, &key));
+        }
+
+        /// Random binds, unbinds and routes against a list of (pattern, destination) pairs;
+        /// the invariants are checked after every step.
+        #[test]
+        fn bind_unbind_route_agree_with_a_list_model(
+            patterns in prop::collection::vec(pattern_strategy(), 8),
+            ops in prop::collection::vec(op_strategy(), 1..60),
+        ) {
+            let mut index = TopicIndex::new();
+            let mut model: Vec<(String, u32)> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Bind(p, dest) => {
+                        let pattern = &patterns[p];
+                        let absent = !model.iter().any(|(mp, md)| mp == pattern && *md == dest);
+                        if absent {
+                            model.push((pattern.clone(), dest));
+                        }
+                        prop_assert_eq!(index.bind(pattern, dest), absent);
+                    }
+                    Op::Unbind(p, dest) => {
+                        let pattern = &patterns[p];
+                        let before = model.len();
+                        model.retain(|(mp, md)| !(mp == pattern && *md == dest));
+                        prop_assert_eq!(index.unbind(pattern, dest), model.len() != before);
+                    }
+                    Op::Route(key) => {
+                        let mut expected: Vec<u32> = model
+                            .iter()
+                            .filter(|(mp, _)| naive_matches(mp, &key))
+                            .map(|(_, d)| *d)
+                            .collect();
+                        expected.sort_unstable();
+                        prop_assert_eq!(routed(&index, &key), expected, "key {:?}", key);
+                    }
+                }
+                index.check_invariants();
+                prop_assert_eq!(index.len(), model.len());
+            }
+            for (pattern, dest) in &model {
+                prop_assert!(index.unbind(pattern, *dest));
+            }
+            prop_assert_eq!(index.node_count(), 1);
+        }
+    }
+}
