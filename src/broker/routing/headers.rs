@@ -330,3 +330,351 @@ fn erlang_binary(bytes: &[u8]) -> String {
     out.push_str(">>");
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::error::ErrorKind;
+    use proptest::prelude::*;
+
+    fn table(entries: &[(&str, Value)]) -> FieldTable {
+        entries
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect()
+    }
+
+    fn s(text: &str) -> Value {
+        Value::long_str(text)
+    }
+
+    /// A binding with `x-match` = `mode` (none when empty) and `keys`.
+    fn binding(mode: &str, keys: &[(&str, Value)]) -> FieldTable {
+        let mut args = FieldTable::new();
+        if !mode.is_empty() {
+            args.insert("x-match", s(mode));
+        }
+        for (k, v) in keys {
+            args.insert(*k, v.clone());
+        }
+        args
+    }
+
+    /// True when a binding on the single key `k` = `wanted` matches a header `k` = `found`.
+    fn same(wanted: Value, found: Value) -> bool {
+        headers_match(
+            &binding("", &[("k", wanted)]),
+            Some(&table(&[("k", found)])),
+        )
+    }
+
+    // `match_all`: every compared key must be present and equal; other headers are ignored.
+    #[test]
+    fn all_is_the_default_and_needs_every_key() {
+        let headers = table(&[("a", s("1")), ("b", s("2")), ("c", s("3"))]);
+        for mode in ["", "all"] {
+            let both = binding(mode, &[("a", s("1")), ("b", s("2"))]);
+            assert!(headers_match(&both, Some(&headers)), "{mode:?}");
+            let one_wrong = binding(mode, &[("a", s("1")), ("b", s("9"))]);
+            assert!(!headers_match(&one_wrong, Some(&headers)), "{mode:?}");
+            let one_missing = binding(mode, &[("a", s("1")), ("z", s("2"))]);
+            assert!(!headers_match(&one_missing, Some(&headers)), "{mode:?}");
+            assert!(!headers_match(&both, None), "{mode:?}");
+        }
+    }
+
+    // `match_any`: one present and equal key suffices.
+    #[test]
+    fn any_needs_one_key() {
+        let headers = table(&[("a", s("1")), ("b", s("2"))]);
+        let one = binding("any", &[("a", s("9")), ("b", s("2"))]);
+        assert!(headers_match(&one, Some(&headers)));
+        let none = binding("any", &[("a", s("9")), ("z", s("2"))]);
+        assert!(!headers_match(&none, Some(&headers)));
+        assert!(!headers_match(&one, None));
+    }
+
+    // `match/2` skips every `x-` binding key; `match_x/2` skips only `x-match` and compares
+    // the others with the message's `x-` headers (kept by `routing_headers(_, [x_headers])`).
+    #[test]
+    fn x_keys_are_compared_only_by_the_with_x_modes() {
+        let headers = table(&[("a", s("1")), ("x-tenant", s("t1"))]);
+        let wrong_x = [("a", s("1")), ("x-tenant", s("t2"))];
+        assert!(headers_match(&binding("all", &wrong_x), Some(&headers)));
+        assert!(!headers_match(
+            &binding("all-with-x", &wrong_x),
+            Some(&headers)
+        ));
+        let right_x = [("a", s("1")), ("x-tenant", s("t1"))];
+        assert!(headers_match(
+            &binding("all-with-x", &right_x),
+            Some(&headers)
+        ));
+
+        let only_x = [("x-tenant", s("t1"))];
+        assert!(headers_match(
+            &binding("any-with-x", &only_x),
+            Some(&headers)
+        ));
+        // For `any`, nothing is left to compare once `x-tenant` is skipped: no match.
+        assert!(!headers_match(&binding("any", &only_x), Some(&headers)));
+        let missing_x = [("x-other", s("t1")), ("b", s("2"))];
+        assert!(!headers_match(
+            &binding("any-with-x", &missing_x),
+            Some(&headers)
+        ));
+    }
+
+    // `match_all([], ...) -> true` and `match_any([], ...) -> false`: a binding with nothing
+    // to compare catches every message under `all` and none under `any`.
+    #[test]
+    fn binding_without_compared_keys_matches_all_or_nothing() {
+        let headers = table(&[("a", s("1"))]);
+        for args in [binding("", &[]), binding("all", &[("x-foo", s("1"))])] {
+            assert!(headers_match(&args, Some(&headers)));
+            assert!(headers_match(&args, None));
+        }
+        assert!(headers_match(&binding("all-with-x", &[]), None));
+        for mode in ["any", "any-with-x"] {
+            assert!(
+                !headers_match(&binding(mode, &[]), Some(&headers)),
+                "{mode}"
+            );
+            assert!(!headers_match(&binding(mode, &[]), None), "{mode}");
+        }
+    }
+
+    // `match({K, void, _}, M) -> maps:is_key(K, M)`: a void binding value asks for presence.
+    #[test]
+    fn void_binding_value_matches_presence_only() {
+        assert!(same(Value::Void, s("anything")));
+        assert!(same(Value::Void, Value::Void));
+        assert!(same(Value::Void, Value::I32(0)));
+        let args = binding("", &[("k", Value::Void)]);
+        assert!(!headers_match(
+            &args,
+            Some(&table(&[("other", Value::Void)]))
+        ));
+        assert!(!headers_match(&args, None));
+        // A void header does not equal a non-void binding value.
+        assert!(!same(s(""), Value::Void));
+    }
+
+    // `parse_x_match(_) -> all. %% legacy; we didn't validate`.
+    #[test]
+    fn unknown_x_match_routes_as_all() {
+        let headers = table(&[("a", s("1"))]);
+        for bad in [s("ANY"), s("first"), Value::I32(1)] {
+            let mut args = binding("", &[("a", s("1")), ("b", s("2"))]);
+            args.insert("x-match", bad.clone());
+            assert!(
+                !headers_match(&args, Some(&headers)),
+                "{bad:?} acted as any"
+            );
+            args.remove("b");
+            assert!(headers_match(&args, Some(&headers)), "{bad:?}");
+            assert_eq!(XMatch::of(&args), XMatch::All);
+        }
+    }
+
+    // Values are compared with `=:=` after the type tag is dropped: integers by value
+    // whatever their width or sign, floats only with floats.
+    #[test]
+    fn integers_of_any_type_compare_by_value() {
+        assert!(same(Value::I32(1), Value::I64(1)));
+        assert!(same(Value::U8(1), Value::I32(1)));
+        assert!(same(Value::I16(-5), Value::I64(-5)));
+        assert!(same(Value::U32(u32::MAX), Value::I64(i64::from(u32::MAX))));
+        assert!(!same(Value::I32(1), Value::I32(2)));
+        assert!(!same(Value::I8(-1), Value::U8(255)));
+    }
+
+    #[test]
+    fn integers_never_equal_floats_and_floats_compare_as_doubles() {
+        assert!(!same(Value::I32(1), Value::F64(1.0)));
+        assert!(!same(Value::F32(1.0), Value::I64(1)));
+        assert!(same(Value::F32(0.5), Value::F64(0.5)));
+        // RabbitMQ widens a 32-bit float to a double, so 0.1f32 is not 0.1.
+        assert!(!same(Value::F32(0.1), Value::F64(0.1)));
+        assert!(same(Value::F32(0.1), Value::F64(f64::from(0.1_f32))));
+        assert!(!same(Value::F64(f64::NAN), Value::F64(f64::NAN)));
+    }
+
+    // Long strings and byte arrays are both Erlang binaries; booleans are atoms and equal
+    // no integer; a decimal is `{Scale, Value}`.
+    #[test]
+    fn strings_bytes_bools_and_decimals() {
+        assert!(same(s("abc"), Value::Bytes(b"abc".to_vec())));
+        assert!(same(Value::ShortStr("abc".into()), s("abc")));
+        assert!(!same(s("abc"), s("abd")));
+        assert!(!same(s("1"), Value::I32(1)));
+        assert!(same(Value::Bool(true), Value::Bool(true)));
+        assert!(!same(Value::Bool(true), Value::U8(1)));
+        let dec = |scale, value| Value::Decimal { scale, value };
+        assert!(same(dec(2, 150), dec(2, 150)));
+        assert!(!same(dec(1, 15), dec(2, 150)));
+    }
+
+    // Inside arrays and tables RabbitMQ keeps `{Type, Value}`, so types matter there, and a
+    // table is a list, so order matters.
+    #[test]
+    fn arrays_and_tables_compare_with_their_types() {
+        let arr = |v: Vec<Value>| Value::Array(v);
+        assert!(same(
+            arr(vec![Value::I32(1), s("a")]),
+            arr(vec![Value::I32(1), s("a")])
+        ));
+        assert!(!same(arr(vec![Value::I32(1)]), arr(vec![Value::I64(1)])));
+        assert!(!same(
+            arr(vec![s("a")]),
+            arr(vec![Value::Bytes(b"a".to_vec())])
+        ));
+        assert!(!same(arr(vec![Value::I32(1)]), Value::I32(1)));
+        let ab = Value::Table(table(&[("a", Value::I32(1)), ("b", Value::I32(2))]));
+        let ba = Value::Table(table(&[("b", Value::I32(2)), ("a", Value::I32(1))]));
+        assert!(same(ab.clone(), ab.clone()));
+        assert!(!same(ab, ba));
+    }
+
+    // `mc_amqpl:routing_value(timestamp, V) -> V * 1000` applies to the message's headers
+    // only, not to the binding's arguments (RabbitMQ 3.13+).
+    #[test]
+    fn timestamp_headers_are_compared_in_milliseconds() {
+        assert!(!same(Value::Timestamp(5), Value::Timestamp(5)));
+        assert!(same(Value::I64(5000), Value::Timestamp(5)));
+        assert!(same(Value::Timestamp(5000), Value::Timestamp(5)));
+        assert!(same(Value::Timestamp(5), Value::I64(5)));
+        assert!(same(Value::Timestamp(0), Value::Timestamp(0)));
+        // Erlang integers do not overflow and neither may we.
+        assert!(!same(
+            Value::Timestamp(u64::MAX),
+            Value::Timestamp(u64::MAX)
+        ));
+    }
+
+    #[test]
+    fn validation_accepts_the_four_modes_and_absence() {
+        for mode in ["all", "any", "all-with-x", "any-with-x"] {
+            assert_eq!(
+                validate_binding_args(&binding(mode, &[("a", s("1"))])),
+                Ok(())
+            );
+            let mut short = FieldTable::new();
+            short.insert("x-match", Value::ShortStr(mode.into()));
+            assert_eq!(validate_binding_args(&short), Ok(()));
+        }
+        assert_eq!(validate_binding_args(&FieldTable::new()), Ok(()));
+        assert_eq!(
+            validate_binding_args(&table(&[("x-other", Value::I8(1))])),
+            Ok(())
+        );
+    }
+
+    // `validate_binding/2`: `{error, {binding_invalid, "Invalid x-match field value ~tp; ..."}}`
+    // which the channel turns into PRECONDITION_FAILED.
+    #[test]
+    fn validation_refuses_unknown_x_match_values_with_rabbitmq_text() {
+        let cases: [(Value, &str); 4] = [
+            (s("first"), "<<\"first\">>"),
+            (s("ALL"), "<<\"ALL\">>"),
+            (s("tout-\u{e9}"), "<<\"tout-\u{e9}\"/utf8>>"),
+            (Value::LongStr(vec![0x61, 0xff]), "<<97,255>>"),
+        ];
+        for (value, printed) in cases {
+            let mut args = FieldTable::new();
+            args.insert("x-match", value);
+            let err = validate_binding_args(&args).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::PreconditionFailed);
+            assert_eq!(err.kind.reply_code(), 406);
+            assert_eq!(
+                err.text,
+                format!(
+                    "Invalid x-match field value {printed}; \
+                     expected all, any, all-with-x, or any-with-x"
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn validation_refuses_x_match_of_the_wrong_type_with_rabbitmq_text() {
+        let cases: [(Value, &str); 6] = [
+            (Value::I32(1), "signedint (value 1)"),
+            (Value::Bool(true), "bool (value true)"),
+            (Value::F64(1e20), "double (value 1.0e20)"),
+            (Value::Bytes(b"all".to_vec()), "binary (value <<\"all\">>)"),
+            (Value::Void, "void (value undefined)"),
+            (
+                Value::Array(vec![s("all"), Value::I8(-1)]),
+                "array (value [{longstr,<<\"all\">>},{byte,-1}])",
+            ),
+        ];
+        for (value, printed) in cases {
+            let mut args = FieldTable::new();
+            args.insert("x-match", value);
+            let err = validate_binding_args(&args).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::PreconditionFailed);
+            assert_eq!(
+                err.text,
+                format!("Invalid x-match field type {printed}; expected longstr")
+            );
+        }
+    }
+
+    fn value_strategy() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Void),
+            (0..3_i32).prop_map(Value::I32),
+            (0..3_i64).prop_map(Value::I64),
+            (0..3_u8).prop_map(|v| Value::F64(f64::from(v))),
+            prop::sample::select(vec!["0", "1"]).prop_map(Value::long_str),
+        ]
+    }
+
+    fn table_strategy() -> impl Strategy<Value = FieldTable> {
+        prop::collection::vec(
+            (
+                prop::sample::select(vec!["a", "b", "c", "x-d"]),
+                value_strategy(),
+            ),
+            0..4,
+        )
+        .prop_map(|entries| {
+            entries
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// `all` is the conjunction and `any` the disjunction of the one-key bindings made from
+        /// the compared keys, and the two modes agree on one-key bindings.
+        #[test]
+        fn modes_combine_one_key_bindings(
+            keys in table_strategy(),
+            headers in table_strategy(),
+            with_x in any::<bool>(),
+        ) {
+            let (all, any) = if with_x { ("all-with-x", "any-with-x") } else { ("all", "any") };
+            let compared: Vec<(&str, &Value)> = keys
+                .iter()
+                .filter(|(k, _)| with_x || !k.starts_with("x-"))
+                .collect();
+            let one = |k: &str, v: &Value| {
+                let single = binding(all, &[(k, v.clone())]);
+                let as_any = headers_match(&binding(any, &[(k, v.clone())]), Some(&headers));
+                let as_all = headers_match(&single, Some(&headers));
+                assert_eq!(as_all, as_any, "one-key binding {k:?}");
+                as_all
+            };
+            let every = compared.iter().all(|(k, v)| one(k, v));
+            let some = compared.iter().any(|(k, v)| one(k, v));
+            let pairs: Vec<(&str, Value)> = keys.iter().map(|(k, v)| (k, v.clone())).collect();
+            prop_assert_eq!(headers_match(&binding(all, &pairs), Some(&headers)), every);
+            prop_assert_eq!(headers_match(&binding(any, &pairs), Some(&headers)), some);
+        }
+    }
+}
