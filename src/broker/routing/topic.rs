@@ -655,6 +655,14 @@ mod tests {
         assert_eq!(routed(&index, ""), [1, 1, 1]);
     }
 
+    // The per-thread scratch keeps `TopicIndex` free of interior mutability, so a broker
+    // holding it can still be shared behind an `RwLock` or an `Arc`.
+    #[test]
+    fn index_is_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<TopicIndex<u32>>();
+    }
+
     #[test]
     fn bind_and_unbind_report_whether_anything_changed() {
         let mut index = TopicIndex::new();
