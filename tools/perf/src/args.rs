@@ -49,6 +49,10 @@ pub struct QueueSpec {
 }
 
 /// Options of a publish/consume run.
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "each bool is an independent command-line flag"
+)]
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunConfig {
     /// Broker URI.
@@ -262,7 +266,7 @@ fn parse_run(args: &[String]) -> Result<RunConfig> {
     let mut cursor = Cursor { args, at: 0 };
     while let Some(flag) = cursor.next_flag() {
         match flag {
-            "--uri" => config.uri = cursor.value(flag)?.to_owned(),
+            "--uri" => cursor.value(flag)?.clone_into(&mut config.uri),
             "--producers" | "-x" => config.producers = cursor.number(flag)?,
             "--consumers" | "-y" => config.consumers = cursor.number(flag)?,
             "--size" | "-s" => config.size_bytes = cursor.number(flag)?,
@@ -274,7 +278,7 @@ fn parse_run(args: &[String]) -> Result<RunConfig> {
             "--qos" | "-q" => config.qos = cursor.number(flag)?,
             "--multi-ack-every" | "-A" => config.multi_ack_every = cursor.number(flag)?,
             "--auto-ack" | "-a" => config.auto_ack = true,
-            "--queue" | "-u" => config.queue.name = cursor.value(flag)?.to_owned(),
+            "--queue" | "-u" => cursor.value(flag)?.clone_into(&mut config.queue.name),
             "--durable" => config.queue.durable = true,
             "--queue-arg" => config
                 .queue
@@ -356,15 +360,15 @@ fn parse_ttl_mix(args: &[String]) -> Result<TtlMixConfig> {
     let mut cursor = Cursor { args, at: 0 };
     while let Some(flag) = cursor.next_flag() {
         match flag {
-            "--uri" => config.uri = cursor.value(flag)?.to_owned(),
+            "--uri" => cursor.value(flag)?.clone_into(&mut config.uri),
             "--messages" => config.messages = cursor.number(flag)?,
             "--short-ms" => config.short_ms = cursor.number(flag)?,
             "--long-ms" => config.long_ms = cursor.number(flag)?,
             "--wait" => config.wait = cursor.seconds(flag)?,
             "--poll-ms" => config.poll = Duration::from_millis(cursor.number(flag)?),
-            "--queue" => config.queue = cursor.value(flag)?.to_owned(),
-            "--dlx" => config.dlx = cursor.value(flag)?.to_owned(),
-            "--dlq" => config.dlq = cursor.value(flag)?.to_owned(),
+            "--queue" => cursor.value(flag)?.clone_into(&mut config.queue),
+            "--dlx" => cursor.value(flag)?.clone_into(&mut config.dlx),
+            "--dlq" => cursor.value(flag)?.clone_into(&mut config.dlq),
             "--size" | "-s" => config.size_bytes = cursor.number(flag)?,
             "--persistent" | "-f" => config.persistent = true,
             "--confirm" | "-c" => config.confirm_window = cursor.number(flag)?,

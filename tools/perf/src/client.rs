@@ -178,24 +178,20 @@ impl Connection {
     /// reply code and text.
     pub async fn next_method(&mut self) -> Result<AMQPClass> {
         loop {
-            let decoded = match wire::split_frame(&self.rbuf, self.frame_max)? {
-                Some((RawFrame { kind, payload, .. }, used)) => {
-                    let decoded = match kind {
-                        FRAME_METHOD => Some(wire::decode_method(payload)?),
-                        FRAME_HEARTBEAT => None,
-                        other => bail!("unexpected frame type {other} during setup"),
-                    };
-                    self.rbuf.advance(used);
-                    decoded
-                }
-                None => {
-                    self.fill().await?;
-                    continue;
-                }
+            let Some((RawFrame { kind, payload, .. }, used)) =
+                wire::split_frame(&self.rbuf, self.frame_max)?
+            else {
+                self.fill().await?;
+                continue;
             };
-            match decoded {
-                Some(method) => return check_close(method),
-                None => {}
+            let decoded = match kind {
+                FRAME_METHOD => Some(wire::decode_method(payload)?),
+                FRAME_HEARTBEAT => None,
+                other => bail!("unexpected frame type {other} during setup"),
+            };
+            self.rbuf.advance(used);
+            if let Some(method) = decoded {
+                return check_close(method);
             }
         }
     }

@@ -255,7 +255,7 @@ async fn write_publishes(
     done: watch::Sender<Option<u64>>,
 ) -> Result<(OwnedWriteHalf, u64)> {
     let mut body: Vec<u8> = (0..template_body_len(&template))
-        .map(|i| (i % 251) as u8)
+        .map(|i| u8::try_from(i % 251).unwrap_or(0))
         .collect();
     let per_batch = (BATCH_BYTES_MAX / template.encoded_bytes().max(1)).clamp(1, BATCH_MSGS_MAX);
     let mut out = Vec::with_capacity(BATCH_BYTES_MAX + template.encoded_bytes());
@@ -445,11 +445,9 @@ impl ConsumerState<'_> {
                 if let Some(tag) = wire::fast_deliver_tag(payload) {
                     self.delivery = Delivery::Header { tag };
                 } else {
-                    match check_close(wire::decode_method(payload)?)? {
-                        AMQPClass::Basic(basic::AMQPMethod::Cancel(_)) => {
-                            bail!("the broker cancelled the consumer")
-                        }
-                        _ => {}
+                    let method = check_close(wire::decode_method(payload)?)?;
+                    if let AMQPClass::Basic(basic::AMQPMethod::Cancel(_)) = method {
+                        bail!("the broker cancelled the consumer");
                     }
                 }
             }

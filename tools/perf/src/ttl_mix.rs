@@ -205,7 +205,8 @@ pub async fn ttl_mix(config: TtlMixConfig) -> Result<TtlMixReport> {
         if since_publish >= config.wait {
             break;
         }
-        tokio::time::sleep(config.poll.min(config.wait - since_publish)).await;
+        let left = config.wait.saturating_sub(since_publish);
+        tokio::time::sleep(config.poll.min(left)).await;
     }
     if !config.keep {
         admin.queue_delete(&config.queue).await?;
