@@ -110,6 +110,7 @@ one() {
       json="$("$perf" --uri "$uri" -x 0 -y 1 -q 256 --durable --queue wharf-perf-con \
         -D "$prefill" --purge-after --json "${pid_args[@]}")"
       echo "$scenario.msg_s $(field "$json" .consume_msg_s consume_msg_s)"
+      echo "$scenario.mib_s $(field "$json" .consume_mib_s consume_mib_s)"
       echo "$scenario.perf_cpu_cores $(field "$json" .perf_cpu_cores perf_cpu_cores)"
       ;;
     pubcon1k)

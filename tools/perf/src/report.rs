@@ -21,6 +21,8 @@ pub struct Totals {
     pub publish_elapsed: Duration,
     /// Messages consumed.
     pub consumed: u64,
+    /// Body bytes consumed (consumers need not know the publishers' size).
+    pub consumed_bytes: u64,
     /// From the start to the last delivery.
     pub consume_elapsed: Duration,
     /// Whole run, start to the end of every task.
@@ -149,7 +151,11 @@ impl Report {
             publish_mib_s: publish_msg_s * size_mib,
             consumed: totals.consumed,
             consume_msg_s,
-            consume_mib_s: consume_msg_s * size_mib,
+            consume_mib_s: if totals.consumed_bytes == 0 {
+                0.0
+            } else {
+                rate(totals.consumed_bytes, totals.consume_elapsed) / MIB
+            },
             latency: latency(&totals.latency_us),
             wall_s,
             broker_cpu_s: totals.broker_cpu_s,
@@ -217,6 +223,7 @@ mod tests {
             nacked: 3,
             publish_elapsed: Duration::from_secs(2),
             consumed: 5_000,
+            consumed_bytes: 5_000 * 1024,
             consume_elapsed: Duration::from_millis(500),
             wall: Duration::from_secs(4),
             latency_us,
@@ -232,6 +239,7 @@ mod tests {
         assert!((report.consume_msg_s - 10_000.0).abs() < 1e-6);
         // 10,000 msg/s of 1 KiB = 9.765625 MiB/s.
         assert!((report.publish_mib_s - 9.765_625).abs() < 1e-9);
+        assert!((report.consume_mib_s - 9.765_625).abs() < 1e-9);
         // 1 CPU second over 20,000 published messages = 50 us each.
         assert!((report.broker_cpu_us_per_msg.unwrap() - 50.0).abs() < 1e-9);
         assert!((report.perf_cpu_cores.unwrap() - 0.5).abs() < 1e-9);

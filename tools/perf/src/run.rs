@@ -41,6 +41,7 @@ struct PublisherTotals {
 #[derive(Clone, Debug, Default)]
 struct ConsumerTotals {
     consumed: u64,
+    consumed_bytes: u64,
     elapsed: Duration,
     latency_us: Histogram,
 }
@@ -169,6 +170,7 @@ pub async fn run(config: RunConfig) -> Result<Totals> {
     for task in consumer_tasks {
         let one = task.await.context("consumer task")??;
         totals.consumed += one.consumed;
+        totals.consumed_bytes += one.consumed_bytes;
         totals.consume_elapsed = totals.consume_elapsed.max(one.elapsed);
         totals.latency_us.merge(&one.latency_us);
     }
@@ -479,6 +481,7 @@ impl ConsumerState<'_> {
                     stamp
                 };
                 let len = payload.len() as u64;
+                self.totals.consumed_bytes += len;
                 if len > remaining {
                     bail!("body frames exceed the announced body size");
                 }
@@ -551,6 +554,125 @@ async fn consume(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::args;
+    use amq_protocol::frame::{AMQPContentHeader, AMQPFrame};
+
+    fn frames_of(frames: &[AMQPFrame]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for frame in frames {
+            wire::encode(frame, &mut out).unwrap();
+        }
+        out
+    }
+
+    fn delivery(tag: u64, body: &[&[u8]]) -> Vec<AMQPFrame> {
+        let size: usize = body.iter().map(|chunk| chunk.len()).sum();
+        let mut frames = vec![
+            AMQPFrame::Method(
+                CHANNEL,
+                AMQPClass::Basic(basic::AMQPMethod::Deliver(basic::Deliver {
+                    consumer_tag: "ctag".into(),
+                    delivery_tag: tag,
+                    redelivered: false,
+                    exchange: "".into(),
+                    routing_key: "q".into(),
+                })),
+            ),
+            AMQPFrame::Header(
+                CHANNEL,
+                AMQPContentHeader {
+                    class_id: 60,
+                    body_size: size as u64,
+                    properties: BasicProperties::default(),
+                },
+            ),
+        ];
+        frames.extend(
+            body.iter()
+                .map(|chunk| AMQPFrame::Body(CHANNEL, chunk.to_vec())),
+        );
+        frames
+    }
+
+    fn feed(state: &mut ConsumerState<'_>, bytes: &[u8]) {
+        let mut at = 0;
+        while let Some((frame, used)) = wire::split_frame(&bytes[at..], 0).unwrap() {
+            state.on_frame(frame.kind, frame.payload).unwrap();
+            at += used;
+        }
+        assert_eq!(at, bytes.len());
+    }
+
+    fn acks_in(bytes: &[u8]) -> Vec<(u64, bool)> {
+        let mut at = 0;
+        let mut acks = Vec::new();
+        while let Some((frame, used)) = wire::split_frame(&bytes[at..], 0).unwrap() {
+            let ack = wire::fast_confirm(frame.payload).unwrap();
+            acks.push((ack.tag, ack.multiple));
+            at += used;
+        }
+        acks
+    }
+
+    fn state(config: &RunConfig, run_start_us: u64) -> ConsumerState<'_> {
+        ConsumerState {
+            config,
+            clock: Stopwatch::start(),
+            run_start_us,
+            totals: ConsumerTotals::default(),
+            delivery: Delivery::Idle,
+            unacked: 0,
+            last_tag: 0,
+            acks: Vec::new(),
+        }
+    }
+
+    fn config(flags: &str) -> RunConfig {
+        let argv: Vec<String> = flags.split_whitespace().map(str::to_owned).collect();
+        let args::Command::Run(config) = args::parse(&argv).unwrap() else {
+            panic!("not a run");
+        };
+        config
+    }
+
+    #[test]
+    fn consumer_acks_every_k_with_multiple_and_reassembles_split_bodies() {
+        let config = config("-z 1 -q 10 -A 3");
+        let mut state = state(&config, 0);
+        let mut stamped = [0u8; 12];
+        wire::stamp(&mut stamped, 1);
+        let mut bytes = Vec::new();
+        for tag in 1..=7 {
+            // The body arrives in two frames; only the first carries the stamp.
+            bytes.extend(frames_of(&delivery(tag, &[&stamped[..9], &stamped[9..]])));
+        }
+        feed(&mut state, &bytes);
+        assert_eq!(state.totals.consumed, 7);
+        assert_eq!(state.totals.consumed_bytes, 7 * 12);
+        assert_eq!(acks_in(&state.acks), vec![(3, true), (6, true)]);
+        assert_eq!(state.unacked, 1, "tag 7 is acked when the consumer stops");
+        assert_eq!(state.totals.latency_us.count(), 7);
+    }
+
+    #[test]
+    fn consumer_acks_each_message_singly_and_skips_old_stamps() {
+        let config = config("-z 1 -q 10");
+        // Messages stamped before the run started (a pre-filled queue) measure no latency.
+        let mut state = state(&config, u64::MAX);
+        let mut bytes = frames_of(&delivery(1, &[&[0u8; 16]]));
+        bytes.extend(frames_of(&delivery(2, &[])));
+        feed(&mut state, &bytes);
+        assert_eq!(state.totals.consumed, 2);
+        assert_eq!(acks_in(&state.acks), vec![(1, false), (2, false)]);
+        assert_eq!(state.totals.latency_us.count(), 0);
+    }
+
+    #[test]
+    fn consumer_refuses_a_body_without_a_header() {
+        let config = config("-z 1 -a");
+        let mut state = state(&config, 0);
+        assert!(state.on_frame(FRAME_BODY, b"stray").is_err());
+    }
 
     #[test]
     fn in_order_multiple_confirms_settle_ranges() {
