@@ -22,6 +22,13 @@ pub enum Command {
     Run(RunConfig),
     /// The expiry scenario: mixed per-message TTLs into a queue with a dead-letter exchange.
     TtlMix(TtlMixConfig),
+    /// Serve as a null broker (to measure the generator's own ceiling).
+    Sink {
+        /// Address to listen on (loopback).
+        listen: String,
+        /// Body size of the deliveries it pushes.
+        size_bytes: usize,
+    },
     /// Print usage.
     Help,
 }
@@ -136,6 +143,8 @@ wharf-perf: AMQP 0-9-1 load generator (wharf or RabbitMQ)
 
 usage: wharf-perf [run] [options]
        wharf-perf ttl-mix [options]
+       wharf-perf sink [--listen 127.0.0.1:5680] [--size BYTES]
+           a null broker that confirms and delivers without storing: the generator's ceiling
 
 run options:
   --uri URI                 broker (default amqp://guest:guest@127.0.0.1:5672/%2f)
@@ -176,6 +185,7 @@ pub fn parse(args: &[String]) -> Result<Command> {
     match args.first().map(String::as_str) {
         Some("-h" | "--help" | "help") => Ok(Command::Help),
         Some("ttl-mix") => parse_ttl_mix(args.get(1..).unwrap_or_default()).map(Command::TtlMix),
+        Some("sink") => parse_sink(args.get(1..).unwrap_or_default()),
         Some("run") => parse_run(args.get(1..).unwrap_or_default()).map(Command::Run),
         _ => parse_run(args).map(Command::Run),
     }
@@ -337,6 +347,23 @@ fn validate_run(config: &RunConfig) -> Result<()> {
         bail!("the run needs an end: --time, or --pmessages / --cmessages");
     }
     Ok(())
+}
+
+fn parse_sink(args: &[String]) -> Result<Command> {
+    let mut listen = "127.0.0.1:5680".to_owned();
+    let mut size_bytes = 16;
+    let mut cursor = Cursor { args, at: 0 };
+    while let Some(flag) = cursor.next_flag() {
+        match flag {
+            "--listen" => cursor.value(flag)?.clone_into(&mut listen),
+            "--size" | "-s" => size_bytes = cursor.number(flag)?,
+            other => bail!("unknown sink option {other:?} (try --help)"),
+        }
+    }
+    if size_bytes > MESSAGE_BYTES_MAX {
+        bail!("--size {size_bytes} exceeds {MESSAGE_BYTES_MAX}");
+    }
+    Ok(Command::Sink { listen, size_bytes })
 }
 
 fn parse_ttl_mix(args: &[String]) -> Result<TtlMixConfig> {
@@ -516,6 +543,18 @@ mod tests {
             "S-TTL-1 range"
         );
         assert!(parse(&argv("ttl-mix --confirm 0")).is_err());
+    }
+
+    #[test]
+    fn sink_options() {
+        assert_eq!(
+            parse(&argv("sink --listen 127.0.0.1:1 -s 64")).unwrap(),
+            Command::Sink {
+                listen: "127.0.0.1:1".to_owned(),
+                size_bytes: 64
+            }
+        );
+        assert!(parse(&argv("sink --bogus")).is_err());
     }
 
     #[test]

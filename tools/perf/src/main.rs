@@ -7,6 +7,7 @@
 //! - `wire`: frame splitting, pre-encoded publishes, hand-decoded hot methods (pure).
 //! - `client`: connection handshake and setup RPCs over tokio.
 //! - `run`: publishers and consumers; `ttl_mix`: the expiry scenario.
+//! - `sink`: a null broker, to measure the generator's own ceiling.
 //! - `histogram`, `report`: latency percentiles and the report (pure).
 //! - `clock`, `cpu`: the only readers of clocks and `/proc`.
 
@@ -17,6 +18,7 @@ mod cpu;
 mod histogram;
 mod report;
 mod run;
+mod sink;
 mod ttl_mix;
 mod wire;
 
@@ -49,6 +51,15 @@ fn main() -> Result<()> {
             } else {
                 print!("{}", report.to_text());
             }
+        }
+        Command::Sink { listen, size_bytes } => {
+            runtime(None)?.block_on(async {
+                let listener = tokio::net::TcpListener::bind(&listen)
+                    .await
+                    .with_context(|| format!("binding {listen}"))?;
+                eprintln!("wharf-perf sink listening on {}", listener.local_addr()?);
+                sink::serve(listener, size_bytes).await
+            })?;
         }
         Command::TtlMix(config) => {
             let json = config.json;
