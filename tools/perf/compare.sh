@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs wharf-perf's scenario set against broker A (and optionally broker B) and prints a table:
-# scenario, A, B, B/A. Each figure is the median of --runs runs. It never starts or stops
+# scenario, A, B, B/A. Each figure is the median of --runs runs, A and B alternating. It never starts or stops
 # RabbitMQ unless --start-rabbitmq / --stop-rabbitmq is given, and it kills nothing: the only
 # processes it starts are wharf-perf runs (waited for) and, when asked, `rabbitmq-server -detached`.
 #
@@ -132,25 +132,27 @@ one() {
   return 0
 }
 
-# measure URI PID: prints "metric median" for every wanted scenario.
-measure() {
-  local uri="$1" pid="$2" results scenario
-  results="$(mktemp)"
-  for scenario in pub16 pub1k pub64k con16 con1k pubcon1k ttl; do
-    wanted "$scenario" || continue
-    for _ in $(seq "$runs"); do
-      one "$uri" "$pid" "$scenario" >> "$results"
-    done
+# medians FILE: prints "metric median" for every metric in FILE, in first-seen order.
+medians() {
+  awk '{ print $1 }' "$1" | awk '!seen[$0]++' | while read -r metric; do
+    echo "$metric $(awk -v m="$metric" '$1 == m && $2 != "" { print $2 }' "$1" | median)"
   done
-  awk '{ print $1 }' "$results" | awk '!seen[$0]++' | while read -r metric; do
-    echo "$metric $(awk -v m="$metric" '$1 == m && $2 != "" { print $2 }' "$results" | median)"
-  done
-  rm -f "$results"
 }
 
-a="$(measure "$uri_a" "$pid_a")"
-b=""
-[ -n "$uri_b" ] && b="$(measure "$uri_b" "$pid_b")"
+# Runs alternate between A and B (A, B, A, B, ...) so that a drift in the machine's load
+# (other jobs on a shared machine) falls on both brokers alike.
+results_a="$(mktemp)"
+results_b="$(mktemp)"
+for scenario in pub16 pub1k pub64k con16 con1k pubcon1k ttl; do
+  wanted "$scenario" || continue
+  for _ in $(seq "$runs"); do
+    one "$uri_a" "$pid_a" "$scenario" >> "$results_a"
+    if [ -n "$uri_b" ]; then one "$uri_b" "$pid_b" "$scenario" >> "$results_b"; fi
+  done
+done
+a="$(medians "$results_a")"
+b="$(medians "$results_b")"
+rm -f "$results_a" "$results_b"
 
 printf '%-28s %14s %14s %8s\n' scenario A B B/A
 while read -r metric value_a; do
