@@ -97,9 +97,8 @@ fn properties(config: &RunConfig) -> BasicProperties {
     }
 }
 
-/// Runs the configured scenario and returns its totals.
-pub async fn run(config: RunConfig) -> Result<Totals> {
-    let config = Arc::new(config);
+/// Declares (and maybe purges) the queue on a setup connection kept for the end of the run.
+async fn setup_queue(config: &RunConfig) -> Result<Connection> {
     let mut setup = Connection::open(&config.uri).await?;
     let arguments = field_table(&config.queue.args)?;
     setup
@@ -108,7 +107,12 @@ pub async fn run(config: RunConfig) -> Result<Totals> {
     if config.purge_before {
         setup.queue_purge(&config.queue.name).await?;
     }
-    // Connect everyone before the clock starts, so setup does not count against the rates.
+    Ok(setup)
+}
+
+/// Opens every publisher and consumer connection (confirm mode, prefetch) before the clock
+/// starts, so that setup does not count against the rates.
+async fn connect_clients(config: &RunConfig) -> Result<(Vec<Connection>, Vec<Connection>)> {
     let mut publishers = Vec::new();
     for _ in 0..config.producers {
         let mut conn = Connection::open(&config.uri).await?;
@@ -125,6 +129,38 @@ pub async fn run(config: RunConfig) -> Result<Totals> {
         }
         consumers.push(conn);
     }
+    Ok((publishers, consumers))
+}
+
+type Task<T> = tokio::task::JoinHandle<Result<T>>;
+
+/// Joins every client task and sums what they did.
+async fn join_clients(
+    publishers: Vec<Task<PublisherTotals>>,
+    consumers: Vec<Task<ConsumerTotals>>,
+    totals: &mut Totals,
+) -> Result<()> {
+    for task in publishers {
+        let one = task.await.context("publisher task")??;
+        totals.published += one.confirmed;
+        totals.nacked += one.nacked;
+        totals.publish_elapsed = totals.publish_elapsed.max(one.elapsed);
+    }
+    for task in consumers {
+        let one = task.await.context("consumer task")??;
+        totals.consumed += one.consumed;
+        totals.consumed_bytes += one.consumed_bytes;
+        totals.consume_elapsed = totals.consume_elapsed.max(one.elapsed);
+        totals.latency_us.merge(&one.latency_us);
+    }
+    Ok(())
+}
+
+/// Runs the configured scenario and returns its totals.
+pub async fn run(config: RunConfig) -> Result<Totals> {
+    let config = Arc::new(config);
+    let mut setup = setup_queue(&config).await?;
+    let (publishers, consumers) = connect_clients(&config).await?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let clock = Stopwatch::start();
     let run_start_us = wall_us();
@@ -161,19 +197,7 @@ pub async fn run(config: RunConfig) -> Result<Totals> {
         size_bytes: config.size_bytes,
         ..Totals::default()
     };
-    for task in publisher_tasks {
-        let one = task.await.context("publisher task")??;
-        totals.published += one.confirmed;
-        totals.nacked += one.nacked;
-        totals.publish_elapsed = totals.publish_elapsed.max(one.elapsed);
-    }
-    for task in consumer_tasks {
-        let one = task.await.context("consumer task")??;
-        totals.consumed += one.consumed;
-        totals.consumed_bytes += one.consumed_bytes;
-        totals.consume_elapsed = totals.consume_elapsed.max(one.elapsed);
-        totals.latency_us.merge(&one.latency_us);
-    }
+    join_clients(publisher_tasks, consumer_tasks, &mut totals).await?;
     totals.wall = clock.elapsed();
     if let Some(timer) = timer {
         timer.abort();
@@ -304,6 +328,39 @@ fn template_body_len(template: &PublishTemplate) -> usize {
     template.body_bytes()
 }
 
+/// Applies every whole frame in `rbuf` to the confirm tracker; returns how many messages were
+/// newly settled.
+fn settle_confirms(
+    rbuf: &mut BytesMut,
+    frame_max: u32,
+    tracker: &mut ConfirmTracker,
+    totals: &mut PublisherTotals,
+) -> Result<u64> {
+    let mut newly = 0;
+    while let Some((frame, used)) = wire::split_frame(rbuf, frame_max)? {
+        match frame.kind {
+            FRAME_METHOD => {
+                if let Some(confirm) = wire::fast_confirm(frame.payload) {
+                    let settled = tracker.settle(confirm.tag, confirm.multiple);
+                    newly += settled;
+                    if confirm.nack {
+                        totals.nacked += settled;
+                    } else {
+                        totals.confirmed += settled;
+                    }
+                } else {
+                    // connection.blocked and the like are tolerated; a close is fatal.
+                    check_close(wire::decode_method(frame.payload)?)?;
+                }
+            }
+            FRAME_HEARTBEAT => {}
+            other => bail!("unexpected frame type {other} on a publisher"),
+        }
+        rbuf.advance(used);
+    }
+    Ok(newly)
+}
+
 /// Reads confirms (or, without confirms, only watches for a broker-initiated close) until the
 /// writer is done and every message it sent is settled.
 async fn read_confirms(
@@ -318,28 +375,7 @@ async fn read_confirms(
     let mut totals = PublisherTotals::default();
     let mut sent_total: Option<u64> = None;
     loop {
-        let mut newly = 0;
-        while let Some((frame, used)) = wire::split_frame(&rbuf, frame_max)? {
-            match frame.kind {
-                FRAME_METHOD => {
-                    if let Some(confirm) = wire::fast_confirm(frame.payload) {
-                        let settled = tracker.settle(confirm.tag, confirm.multiple);
-                        newly += settled;
-                        if confirm.nack {
-                            totals.nacked += settled;
-                        } else {
-                            totals.confirmed += settled;
-                        }
-                    } else {
-                        // connection.blocked and the like are tolerated; a close is fatal.
-                        check_close(wire::decode_method(frame.payload)?)?;
-                    }
-                }
-                FRAME_HEARTBEAT => {}
-                other => bail!("unexpected frame type {other} on a publisher"),
-            }
-            rbuf.advance(used);
-        }
+        let newly = settle_confirms(&mut rbuf, frame_max, &mut tracker, &mut totals)?;
         if newly > 0 {
             totals.elapsed = clock.elapsed();
             if let Some(window) = window {
