@@ -128,6 +128,11 @@ one() {
       echo "ttl.settled_after_ms $(field "$json" '.settled_after_ms' settled_after_ms)"
       ;;
   esac
+  if [ -n "$pid" ] && [ "$scenario" != ttl ]; then
+    # Broker CPU per message does not depend on how much CPU other jobs left the broker, so it
+    # compares brokers fairly on a busy machine.
+    echo "$scenario.broker_us_msg $(field "$json" .broker_cpu_us_per_msg broker_cpu_us_per_msg)"
+  fi
   [ -n "$raw" ] && echo "$uri $scenario $json" >> "$raw"
   return 0
 }
