@@ -32,7 +32,7 @@ pub struct Connection {
     pub frame_max: u32,
 }
 
-/// Turns a URI into a name the server can be reached at, and the vhost.
+/// Parses an `amqp://user:pass@host:port/vhost` URI (the vhost percent-decoded).
 fn parse_uri(uri: &str) -> Result<AMQPUri> {
     uri.parse::<AMQPUri>()
         .map_err(|e| anyhow!("bad --uri {uri:?}: {e}"))

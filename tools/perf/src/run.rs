@@ -272,6 +272,8 @@ async fn publish(
     Ok(totals)
 }
 
+/// Writes publishes in batches (one `write` each) until stopped or `limit` is reached, taking one
+/// window permit per message when confirms are on; then says how many it sent.
 async fn write_publishes(
     mut writer: OwnedWriteHalf,
     template: PublishTemplate,
@@ -280,7 +282,7 @@ async fn write_publishes(
     mut stop: watch::Receiver<bool>,
     done: watch::Sender<Option<u64>>,
 ) -> Result<(OwnedWriteHalf, u64)> {
-    let mut body: Vec<u8> = (0..template_body_len(&template))
+    let mut body: Vec<u8> = (0..template.body_bytes())
         .map(|i| u8::try_from(i % 251).unwrap_or(0))
         .collect();
     let per_batch = (BATCH_BYTES_MAX / template.encoded_bytes().max(1)).clamp(1, BATCH_MSGS_MAX);
@@ -322,10 +324,6 @@ async fn write_publishes(
     writer.flush().await?;
     let _ = done.send(Some(sent));
     Ok((writer, sent))
-}
-
-fn template_body_len(template: &PublishTemplate) -> usize {
-    template.body_bytes()
 }
 
 /// Applies every whole frame in `rbuf` to the confirm tracker; returns how many messages were
