@@ -249,6 +249,9 @@ struct SimState {
 #[derive(Debug, Clone)]
 pub struct SimStorage {
     state: Arc<Mutex<SimState>>,
+    /// The power cycle this instance belongs to: after a power loss, only the instance it
+    /// returned works, as a dead process's view of the disk is gone with it.
+    generation: u64,
 }
 
 impl SimStorage {
@@ -263,7 +266,19 @@ impl SimStorage {
                 writes_until_failure: None,
                 syncs_until_failure: None,
             })),
+            generation: 0,
         }
+    }
+
+    /// The state, if this instance is of the current power cycle.
+    fn live(&self) -> io::Result<MutexGuard<'_, SimState>> {
+        let state = self.lock();
+        if state.generation != self.generation {
+            return Err(io::Error::other(
+                "SimStorage: disk handle from before a power loss",
+            ));
+        }
+        Ok(state)
     }
 
     fn lock(&self) -> MutexGuard<'_, SimState> {
@@ -276,11 +291,15 @@ impl SimStorage {
 
     /// Simulates a power loss (or a kernel crash): every file falls back to its synced bytes
     /// plus a random, possibly garbled, prefix of what was written after; files never made
-    /// durable by a directory sync may vanish, removals not made durable may be undone. Open
-    /// handles fail from now on, as the file descriptors of a dead process would.
-    pub fn power_loss(&self) {
-        let mut state = self.lock();
-        let state = &mut *state;
+    /// durable by a directory sync may vanish, removals not made durable may be undone.
+    ///
+    /// Returns the disk as the next boot sees it. This instance, its clones and every file
+    /// opened through them fail from now on, as a dead process's file descriptors would: a
+    /// log still running on them stops with an I/O error and writes nothing more.
+    #[must_use = "the returned instance is the disk after the power loss"]
+    pub fn power_loss(&self) -> SimStorage {
+        let mut guard = self.lock();
+        let state = &mut *guard;
         state.generation += 1;
         let mut survivors = BTreeMap::new();
         for (path, file) in std::mem::take(&mut state.files) {
@@ -296,6 +315,10 @@ impl SimStorage {
             }
         }
         state.files = survivors;
+        SimStorage {
+            state: Arc::clone(&self.state),
+            generation: state.generation,
+        }
     }
 
     fn settled(bytes: Vec<u8>) -> SimFile {
@@ -368,7 +391,7 @@ impl Storage for SimStorage {
         Ok(())
     }
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
-        let state = self.lock();
+        let state = self.live()?;
         Ok(state
             .files
             .keys()
@@ -377,7 +400,7 @@ impl Storage for SimStorage {
             .collect())
     }
     fn create_new(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        let mut state = self.lock();
+        let mut state = self.live()?;
         if state.files.contains_key(path) {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
@@ -390,7 +413,7 @@ impl Storage for SimStorage {
         Ok(self.handle(path, generation))
     }
     fn open(&self, path: &Path, _writable: bool) -> io::Result<Box<dyn StorageFile>> {
-        let state = self.lock();
+        let state = self.live()?;
         if !state.files.contains_key(path) {
             return Err(not_found(path));
         }
@@ -399,7 +422,7 @@ impl Storage for SimStorage {
         Ok(self.handle(path, generation))
     }
     fn remove(&self, path: &Path) -> io::Result<()> {
-        let mut state = self.lock();
+        let mut state = self.live()?;
         let file = state.files.remove(path).ok_or_else(|| not_found(path))?;
         if file.entry_durable {
             state.removed.insert(path.to_owned(), file);
@@ -407,7 +430,7 @@ impl Storage for SimStorage {
         Ok(())
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        let mut state = self.lock();
+        let mut state = self.live()?;
         if countdown(&mut state.syncs_until_failure) {
             return Err(injected("directory sync"));
         }
@@ -522,8 +545,8 @@ mod tests {
         a.sync_data().unwrap();
         sim.sync_dir(dir).unwrap();
         a.write_all_at(b"-unsynced-tail", 6).unwrap();
-        sim.power_loss();
-        let bytes = sim.file_bytes(&dir.join("a")).unwrap();
+        let rebooted = sim.power_loss();
+        let bytes = rebooted.file_bytes(&dir.join("a")).unwrap();
         assert!(bytes.starts_with(b"synced"), "{bytes:?}");
         assert!(bytes.len() <= 20);
         assert!(
