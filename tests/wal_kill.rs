@@ -73,7 +73,7 @@ fn sigkilled_child_loses_no_record_it_reported_durable() {
     // A seed for the kill moments, printed so a failure can be replayed by hand.
     let seed = u64::from(std::process::id()) * 0x9E37_79B9;
     eprintln!("wal_kill seed {seed}");
-    for round in 0..4u64 {
+    for round in 0..4u32 {
         let mut child = Command::new(&exe)
             .args([
                 "--exact",
@@ -86,15 +86,15 @@ fn sigkilled_child_loses_no_record_it_reported_durable() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let kill_after = 50 + (seed.rotate_left(round as u32 * 13) % 1500);
+        let kill_after = 50 + (seed.rotate_left(round * 13) % 1500);
         let stdout = child.stdout.take().unwrap();
         let mut lines = BufReader::new(stdout).lines();
-        let mut seen = 0u64;
+        let mut confirmations = 0u64;
         for line in lines.by_ref() {
             let line = line.unwrap();
             if record_line(&line, &mut confirmed) {
-                seen += 1;
-                if seen == kill_after {
+                confirmations += 1;
+                if confirmations == kill_after {
                     break;
                 }
             }
@@ -131,7 +131,7 @@ fn record_line(line: &str, confirmed: &mut BTreeMap<u64, (u64, u64)>) -> bool {
     true
 }
 
-fn check_recovered(dir: &Path, confirmed: &BTreeMap<u64, (u64, u64)>, round: u64, seed: u64) {
+fn check_recovered(dir: &Path, confirmed: &BTreeMap<u64, (u64, u64)>, round: u32, seed: u64) {
     let mut recovered: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
     let (wal, report) = Wal::open(dir, Arc::new(FileStorage), &config(), &mut |r| {
         recovered.insert(r.lsn.0, r.payload.to_vec());
