@@ -306,3 +306,32 @@ fn torn_tail_on_a_real_file_is_truncated_and_reported() {
         last.lsn.next()
     );
 }
+
+#[test]
+fn a_single_waiting_producer_costs_one_fsync_per_record_and_many_share_one() {
+    let sim = SimStorage::new(8);
+    let config = WalConfig {
+        segment_bytes_max: 1 << 20,
+        preallocate: false,
+        ..WalConfig::default()
+    };
+    let (wal, _, _) = open(Path::new("/wal"), Arc::new(sim), &config).unwrap();
+    let app = wal.appender();
+    for i in 0..100u64 {
+        app.append_durable(0, &payload(i, 100)).unwrap();
+    }
+    let stats = app.stats();
+    assert_eq!(stats.records, 100);
+    assert_eq!(stats.syncs, 100, "one fdatasync per record, not more");
+    assert_eq!(stats.writes, 100, "one write per batch");
+    // Appends that do not wait are batched: far fewer syncs than records.
+    let last = (0..1000u64)
+        .map(|i| app.append(0, &payload(i, 100)).unwrap().lsn)
+        .max()
+        .unwrap();
+    app.wait_durable(last).unwrap();
+    let more = app.stats();
+    assert_eq!(more.records, 1100);
+    assert!(more.syncs - stats.syncs < 1000, "{more:?}");
+    assert_eq!(more.writes - stats.writes, more.syncs - stats.syncs);
+}

@@ -14,6 +14,7 @@
 //!     append_durable(kind, payload)                             blocks until fsync'd
 //!     wait_durable(lsn)   durable(lsn) -> impl Future           blocking / async (no tokio)
 //!     durable_lsn() -> Lsn                                      the durable watermark
+//!     stats() -> WalStats                                       writes, fsyncs, records
 //! wal.reader() -> Reader                read_at(position) -> Record { lsn, kind, payload }
 //! wal.delete_segment(id)                drop a sealed segment (durable: directory fsync)
 //! wal.close()                           drain, stop the writer, report a latched failure
@@ -50,7 +51,7 @@ pub use recovery::{
     segment_file_name,
 };
 pub use storage::{FileStorage, SimStorage, Storage, StorageFile};
-pub use writer::{Appended, Appender, Durable};
+pub use writer::{Appended, Appender, Durable, WalStats};
 
 use crate::limits;
 use record::SEGMENT_HEADER_BYTES;
