@@ -188,6 +188,59 @@ fn table(base: &Path) {
     println!();
 }
 
+/// Peak resident memory of this process (`VmHWM`), in MiB; 0 when unknown.
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// Recovery speed and memory: writes `records` 100 B records (batched, not waiting on each),
+/// then times a reopen that streams them all to a counting visitor. Peak memory must not grow
+/// with the record count (one segment at a time), only with the segment size.
+fn replay(base: &Path, records: u64) {
+    let dir = base.join("replay");
+    let wal = open(&dir, true);
+    let app = wal.appender();
+    let body = [0x42u8; 100];
+    let mut last = None;
+    for _ in 0..records {
+        last = Some(app.append(1, &body).unwrap().lsn);
+    }
+    app.wait_durable(last.unwrap()).unwrap();
+    drop(wal);
+    let before = peak_rss_mib();
+    let start = stopwatch();
+    let mut seen = 0u64;
+    let mut bytes = 0u64;
+    let (wal, report) = Wal::open(
+        &dir,
+        Arc::new(FileStorage),
+        &WalConfig::default(),
+        &mut |r| {
+            seen += 1;
+            bytes += r.payload.len() as u64;
+            Ok(())
+        },
+    )
+    .unwrap();
+    let secs = start.elapsed().as_secs_f64();
+    drop(wal);
+    let after = peak_rss_mib();
+    assert_eq!(seen, records, "replay must see every record");
+    let file_mib = (records * (100 + 21)) as f64 / MIB;
+    println!(
+        "replay: {records} records of 100 B in {} segments: {secs:.2} s, {:.0} records/s, {:.0} MiB/s of log; peak RSS {before:.0} MiB before, {after:.0} MiB after",
+        report.segments.len(),
+        records as f64 / secs,
+        file_mib / secs,
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn criterion_runs(c: &mut Criterion, base: &Path) {
     let mut group = c.benchmark_group("wal_append_durable");
     group.sample_size(10);
@@ -241,6 +294,14 @@ fn main() {
     // WAL_BENCH_SIZES=100,1024 limits the table's payload sizes; WAL_BENCH_SKIP_TABLE skips it.
     if std::env::var_os("WAL_BENCH_SKIP_TABLE").is_none() {
         table(base.path());
+    }
+    // WAL_BENCH_REPLAY_RECORDS=0 skips the replay measurement.
+    let replay_records = std::env::var("WAL_BENCH_REPLAY_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000_000u64);
+    if replay_records > 0 {
+        replay(base.path(), replay_records);
     }
     criterion_runs(&mut c, base.path());
     c.final_summary();
