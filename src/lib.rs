@@ -21,9 +21,12 @@
 //! - [`wal`]: the write-ahead log of opaque records.
 //! - [`broker`]: the deterministic model of exchanges, queues and messages.
 //! - [`protocol`]: AMQP 0-9-1 framing.
+//! - [`server`]: tokio glue from sockets to the broker; for now the conversions between wire
+//!   values and broker values.
 
 pub mod broker;
 pub mod clock;
 pub mod limits;
 pub mod protocol;
+pub mod server;
 pub mod wal;
