@@ -2,6 +2,13 @@
 //! client such as lapin or pika sends during a handshake and a publish), plus the limit checks
 //! that must happen before buffering or parsing: oversized frames, cut frames, deep tables.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::too_many_lines,
+    reason = "test code: a failed unwrap is a failed test; golden data and strategies are long lists"
+)]
+
 use amq_protocol::frame::AMQPContentHeader;
 use amq_protocol::protocol::{AMQPClass, BasicProperties, basic, channel, connection, queue};
 use amq_protocol::types::{AMQPValue, FieldTable, ShortString};

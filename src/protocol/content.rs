@@ -21,7 +21,7 @@ pub const BODY_ZERO_COPY_BYTES_MIN: usize = 4096;
 /// A body split over several frames is gathered into a buffer that starts at most this large
 /// and grows with what actually arrives, so a header announcing 16 MiB followed by nothing
 /// costs nothing: memory follows the octets received, not the octets announced.
-const BODY_PREALLOC_BYTES_MAX: usize = 1024 * 1024;
+pub const BODY_PREALLOC_BYTES_MAX: usize = 1024 * 1024;
 
 /// One complete message as it came over the wire.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,6 +105,18 @@ impl ContentAssembler {
     /// The body limit in force.
     pub fn body_bytes_max(&self) -> u32 {
         self.body_bytes_max
+    }
+
+    /// Octets of memory held for a body being gathered (its buffer's capacity), for memory
+    /// accounting: at most `max(BODY_PREALLOC_BYTES_MAX, 2 × octets received)`.
+    pub fn gathering_capacity_bytes(&self) -> usize {
+        match &self.state {
+            State::Body {
+                body: BodyBuffer::Gathering(b),
+                ..
+            } => b.capacity(),
+            _ => 0,
+        }
     }
 
     /// True between a content-bearing method and the last octet of its body.
