@@ -476,6 +476,20 @@ fn tables_nested_up_to_the_limit_decode_and_deeper_ones_are_refused() {
 }
 
 #[test]
+fn standalone_tables_obey_the_same_depth_limit() {
+    let max = limits::FIELD_TABLE_DEPTH_MAX;
+    assert!(protocol::decode_field_table(&nested_table(max)).is_ok());
+    let err = protocol::decode_field_table(&nested_table(max + 1)).unwrap_err();
+    assert!(matches!(err, ProtocolError::TableTooDeep { .. }), "{err}");
+    let mut trailing = nested_table(2);
+    trailing.push(0);
+    assert!(matches!(
+        protocol::decode_field_table(&trailing),
+        Err(ProtocolError::Undecodable { .. })
+    ));
+}
+
+#[test]
 fn a_full_frame_of_nested_tables_is_refused_without_recursing() {
     // ~26 000 levels in 128 KiB: amq-protocol's recursive parser would overflow the stack. Run
     // on a thread with a deliberately small stack (64 KiB) to show decode never recurses per

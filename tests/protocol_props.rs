@@ -451,6 +451,24 @@ proptest! {
     }
 
     #[test]
+    fn field_tables_round_trip_and_garbage_tables_never_panic(
+        t in table(),
+        mutations in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+        garbage in proptest::collection::vec(any::<u8>(), 0..64),
+    ) {
+        let mut buf = BytesMut::new();
+        protocol::encode::put_table(&mut buf, &t);
+        prop_assert_eq!(protocol::decode_field_table(&buf).unwrap(), t);
+        let mut bytes = buf.to_vec();
+        for (at, val) in mutations {
+            let i = at.index(bytes.len());
+            bytes[i] = val;
+        }
+        let _ = protocol::decode_field_table(&bytes);
+        let _ = protocol::decode_field_table(&garbage);
+    }
+
+    #[test]
     fn protocol_header_check_is_a_prefix_test(bytes in proptest::collection::vec(any::<u8>(), 0..12)) {
         let got = protocol::check_protocol_header(&bytes);
         let n = bytes.len().min(8);

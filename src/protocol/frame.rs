@@ -6,7 +6,8 @@
 
 use amq_protocol::frame::{AMQPContentHeader, parsing::parse_content_header};
 use amq_protocol::protocol::{AMQPClass, basic, parse_class};
-use amq_protocol::types::ShortString;
+use amq_protocol::types::parsing::parse_field_table;
+use amq_protocol::types::{FieldTable, ShortString};
 use bytes::{Buf, Bytes, BytesMut};
 use nom_free::all_consuming_ok;
 
@@ -290,6 +291,28 @@ pub(crate) fn decode_content_header(
     all_consuming_ok(parse_content_header(payload)).ok_or(ProtocolError::Undecodable {
         what: WHAT,
         channel,
+    })
+}
+
+/// Decodes a standalone field table (4-octet length, then entries) that must fill `bytes`
+/// exactly, with the same depth limit as frames. For tables that arrive outside a frame (and
+/// for the fuzz target of the table decoder).
+///
+/// # Errors
+/// [`ProtocolError::TableTooDeep`] when nesting exceeds `limits::FIELD_TABLE_DEPTH_MAX`,
+/// [`ProtocolError::Undecodable`] when the bytes are not exactly one well-formed table.
+pub fn decode_field_table(bytes: &[u8]) -> Result<FieldTable, ProtocolError> {
+    const WHAT: &str = "field table";
+    if table_scan::scan_table_at(bytes, 0, limits::FIELD_TABLE_DEPTH_MAX) == Depth::TooDeep {
+        return Err(ProtocolError::TableTooDeep {
+            what: WHAT,
+            channel: 0,
+            depth_max: limits::FIELD_TABLE_DEPTH_MAX,
+        });
+    }
+    all_consuming_ok(parse_field_table(bytes)).ok_or(ProtocolError::Undecodable {
+        what: WHAT,
+        channel: 0,
     })
 }
 

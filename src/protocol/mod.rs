@@ -50,19 +50,6 @@ pub use encode::{
 };
 pub use error::ProtocolError;
 pub use frame::{
-    ChannelId, Frame, ProtocolHeaderCheck, check_protocol_header, decode, effective_frame_max,
-    method_name,
+    ChannelId, Frame, ProtocolHeaderCheck, check_protocol_header, decode, decode_field_table,
+    effective_frame_max, method_name,
 };
-
-/// Checks `arguments` of a method with a field table (or a content header payload when
-/// `class_id`/`method_id` are `None`) for nesting deeper than `depth_max`, without recursion.
-/// Exposed for the fuzz target and tests; [`decode`] already runs it.
-pub fn table_too_deep(ids: Option<(u16, u16)>, payload: &[u8], depth_max: usize) -> bool {
-    let depth = match ids {
-        Some((class_id, method_id)) => {
-            table_scan::scan_method_arguments(class_id, method_id, payload, depth_max)
-        }
-        None => table_scan::scan_content_header(payload, depth_max),
-    };
-    depth == table_scan::Depth::TooDeep
-}
