@@ -4,14 +4,14 @@
 //! for, field-table nesting is checked (non-recursively) before amq-protocol's recursive parser
 //! runs. "Not enough bytes yet" is `Ok(None)`, never an error. No tokio, no broker.
 
-use amq_protocol::frame::{AMQPContentHeader, parsing::parse_content_header};
+use amq_protocol::frame::AMQPContentHeader;
 use amq_protocol::protocol::{AMQPClass, basic, parse_class};
-use amq_protocol::types::parsing::parse_field_table;
 use amq_protocol::types::{FieldTable, ShortString};
 use bytes::{Buf, Bytes, BytesMut};
 use nom_free::all_consuming_ok;
 
 use super::error::ProtocolError;
+use super::properties;
 use super::table_scan::{self, Depth};
 use crate::limits;
 
@@ -288,7 +288,8 @@ pub(crate) fn decode_content_header(
             depth_max: limits::FIELD_TABLE_DEPTH_MAX,
         });
     }
-    all_consuming_ok(parse_content_header(payload)).ok_or(ProtocolError::Undecodable {
+    // Hand-written (see `properties`); the table depth was bounded just above.
+    properties::decode_content_header(payload).ok_or(ProtocolError::Undecodable {
         what: WHAT,
         channel,
     })
@@ -310,7 +311,7 @@ pub fn decode_field_table(bytes: &[u8]) -> Result<FieldTable, ProtocolError> {
             depth_max: limits::FIELD_TABLE_DEPTH_MAX,
         });
     }
-    all_consuming_ok(parse_field_table(bytes)).ok_or(ProtocolError::Undecodable {
+    properties::decode_whole_table(bytes).ok_or(ProtocolError::Undecodable {
         what: WHAT,
         channel: 0,
     })

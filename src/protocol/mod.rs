@@ -39,6 +39,7 @@ pub mod content;
 pub mod encode;
 pub mod error;
 pub mod frame;
+mod properties;
 pub mod reply_code;
 mod table_scan;
 
