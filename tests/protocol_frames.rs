@@ -145,12 +145,12 @@ fn ack(delivery_tag: u64, multiple: bool) -> AMQPClass {
     }))
 }
 
-fn header(body_size: u64, properties: BasicProperties) -> AMQPContentHeader {
-    AMQPContentHeader {
+fn header(body_size: u64, properties: BasicProperties) -> Box<AMQPContentHeader> {
+    Box::new(AMQPContentHeader {
         class_id: 60,
         body_size,
         properties,
-    }
+    })
 }
 
 fn decode_all(bytes: &[u8], frame_max: u32) -> Result<Vec<Frame>, ProtocolError> {

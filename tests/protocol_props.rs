@@ -310,11 +310,11 @@ fn frame() -> impl Strategy<Value = Frame> {
         (channel(), any::<u64>(), properties()).prop_map(|(c, body_size, properties)| {
             Frame::Header(
                 c,
-                AMQPContentHeader {
+                Box::new(AMQPContentHeader {
                     class_id: 60,
                     body_size,
                     properties,
-                },
+                }),
             )
         }),
         (channel(), proptest::collection::vec(any::<u8>(), 0..300))
@@ -437,7 +437,7 @@ proptest! {
         }
         let Some(Assembled::Content(content)) = out else { panic!("no content") };
         prop_assert_eq!(content.body.as_ref(), &body[..]);
-        prop_assert_eq!(content.properties, props);
+        prop_assert_eq!(content.header.properties, props);
         let want = AMQPClass::Basic(basic::AMQPMethod::Deliver(basic::Deliver {
             consumer_tag: names.0, delivery_tag: tag, redelivered, exchange: names.1, routing_key: names.2,
         }));

@@ -6,17 +6,12 @@
 //! octet is buffered. No tokio, no broker.
 
 use amq_protocol::frame::AMQPContentHeader;
-use amq_protocol::protocol::{AMQPClass, BasicProperties, basic};
+use amq_protocol::protocol::{AMQPClass, basic};
 use bytes::{Bytes, BytesMut};
 
 use super::error::ProtocolError;
 use super::frame::{ChannelId, Frame};
 use crate::limits;
-
-/// A body that arrives in a single frame at least this large is kept as a slice of the read
-/// buffer (no copy); smaller ones are copied so that a queued message does not pin a whole read
-/// buffer allocation. Copying 4 KiB costs ~100 ns; pinning costs up to `frame_max` per message.
-pub const BODY_ZERO_COPY_BYTES_MIN: usize = 4096;
 
 /// A body split over several frames is gathered into a buffer that starts at most this large
 /// and grows with what actually arrives, so a header announcing 16 MiB followed by nothing
@@ -28,8 +23,10 @@ pub const BODY_PREALLOC_BYTES_MAX: usize = 1024 * 1024;
 pub struct Content {
     /// The content-bearing method (for the server: `basic.publish`).
     pub method: AMQPClass,
-    /// The basic properties from the content header.
-    pub properties: BasicProperties,
+    /// The content header as decoded: class id, body size and the basic properties
+    /// (`header.properties`). Boxed, as it is in [`Frame::Header`], so that it moves as a
+    /// pointer from the decoder to the broker.
+    pub header: Box<AMQPContentHeader>,
     /// The body, exactly as many octets as the content header announced.
     pub body: Bytes,
 }
@@ -40,15 +37,11 @@ pub enum Assembled {
     /// A method without content, ready to handle.
     Method(AMQPClass),
     /// A content-bearing method with its properties and body.
-    Content(Box<Content>),
+    Content(Content),
 }
 
 /// The state of one channel's content assembly.
 #[derive(Debug, Default)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "one State per channel; boxing Body would cost an allocation per message"
-)]
 enum State {
     /// Expecting a method.
     #[default]
@@ -58,7 +51,7 @@ enum State {
     /// Header came; expecting `remaining_bytes` more body octets.
     Body {
         method: AMQPClass,
-        properties: BasicProperties,
+        header: Box<AMQPContentHeader>,
         remaining_bytes: u64,
         body: BodyBuffer,
     },
@@ -67,7 +60,7 @@ enum State {
 /// The fields of `State::Body`, moved out while a body frame is handled.
 struct Pending {
     method: AMQPClass,
-    properties: BasicProperties,
+    header: Box<AMQPContentHeader>,
     remaining_bytes: u64,
     body: BodyBuffer,
 }
@@ -160,7 +153,7 @@ impl ContentAssembler {
             (
                 State::Body {
                     method,
-                    properties,
+                    header,
                     remaining_bytes,
                     body,
                 },
@@ -168,7 +161,7 @@ impl ContentAssembler {
             ) => self.on_body(
                 Pending {
                     method,
-                    properties,
+                    header,
                     remaining_bytes,
                     body,
                 },
@@ -203,7 +196,7 @@ impl ContentAssembler {
     fn on_header(
         &mut self,
         method: AMQPClass,
-        header: AMQPContentHeader,
+        header: Box<AMQPContentHeader>,
     ) -> Result<Option<Assembled>, ProtocolError> {
         let class_id = method.get_amqp_class_id();
         if header.class_id != class_id {
@@ -220,12 +213,12 @@ impl ContentAssembler {
             });
         }
         if header.body_size == 0 {
-            return Ok(Some(complete(method, header.properties, Bytes::new())));
+            return Ok(Some(complete(method, header, Bytes::new())));
         }
         self.state = State::Body {
             method,
-            properties: header.properties,
             remaining_bytes: header.body_size,
+            header,
             body: BodyBuffer::Empty,
         };
         Ok(None)
@@ -238,7 +231,7 @@ impl ContentAssembler {
     ) -> Result<Option<Assembled>, ProtocolError> {
         let Pending {
             method,
-            properties,
+            header,
             remaining_bytes,
             body,
         } = pending;
@@ -250,15 +243,15 @@ impl ContentAssembler {
         };
         if remaining_bytes == 0 {
             let body = match body {
-                // The whole body in one frame: keep large ones without copying.
-                BodyBuffer::Empty if chunk.len() >= BODY_ZERO_COPY_BYTES_MIN => chunk,
-                BodyBuffer::Empty => Bytes::copy_from_slice(&chunk),
+                // The whole body in one frame: kept as decoded (`decode` already copied small
+                // payloads out of the read buffer and left large ones in place).
+                BodyBuffer::Empty => chunk,
                 BodyBuffer::Gathering(mut gathered) => {
                     gathered.extend_from_slice(&chunk);
                     gathered.freeze()
                 }
             };
-            return Ok(Some(complete(method, properties, body)));
+            return Ok(Some(complete(method, header, body)));
         }
         let mut gathered = match body {
             BodyBuffer::Empty => {
@@ -271,7 +264,7 @@ impl ContentAssembler {
         gathered.extend_from_slice(&chunk);
         self.state = State::Body {
             method,
-            properties,
+            header,
             remaining_bytes,
             body: BodyBuffer::Gathering(gathered),
         };
@@ -279,12 +272,12 @@ impl ContentAssembler {
     }
 }
 
-fn complete(method: AMQPClass, properties: BasicProperties, body: Bytes) -> Assembled {
-    Assembled::Content(Box::new(Content {
+fn complete(method: AMQPClass, header: Box<AMQPContentHeader>, body: Bytes) -> Assembled {
+    Assembled::Content(Content {
         method,
-        properties,
+        header,
         body,
-    }))
+    })
 }
 
 /// True for the methods that are followed by content: `basic.publish`, `basic.return`,

@@ -31,6 +31,11 @@ pub const FRAME_HEADER_BYTES: usize = 1 + 2 + 4;
 /// carries at most `frame_max - FRAME_OVERHEAD_BYTES` octets of body.
 pub const FRAME_OVERHEAD_BYTES: usize = FRAME_HEADER_BYTES + 1;
 
+/// A body frame payload at least this large is kept as a slice of the read buffer (no copy);
+/// smaller ones are copied out. Copying 4 KiB costs ~100 ns; pinning costs up to `frame_max`
+/// of buffer per queued message.
+pub const BODY_ZERO_COPY_BYTES_MIN: usize = 4096;
+
 /// The AMQP 0-9-1 protocol header a client sends first, and the one we answer a refused
 /// header with (spec section 4.2.2).
 pub const PROTOCOL_HEADER: [u8; 8] = *b"AMQP\x00\x00\x09\x01";
@@ -59,10 +64,11 @@ impl std::fmt::Display for ChannelId {
 pub enum Frame {
     /// A method frame.
     Method(ChannelId, AMQPClass),
-    /// A content header frame: class id, body size and the basic properties.
-    Header(ChannelId, AMQPContentHeader),
-    /// A content body frame. The bytes share the read buffer's allocation (no copy); the content
-    /// assembler copies small bodies so that they do not pin the buffer.
+    /// A content header frame: class id, body size and the basic properties. Boxed: the
+    /// properties are ~300 octets, and every other frame is small.
+    Header(ChannelId, Box<AMQPContentHeader>),
+    /// A content body frame. Payloads of at least [`BODY_ZERO_COPY_BYTES_MIN`] octets share the
+    /// read buffer's allocation (no copy); smaller ones are copied so they do not pin it.
     Body(ChannelId, Bytes),
     /// A heartbeat frame (channel 0, empty payload).
     Heartbeat,
@@ -198,8 +204,7 @@ pub fn decode(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>, Proto
         }
         FRAME_BODY => {
             refuse_on_channel_zero("content body", channel)?;
-            let frame = buf.split_to(frame_len).freeze();
-            Frame::Body(channel_id, frame.slice(payload_range))
+            Frame::Body(channel_id, take_body(buf, payload_range, frame_len))
         }
         _ => {
             if channel != 0 {
@@ -216,6 +221,19 @@ pub fn decode(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>, Proto
         }
     };
     Ok(Some(frame))
+}
+
+/// The payload of a body frame, consuming the frame. A large payload stays in the read buffer's
+/// allocation (no copy); a small one is copied out, so that a queued message does not pin a
+/// whole read buffer, and so the buffer is not turned into a shared one for a few octets.
+fn take_body(buf: &mut BytesMut, payload: std::ops::Range<usize>, frame_len: usize) -> Bytes {
+    if payload.len() >= BODY_ZERO_COPY_BYTES_MIN {
+        buf.split_to(frame_len).freeze().slice(payload)
+    } else {
+        let body = Bytes::copy_from_slice(buf.get(payload).unwrap_or_default());
+        buf.advance(frame_len);
+        body
+    }
 }
 
 fn refuse_on_channel_zero(kind: &'static str, channel: u16) -> Result<(), ProtocolError> {
@@ -279,7 +297,7 @@ pub(crate) fn decode_method(channel: u16, payload: &[u8]) -> Result<AMQPClass, P
 pub(crate) fn decode_content_header(
     channel: u16,
     payload: &[u8],
-) -> Result<AMQPContentHeader, ProtocolError> {
+) -> Result<Box<AMQPContentHeader>, ProtocolError> {
     const WHAT: &str = "content header";
     if table_scan::scan_content_header(payload, limits::FIELD_TABLE_DEPTH_MAX) == Depth::TooDeep {
         return Err(ProtocolError::TableTooDeep {
@@ -289,10 +307,12 @@ pub(crate) fn decode_content_header(
         });
     }
     // Hand-written (see `properties`); the table depth was bounded just above.
-    properties::decode_content_header(payload).ok_or(ProtocolError::Undecodable {
-        what: WHAT,
-        channel,
-    })
+    properties::decode_content_header(payload)
+        .map(Box::new)
+        .ok_or(ProtocolError::Undecodable {
+            what: WHAT,
+            channel,
+        })
 }
 
 /// Decodes a standalone field table (4-octet length, then entries) that must fill `bytes`

@@ -51,6 +51,6 @@ pub use encode::{
 };
 pub use error::ProtocolError;
 pub use frame::{
-    ChannelId, Frame, ProtocolHeaderCheck, check_protocol_header, decode, decode_field_table,
-    effective_frame_max, method_name,
+    BODY_ZERO_COPY_BYTES_MIN, ChannelId, Frame, ProtocolHeaderCheck, check_protocol_header, decode,
+    decode_field_table, effective_frame_max, method_name,
 };
