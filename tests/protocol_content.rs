@@ -229,7 +229,7 @@ fn more_body_than_announced_is_a_frame_error() {
 }
 
 #[test]
-fn a_body_over_the_configured_limit_is_refused_at_the_header_as_a_channel_error() {
+fn s_err_1_a_body_over_the_configured_limit_is_refused_at_the_header_as_a_channel_error() {
     // Configured lower than the hard limit: 406 on the channel, as RabbitMQ's
     // max_message_size, decided from the header before any body octet is buffered.
     let mut a = ContentAssembler::new(CH, 1000);

@@ -289,7 +289,7 @@ fn protocol_headers_follow_rabbitmq() {
 }
 
 #[test]
-fn oversized_frames_are_refused_from_the_header_before_buffering() {
+fn s_err_1_oversized_frames_are_refused_from_the_header_before_buffering() {
     // Only the 7-octet header of a frame announcing 1 GiB: refused at once, nothing reserved.
     let mut buf = BytesMut::from(&[3u8, 0, 1, 0x40, 0, 0, 0][..]);
     let capacity_before = buf.capacity();
@@ -332,7 +332,7 @@ fn oversized_frames_are_refused_from_the_header_before_buffering() {
 }
 
 #[test]
-fn frame_level_errors_carry_rabbitmq_reply_codes() {
+fn s_err_1_frame_level_errors_carry_rabbitmq_reply_codes() {
     let cases: Vec<(&str, Vec<u8>, u16)> = vec![
         (
             "unknown frame type",
@@ -490,7 +490,7 @@ fn standalone_tables_obey_the_same_depth_limit() {
 }
 
 #[test]
-fn a_full_frame_of_nested_tables_is_refused_without_recursing() {
+fn s_err_2_a_full_frame_of_nested_tables_is_refused_without_recursing() {
     // ~26 000 levels in 128 KiB: amq-protocol's recursive parser would overflow the stack. Run
     // on a thread with a deliberately small stack (64 KiB) to show decode never recurses per
     // level, for a method argument table and for message headers.

@@ -563,7 +563,7 @@ proptest! {
     }
 
     #[test]
-    fn arbitrary_bytes_never_panic_a_decoder(
+    fn s_err_2_arbitrary_bytes_never_panic_a_decoder(
         bytes in proptest::collection::vec(any::<u8>(), 0..600),
         frame_max in prop_oneof![Just(0u32), any::<u32>()],
     ) {
@@ -571,7 +571,7 @@ proptest! {
     }
 
     #[test]
-    fn mutated_valid_streams_never_panic_a_decoder(
+    fn s_err_2_mutated_valid_streams_never_panic_a_decoder(
         frames in proptest::collection::vec(frame(), 1..5),
         mutations in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
         cut in any::<prop::sample::Index>(),
