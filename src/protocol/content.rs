@@ -3,7 +3,9 @@
 //! until the announced size is reached, yield one [`Content`]. The state machine follows
 //! RabbitMQ's `rabbit_command_assembler` (same checks, same reply codes, same texts), with the
 //! body size checked against the configured maximum when the header arrives, before any body
-//! octet is buffered. No tokio, no broker.
+//! octet is buffered. One difference: RabbitMQ refuses a content header whose weight is not 0;
+//! amq-protocol's parser ignores the weight, and so does ours, which must accept what it
+//! accepts. No tokio, no broker.
 
 use amq_protocol::frame::AMQPContentHeader;
 use amq_protocol::protocol::{AMQPClass, basic};
@@ -262,6 +264,11 @@ impl ContentAssembler {
             BodyBuffer::Gathering(gathered) => gathered,
         };
         gathered.extend_from_slice(&chunk);
+        assert_eq!(
+            gathered.len() as u64 + remaining_bytes,
+            header.body_size,
+            "gathered + remaining must equal the announced size"
+        );
         self.state = State::Body {
             method,
             header,
@@ -273,6 +280,8 @@ impl ContentAssembler {
 }
 
 fn complete(method: AMQPClass, header: Box<AMQPContentHeader>, body: Bytes) -> Assembled {
+    // Pair of the header's size check: what we hand out is exactly what was announced.
+    assert_eq!(body.len() as u64, header.body_size, "assembled body size");
     Assembled::Content(Content {
         method,
         header,
