@@ -165,15 +165,17 @@ pub fn decode(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>, Proto
             channel,
         });
     }
-    let payload_max = payload_bytes_max(frame_max);
-    if size_bytes > payload_max {
-        return Err(ProtocolError::FrameTooLarge {
-            size_bytes,
-            frame_max_bytes: effective_frame_max(frame_max),
-        });
+    let too_large = ProtocolError::FrameTooLarge {
+        size_bytes,
+        frame_max_bytes: effective_frame_max(frame_max),
+    };
+    if size_bytes > payload_bytes_max(frame_max) {
+        return Err(too_large);
     }
-    // size_bytes <= FRAME_BYTES_MAX (128 KiB), so these fit in usize and do not overflow.
-    let payload_len = usize::try_from(size_bytes).unwrap_or(usize::MAX);
+    // size_bytes <= FRAME_BYTES_MAX (128 KiB) here, so the sum cannot overflow.
+    let Ok(payload_len) = usize::try_from(size_bytes) else {
+        return Err(too_large);
+    };
     let frame_len = FRAME_HEADER_BYTES + payload_len + 1;
     if buf.len() < frame_len {
         buf.reserve(frame_len - buf.len());
@@ -186,25 +188,37 @@ pub fn decode(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>, Proto
             channel,
         });
     }
+    decode_whole_frame(buf, frame_type, channel, frame_len).map(Some)
+}
+
+/// Decodes the frame at the front of `buf`, which holds all `frame_len` octets of it (frame end
+/// checked), and consumes it.
+fn decode_whole_frame(
+    buf: &mut BytesMut,
+    frame_type: u8,
+    channel: u16,
+    frame_len: usize,
+) -> Result<Frame, ProtocolError> {
     let channel_id = ChannelId(channel);
     let payload_range = FRAME_HEADER_BYTES..frame_len - 1;
     let frame = match frame_type {
         FRAME_METHOD => {
-            let payload = buf.get(payload_range.clone()).unwrap_or_default();
+            let payload = buf.get(payload_range).unwrap_or_default();
             let method = decode_method(channel, payload)?;
-            buf.advance(frame_len);
             Frame::Method(channel_id, method)
         }
         FRAME_HEADER => {
             refuse_on_channel_zero("content header", channel)?;
-            let payload = buf.get(payload_range.clone()).unwrap_or_default();
-            let header = decode_content_header(channel, payload)?;
-            buf.advance(frame_len);
-            Frame::Header(channel_id, header)
+            let payload = buf.get(payload_range).unwrap_or_default();
+            Frame::Header(channel_id, decode_content_header(channel, payload)?)
         }
         FRAME_BODY => {
             refuse_on_channel_zero("content body", channel)?;
-            Frame::Body(channel_id, take_body(buf, payload_range, frame_len))
+            // Consumes the frame itself.
+            return Ok(Frame::Body(
+                channel_id,
+                take_body(buf, payload_range, frame_len),
+            ));
         }
         _ => {
             if channel != 0 {
@@ -213,14 +227,16 @@ pub fn decode(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>, Proto
                     channel,
                 });
             }
-            if size_bytes != 0 {
-                return Err(ProtocolError::BadHeartbeat { size_bytes });
+            if !payload_range.is_empty() {
+                return Err(ProtocolError::BadHeartbeat {
+                    size_bytes: u32::try_from(payload_range.len()).unwrap_or(u32::MAX),
+                });
             }
-            buf.advance(frame_len);
             Frame::Heartbeat
         }
     };
-    Ok(Some(frame))
+    buf.advance(frame_len);
+    Ok(frame)
 }
 
 /// The payload of a body frame, consuming the frame. A large payload stays in the read buffer's
