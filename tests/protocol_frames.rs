@@ -655,6 +655,36 @@ fn short_strings_inside_tables_go_out_as_long_strings() {
 }
 
 #[test]
+fn short_strings_inside_method_tables_go_out_as_long_strings() {
+    let mut server_properties = FieldTable::default();
+    let mut capabilities = FieldTable::default();
+    capabilities.insert("deep".into(), AMQPValue::ShortString("x".into()));
+    server_properties.insert("capabilities".into(), AMQPValue::FieldTable(capabilities));
+    server_properties.insert("product".into(), AMQPValue::ShortString("wharf".into()));
+    let start = |props: FieldTable| {
+        AMQPClass::Connection(connection::AMQPMethod::Start(connection::Start {
+            version_major: 0,
+            version_minor: 9,
+            server_properties: props,
+            mechanisms: "PLAIN".into(),
+            locales: "en_US".into(),
+        }))
+    };
+    let mut buf = BytesMut::new();
+    protocol::encode_method(&mut buf, ChannelId(0), &start(server_properties));
+    // A `_` type tag would make this decode fail; it must come back with long strings.
+    let mut capabilities = FieldTable::default();
+    capabilities.insert("deep".into(), AMQPValue::LongString("x".into()));
+    let mut want = FieldTable::default();
+    want.insert("capabilities".into(), AMQPValue::FieldTable(capabilities));
+    want.insert("product".into(), AMQPValue::LongString("wharf".into()));
+    assert_eq!(
+        decode_all(&buf, 0).unwrap(),
+        vec![Frame::Method(ChannelId(0), start(want))]
+    );
+}
+
+#[test]
 fn queue_declare_arguments_round_trip() {
     let mut arguments = FieldTable::default();
     arguments.insert("x-message-ttl".into(), AMQPValue::LongInt(60_000));

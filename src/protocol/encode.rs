@@ -9,8 +9,11 @@
 //!
 //! One deliberate difference: amq-protocol writes an `AMQPValue::ShortString` inside a field
 //! table with the type tag `'_'`, which no peer can read (RabbitMQ's tables have no short-string
-//! type). The hand-written table encoder writes it as a long string (`'S'`) instead, which is how
-//! RabbitMQ would send the same text. No tokio, no broker.
+//! type). Our encoders write it as a long string (`'S'`) instead, which is how RabbitMQ would
+//! send the same text: the hand-written table encoder directly, and [`encode_method`] /
+//! [`encode_method_generic`] by rewriting such a table before amq-protocol sees it. Only
+//! [`encode_content_header_generic`], kept as amq-protocol's reference output, does not.
+//! No tokio, no broker.
 
 use amq_protocol::frame::WriteContext;
 use amq_protocol::protocol::{AMQPClass, BasicProperties, basic, gen_class};
@@ -77,13 +80,87 @@ pub fn encode_method(buf: &mut BytesMut, channel: ChannelId, method: &AMQPClass)
 }
 
 /// Writes a method frame with amq-protocol's generator only (the reference for golden tests
-/// and benchmarks, and the path for every method without a hand-written encoder).
+/// and benchmarks, and the path for every method without a hand-written encoder). A short
+/// string inside the method's field table is sent as a long string (see the module doc).
 pub fn encode_method_generic(buf: &mut BytesMut, channel: ChannelId, method: &AMQPClass) {
-    let payload = generate(|ctx| gen_class(method)(ctx));
+    let payload = if method_table(method).is_some_and(holds_short_string) {
+        let mut method = method.clone();
+        if let Some(table) = method_table_mut(&mut method) {
+            *table = short_strings_as_long(table);
+        }
+        generate(|ctx| gen_class(&method)(ctx))
+    } else {
+        generate(|ctx| gen_class(method)(ctx))
+    };
     put_frame(buf, FRAME_METHOD, channel, &payload);
 }
 
-/// Writes a content header frame with amq-protocol's generator only (reference for tests).
+/// The field table of the methods that carry one (the same list as `table_scan`'s).
+fn method_table(method: &AMQPClass) -> Option<&FieldTable> {
+    use amq_protocol::protocol::{connection as c, exchange as e, queue as q};
+    Some(match method {
+        AMQPClass::Connection(c::AMQPMethod::Start(m)) => &m.server_properties,
+        AMQPClass::Connection(c::AMQPMethod::StartOk(m)) => &m.client_properties,
+        AMQPClass::Exchange(e::AMQPMethod::Declare(m)) => &m.arguments,
+        AMQPClass::Exchange(e::AMQPMethod::Bind(m)) => &m.arguments,
+        AMQPClass::Exchange(e::AMQPMethod::Unbind(m)) => &m.arguments,
+        AMQPClass::Queue(q::AMQPMethod::Declare(m)) => &m.arguments,
+        AMQPClass::Queue(q::AMQPMethod::Bind(m)) => &m.arguments,
+        AMQPClass::Queue(q::AMQPMethod::Unbind(m)) => &m.arguments,
+        AMQPClass::Basic(basic::AMQPMethod::Consume(m)) => &m.arguments,
+        _ => return None,
+    })
+}
+
+fn method_table_mut(method: &mut AMQPClass) -> Option<&mut FieldTable> {
+    use amq_protocol::protocol::{connection as c, exchange as e, queue as q};
+    Some(match method {
+        AMQPClass::Connection(c::AMQPMethod::Start(m)) => &mut m.server_properties,
+        AMQPClass::Connection(c::AMQPMethod::StartOk(m)) => &mut m.client_properties,
+        AMQPClass::Exchange(e::AMQPMethod::Declare(m)) => &mut m.arguments,
+        AMQPClass::Exchange(e::AMQPMethod::Bind(m)) => &mut m.arguments,
+        AMQPClass::Exchange(e::AMQPMethod::Unbind(m)) => &mut m.arguments,
+        AMQPClass::Queue(q::AMQPMethod::Declare(m)) => &mut m.arguments,
+        AMQPClass::Queue(q::AMQPMethod::Bind(m)) => &mut m.arguments,
+        AMQPClass::Queue(q::AMQPMethod::Unbind(m)) => &mut m.arguments,
+        AMQPClass::Basic(basic::AMQPMethod::Consume(m)) => &mut m.arguments,
+        _ => return None,
+    })
+}
+
+fn holds_short_string(table: &FieldTable) -> bool {
+    fn value(v: &AMQPValue) -> bool {
+        match v {
+            AMQPValue::ShortString(_) => true,
+            AMQPValue::FieldArray(a) => a.as_slice().iter().any(value),
+            AMQPValue::FieldTable(t) => holds_short_string(t),
+            _ => false,
+        }
+    }
+    table.into_iter().any(|(_, v)| value(v))
+}
+
+/// A copy of `table` with every short string (at any depth) turned into a long string.
+fn short_strings_as_long(table: &FieldTable) -> FieldTable {
+    fn value(v: &AMQPValue) -> AMQPValue {
+        match v {
+            AMQPValue::ShortString(s) => AMQPValue::LongString(s.as_str().into()),
+            AMQPValue::FieldArray(a) => {
+                AMQPValue::FieldArray(a.as_slice().iter().map(value).collect::<Vec<_>>().into())
+            }
+            AMQPValue::FieldTable(t) => AMQPValue::FieldTable(short_strings_as_long(t)),
+            other => other.clone(),
+        }
+    }
+    let mut out = FieldTable::default();
+    for (k, v) in table {
+        out.insert(k.clone(), value(v));
+    }
+    out
+}
+
+/// Writes a content header frame with amq-protocol's generator only: the reference output for
+/// tests and benchmarks, including its `'_'` tag for short strings in `headers` (module doc).
 pub fn encode_content_header_generic(
     buf: &mut BytesMut,
     channel: ChannelId,
