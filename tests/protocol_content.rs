@@ -158,6 +158,13 @@ fn expect_error(frames: Vec<Frame>, code: u16, text: &str) {
     let err = result.expect_err(text);
     assert_eq!(err.reply_code(), code, "{err}");
     assert!(err.to_string().contains(text), "{err}");
+    // The close names the pending method (basic.publish), or none when there was none.
+    let want_ids = if text.starts_with("expected method frame") {
+        (0, 0)
+    } else {
+        (60, 40)
+    };
+    assert_eq!(err.method_ids(), want_ids, "{err}");
     // After an error the assembler expects a method again.
     assert!(!a.is_mid_content());
 }
@@ -247,8 +254,14 @@ fn s_err_1_a_body_over_the_configured_limit_is_refused_at_the_header_as_a_channe
         ProtocolError::MessageTooLarge {
             channel: 3,
             body_size_bytes: 1001,
-            body_bytes_max: 1000
+            body_bytes_max: 1000,
+            method_ids: (60, 40),
         }
+    );
+    assert_eq!(
+        err.method_ids(),
+        (60, 40),
+        "basic.publish, as RabbitMQ reports it"
     );
     assert_eq!(err.reply_code(), reply_code::PRECONDITION_FAILED);
     assert!(!err.is_connection_error());

@@ -143,15 +143,18 @@ impl ContentAssembler {
         );
         let result = match (std::mem::take(&mut self.state), frame) {
             (State::Method, Frame::Method(_, method)) => Ok(self.on_method(method)),
-            (State::Method, _) => {
-                Err(self
-                    .unexpected("expected method frame, got non method frame instead".to_owned()))
-            }
+            (State::Method, _) => Err(self.unexpected(
+                (0, 0),
+                "expected method frame, got non method frame instead".to_owned(),
+            )),
             (State::Header { method }, Frame::Header(_, header)) => self.on_header(method, header),
-            (State::Header { .. }, _) => Err(self.unexpected(format!(
-                "expected content header for class {}, got non content header frame instead",
-                super::encode::CLASS_BASIC
-            ))),
+            (State::Header { method }, _) => Err(self.unexpected(
+                ids(&method),
+                format!(
+                    "expected content header for class {}, got non content header frame instead",
+                    method.get_amqp_class_id()
+                ),
+            )),
             (
                 State::Body {
                     method,
@@ -169,7 +172,8 @@ impl ContentAssembler {
                 },
                 chunk,
             ),
-            (State::Body { .. }, _) => Err(self.unexpected(
+            (State::Body { method, .. }, _) => Err(self.unexpected(
+                ids(&method),
                 "expected content body, got non content body frame instead".to_owned(),
             )),
         };
@@ -179,10 +183,11 @@ impl ContentAssembler {
         result
     }
 
-    fn unexpected(&self, detail: String) -> ProtocolError {
+    fn unexpected(&self, method_ids: (u16, u16), detail: String) -> ProtocolError {
         ProtocolError::UnexpectedFrame {
             channel: self.channel.0,
             detail,
+            method_ids,
         }
     }
 
@@ -202,16 +207,20 @@ impl ContentAssembler {
     ) -> Result<Option<Assembled>, ProtocolError> {
         let class_id = method.get_amqp_class_id();
         if header.class_id != class_id {
-            return Err(self.unexpected(format!(
-                "expected content header for class {class_id}, got one for class {} instead",
-                header.class_id
-            )));
+            return Err(self.unexpected(
+                ids(&method),
+                format!(
+                    "expected content header for class {class_id}, got one for class {} instead",
+                    header.class_id
+                ),
+            ));
         }
         if header.body_size > u64::from(self.body_bytes_max) {
             return Err(ProtocolError::MessageTooLarge {
                 channel: self.channel.0,
                 body_size_bytes: header.body_size,
                 body_bytes_max: self.body_bytes_max,
+                method_ids: ids(&method),
             });
         }
         if header.body_size == 0 {
@@ -241,6 +250,7 @@ impl ContentAssembler {
         let Some(remaining_bytes) = remaining_bytes.checked_sub(chunk_bytes) else {
             return Err(ProtocolError::BodyOverrun {
                 channel: self.channel.0,
+                method_ids: ids(&method),
             });
         };
         if remaining_bytes == 0 {
@@ -287,6 +297,11 @@ fn complete(method: AMQPClass, header: Box<AMQPContentHeader>, body: Bytes) -> A
         header,
         body,
     })
+}
+
+/// Class and method id of `method`, for errors.
+fn ids(method: &AMQPClass) -> (u16, u16) {
+    (method.get_amqp_class_id(), method.get_amqp_method_id())
 }
 
 /// True for the methods that are followed by content: `basic.publish`, `basic.return`,

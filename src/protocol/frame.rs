@@ -271,6 +271,7 @@ pub(crate) fn decode_method(channel: u16, payload: &[u8]) -> Result<AMQPClass, P
             return Err(ProtocolError::Undecodable {
                 what: "method frame",
                 channel,
+                method_ids: (0, 0),
             });
         }
     };
@@ -288,6 +289,7 @@ pub(crate) fn decode_method(channel: u16, payload: &[u8]) -> Result<AMQPClass, P
             .ok_or(ProtocolError::Undecodable {
                 what: name,
                 channel,
+                method_ids: (class_id, method_id),
             });
     }
     if table_scan::scan_method_arguments(
@@ -301,11 +303,13 @@ pub(crate) fn decode_method(channel: u16, payload: &[u8]) -> Result<AMQPClass, P
             what: name,
             channel,
             depth_max: limits::FIELD_TABLE_DEPTH_MAX,
+            method_ids: (class_id, method_id),
         });
     }
     all_consuming_ok(parse_class(payload)).ok_or(ProtocolError::Undecodable {
         what: name,
         channel,
+        method_ids: (class_id, method_id),
     })
 }
 
@@ -320,6 +324,7 @@ pub(crate) fn decode_content_header(
             what: WHAT,
             channel,
             depth_max: limits::FIELD_TABLE_DEPTH_MAX,
+            method_ids: (0, 0),
         });
     }
     // Hand-written (see `properties`); the table depth was bounded just above.
@@ -328,6 +333,7 @@ pub(crate) fn decode_content_header(
         .ok_or(ProtocolError::Undecodable {
             what: WHAT,
             channel,
+            method_ids: (0, 0),
         })
 }
 
@@ -345,11 +351,13 @@ pub fn decode_field_table(bytes: &[u8]) -> Result<FieldTable, ProtocolError> {
             what: WHAT,
             channel: 0,
             depth_max: limits::FIELD_TABLE_DEPTH_MAX,
+            method_ids: (0, 0),
         });
     }
     properties::decode_whole_table(bytes).ok_or(ProtocolError::Undecodable {
         what: WHAT,
         channel: 0,
+        method_ids: (0, 0),
     })
 }
 
