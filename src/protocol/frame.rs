@@ -1,8 +1,10 @@
 //! Frame decoding: bytes from the socket's read buffer to typed [`Frame`]s, and the protocol
 //! header that opens a connection. Limits are enforced before anything is buffered or parsed:
 //! the 7-octet frame header's size is checked against `frame_max` before the payload is waited
-//! for, field-table nesting is checked (non-recursively) before amq-protocol's recursive parser
-//! runs. "Not enough bytes yet" is `Ok(None)`, never an error. No tokio, no broker.
+//! for, field-table nesting is checked (non-recursively) before any recursive parser runs.
+//! Methods are parsed by amq-protocol, except `basic.publish`; content headers and standalone
+//! tables by `properties`. "Not enough bytes yet" is `Ok(None)`, never an error. No tokio, no
+//! broker.
 
 use amq_protocol::frame::AMQPContentHeader;
 use amq_protocol::protocol::{AMQPClass, basic, parse_class};
