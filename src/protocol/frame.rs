@@ -96,7 +96,9 @@ pub enum ProtocolHeaderCheck {
     Accepted,
     /// Anything else: write [`PROTOCOL_HEADER`] back and close the socket (spec 4.2.2). Decided
     /// as soon as the octets present cannot begin an accepted header, so a peer speaking
-    /// another protocol (HTTP, TLS) is answered without waiting for eight octets.
+    /// another protocol (HTTP, TLS) is answered without waiting for eight octets. (RabbitMQ,
+    /// which also speaks AMQP 1.0, answers headers other than `AMQP 0 0 9 x` with its 1.0 SASL
+    /// header instead; we speak only 0-9-1, so we always offer 0-9-1.)
     Refused,
 }
 
