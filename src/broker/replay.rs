@@ -609,6 +609,27 @@ impl Broker {
             .collect()
     }
 
+    /// The ready messages of a queue in queue order, with their redelivered flags (for
+    /// management "peek" and tests); empty if there is no such queue.
+    pub fn ready_messages(
+        &self,
+        vhost: &str,
+        queue: &str,
+    ) -> Vec<(Arc<crate::broker::types::Message>, bool)> {
+        let Some(q) = self
+            .vhosts
+            .get(vhost)
+            .and_then(|v| v.queues.get(queue))
+            .and_then(|id| self.queues.get(id))
+        else {
+            return Vec::new();
+        };
+        q.ready
+            .iter()
+            .map(|(m, e)| (m.clone(), e.redelivered))
+            .collect()
+    }
+
     /// Virtual host names.
     pub fn vhost_names(&self) -> Vec<String> {
         self.vhosts.keys().cloned().collect()
