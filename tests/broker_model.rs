@@ -11,6 +11,18 @@
 //! a multiset, since the order in which two sources dead-letter into it within one step is
 //! not a rule.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::too_many_lines,
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    clippy::many_single_char_names,
+    clippy::field_reassign_with_default,
+    clippy::option_map_or_none,
+    reason = "test code: a panic is a failed test, and short scenarios read best"
+)]
+
 mod broker_common;
 
 use std::collections::BTreeMap;
@@ -151,15 +163,12 @@ impl Reference {
     }
 
     fn ttl(&self, q: usize) -> Option<u32> {
-        let cfg = self.queues[q].as_ref().map(|x| x.cfg.ttl).unwrap_or(None);
+        let cfg = self.queues[q].as_ref().and_then(|x| x.cfg.ttl);
         lowest(cfg, self.policy_for(q).0)
     }
 
     fn max_len(&self, q: usize) -> Option<u64> {
-        let cfg = self.queues[q]
-            .as_ref()
-            .map(|x| x.cfg.max_len)
-            .unwrap_or(None);
+        let cfg = self.queues[q].as_ref().and_then(|x| x.cfg.max_len);
         lowest(cfg, self.policy_for(q).1)
     }
 
@@ -557,7 +566,10 @@ impl Run {
                         got = Some(queue.ready.remove(i));
                     }
                 }
-                while q != SINK {
+                loop {
+                    if q == SINK {
+                        break;
+                    }
                     let queue = self.r.queues[q].as_mut().unwrap();
                     if queue.ready.is_empty() {
                         break;
@@ -599,15 +611,12 @@ impl Run {
                     no_ack: false,
                     exclusive: false,
                 });
-                match self.r.queues[q].as_mut() {
-                    Some(queue) => {
-                        queue.consumer = true;
-                        Some(o.unwrap())
-                    }
-                    None => {
-                        assert_eq!(o.unwrap_err().kind.reply_code(), 404);
-                        None
-                    }
+                if let Some(queue) = self.r.queues[q].as_mut() {
+                    queue.consumer = true;
+                    Some(o.unwrap())
+                } else {
+                    assert_eq!(o.unwrap_err().kind.reply_code(), 404);
+                    None
                 }
             }
             Op::Cancel(q) => {

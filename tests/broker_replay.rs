@@ -4,6 +4,18 @@
 //! what S-QEXP-4, S-DUR-5 and S-DUR-6 ask. The property test drives random command
 //! sequences; the unit tests pin single rules.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::too_many_lines,
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    clippy::many_single_char_names,
+    clippy::field_reassign_with_default,
+    clippy::option_map_or_none,
+    reason = "test code: a panic is a failed test, and short scenarios read best"
+)]
+
 mod broker_common;
 
 use broker_common::*;

@@ -2,6 +2,11 @@
 //! dead-lettering, length limits, queue leases and scheduled messages. Must not depend on
 //! anything outside `broker`.
 
+#![expect(
+    clippy::expect_used,
+    reason = "expect() only states internal invariants (ids taken from our own maps); each message says which"
+)]
+
 use std::sync::Arc;
 
 use crate::broker::args::{Overflow, parse_expiration};
@@ -569,7 +574,7 @@ impl Broker {
                 self.requeue(u.queue, u.taken, now, out);
             } else if let Some(q) = self.queues.get(&u.queue) {
                 let logged = q.logged() && u.taken.msg.is_persistent();
-                self.dead_letter(u.queue, u.taken, DeathReason::Rejected, logged, now, out);
+                self.dead_letter(u.queue, &u.taken, DeathReason::Rejected, logged, now, out);
             }
         }
         self.mark_channel_queues(chan);
@@ -588,7 +593,7 @@ impl Broker {
         if let Some(limit) = q.eff.delivery_limit
             && u64::from(count) > limit
         {
-            self.dead_letter(qid, taken, DeathReason::DeliveryLimit, logged, now, out);
+            self.dead_letter(qid, &taken, DeathReason::DeliveryLimit, logged, now, out);
             return;
         }
         if logged {
@@ -863,7 +868,7 @@ impl Broker {
                     delivery_count: 0,
                     redelivered: false,
                 };
-                self.dead_letter(t, taken, DeathReason::Maxlen, false, now, out);
+                self.dead_letter(t, &taken, DeathReason::Maxlen, false, now, out);
             }
         }
         result
@@ -912,7 +917,7 @@ impl Broker {
                 return;
             };
             let logged = q.logged() && taken.msg.is_persistent();
-            self.dead_letter(qid, taken, DeathReason::Maxlen, logged, now, out);
+            self.dead_letter(qid, &taken, DeathReason::Maxlen, logged, now, out);
         }
     }
 
@@ -935,7 +940,7 @@ impl Broker {
             }
             let taken = q.ready.pop_front().expect("front exists");
             let logged = q.logged() && taken.msg.is_persistent();
-            self.dead_letter(qid, taken, DeathReason::Expired, logged, now, out);
+            self.dead_letter(qid, &taken, DeathReason::Expired, logged, now, out);
         }
     }
 
@@ -950,7 +955,7 @@ impl Broker {
             };
             let taken = q.ready.remove(id).expect("indexed messages are ready");
             let logged = q.logged() && taken.msg.is_persistent();
-            self.dead_letter(qid, taken, DeathReason::Expired, logged, now, out);
+            self.dead_letter(qid, &taken, DeathReason::Expired, logged, now, out);
         }
     }
 
@@ -961,7 +966,7 @@ impl Broker {
     pub(crate) fn dead_letter(
         &mut self,
         qid: QueueId,
-        taken: Taken,
+        taken: &Taken,
         reason: DeathReason,
         from_logged: bool,
         now: u64,
