@@ -254,7 +254,7 @@ impl Broker {
                         );
                     }
                 }
-                self.mark_channel_queues(chan);
+                self.mark_freed_channel(chan);
                 Ok(())
             }
             Command::Nack {
@@ -368,15 +368,29 @@ impl Broker {
         self.mark_dirty(qid);
     }
 
+    /// After acks or rejects: a global prefetch limit freed room for every consumer of the
+    /// channel. (Per-consumer limits mark their own queue in `unacked_released`; without
+    /// limits nothing was waiting for room.)
+    fn mark_freed_channel(&mut self, chan: ChanRef) {
+        if self.channels.get(&chan).is_some_and(|c| c.global_prefetch > 0) {
+            self.mark_channel_queues(chan);
+        }
+    }
+
     /// Bookkeeping when an unacked message leaves its channel (ack, nack, close).
     pub(crate) fn unacked_released(&mut self, u: &Unacked, chan: Option<ChanRef>) {
+        let mut freed = false;
         if let Some(q) = self.queues.get_mut(&u.queue) {
             q.unacked -= 1;
             if let Some(serial) = u.consumer
                 && let Some(c) = q.consumers.iter_mut().find(|c| c.serial == serial)
             {
                 c.unacked -= 1;
+                freed = c.prefetch > 0;
             }
+        }
+        if freed {
+            self.mark_dirty(u.queue);
         }
         if u.consumer.is_some()
             && let Some(chan) = chan
@@ -577,7 +591,7 @@ impl Broker {
                 self.dead_letter(u.queue, &u.taken, DeathReason::Rejected, logged, now, out);
             }
         }
-        self.mark_channel_queues(chan);
+        self.mark_freed_channel(chan);
         Ok(())
     }
 
@@ -757,10 +771,23 @@ impl Broker {
             });
             return Ok(());
         }
-        let keys = routing_keys(&msg.routing_key, msg.properties.headers.as_ref());
-        strip_bcc(&mut msg);
         let vhost = self.vhosts.get(&p.vhost).expect("checked above");
-        let targets = self.route(vhost, xid, &keys, msg.properties.headers.as_ref());
+        let cc = msg
+            .properties
+            .headers
+            .as_ref()
+            .is_some_and(|h| h.get("CC").is_some() || h.get("BCC").is_some());
+        let targets = if msg.exchange.is_empty() && !cc {
+            // The hot path: the default exchange routes by queue name, nothing to allocate.
+            vhost
+                .queues
+                .get(&msg.routing_key)
+                .map_or_else(Vec::new, |q| vec![*q])
+        } else {
+            let keys = routing_keys(&msg.routing_key, msg.properties.headers.as_ref());
+            strip_bcc(&mut msg);
+            self.route(vhost, xid, &keys, msg.properties.headers.as_ref())
+        };
         let msg = Arc::new(msg);
         if targets.is_empty() && p.mandatory {
             out.effects.push(Effect::Return {
