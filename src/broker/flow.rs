@@ -568,7 +568,7 @@ impl Broker {
             )));
         }
         if multiple {
-            let rest = ch.unacked.split_off(&(tag + 1));
+            let rest = ch.unacked.split_off(&tag.saturating_add(1));
             let taken = std::mem::replace(&mut ch.unacked, rest);
             Ok(taken.into_values().collect())
         } else {

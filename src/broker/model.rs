@@ -1086,9 +1086,9 @@ impl Broker {
                 format!("queue name '{}' contains reserved prefix 'amq.*'", d.queue),
             ));
         }
-        if d.exclusive && d.owner.is_none() {
+        if d.exclusive && !d.owner.is_some_and(|o| self.conns.contains_key(&o)) {
             return Err(BrokerError::precondition(
-                "an exclusive queue needs an owning connection",
+                "an exclusive queue needs an open owning connection",
             ));
         }
         let name = if d.queue.is_empty() {
