@@ -369,10 +369,16 @@ impl Broker {
     pub fn handle(&mut self, cmd: Command, now_ms: u64) -> Result<Outcome, BrokerError> {
         let mut out = Outcome::default();
         let result = self.dispatch(cmd, now_ms, &mut out);
-        // Even after an error, earlier steps' dirty queues are settled so invariants hold.
         self.process_dirty(now_ms, &mut out);
         #[cfg(debug_assertions)]
         self.check_invariants();
+        // An error must change nothing: every command validates before it mutates, so a
+        // refused command has no events (which would otherwise never reach the log).
+        debug_assert!(
+            result.is_ok() || (out.events.is_empty() && out.effects.is_empty()),
+            "a refused command left events or effects behind: {:?}",
+            out
+        );
         result.map(|()| out)
     }
 
