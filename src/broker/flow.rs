@@ -23,6 +23,9 @@ use crate::broker::types::{
 };
 use crate::broker::value::{FieldTable, Value};
 
+/// Unacked messages taken by one ack/nack/reject: one without allocating, or many.
+type TakenUnacked = std::iter::Chain<std::option::IntoIter<Unacked>, std::vec::IntoIter<Unacked>>;
+
 /// Which batched per-queue event to extend.
 #[derive(Clone, Copy)]
 enum Mark {
@@ -552,15 +555,18 @@ impl Broker {
     }
 
     /// Removes the unacked messages named by an ack/nack/reject (406 for an unknown tag).
+    /// Removes the unacked messages named by an ack/nack/reject (406 for an unknown tag).
+    /// A single tag allocates nothing (the hot path of an ack).
     fn take_unacked(
         &mut self,
         chan: ChanRef,
         tag: u64,
         multiple: bool,
-    ) -> Result<Vec<Unacked>, BrokerError> {
+    ) -> Result<TakenUnacked, BrokerError> {
         let ch = self.channel_mut(chan)?;
         if multiple && tag == 0 {
-            return Ok(std::mem::take(&mut ch.unacked).into_values().collect());
+            let all: Vec<Unacked> = std::mem::take(&mut ch.unacked).into_values().collect();
+            return Ok(None.into_iter().chain(all));
         }
         if !ch.unacked.contains_key(&tag) {
             return Err(BrokerError::precondition(format!(
@@ -570,9 +576,10 @@ impl Broker {
         if multiple {
             let rest = ch.unacked.split_off(&tag.saturating_add(1));
             let taken = std::mem::replace(&mut ch.unacked, rest);
-            Ok(taken.into_values().collect())
+            let taken: Vec<Unacked> = taken.into_values().collect();
+            Ok(None.into_iter().chain(taken))
         } else {
-            Ok(ch.unacked.remove(&tag).into_iter().collect())
+            Ok(ch.unacked.remove(&tag).into_iter().chain(Vec::new()))
         }
     }
 
@@ -919,8 +926,8 @@ impl Broker {
         if q.ready.is_empty()
             && let Some(ci) = self.can_take(qid)
         {
+            // Nothing left to drain, expire or re-arm: the queue was and stays empty.
             self.deliver(qid, ci, taken, out);
-            self.mark_dirty(qid);
             return;
         }
         let q = self.queues.get_mut(&qid).expect("looked up above");

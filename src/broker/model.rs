@@ -376,8 +376,7 @@ impl Broker {
         // refused command has no events (which would otherwise never reach the log).
         debug_assert!(
             result.is_ok() || (out.events.is_empty() && out.effects.is_empty()),
-            "a refused command left events or effects behind: {:?}",
-            out
+            "a refused command left events or effects behind: {out:?}"
         );
         result.map(|()| out)
     }
