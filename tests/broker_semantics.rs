@@ -551,6 +551,10 @@ fn s_dlx_3_routing_keys_dead_letter_key_or_original_with_cc_and_no_bcc() {
     assert!(header(&g.message.properties, "CC").is_some(), "CC kept");
     let g = h.get("fixed", true).unwrap();
     assert_eq!(g.message.routing_key, "fixed");
+    assert!(
+        header(&g.message.properties, "CC").is_none(),
+        "a dead-letter routing key replaces the CC keys"
+    );
 }
 
 #[test]

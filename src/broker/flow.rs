@@ -149,12 +149,16 @@ fn dead_letter_copy(
         }
         deaths.insert(0, entry);
     } else {
+        // Keys in sorted order, as RabbitMQ writes them. `original-expiration` is recorded
+        // whenever the message had an expiration (RabbitMQ's rule), since it is removed below.
         let mut t = FieldTable::new();
         t.insert("count", Value::I64(1));
-        t.insert("reason", Value::long_str(reason.name()));
-        t.insert("queue", Value::long_str(queue));
-        t.insert("time", Value::Timestamp(now / 1000));
         t.insert("exchange", Value::long_str(msg.exchange.as_str()));
+        if let Some(e) = &original_expiration {
+            t.insert("original-expiration", Value::long_str(e.as_str()));
+        }
+        t.insert("queue", Value::long_str(queue));
+        t.insert("reason", Value::long_str(reason.name()));
         t.insert(
             "routing-keys",
             Value::Array(
@@ -164,9 +168,7 @@ fn dead_letter_copy(
                     .collect(),
             ),
         );
-        if let Some(e) = &original_expiration {
-            t.insert("original-expiration", Value::long_str(e.as_str()));
-        }
+        t.insert("time", Value::Timestamp(now / 1000));
         deaths.insert(0, Value::Table(t));
     }
     headers.insert("x-death", Value::Array(deaths));
@@ -178,11 +180,16 @@ fn dead_letter_copy(
             Value::long_str(msg.exchange.as_str()),
         );
     }
-    props.headers = Some(headers);
     let keys = match dlrk {
-        Some(k) => vec![k.to_owned()],
+        Some(k) => {
+            // With a dead-letter routing key the CC keys no longer apply (RabbitMQ drops the
+            // header too).
+            headers.remove("CC");
+            vec![k.to_owned()]
+        }
         None => death_keys,
     };
+    props.headers = Some(headers);
     (props, keys)
 }
 
