@@ -902,9 +902,7 @@ impl Broker {
                 id,
             });
         }
-        for t in accepted {
-            self.enqueue(t, msg.clone(), now, out);
-        }
+        self.enqueue_all(&accepted, msg, now, out);
         for (t, overflow) in refused {
             result.refused = true;
             if overflow == Overflow::RejectPublishDlx {
@@ -919,28 +917,43 @@ impl Broker {
         result
     }
 
-    /// Enqueues into one queue: straight to a consumer when the queue is empty and one can
-    /// take it (so a TTL-0 message is delivered if possible, S-TTL-6), else at the tail.
-    fn enqueue(&mut self, qid: QueueId, msg: Arc<Message>, now: u64, out: &mut Outcome) {
-        let Some(q) = self.queues.get(&qid) else {
-            return;
-        };
-        let taken = Taken {
-            msg,
-            delivery_count: 0,
-            redelivered: false,
-        };
-        if q.ready.is_empty()
-            && let Some(ci) = self.can_take(qid)
-        {
-            // Nothing left to drain, expire or re-arm: the queue was and stays empty.
-            self.deliver(qid, ci, taken, out);
-            return;
+    /// Enqueues one message into `targets`: straight to a consumer when a queue is empty and
+    /// one can take it (so a TTL-0 message is delivered if possible, S-TTL-6), else at the
+    /// tail. Length limits are enforced only after every target has the message: a drop-head
+    /// dead-lettering creates a newer message that may enter a later target, and queue order
+    /// is id order.
+    fn enqueue_all(
+        &mut self,
+        targets: &[QueueId],
+        msg: &Arc<Message>,
+        now: u64,
+        out: &mut Outcome,
+    ) {
+        let mut pushed = Vec::new();
+        for &qid in targets {
+            let Some(q) = self.queues.get(&qid) else {
+                continue;
+            };
+            let taken = Taken {
+                msg: msg.clone(),
+                delivery_count: 0,
+                redelivered: false,
+            };
+            if q.ready.is_empty()
+                && let Some(ci) = self.can_take(qid)
+            {
+                // Nothing left to drain, expire or re-arm: the queue was and stays empty.
+                self.deliver(qid, ci, taken, out);
+                continue;
+            }
+            let q = self.queues.get_mut(&qid).expect("looked up above");
+            q.ready.push_back(taken.msg, 0, false);
+            self.mark_dirty(qid);
+            pushed.push(qid);
         }
-        let q = self.queues.get_mut(&qid).expect("looked up above");
-        q.ready.push_back(taken.msg, 0, false);
-        self.enforce_length(qid, now, out);
-        self.mark_dirty(qid);
+        for qid in pushed {
+            self.enforce_length(qid, now, out);
+        }
     }
 
     /// S-LEN-1/2 drop-head: while over a limit, the oldest ready message dies (`maxlen`).
@@ -1094,9 +1107,7 @@ impl Broker {
                         targets: durable,
                     });
                 }
-                for &t in &targets {
-                    self.enqueue(t, copy.clone(), now, out);
-                }
+                self.enqueue_all(&targets, &copy, now, out);
                 DeathFate::DeadLettered {
                     targets: count_u32(targets.len()),
                 }
