@@ -2,6 +2,11 @@
 //! dead-lettering, length limits, queue leases and scheduled messages. Must not depend on
 //! anything outside `broker`.
 
+#![expect(
+    clippy::expect_used,
+    reason = "expect() only states internal invariants (ids taken from our own maps); each message says which"
+)]
+
 use std::sync::Arc;
 
 use crate::broker::args::{Overflow, parse_expiration};
@@ -17,6 +22,9 @@ use crate::broker::types::{
     QueueDeletedReason, Reply, SettleKind,
 };
 use crate::broker::value::{FieldTable, Value};
+
+/// Unacked messages taken by one ack/nack/reject: one without allocating, or many.
+type TakenUnacked = std::iter::Chain<std::option::IntoIter<Unacked>, std::vec::IntoIter<Unacked>>;
 
 /// Which batched per-queue event to extend.
 #[derive(Clone, Copy)]
@@ -141,12 +149,16 @@ fn dead_letter_copy(
         }
         deaths.insert(0, entry);
     } else {
+        // Keys in sorted order, as RabbitMQ writes them. `original-expiration` is recorded
+        // whenever the message had an expiration (RabbitMQ's rule), since it is removed below.
         let mut t = FieldTable::new();
         t.insert("count", Value::I64(1));
-        t.insert("reason", Value::long_str(reason.name()));
-        t.insert("queue", Value::long_str(queue));
-        t.insert("time", Value::Timestamp(now / 1000));
         t.insert("exchange", Value::long_str(msg.exchange.as_str()));
+        if let Some(e) = &original_expiration {
+            t.insert("original-expiration", Value::long_str(e.as_str()));
+        }
+        t.insert("queue", Value::long_str(queue));
+        t.insert("reason", Value::long_str(reason.name()));
         t.insert(
             "routing-keys",
             Value::Array(
@@ -156,9 +168,7 @@ fn dead_letter_copy(
                     .collect(),
             ),
         );
-        if let Some(e) = &original_expiration {
-            t.insert("original-expiration", Value::long_str(e.as_str()));
-        }
+        t.insert("time", Value::Timestamp(now / 1000));
         deaths.insert(0, Value::Table(t));
     }
     headers.insert("x-death", Value::Array(deaths));
@@ -170,11 +180,16 @@ fn dead_letter_copy(
             Value::long_str(msg.exchange.as_str()),
         );
     }
-    props.headers = Some(headers);
     let keys = match dlrk {
-        Some(k) => vec![k.to_owned()],
+        Some(k) => {
+            // With a dead-letter routing key the CC keys no longer apply (RabbitMQ drops the
+            // header too).
+            headers.remove("CC");
+            vec![k.to_owned()]
+        }
         None => death_keys,
     };
+    props.headers = Some(headers);
     (props, keys)
 }
 
@@ -249,7 +264,7 @@ impl Broker {
                         );
                     }
                 }
-                self.mark_channel_queues(chan);
+                self.mark_freed_channel(chan);
                 Ok(())
             }
             Command::Nack {
@@ -363,15 +378,33 @@ impl Broker {
         self.mark_dirty(qid);
     }
 
+    /// After acks or rejects: a global prefetch limit freed room for every consumer of the
+    /// channel. (Per-consumer limits mark their own queue in `unacked_released`; without
+    /// limits nothing was waiting for room.)
+    fn mark_freed_channel(&mut self, chan: ChanRef) {
+        if self
+            .channels
+            .get(&chan)
+            .is_some_and(|c| c.global_prefetch > 0)
+        {
+            self.mark_channel_queues(chan);
+        }
+    }
+
     /// Bookkeeping when an unacked message leaves its channel (ack, nack, close).
     pub(crate) fn unacked_released(&mut self, u: &Unacked, chan: Option<ChanRef>) {
+        let mut freed = false;
         if let Some(q) = self.queues.get_mut(&u.queue) {
             q.unacked -= 1;
             if let Some(serial) = u.consumer
                 && let Some(c) = q.consumers.iter_mut().find(|c| c.serial == serial)
             {
                 c.unacked -= 1;
+                freed = c.prefetch > 0;
             }
+        }
+        if freed {
+            self.mark_dirty(u.queue);
         }
         if u.consumer.is_some()
             && let Some(chan) = chan
@@ -529,15 +562,18 @@ impl Broker {
     }
 
     /// Removes the unacked messages named by an ack/nack/reject (406 for an unknown tag).
+    /// Removes the unacked messages named by an ack/nack/reject (406 for an unknown tag).
+    /// A single tag allocates nothing (the hot path of an ack).
     fn take_unacked(
         &mut self,
         chan: ChanRef,
         tag: u64,
         multiple: bool,
-    ) -> Result<Vec<Unacked>, BrokerError> {
+    ) -> Result<TakenUnacked, BrokerError> {
         let ch = self.channel_mut(chan)?;
         if multiple && tag == 0 {
-            return Ok(std::mem::take(&mut ch.unacked).into_values().collect());
+            let all: Vec<Unacked> = std::mem::take(&mut ch.unacked).into_values().collect();
+            return Ok(None.into_iter().chain(all));
         }
         if !ch.unacked.contains_key(&tag) {
             return Err(BrokerError::precondition(format!(
@@ -545,11 +581,12 @@ impl Broker {
             )));
         }
         if multiple {
-            let rest = ch.unacked.split_off(&(tag + 1));
+            let rest = ch.unacked.split_off(&tag.saturating_add(1));
             let taken = std::mem::replace(&mut ch.unacked, rest);
-            Ok(taken.into_values().collect())
+            let taken: Vec<Unacked> = taken.into_values().collect();
+            Ok(None.into_iter().chain(taken))
         } else {
-            Ok(ch.unacked.remove(&tag).into_iter().collect())
+            Ok(ch.unacked.remove(&tag).into_iter().chain(Vec::new()))
         }
     }
 
@@ -569,16 +606,17 @@ impl Broker {
                 self.requeue(u.queue, u.taken, now, out);
             } else if let Some(q) = self.queues.get(&u.queue) {
                 let logged = q.logged() && u.taken.msg.is_persistent();
-                self.dead_letter(u.queue, u.taken, DeathReason::Rejected, logged, now, out);
+                self.dead_letter(u.queue, &u.taken, DeathReason::Rejected, logged, now, out);
             }
         }
-        self.mark_channel_queues(chan);
+        self.mark_freed_channel(chan);
         Ok(())
     }
 
     /// A message comes back to its queue: original position, original deadline (S-TTL-7),
     /// delivery count + 1; past its deadline it expires at once (S-TTL-8, done by the dirty
-    /// pass); past the delivery limit it is dead-lettered (S-DLX-1 `delivery_limit`).
+    /// pass); past the delivery limit it is dead-lettered (S-DLX-1 `delivery_limit`); over a
+    /// drop-head length limit the head goes (S-LEN-2).
     pub(crate) fn requeue(&mut self, qid: QueueId, taken: Taken, now: u64, out: &mut Outcome) {
         let Some(q) = self.queues.get_mut(&qid) else {
             return;
@@ -588,7 +626,7 @@ impl Broker {
         if let Some(limit) = q.eff.delivery_limit
             && u64::from(count) > limit
         {
-            self.dead_letter(qid, taken, DeathReason::DeliveryLimit, logged, now, out);
+            self.dead_letter(qid, &taken, DeathReason::DeliveryLimit, logged, now, out);
             return;
         }
         if logged {
@@ -602,6 +640,8 @@ impl Broker {
         }
         q.ready.insert(taken.msg, count, true);
         self.mark_dirty(qid);
+        // As RabbitMQ's requeue_and_run: a requeue may push a drop-head queue over its limit.
+        self.enforce_length(qid, now, out);
     }
 
     // ----- publish and routing -----
@@ -752,10 +792,23 @@ impl Broker {
             });
             return Ok(());
         }
-        let keys = routing_keys(&msg.routing_key, msg.properties.headers.as_ref());
-        strip_bcc(&mut msg);
         let vhost = self.vhosts.get(&p.vhost).expect("checked above");
-        let targets = self.route(vhost, xid, &keys, msg.properties.headers.as_ref());
+        let cc = msg
+            .properties
+            .headers
+            .as_ref()
+            .is_some_and(|h| h.get("CC").is_some() || h.get("BCC").is_some());
+        let targets = if msg.exchange.is_empty() && !cc {
+            // The hot path: the default exchange routes by queue name, nothing to allocate.
+            vhost
+                .queues
+                .get(&msg.routing_key)
+                .map_or_else(Vec::new, |q| vec![*q])
+        } else {
+            let keys = routing_keys(&msg.routing_key, msg.properties.headers.as_ref());
+            strip_bcc(&mut msg);
+            self.route(vhost, xid, &keys, msg.properties.headers.as_ref())
+        };
         let msg = Arc::new(msg);
         if targets.is_empty() && p.mandatory {
             out.effects.push(Effect::Return {
@@ -852,9 +905,7 @@ impl Broker {
                 id,
             });
         }
-        for t in accepted {
-            self.enqueue(t, msg.clone(), now, out);
-        }
+        self.enqueue_all(&accepted, msg, now, out);
         for (t, overflow) in refused {
             result.refused = true;
             if overflow == Overflow::RejectPublishDlx {
@@ -863,34 +914,49 @@ impl Broker {
                     delivery_count: 0,
                     redelivered: false,
                 };
-                self.dead_letter(t, taken, DeathReason::Maxlen, false, now, out);
+                self.dead_letter(t, &taken, DeathReason::Maxlen, false, now, out);
             }
         }
         result
     }
 
-    /// Enqueues into one queue: straight to a consumer when the queue is empty and one can
-    /// take it (so a TTL-0 message is delivered if possible, S-TTL-6), else at the tail.
-    fn enqueue(&mut self, qid: QueueId, msg: Arc<Message>, now: u64, out: &mut Outcome) {
-        let Some(q) = self.queues.get(&qid) else {
-            return;
-        };
-        let taken = Taken {
-            msg,
-            delivery_count: 0,
-            redelivered: false,
-        };
-        if q.ready.is_empty()
-            && let Some(ci) = self.can_take(qid)
-        {
-            self.deliver(qid, ci, taken, out);
+    /// Enqueues one message into `targets`: straight to a consumer when a queue is empty and
+    /// one can take it (so a TTL-0 message is delivered if possible, S-TTL-6), else at the
+    /// tail. Length limits are enforced only after every target has the message: a drop-head
+    /// dead-lettering creates a newer message that may enter a later target, and queue order
+    /// is id order.
+    fn enqueue_all(
+        &mut self,
+        targets: &[QueueId],
+        msg: &Arc<Message>,
+        now: u64,
+        out: &mut Outcome,
+    ) {
+        let mut pushed = Vec::new();
+        for &qid in targets {
+            let Some(q) = self.queues.get(&qid) else {
+                continue;
+            };
+            let taken = Taken {
+                msg: msg.clone(),
+                delivery_count: 0,
+                redelivered: false,
+            };
+            if q.ready.is_empty()
+                && let Some(ci) = self.can_take(qid)
+            {
+                // Nothing left to drain, expire or re-arm: the queue was and stays empty.
+                self.deliver(qid, ci, taken, out);
+                continue;
+            }
+            let q = self.queues.get_mut(&qid).expect("looked up above");
+            q.ready.push_back(taken.msg, 0, false);
             self.mark_dirty(qid);
-            return;
+            pushed.push(qid);
         }
-        let q = self.queues.get_mut(&qid).expect("looked up above");
-        q.ready.push_back(taken.msg, 0, false);
-        self.enforce_length(qid, now, out);
-        self.mark_dirty(qid);
+        for qid in pushed {
+            self.enforce_length(qid, now, out);
+        }
     }
 
     /// S-LEN-1/2 drop-head: while over a limit, the oldest ready message dies (`maxlen`).
@@ -912,7 +978,7 @@ impl Broker {
                 return;
             };
             let logged = q.logged() && taken.msg.is_persistent();
-            self.dead_letter(qid, taken, DeathReason::Maxlen, logged, now, out);
+            self.dead_letter(qid, &taken, DeathReason::Maxlen, logged, now, out);
         }
     }
 
@@ -935,7 +1001,7 @@ impl Broker {
             }
             let taken = q.ready.pop_front().expect("front exists");
             let logged = q.logged() && taken.msg.is_persistent();
-            self.dead_letter(qid, taken, DeathReason::Expired, logged, now, out);
+            self.dead_letter(qid, &taken, DeathReason::Expired, logged, now, out);
         }
     }
 
@@ -950,7 +1016,7 @@ impl Broker {
             };
             let taken = q.ready.remove(id).expect("indexed messages are ready");
             let logged = q.logged() && taken.msg.is_persistent();
-            self.dead_letter(qid, taken, DeathReason::Expired, logged, now, out);
+            self.dead_letter(qid, &taken, DeathReason::Expired, logged, now, out);
         }
     }
 
@@ -961,7 +1027,7 @@ impl Broker {
     pub(crate) fn dead_letter(
         &mut self,
         qid: QueueId,
-        taken: Taken,
+        taken: &Taken,
         reason: DeathReason,
         from_logged: bool,
         now: u64,
@@ -1044,9 +1110,7 @@ impl Broker {
                         targets: durable,
                     });
                 }
-                for &t in &targets {
-                    self.enqueue(t, copy.clone(), now, out);
-                }
+                self.enqueue_all(&targets, &copy, now, out);
                 DeathFate::DeadLettered {
                     targets: count_u32(targets.len()),
                 }

@@ -4,6 +4,11 @@
 //! messages, `replay.rs` rebuilds from events and checks invariants. Must not depend on
 //! `protocol`, `wal`, `store`, `server`, a clock or any I/O.
 
+#![expect(
+    clippy::expect_used,
+    reason = "expect() only states internal invariants (ids taken from our own maps); each message says which"
+)]
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -52,6 +57,10 @@ pub(crate) struct Consumer {
 /// One queue. Invariant: `armed_msg` / `armed_lease` are exactly the entries of this queue in
 /// `Broker::timers`, and equal `ready.first_deadline()` / `lease_deadline()` after each step.
 #[derive(Debug)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent AMQP flags and bookkeeping"
+)]
 pub(crate) struct Queue {
     pub id: QueueId,
     pub vhost: Arc<str>,
@@ -360,13 +369,22 @@ impl Broker {
     pub fn handle(&mut self, cmd: Command, now_ms: u64) -> Result<Outcome, BrokerError> {
         let mut out = Outcome::default();
         let result = self.dispatch(cmd, now_ms, &mut out);
-        // Even after an error, earlier steps' dirty queues are settled so invariants hold.
         self.process_dirty(now_ms, &mut out);
         #[cfg(debug_assertions)]
         self.check_invariants();
+        // An error must change nothing: every command validates before it mutates, so a
+        // refused command has no events (which would otherwise never reach the log).
+        debug_assert!(
+            result.is_ok() || (out.events.is_empty() && out.effects.is_empty()),
+            "a refused command left events or effects behind: {out:?}"
+        );
         result.map(|()| out)
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one arm per command, each delegating"
+    )]
     fn dispatch(&mut self, cmd: Command, now: u64, out: &mut Outcome) -> Result<(), BrokerError> {
         match cmd {
             Command::VhostAdd { vhost } => {
@@ -1073,9 +1091,9 @@ impl Broker {
                 format!("queue name '{}' contains reserved prefix 'amq.*'", d.queue),
             ));
         }
-        if d.exclusive && d.owner.is_none() {
+        if d.exclusive && !d.owner.is_some_and(|o| self.conns.contains_key(&o)) {
             return Err(BrokerError::precondition(
-                "an exclusive queue needs an owning connection",
+                "an exclusive queue needs an open owning connection",
             ));
         }
         let name = if d.queue.is_empty() {
