@@ -88,3 +88,4 @@ pub async fn within<T>(secs: u64, fut: impl std::future::Future<Output = T>) -> 
         .await
         .expect("no answer from the server in time")
 }
+pub mod raw;
