@@ -29,6 +29,6 @@ pub mod broker;
 pub mod clock;
 pub mod limits;
 pub mod protocol;
-pub mod store;
 pub mod server;
+pub mod store;
 pub mod wal;

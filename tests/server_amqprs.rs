@@ -41,11 +41,17 @@ async fn amqprs_declares_publishes_consumes_and_acks() {
         let msg = within(5, rx.recv()).await.unwrap();
         assert_eq!(msg.content.unwrap(), vec![i; 100]);
         let tag = msg.deliver.unwrap().delivery_tag();
-        ch.basic_ack(BasicAckArguments::new(tag, false)).await.unwrap();
+        ch.basic_ack(BasicAckArguments::new(tag, false))
+            .await
+            .unwrap();
     }
     // Everything acked: the queue is empty.
     let (_, ready, consumers) = ch
-        .queue_declare(QueueDeclareArguments::new("amqprs-q").passive(true).finish())
+        .queue_declare(
+            QueueDeclareArguments::new("amqprs-q")
+                .passive(true)
+                .finish(),
+        )
         .await
         .unwrap()
         .unwrap();

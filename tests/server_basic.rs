@@ -14,7 +14,9 @@ use support::{TestServer, within};
 async fn publish_confirm_consume_ack_round_trip() {
     let server = TestServer::start().await;
     let (_conn, ch) = server.channel().await;
-    ch.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
     ch.queue_declare(
         "q".into(),
         QueueDeclareOptions {
@@ -77,7 +79,13 @@ async fn declare(ch: &lapin::Channel, name: &str, args: FieldTable) {
         .unwrap();
 }
 
-async fn publish(ch: &lapin::Channel, exchange: &str, key: &str, body: &[u8], props: BasicProperties) {
+async fn publish(
+    ch: &lapin::Channel,
+    exchange: &str,
+    key: &str,
+    body: &[u8],
+    props: BasicProperties,
+) {
     ch.basic_publish(
         exchange.into(),
         key.into(),
@@ -114,9 +122,14 @@ async fn every_exchange_type_routes_as_rabbitmq() {
         ("x.topic", ExchangeKind::Topic),
         ("x.headers", ExchangeKind::Headers),
     ] {
-        ch.exchange_declare(name.into(), kind, ExchangeDeclareOptions::default(), FieldTable::default())
-            .await
-            .unwrap();
+        ch.exchange_declare(
+            name.into(),
+            kind,
+            ExchangeDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
     }
     for q in ["d1", "d2", "f1", "f2", "t1", "t2", "h1"] {
         declare(&ch, q, FieldTable::default()).await;
@@ -124,9 +137,15 @@ async fn every_exchange_type_routes_as_rabbitmq() {
     let bind = |q: &'static str, x: &'static str, key: &'static str, args: FieldTable| {
         let ch = ch.clone();
         async move {
-            ch.queue_bind(q.into(), x.into(), key.into(), QueueBindOptions::default(), args)
-                .await
-                .unwrap();
+            ch.queue_bind(
+                q.into(),
+                x.into(),
+                key.into(),
+                QueueBindOptions::default(),
+                args,
+            )
+            .await
+            .unwrap();
         }
     };
     bind("d1", "x.direct", "a", FieldTable::default()).await;
@@ -136,8 +155,14 @@ async fn every_exchange_type_routes_as_rabbitmq() {
     bind("t1", "x.topic", "stock.*.nyse", FieldTable::default()).await;
     bind("t2", "x.topic", "stock.#", FieldTable::default()).await;
     let mut hargs = FieldTable::default();
-    hargs.insert("x-match".into(), AMQPValue::LongString(LongString::from("all")));
-    hargs.insert("format".into(), AMQPValue::LongString(LongString::from("pdf")));
+    hargs.insert(
+        "x-match".into(),
+        AMQPValue::LongString(LongString::from("all")),
+    );
+    hargs.insert(
+        "format".into(),
+        AMQPValue::LongString(LongString::from("pdf")),
+    );
     bind("h1", "x.headers", "", hargs).await;
 
     let plain = BasicProperties::default;
@@ -147,10 +172,16 @@ async fn every_exchange_type_routes_as_rabbitmq() {
     publish(&ch, "x.topic", "stock.ibm.nyse", b"t-ibm", plain()).await;
     publish(&ch, "x.topic", "stock.x.y.z", b"t-deep", plain()).await;
     let mut pdf = FieldTable::default();
-    pdf.insert("format".into(), AMQPValue::LongString(LongString::from("pdf")));
+    pdf.insert(
+        "format".into(),
+        AMQPValue::LongString(LongString::from("pdf")),
+    );
     publish(&ch, "x.headers", "", b"h-pdf", plain().with_headers(pdf)).await;
     let mut zip = FieldTable::default();
-    zip.insert("format".into(), AMQPValue::LongString(LongString::from("zip")));
+    zip.insert(
+        "format".into(),
+        AMQPValue::LongString(LongString::from("zip")),
+    );
     publish(&ch, "x.headers", "", b"h-zip", plain().with_headers(zip)).await;
 
     assert_eq!(drain(&ch, "d1").await, vec![b"da".to_vec()]);
@@ -158,7 +189,10 @@ async fn every_exchange_type_routes_as_rabbitmq() {
     assert_eq!(drain(&ch, "f1").await, vec![b"f".to_vec()]);
     assert_eq!(drain(&ch, "f2").await, vec![b"f".to_vec()]);
     assert_eq!(drain(&ch, "t1").await, vec![b"t-ibm".to_vec()]);
-    assert_eq!(drain(&ch, "t2").await, vec![b"t-ibm".to_vec(), b"t-deep".to_vec()]);
+    assert_eq!(
+        drain(&ch, "t2").await,
+        vec![b"t-ibm".to_vec(), b"t-deep".to_vec()]
+    );
     assert_eq!(drain(&ch, "h1").await, vec![b"h-pdf".to_vec()]);
 }
 
@@ -175,19 +209,33 @@ async fn get_reject_nack_and_recover_requeue_with_redelivered() {
     assert_eq!(m1.delivery.data, b"1");
     assert!(!m1.delivery.redelivered);
     assert_eq!(m1.message_count, 2);
-    ch.basic_reject(m1.delivery.delivery_tag, BasicRejectOptions { requeue: true })
-        .await
-        .unwrap();
+    ch.basic_reject(
+        m1.delivery.delivery_tag,
+        BasicRejectOptions { requeue: true },
+    )
+    .await
+    .unwrap();
     let again = get().await.unwrap().unwrap();
     assert_eq!(again.delivery.data, b"1");
-    assert!(again.delivery.redelivered, "a requeued message is redelivered");
+    assert!(
+        again.delivery.redelivered,
+        "a requeued message is redelivered"
+    );
     // nack without requeue drops it (no dead-letter exchange).
-    ch.basic_nack(again.delivery.delivery_tag, BasicNackOptions { requeue: false, multiple: false })
-        .await
-        .unwrap();
+    ch.basic_nack(
+        again.delivery.delivery_tag,
+        BasicNackOptions {
+            requeue: false,
+            multiple: false,
+        },
+    )
+    .await
+    .unwrap();
     let m2 = get().await.unwrap().unwrap();
     assert_eq!(m2.delivery.data, b"2");
-    ch.basic_recover(BasicRecoverOptions { requeue: true }).await.unwrap();
+    ch.basic_recover(BasicRecoverOptions { requeue: true })
+        .await
+        .unwrap();
     let m2b = get().await.unwrap().unwrap();
     assert_eq!(m2b.delivery.data, b"2");
     assert!(m2b.delivery.redelivered);
@@ -209,7 +257,12 @@ async fn prefetch_two_holds_at_most_two_unacked() {
     }
     ch.basic_qos(2, BasicQosOptions::default()).await.unwrap();
     let mut consumer = ch
-        .basic_consume("q".into(), "c".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume(
+            "q".into(),
+            "c".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
         .await
         .unwrap();
     let d0 = within(5, consumer.next()).await.unwrap().unwrap();
@@ -217,7 +270,14 @@ async fn prefetch_two_holds_at_most_two_unacked() {
     assert_eq!((d0.data[0], d1.data[0]), (0, 1));
     // The broker's view, from another connection: 3 ready, so no third delivery is out.
     let q = probe
-        .queue_declare("q".into(), QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default())
+        .queue_declare(
+            "q".into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
         .await
         .unwrap();
     assert_eq!(q.message_count(), 3);
@@ -225,7 +285,14 @@ async fn prefetch_two_holds_at_most_two_unacked() {
     let d2 = within(5, consumer.next()).await.unwrap().unwrap();
     assert_eq!(d2.data[0], 2);
     let q = probe
-        .queue_declare("q".into(), QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default())
+        .queue_declare(
+            "q".into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
         .await
         .unwrap();
     assert_eq!(q.message_count(), 2);
@@ -236,19 +303,30 @@ async fn s_len_2_reject_publish_overflow_is_nacked() {
     use lapin::types::{AMQPValue, LongString};
     let server = TestServer::start().await;
     let (_conn, ch) = server.channel().await;
-    ch.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
     let mut args = FieldTable::default();
     args.insert("x-max-length".into(), AMQPValue::LongInt(1));
-    args.insert("x-overflow".into(), AMQPValue::LongString(LongString::from("reject-publish")));
+    args.insert(
+        "x-overflow".into(),
+        AMQPValue::LongString(LongString::from("reject-publish")),
+    );
     declare(&ch, "small", args).await;
     let send = |body: &'static [u8]| {
         let ch = ch.clone();
         async move {
-            ch.basic_publish("".into(), "small".into(), BasicPublishOptions::default(), body, BasicProperties::default())
-                .await
-                .unwrap()
-                .await
-                .unwrap()
+            ch.basic_publish(
+                "".into(),
+                "small".into(),
+                BasicPublishOptions::default(),
+                body,
+                BasicProperties::default(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap()
         }
     };
     assert!(matches!(send(b"a").await, Confirmation::Ack(None)));
@@ -259,12 +337,17 @@ async fn s_len_2_reject_publish_overflow_is_nacked() {
 async fn unroutable_mandatory_message_is_returned_before_its_confirm() {
     let server = TestServer::start().await;
     let (_conn, ch) = server.channel().await;
-    ch.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
     let confirm = ch
         .basic_publish(
             "".into(),
             "nowhere".into(),
-            BasicPublishOptions { mandatory: true, ..Default::default() },
+            BasicPublishOptions {
+                mandatory: true,
+                ..Default::default()
+            },
             b"lost",
             BasicProperties::default(),
         )
@@ -288,7 +371,9 @@ async fn tx_buffers_publishes_and_acks_until_commit() {
     publish(&ch, "", "q", b"rolled back", BasicProperties::default()).await;
     ch.tx_rollback().await.unwrap();
     let get = |ch: lapin::Channel| async move {
-        ch.basic_get("q".into(), BasicGetOptions::default()).await.unwrap()
+        ch.basic_get("q".into(), BasicGetOptions::default())
+            .await
+            .unwrap()
     };
     assert!(get(ch.clone()).await.is_none());
     publish(&ch, "", "q", b"kept", BasicProperties::default()).await;
@@ -298,9 +383,13 @@ async fn tx_buffers_publishes_and_acks_until_commit() {
     assert_eq!(m.delivery.data, b"kept");
     // The ack is buffered too: after a rollback the message is still unacked, and after a
     // commit it is gone for good.
-    ch.basic_ack(m.delivery.delivery_tag, BasicAckOptions::default()).await.unwrap();
+    ch.basic_ack(m.delivery.delivery_tag, BasicAckOptions::default())
+        .await
+        .unwrap();
     ch.tx_commit().await.unwrap();
-    ch.basic_recover(BasicRecoverOptions { requeue: true }).await.unwrap();
+    ch.basic_recover(BasicRecoverOptions { requeue: true })
+        .await
+        .unwrap();
     assert!(get(ch.clone()).await.is_none());
 }
 
@@ -311,10 +400,18 @@ async fn deleting_a_queue_cancels_its_consumers() {
     let (_conn2, other) = server.channel().await;
     declare(&ch, "q", FieldTable::default()).await;
     let mut consumer = ch
-        .basic_consume("q".into(), "c".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume(
+            "q".into(),
+            "c".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
         .await
         .unwrap();
-    other.queue_delete("q".into(), QueueDeleteOptions::default()).await.unwrap();
+    other
+        .queue_delete("q".into(), QueueDeleteOptions::default())
+        .await
+        .unwrap();
     // lapin advertises consumer_cancel_notify; the server's basic.cancel ends the stream.
     assert!(within(5, consumer.next()).await.is_none());
 }

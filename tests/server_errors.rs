@@ -18,7 +18,10 @@ async fn wrong_password_is_refused_with_403() {
         .await
         .unwrap_err();
     assert_eq!(reply_code(&err), Some(403), "{err:?}");
-    assert!(reply_text(&err).starts_with("ACCESS_REFUSED - Login was refused"), "{err:?}");
+    assert!(
+        reply_text(&err).starts_with("ACCESS_REFUSED - Login was refused"),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]
@@ -61,16 +64,22 @@ async fn missing_queue_is_404_with_rabbitmq_text_and_the_connection_survives() {
     assert_eq!(reply_text(&err), "NOT_FOUND - no queue 'nope' in vhost '/'");
     // Only the channel closed.
     let ch2 = conn.create_channel().await.unwrap();
-    ch2.queue_declare("fine".into(), QueueDeclareOptions::default(), FieldTable::default())
-        .await
-        .unwrap();
+    ch2.queue_declare(
+        "fine".into(),
+        QueueDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
 }
 
 #[tokio::test]
 async fn publishing_to_a_missing_exchange_closes_the_channel_with_404() {
     let server = TestServer::start().await;
     let (_conn, ch) = server.channel().await;
-    ch.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
     let confirm = ch
         .basic_publish(
             "no-such-x".into(),
@@ -107,7 +116,12 @@ async fn exclusive_queue_of_another_connection_is_405() {
     .await
     .unwrap();
     let err = ch2
-        .basic_consume("mine".into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume(
+            "mine".into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
         .await
         .unwrap_err();
     assert_eq!(reply_code(&err), Some(405), "{err:?}");
@@ -169,22 +183,39 @@ async fn unknown_delivery_tag_is_406() {
         }
     };
     assert_eq!(reply_code(&err), Some(406), "{err:?}");
-    assert_eq!(reply_text(&err), "PRECONDITION_FAILED - unknown delivery tag 99");
+    assert_eq!(
+        reply_text(&err),
+        "PRECONDITION_FAILED - unknown delivery tag 99"
+    );
 }
 
 #[tokio::test]
 async fn binding_to_the_default_exchange_is_403() {
     let server = TestServer::start().await;
     let (_conn, ch) = server.channel().await;
-    ch.queue_declare("q".into(), QueueDeclareOptions::default(), FieldTable::default())
-        .await
-        .unwrap();
+    ch.queue_declare(
+        "q".into(),
+        QueueDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
     let err = ch
-        .queue_bind("q".into(), "".into(), "k".into(), QueueBindOptions::default(), FieldTable::default())
+        .queue_bind(
+            "q".into(),
+            "".into(),
+            "k".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
         .await
         .unwrap_err();
     assert_eq!(reply_code(&err), Some(403), "{err:?}");
-    assert!(reply_text(&err).contains("default exchange"), "{}", reply_text(&err));
+    assert!(
+        reply_text(&err).contains("default exchange"),
+        "{}",
+        reply_text(&err)
+    );
 }
 
 #[tokio::test]
@@ -208,14 +239,28 @@ async fn reserved_exchange_name_is_refused() {
 async fn reusing_a_consumer_tag_is_530_and_closes_the_connection() {
     let server = TestServer::start().await;
     let (conn, ch) = server.channel().await;
-    ch.queue_declare("q".into(), QueueDeclareOptions::default(), FieldTable::default())
-        .await
-        .unwrap();
-    ch.basic_consume("q".into(), "tag".into(), BasicConsumeOptions::default(), FieldTable::default())
-        .await
-        .unwrap();
+    ch.queue_declare(
+        "q".into(),
+        QueueDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.basic_consume(
+        "q".into(),
+        "tag".into(),
+        BasicConsumeOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
     let err = ch
-        .basic_consume("q".into(), "tag".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume(
+            "q".into(),
+            "tag".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
         .await
         .unwrap_err();
     assert_eq!(reply_code(&err), Some(530), "{err:?}");
@@ -226,7 +271,9 @@ async fn reusing_a_consumer_tag_is_530_and_closes_the_connection() {
 async fn switching_from_confirm_to_tx_is_406() {
     let server = TestServer::start().await;
     let (_conn, ch) = server.channel().await;
-    ch.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
     let err = ch.tx_select().await.unwrap_err();
     assert_eq!(reply_code(&err), Some(406), "{err:?}");
     assert_eq!(
@@ -239,16 +286,34 @@ async fn switching_from_confirm_to_tx_is_406() {
 async fn header_exchange_with_bad_x_match_is_406() {
     let server = TestServer::start().await;
     let (_conn, ch) = server.channel().await;
-    ch.exchange_declare("h".into(), ExchangeKind::Headers, ExchangeDeclareOptions::default(), FieldTable::default())
-        .await
-        .unwrap();
-    ch.queue_declare("q".into(), QueueDeclareOptions::default(), FieldTable::default())
-        .await
-        .unwrap();
+    ch.exchange_declare(
+        "h".into(),
+        ExchangeKind::Headers,
+        ExchangeDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.queue_declare(
+        "q".into(),
+        QueueDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
     let mut args = FieldTable::default();
-    args.insert("x-match".into(), AMQPValue::LongString(LongString::from("sometimes")));
+    args.insert(
+        "x-match".into(),
+        AMQPValue::LongString(LongString::from("sometimes")),
+    );
     let err = ch
-        .queue_bind("q".into(), "h".into(), "".into(), QueueBindOptions::default(), args)
+        .queue_bind(
+            "q".into(),
+            "h".into(),
+            "".into(),
+            QueueBindOptions::default(),
+            args,
+        )
         .await
         .unwrap_err();
     assert_eq!(reply_code(&err), Some(406), "{err:?}");

@@ -15,12 +15,22 @@ use wharf::protocol::{self, ChannelId};
 
 /// The other connection still declares, publishes and gets.
 async fn still_works(ch: &lapin::Channel) {
-    ch.queue_declare("alive".into(), QueueDeclareOptions::default(), lapin::types::FieldTable::default())
-        .await
-        .unwrap();
-    ch.basic_publish("".into(), "alive".into(), BasicPublishOptions::default(), b"ok", lapin::BasicProperties::default())
-        .await
-        .unwrap();
+    ch.queue_declare(
+        "alive".into(),
+        QueueDeclareOptions::default(),
+        lapin::types::FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.basic_publish(
+        "".into(),
+        "alive".into(),
+        BasicPublishOptions::default(),
+        b"ok",
+        lapin::BasicProperties::default(),
+    )
+    .await
+    .unwrap();
     let m = ch
         .basic_get("alive".into(), BasicGetOptions { no_ack: true })
         .await
@@ -149,8 +159,11 @@ async fn second_channel_open_is_504() {
     let server = TestServer::start().await;
     let mut raw = Raw::open(server.handle.local_addr(), 0).await;
     raw.open_channel(1).await;
-    raw.send_method(1, AMQPClass::Channel(channel::AMQPMethod::Open(channel::Open {})))
-        .await;
+    raw.send_method(
+        1,
+        AMQPClass::Channel(channel::AMQPMethod::Open(channel::Open {})),
+    )
+    .await;
     let (code, _) = raw.expect_connection_close().await;
     assert_eq!(code, 504);
 }
@@ -217,8 +230,11 @@ async fn message_over_the_size_limit_closes_only_the_channel_with_406() {
     raw.send(&buf).await;
     let (code, _) = raw.expect_channel_close().await;
     assert_eq!(code, 406);
-    raw.send_method(1, AMQPClass::Channel(channel::AMQPMethod::CloseOk(channel::CloseOk {})))
-        .await;
+    raw.send_method(
+        1,
+        AMQPClass::Channel(channel::AMQPMethod::CloseOk(channel::CloseOk {})),
+    )
+    .await;
     // The connection is still usable: the channel can be opened again.
     raw.open_channel(1).await;
 }
@@ -230,8 +246,14 @@ async fn amqplain_login_works() {
     raw.send(&protocol::frame::PROTOCOL_HEADER).await;
     let _start = raw.method().await;
     let mut creds = FieldTable::default();
-    creds.insert("LOGIN".into(), AMQPValue::LongString(LongString::from("guest")));
-    creds.insert("PASSWORD".into(), AMQPValue::LongString(LongString::from("guest")));
+    creds.insert(
+        "LOGIN".into(),
+        AMQPValue::LongString(LongString::from("guest")),
+    );
+    creds.insert(
+        "PASSWORD".into(),
+        AMQPValue::LongString(LongString::from("guest")),
+    );
     let mut table = BytesMut::new();
     protocol::encode::put_table(&mut table, &creds);
     raw.send_method(
@@ -248,7 +270,10 @@ async fn amqplain_login_works() {
     .await;
     let tune = raw.method().await;
     assert!(
-        matches!(tune, AMQPClass::Connection(amq_protocol::protocol::connection::AMQPMethod::Tune(_))),
+        matches!(
+            tune,
+            AMQPClass::Connection(amq_protocol::protocol::connection::AMQPMethod::Tune(_))
+        ),
         "{tune:?}"
     );
 }

@@ -5,9 +5,9 @@
 mod support;
 
 use futures_lite::StreamExt;
+use lapin::BasicProperties;
 use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable, LongString};
-use lapin::BasicProperties;
 use support::{TestServer, within};
 
 fn dlx_args(ttl_ms: Option<i32>) -> FieldTable {
@@ -15,8 +15,14 @@ fn dlx_args(ttl_ms: Option<i32>) -> FieldTable {
     if let Some(ttl) = ttl_ms {
         args.insert("x-message-ttl".into(), AMQPValue::LongInt(ttl));
     }
-    args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString(LongString::from("")));
-    args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(LongString::from("dlq")));
+    args.insert(
+        "x-dead-letter-exchange".into(),
+        AMQPValue::LongString(LongString::from("")),
+    );
+    args.insert(
+        "x-dead-letter-routing-key".into(),
+        AMQPValue::LongString(LongString::from("dlq")),
+    );
     args
 }
 
@@ -38,22 +44,45 @@ async fn ready(ch: &lapin::Channel, queue: &str) -> u32 {
 async fn s_ttl_queue_ttl_dead_letters_exactly_at_the_deadline() {
     let server = TestServer::start().await;
     let (_conn, ch) = server.channel().await;
-    ch.queue_declare("dlq".into(), QueueDeclareOptions::default(), FieldTable::default())
-        .await
-        .unwrap();
-    ch.queue_declare("work".into(), QueueDeclareOptions::default(), dlx_args(Some(10_000)))
-        .await
-        .unwrap();
+    ch.queue_declare(
+        "dlq".into(),
+        QueueDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.queue_declare(
+        "work".into(),
+        QueueDeclareOptions::default(),
+        dlx_args(Some(10_000)),
+    )
+    .await
+    .unwrap();
     let mut dead = ch
-        .basic_consume("dlq".into(), "d".into(), BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume(
+            "dlq".into(),
+            "d".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
         .await
         .unwrap();
-    ch.basic_publish("".into(), "work".into(), BasicPublishOptions::default(), b"m", BasicProperties::default())
-        .await
-        .unwrap();
+    ch.basic_publish(
+        "".into(),
+        "work".into(),
+        BasicPublishOptions::default(),
+        b"m",
+        BasicProperties::default(),
+    )
+    .await
+    .unwrap();
     assert_eq!(ready(&ch, "work").await, 1);
     server.advance(9_999).await;
-    assert_eq!(ready(&ch, "work").await, 1, "not expired 1 ms before its deadline");
+    assert_eq!(
+        ready(&ch, "work").await,
+        1,
+        "not expired 1 ms before its deadline"
+    );
     server.advance(1).await;
     let d = within(5, dead.next()).await.unwrap().unwrap();
     assert_eq!(d.data, b"m");
@@ -66,7 +95,10 @@ async fn s_ttl_queue_ttl_dead_letters_exactly_at_the_deadline() {
         panic!("empty x-death");
     };
     let reason = death.inner().get("reason").unwrap();
-    assert!(matches!(reason, AMQPValue::LongString(s) if s.as_bytes() == b"expired"), "{reason:?}");
+    assert!(
+        matches!(reason, AMQPValue::LongString(s) if s.as_bytes() == b"expired"),
+        "{reason:?}"
+    );
     assert_eq!(ready(&ch, "work").await, 0);
 }
 
@@ -74,12 +106,20 @@ async fn s_ttl_queue_ttl_dead_letters_exactly_at_the_deadline() {
 async fn s_ttl_per_message_expiration_dead_letters_from_the_middle() {
     let server = TestServer::start().await;
     let (_conn, ch) = server.channel().await;
-    ch.queue_declare("dlq".into(), QueueDeclareOptions::default(), FieldTable::default())
-        .await
-        .unwrap();
-    ch.queue_declare("work".into(), QueueDeclareOptions::default(), dlx_args(None))
-        .await
-        .unwrap();
+    ch.queue_declare(
+        "dlq".into(),
+        QueueDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.queue_declare(
+        "work".into(),
+        QueueDeclareOptions::default(),
+        dlx_args(None),
+    )
+    .await
+    .unwrap();
     let publish = |body: &'static [u8], expiration: Option<&'static str>| {
         let ch = ch.clone();
         async move {
@@ -87,9 +127,15 @@ async fn s_ttl_per_message_expiration_dead_letters_from_the_middle() {
             if let Some(e) = expiration {
                 props = props.with_expiration(e.into());
             }
-            ch.basic_publish("".into(), "work".into(), BasicPublishOptions::default(), body, props)
-                .await
-                .unwrap();
+            ch.basic_publish(
+                "".into(),
+                "work".into(),
+                BasicPublishOptions::default(),
+                body,
+                props,
+            )
+            .await
+            .unwrap();
         }
     };
     publish(b"keep-1", None).await;
@@ -117,15 +163,29 @@ async fn s_ttl_per_message_expiration_dead_letters_from_the_middle() {
 async fn rejected_messages_are_dead_lettered() {
     let server = TestServer::start().await;
     let (_conn, ch) = server.channel().await;
-    ch.queue_declare("dlq".into(), QueueDeclareOptions::default(), FieldTable::default())
-        .await
-        .unwrap();
-    ch.queue_declare("work".into(), QueueDeclareOptions::default(), dlx_args(None))
-        .await
-        .unwrap();
-    ch.basic_publish("".into(), "work".into(), BasicPublishOptions::default(), b"bad", BasicProperties::default())
-        .await
-        .unwrap();
+    ch.queue_declare(
+        "dlq".into(),
+        QueueDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.queue_declare(
+        "work".into(),
+        QueueDeclareOptions::default(),
+        dlx_args(None),
+    )
+    .await
+    .unwrap();
+    ch.basic_publish(
+        "".into(),
+        "work".into(),
+        BasicPublishOptions::default(),
+        b"bad",
+        BasicProperties::default(),
+    )
+    .await
+    .unwrap();
     let m = ch
         .basic_get("work".into(), BasicGetOptions::default())
         .await

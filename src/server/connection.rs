@@ -416,9 +416,8 @@ impl Reader {
             Ok(Ok(())) => {
                 self.registered = true;
                 self.vhost = vhost;
-                let ok = AMQPClass::Connection(connection::AMQPMethod::OpenOk(
-                    connection::OpenOk {},
-                ));
+                let ok =
+                    AMQPClass::Connection(connection::AMQPMethod::OpenOk(connection::OpenOk {}));
                 self.outbox
                     .send(|b| protocol::encode_method(b, ChannelId(0), &ok));
                 self.phase = Phase::Running;
@@ -486,14 +485,14 @@ impl Reader {
 
     fn on_connection_frame(&mut self, frame: Frame) {
         match frame {
-            Frame::Heartbeat => {}
             Frame::Method(_, AMQPClass::Connection(connection::AMQPMethod::Close(_))) => {
                 // Everything the client sent before its close still goes to the broker
                 // (in `ops`); then the connection is dropped there and we answer.
                 self.send_close_ok();
                 self.phase = Phase::Done;
             }
-            Frame::Method(
+            Frame::Heartbeat
+            | Frame::Method(
                 _,
                 AMQPClass::Connection(
                     connection::AMQPMethod::CloseOk(_)
@@ -829,10 +828,7 @@ mod tests {
         let mut buf = BytesMut::new();
         protocol::encode::put_table(&mut buf, &t);
         let body = &buf[4..];
-        assert_eq!(
-            parse_amqplain(body),
-            Some(("guest".into(), "pw".into()))
-        );
+        assert_eq!(parse_amqplain(body), Some(("guest".into(), "pw".into())));
         assert_eq!(parse_amqplain(b"\x01"), None);
     }
 }

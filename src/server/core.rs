@@ -81,6 +81,10 @@ pub struct ChanOp {
 
 /// What a client asked of a channel, already converted to broker terms by the reader.
 #[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "acks are the hot command; boxing them would cost an allocation each"
+)]
 pub enum Op {
     /// `channel.open`.
     Open,
@@ -129,6 +133,10 @@ enum Deferred {
 }
 
 #[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "buffered only inside transactions; same shape as Op"
+)]
 enum TxOp {
     Publish(Box<Publish>),
     Cmd(Command, (u16, u16)),
@@ -418,24 +426,7 @@ impl Core {
             return;
         };
         if let Op::Open = op {
-            if c.channels.contains_key(&ch) {
-                let close = Close::new(reply_code::CHANNEL_ERROR, "second 'channel.open' seen");
-                self.close_connection(conn, &close, (20, 10));
-                return;
-            }
-            c.channels.insert(ch, ChanState::default());
-            let cmd = Command::ChannelOpen {
-                chan: ChanRef::new(conn, ch),
-            };
-            match self.broker.handle(cmd, self.now()) {
-                Ok(out) => {
-                    self.reply(conn, ch, &method_channel(channel::AMQPMethod::OpenOk(
-                        channel::OpenOk {},
-                    )));
-                    self.apply_outcome(out, Some((conn, ch)));
-                }
-                Err(e) => self.fail(conn, ch, &broker_error_close(&e), (20, 10)),
-            }
+            self.open_channel(conn, ch);
             return;
         }
         let Some(state) = c.channels.get_mut(&ch) else {
@@ -444,20 +435,11 @@ impl Core {
             return;
         };
         if state.closing {
-            match op {
-                Op::CloseOk => {
-                    c.channels.remove(&ch);
-                }
-                Op::Close => {
-                    let close_ok = method_channel(channel::AMQPMethod::CloseOk(channel::CloseOk {}));
-                    self.reply(conn, ch, &close_ok);
-                }
-                _ => {}
-            }
+            self.on_op_while_closing(conn, ch, &op);
             return;
         }
         match op {
-            Op::Open => {}
+            Op::Open | Op::CloseOk => {}
             Op::Close => {
                 c.channels.remove(&ch);
                 self.pending_chans.remove(&(conn, ch));
@@ -465,7 +447,6 @@ impl Core {
                 let close_ok = method_channel(channel::AMQPMethod::CloseOk(channel::CloseOk {}));
                 self.reply(conn, ch, &close_ok);
             }
-            Op::CloseOk => {}
             Op::Flow(active) => {
                 state.client_flow_off = !active;
                 let throttled = c.throttled;
@@ -496,46 +477,104 @@ impl Core {
                 }
                 self.publish(conn, ch, *p);
             }
+            Op::ConfirmSelect { .. } | Op::TxSelect | Op::TxRollback => {
+                self.on_mode_op(conn, ch, &op);
+            }
+            Op::TxCommit => self.tx_commit(conn, ch),
+            Op::Fail(close, method) => self.fail(conn, ch, &close, method),
+        }
+    }
+
+    fn open_channel(&mut self, conn: u64, ch: u16) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.channels.contains_key(&ch) {
+            let close = Close::new(reply_code::CHANNEL_ERROR, "second 'channel.open' seen");
+            self.close_connection(conn, &close, (20, 10));
+            return;
+        }
+        c.channels.insert(ch, ChanState::default());
+        let cmd = Command::ChannelOpen {
+            chan: ChanRef::new(conn, ch),
+        };
+        match self.broker.handle(cmd, self.now()) {
+            Ok(out) => {
+                self.reply(
+                    conn,
+                    ch,
+                    &method_channel(channel::AMQPMethod::OpenOk(channel::OpenOk {})),
+                );
+                self.apply_outcome(out, Some((conn, ch)));
+            }
+            Err(e) => self.fail(conn, ch, &broker_error_close(&e), (20, 10)),
+        }
+    }
+
+    /// After our `channel.close`, only `close-ok` (and a crossing `close`) matter.
+    fn on_op_while_closing(&mut self, conn: u64, ch: u16, op: &Op) {
+        match op {
+            Op::CloseOk => {
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.channels.remove(&ch);
+                }
+            }
+            Op::Close => {
+                let close_ok = method_channel(channel::AMQPMethod::CloseOk(channel::CloseOk {}));
+                self.reply(conn, ch, &close_ok);
+            }
+            _ => {}
+        }
+    }
+
+    /// `confirm.select`, `tx.select`, `tx.rollback`: channel mode changes, refused with
+    /// RabbitMQ's 406 texts when they conflict.
+    fn on_mode_op(&mut self, conn: u64, ch: u16, op: &Op) {
+        let Some(state) = self.chan_mut(conn, ch) else {
+            return;
+        };
+        let (refusal, method, reply) = match *op {
             Op::ConfirmSelect { nowait } => {
                 if state.tx.is_some() {
-                    let close = Close::new(
-                        reply_code::PRECONDITION_FAILED,
-                        "cannot switch from tx to confirm mode",
-                    );
-                    self.fail(conn, ch, &close, (85, 10));
-                    return;
-                }
-                state.confirm_next.get_or_insert(1);
-                if !nowait {
-                    let ok = AMQPClass::Confirm(confirm::AMQPMethod::SelectOk(confirm::SelectOk {}));
-                    self.reply(conn, ch, &ok);
+                    (
+                        Some("cannot switch from tx to confirm mode"),
+                        (85, 10),
+                        None,
+                    )
+                } else {
+                    state.confirm_next.get_or_insert(1);
+                    let ok =
+                        AMQPClass::Confirm(confirm::AMQPMethod::SelectOk(confirm::SelectOk {}));
+                    (None, (85, 10), (!nowait).then_some(ok))
                 }
             }
             Op::TxSelect => {
                 if state.confirm_next.is_some() {
-                    let close = Close::new(
-                        reply_code::PRECONDITION_FAILED,
-                        "cannot switch from confirm to tx mode",
-                    );
-                    self.fail(conn, ch, &close, (90, 10));
-                    return;
+                    (
+                        Some("cannot switch from confirm to tx mode"),
+                        (90, 10),
+                        None,
+                    )
+                } else {
+                    state.tx.get_or_insert_with(Vec::new);
+                    let ok = AMQPClass::Tx(tx::AMQPMethod::SelectOk(tx::SelectOk {}));
+                    (None, (90, 10), Some(ok))
                 }
-                state.tx.get_or_insert_with(Vec::new);
-                self.reply(conn, ch, &AMQPClass::Tx(tx::AMQPMethod::SelectOk(tx::SelectOk {})));
             }
-            Op::TxCommit => self.tx_commit(conn, ch),
-            Op::TxRollback => {
-                let Some(buffer) = state.tx.as_mut() else {
-                    let close =
-                        Close::new(reply_code::PRECONDITION_FAILED, "channel is not transactional");
-                    self.fail(conn, ch, &close, (90, 30));
-                    return;
-                };
-                buffer.clear();
-                let ok = AMQPClass::Tx(tx::AMQPMethod::RollbackOk(tx::RollbackOk {}));
-                self.reply(conn, ch, &ok);
-            }
-            Op::Fail(close, method) => self.fail(conn, ch, &close, method),
+            _ => match state.tx.as_mut() {
+                None => (Some("channel is not transactional"), (90, 30), None),
+                Some(buffer) => {
+                    buffer.clear();
+                    let ok = AMQPClass::Tx(tx::AMQPMethod::RollbackOk(tx::RollbackOk {}));
+                    (None, (90, 30), Some(ok))
+                }
+            },
+        };
+        if let Some(text) = refusal {
+            let close = Close::new(reply_code::PRECONDITION_FAILED, text);
+            self.fail(conn, ch, &close, method);
+        } else if let Some(ok) = reply {
+            self.reply(conn, ch, &ok);
         }
     }
 
@@ -544,7 +583,10 @@ impl Core {
             .chan_mut(conn, ch)
             .and_then(|s| s.tx.as_mut().map(std::mem::take));
         let Some(ops) = ops else {
-            let close = Close::new(reply_code::PRECONDITION_FAILED, "channel is not transactional");
+            let close = Close::new(
+                reply_code::PRECONDITION_FAILED,
+                "channel is not transactional",
+            );
             self.fail(conn, ch, &close, (90, 20));
             return;
         };
@@ -791,10 +833,13 @@ impl Core {
                 vhost,
                 queue,
                 reason,
-            } => match reason {
-                QueueDeletedReason::Expired => info!(%vhost, %queue, "queue expired (S-QEXP-5)"),
-                _ => debug!(%vhost, %queue, ?reason, "queue deleted"),
-            },
+            } => {
+                if reason == QueueDeletedReason::Expired {
+                    info!(%vhost, %queue, "queue expired (S-QEXP-5)");
+                } else {
+                    debug!(%vhost, %queue, ?reason, "queue deleted");
+                }
+            }
             Effect::ExchangeDeleted { vhost, exchange } => {
                 debug!(%vhost, %exchange, "exchange deleted");
             }
@@ -866,14 +911,16 @@ impl Core {
             }
         }
         let watermark = self.watermark();
-        if need_wait && ticket > watermark && ticket > self.waited_ticket {
-            if let Some(store) = self.store.as_ref() {
-                let fut: DurableFuture = Box::pin(store.durable(ticket));
-                self.waited_ticket = ticket;
-                if self.to_waiter.try_send((ticket, fut)).is_err() {
-                    warn!("durability waiter is behind; confirms wait for the next batch");
-                    self.waited_ticket = watermark;
-                }
+        if need_wait
+            && ticket > watermark
+            && ticket > self.waited_ticket
+            && let Some(store) = self.store.as_ref()
+        {
+            let fut: DurableFuture = Box::pin(store.durable(ticket));
+            self.waited_ticket = ticket;
+            if self.to_waiter.try_send((ticket, fut)).is_err() {
+                warn!("durability waiter is behind; confirms wait for the next batch");
+                self.waited_ticket = watermark;
             }
         }
         self.release(watermark);

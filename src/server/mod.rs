@@ -128,7 +128,9 @@ impl Users {
 fn is_loopback(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => v4.is_loopback(),
-        IpAddr::V6(v6) => v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
     }
 }
 
@@ -139,7 +141,7 @@ pub struct ServerConfig {
     pub bind: String,
     /// The data directory.
     pub data_dir: PathBuf,
-    /// The clock (SystemClock; a ManualClock in tests).
+    /// The clock (`SystemClock`; a `ManualClock` in tests).
     pub clock: Arc<dyn Clock>,
     /// Heartbeat interval proposed to clients, seconds (0 = none).
     pub heartbeat_secs: u16,
@@ -199,12 +201,13 @@ impl Server {
         core.log_startup(recovered.events)?;
         let recovery_ms = clock.now_ms().saturating_sub(started_ms);
 
-        let listener = TcpListener::bind(&config.bind)
-            .await
-            .map_err(|source| ServerError::Bind {
-                addr: config.bind.clone(),
-                source,
-            })?;
+        let listener =
+            TcpListener::bind(&config.bind)
+                .await
+                .map_err(|source| ServerError::Bind {
+                    addr: config.bind.clone(),
+                    source,
+                })?;
         let local_addr = listener.local_addr().map_err(|source| ServerError::Bind {
             addr: config.bind.clone(),
             source,

@@ -82,7 +82,6 @@ impl Outbox {
         self.flush();
     }
 
-
     /// Marks the connection as paused for backlog; the writer reports when it drained.
     pub fn set_throttled(&self) {
         self.lock().throttled = true;

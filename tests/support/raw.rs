@@ -33,7 +33,10 @@ impl Raw {
         let mut raw = Raw::connect(addr).await;
         raw.send(&protocol::frame::PROTOCOL_HEADER).await;
         let start = raw.method().await;
-        assert!(matches!(start, AMQPClass::Connection(connection::AMQPMethod::Start(_))));
+        assert!(matches!(
+            start,
+            AMQPClass::Connection(connection::AMQPMethod::Start(_))
+        ));
         raw.send_method(
             0,
             AMQPClass::Connection(connection::AMQPMethod::StartOk(connection::StartOk {
@@ -65,7 +68,10 @@ impl Raw {
         )
         .await;
         let ok = raw.method().await;
-        assert!(matches!(ok, AMQPClass::Connection(connection::AMQPMethod::OpenOk(_))), "{ok:?}");
+        assert!(
+            matches!(ok, AMQPClass::Connection(connection::AMQPMethod::OpenOk(_))),
+            "{ok:?}"
+        );
         raw
     }
 
@@ -83,10 +89,16 @@ impl Raw {
 
     /// Opens channel `n` and waits for open-ok.
     pub async fn open_channel(&mut self, n: u16) {
-        self.send_method(n, AMQPClass::Channel(channel::AMQPMethod::Open(channel::Open {})))
-            .await;
+        self.send_method(
+            n,
+            AMQPClass::Channel(channel::AMQPMethod::Open(channel::Open {})),
+        )
+        .await;
         let ok = self.method().await;
-        assert!(matches!(ok, AMQPClass::Channel(channel::AMQPMethod::OpenOk(_))), "{ok:?}");
+        assert!(
+            matches!(ok, AMQPClass::Channel(channel::AMQPMethod::OpenOk(_))),
+            "{ok:?}"
+        );
     }
 
     /// The next frame (heartbeats skipped), or None at end of stream; fails after 5 s.
