@@ -1,6 +1,11 @@
 //! A smoke test with a second, independent client library (amqprs): declare, publish,
 //! consume, ack against the in-process server, so wharf is not only tested against lapin's
 //! reading of the protocol.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
 
 mod support;
 

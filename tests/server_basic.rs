@@ -1,6 +1,11 @@
 //! End-to-end tests of the AMQP server with lapin: handshake, declare, publish with confirms,
 //! consume, get, ack/nack/reject/recover, prefetch, mandatory returns. In-process server on
 //! 127.0.0.1:0 with a temporary data directory and a manual clock.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
 
 mod support;
 

@@ -2,6 +2,11 @@
 //! the channel with RabbitMQ's reply text and leave the connection usable; connection errors
 //! (530, 403 at login) close the connection. The raw-socket paths (501, 504, 505, 540) are in
 //! `server_raw.rs`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
 
 mod support;
 
@@ -177,9 +182,8 @@ async fn unknown_delivery_tag_is_406() {
     ch.basic_ack(99, BasicAckOptions::default()).await.unwrap();
     // The ack has no reply: the channel's close arrives as an error event.
     let err = loop {
-        match support::within(5, events.next()).await.unwrap() {
-            lapin::Event::Error(e) => break e,
-            _ => {}
+        if let lapin::Event::Error(e) = support::within(5, events.next()).await.unwrap() {
+            break e;
         }
     };
     assert_eq!(reply_code(&err), Some(406), "{err:?}");

@@ -2,6 +2,11 @@
 //! oversized and malformed frames, methods in the wrong state, missed heartbeats. Each test
 //! checks the close the server sends (reply code) and that a concurrently open lapin
 //! connection keeps working.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
 
 mod support;
 
@@ -175,7 +180,13 @@ async fn content_header_without_a_method_is_505() {
     let mut raw = Raw::open(server.handle.local_addr(), 0).await;
     raw.open_channel(1).await;
     let mut buf = BytesMut::new();
-    protocol::encode_content_header(&mut buf, ChannelId(1), 60, 3, &Default::default());
+    protocol::encode_content_header(
+        &mut buf,
+        ChannelId(1),
+        60,
+        3,
+        &amq_protocol::protocol::BasicProperties::default(),
+    );
     raw.send(&buf).await;
     let (code, _) = raw.expect_connection_close().await;
     assert_eq!(code, 505);
@@ -226,7 +237,13 @@ async fn message_over_the_size_limit_closes_only_the_channel_with_406() {
     raw.send(&publish_method(1)).await;
     let mut buf = BytesMut::new();
     let too_big = u64::from(wharf::limits::MESSAGE_BODY_BYTES_MAX) + 1;
-    protocol::encode_content_header(&mut buf, ChannelId(1), 60, too_big, &Default::default());
+    protocol::encode_content_header(
+        &mut buf,
+        ChannelId(1),
+        60,
+        too_big,
+        &amq_protocol::protocol::BasicProperties::default(),
+    );
     raw.send(&buf).await;
     let (code, _) = raw.expect_channel_close().await;
     assert_eq!(code, 406);

@@ -1,6 +1,11 @@
 //! Expiry and dead-lettering seen from a client, on a manual clock: advance the clock, run
 //! the server's timer step (`ServerHandle::tick`), observe the dead-letter queue. No sleep
 //! stands in for the clock; waits are only for network replies, with a timeout.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
 
 mod support;
 

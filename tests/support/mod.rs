@@ -2,6 +2,11 @@
 //! data directory and a manual clock, lapin connections, and reply-code extraction from
 //! lapin's errors. Depends only on wharf's public API and the test clients.
 #![allow(dead_code, reason = "each test binary uses a different subset")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
 
 use std::sync::Arc;
 use std::time::Duration;
