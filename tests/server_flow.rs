@@ -111,3 +111,31 @@ async fn shutdown_closes_connections_with_320() {
     };
     assert_eq!(reply_code(&err), Some(320), "{err:?}");
 }
+
+#[tokio::test]
+async fn resource_alarm_sends_connection_blocked_and_unblocked() {
+    let server = TestServer::start().await;
+    let conn = server.connect().await;
+    let mut events = conn.events_listener();
+    server.handle.set_blocked(Some("low on disk".into())).await;
+    let blocked = loop {
+        if let lapin::Event::ConnectionBlocked(reason) = within(5, events.next()).await.unwrap() {
+            break reason;
+        }
+    };
+    assert_eq!(blocked, "low on disk");
+    // A connection opened during the alarm is told when it ends, too.
+    let late = server.connect().await;
+    let mut late_events = late.events_listener();
+    server.handle.set_blocked(None).await;
+    loop {
+        if let lapin::Event::ConnectionUnblocked = within(5, events.next()).await.unwrap() {
+            break;
+        }
+    }
+    loop {
+        if let lapin::Event::ConnectionUnblocked = within(5, late_events.next()).await.unwrap() {
+            break;
+        }
+    }
+}

@@ -68,6 +68,7 @@ struct Reader {
     channel_max: u16,
     vhost: String,
     cancel_notify: bool,
+    blocked_notify: bool,
     channels: HashMap<u16, ContentAssembler>,
     ops: Vec<ChanOp>,
     /// The core already knows this connection (it must be told when it goes).
@@ -106,6 +107,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: ConnCtx) {
             channel_max: limits::CHANNELS_PER_CONNECTION_MAX,
             vhost: String::new(),
             cancel_notify: false,
+            blocked_notify: false,
             channels: HashMap::new(),
             ops: Vec::new(),
             registered: false,
@@ -348,9 +350,12 @@ impl Reader {
                 AMQPValue::FieldTable(t) => Some(t),
                 _ => None,
             });
-        self.cancel_notify = caps
-            .and_then(|t| t.inner().get("consumer_cancel_notify"))
-            .is_some_and(|v| matches!(v, AMQPValue::Boolean(true)));
+        let has = |name: &str| {
+            caps.and_then(|t| t.inner().get(name))
+                .is_some_and(|v| matches!(v, AMQPValue::Boolean(true)))
+        };
+        self.cancel_notify = has("consumer_cancel_notify");
+        self.blocked_notify = has("connection.blocked");
         let mechanism = s.mechanism.as_str();
         let credentials = match mechanism {
             "PLAIN" => parse_plain(s.response.as_bytes()),
@@ -400,6 +405,7 @@ impl Reader {
             outbox: self.outbox.clone(),
             frame_max: self.frame_max,
             cancel_notify: self.cancel_notify,
+            blocked_notify: self.blocked_notify,
             done,
         };
         if self
@@ -414,12 +420,9 @@ impl Reader {
         }
         match answer.await {
             Ok(Ok(())) => {
+                // The broker task wrote open-ok (and connection.blocked if an alarm is on).
                 self.registered = true;
                 self.vhost = vhost;
-                let ok =
-                    AMQPClass::Connection(connection::AMQPMethod::OpenOk(connection::OpenOk {}));
-                self.outbox
-                    .send(|b| protocol::encode_method(b, ChannelId(0), &ok));
                 self.phase = Phase::Running;
                 debug!(vhost = %self.vhost, "open");
             }

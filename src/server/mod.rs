@@ -286,6 +286,13 @@ impl ServerHandle {
         }
     }
 
+    /// Raises (`Some(reason)`) or clears (`None`) a resource alarm: clients that advertised
+    /// `connection.blocked` get `connection.blocked` / `connection.unblocked` (the memory and
+    /// disk alarms will call this; publishers are not yet throttled by it).
+    pub async fn set_blocked(&self, reason: Option<String>) {
+        let _ = self.core.send(core::CoreMsg::Blocked(reason)).await;
+    }
+
     /// Graceful shutdown: stop accepting, close every connection (320 `CONNECTION_FORCED`),
     /// make everything logged durable and close the store.
     ///
