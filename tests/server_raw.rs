@@ -325,3 +325,37 @@ async fn a_silent_peer_is_closed_after_two_missed_heartbeats() {
     assert!(heartbeats >= 1, "the server sends heartbeats while idle");
     still_works(&ch).await;
 }
+
+#[tokio::test]
+async fn partly_received_bodies_are_bounded_per_connection_506() {
+    // Three channels each in the middle of a 16 MiB message: more than a connection may hold.
+    let server = TestServer::start().await;
+    let (_conn, ch) = server.channel().await;
+    let mut raw = Raw::open(server.handle.local_addr(), 0).await;
+    let max = u64::from(wharf::limits::MESSAGE_BODY_BYTES_MAX);
+    for n in 1..=3u16 {
+        raw.open_channel(n).await;
+        raw.send(&publish_method(n)).await;
+        let mut buf = BytesMut::new();
+        protocol::encode_content_header(
+            &mut buf,
+            ChannelId(n),
+            60,
+            max,
+            &amq_protocol::protocol::BasicProperties::default(),
+        );
+        raw.send(&buf).await;
+    }
+    let chunk = vec![0u8; 128 * 1024 - 8];
+    let mut frames = BytesMut::new();
+    for n in 1..=3u16 {
+        for _ in 0..90 {
+            protocol::encode_body_frame(&mut frames, ChannelId(n), &chunk);
+        }
+    }
+    // The server may stop reading once it has closed; ignore a write error.
+    let _ = tokio::io::AsyncWriteExt::write_all(&mut raw.sock, &frames).await;
+    let (code, _) = raw.expect_connection_close().await;
+    assert_eq!(code, 506);
+    still_works(&ch).await;
+}

@@ -24,7 +24,7 @@ use tracing::{Instrument, debug, info, info_span};
 
 use super::convert::{Close, broker_error_close, properties_from_wire, short, table_from_wire};
 use super::core::{ChanOp, CoreMsg, Op, OpenConn};
-use super::outbox::{Outbox, WriterCtx, run_writer};
+use super::outbox::{OUTBOX_HARD_BYTES, Outbox, WriterCtx, run_writer};
 use super::{Users, limits_server};
 use crate::broker::{self, ChanRef, Command, ConnId, Publish};
 use crate::limits;
@@ -70,6 +70,8 @@ struct Reader {
     cancel_notify: bool,
     blocked_notify: bool,
     channels: HashMap<u16, ContentAssembler>,
+    /// Bytes held by the assemblers for bodies still arriving, over all channels.
+    gathering_bytes: usize,
     ops: Vec<ChanOp>,
     /// The core already knows this connection (it must be told when it goes).
     registered: bool,
@@ -109,6 +111,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: ConnCtx) {
             cancel_notify: false,
             blocked_notify: false,
             channels: HashMap::new(),
+            gathering_bytes: 0,
             ops: Vec::new(),
             registered: false,
         };
@@ -143,6 +146,10 @@ impl Reader {
             if buf.capacity() - buf.len() < 4096 {
                 buf.reserve(64 * 1024);
             }
+            // A client that sends but does not read (confirms, replies pile up): stop reading
+            // it until the writer catches up, so its outbox stays bounded. Deliveries alone
+            // never get here (they pause at OUTBOX_HIGH_BYTES).
+            self.outbox.wait_below(OUTBOX_HARD_BYTES).await;
             let wait = self.read_timeout();
             let closing = self.phase == Phase::Closing;
             tokio::select! {
@@ -474,7 +481,21 @@ impl Reader {
             }
             return;
         };
-        match assembler.push(frame) {
+        let held_before = assembler.gathering_capacity_bytes();
+        let pushed = assembler.push(frame);
+        let held_after = assembler.gathering_capacity_bytes();
+        self.gathering_bytes = (self.gathering_bytes + held_after).saturating_sub(held_before);
+        if self.gathering_bytes > limits_server::GATHERING_BYTES_PER_CONNECTION_MAX {
+            // Many channels each in the middle of a large message: refuse rather than hold
+            // up to channel_max x MESSAGE_BODY_BYTES_MAX (STYLE 3.2).
+            let close = Close::new(
+                reply_code::RESOURCE_ERROR,
+                "too many partly received message bodies on this connection",
+            );
+            self.close_connection(close, (60, 40));
+            return;
+        }
+        match pushed {
             Ok(None) => {}
             Ok(Some(Assembled::Method(m))) => self.on_method(ch, m),
             Ok(Some(Assembled::Content(c))) => self.on_content(ch, *c),
@@ -514,6 +535,14 @@ impl Reader {
                 let close = Close::new(reply_code::UNEXPECTED_FRAME, "content on channel 0");
                 self.close_connection(close, (0, 0));
             }
+        }
+    }
+
+    fn forget_channel(&mut self, ch: u16) {
+        if let Some(assembler) = self.channels.remove(&ch) {
+            self.gathering_bytes = self
+                .gathering_bytes
+                .saturating_sub(assembler.gathering_capacity_bytes());
         }
     }
 
@@ -566,11 +595,11 @@ impl Reader {
         match m {
             AMQPClass::Channel(channel::AMQPMethod::Open(_)) => self.push(ch, Op::Open),
             AMQPClass::Channel(channel::AMQPMethod::Close(_)) => {
-                self.channels.remove(&ch);
+                self.forget_channel(ch);
                 self.push(ch, Op::Close);
             }
             AMQPClass::Channel(channel::AMQPMethod::CloseOk(_)) => {
-                self.channels.remove(&ch);
+                self.forget_channel(ch);
                 self.push(ch, Op::CloseOk);
             }
             AMQPClass::Channel(channel::AMQPMethod::Flow(f)) => self.push(ch, Op::Flow(f.active)),

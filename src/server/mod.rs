@@ -52,6 +52,10 @@ pub mod limits_server {
     pub const HANDSHAKE_WAIT: Duration = Duration::from_secs(10);
     /// How long we wait for `close-ok` after sending `connection.close`.
     pub const CLOSE_OK_WAIT: Duration = Duration::from_secs(2);
+    /// Bytes of partly received message bodies one connection may hold over all its channels
+    /// (more than one maximal message, far less than `channel_max` of them).
+    pub const GATHERING_BYTES_PER_CONNECTION_MAX: usize =
+        2 * crate::limits::MESSAGE_BODY_BYTES_MAX as usize + 1024 * 1024;
     /// The heartbeat interval proposed in `connection.tune`, in seconds (RabbitMQ's 60).
     pub const HEARTBEAT_SECS_DEFAULT: u16 = 60;
 }

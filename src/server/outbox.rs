@@ -22,6 +22,9 @@ use crate::protocol;
 
 /// Above this many queued outgoing bytes a connection's channels get no more deliveries.
 pub const OUTBOX_HIGH_BYTES: usize = 4 * 1024 * 1024;
+/// Above this many queued bytes the reader stops reading the client's socket until the writer
+/// catches up (a client that publishes with confirms but never reads).
+pub const OUTBOX_HARD_BYTES: usize = 4 * OUTBOX_HIGH_BYTES;
 /// Deliveries resume once the queued bytes fall below this.
 pub const OUTBOX_LOW_BYTES: usize = 1024 * 1024;
 
@@ -47,6 +50,8 @@ pub struct Outbox {
     wake_writer: Notify,
     /// Wakes the reader: `closing` was set.
     wake_reader: Notify,
+    /// Wakes a reader waiting in [`Outbox::wait_below`]: the writer wrote a chunk.
+    wrote: Notify,
 }
 
 impl Outbox {
@@ -110,6 +115,20 @@ impl Outbox {
         }
     }
 
+    /// Resolves once fewer than `bytes_max` bytes are queued (or the outbox is finished).
+    pub async fn wait_below(&self, bytes_max: usize) {
+        loop {
+            let wrote = self.wrote.notified();
+            {
+                let s = self.lock();
+                if s.queued_bytes < bytes_max || s.finished || s.closing {
+                    return;
+                }
+            }
+            wrote.await;
+        }
+    }
+
     /// Tells the writer to write what is queued and then stop; later appends are dropped.
     pub fn finish(&self) {
         self.lock().finished = true;
@@ -155,6 +174,7 @@ pub async fn run_writer(outbox: std::sync::Arc<Outbox>, mut sock: OwnedWriteHalf
         if sock.write_all(&chunk).await.is_err() {
             break;
         }
+        outbox.wrote.notify_one();
         let drained = {
             let mut s = outbox.lock();
             s.queued_bytes = s.queued_bytes.saturating_sub(chunk.len());
@@ -170,4 +190,5 @@ pub async fn run_writer(outbox: std::sync::Arc<Outbox>, mut sock: OwnedWriteHalf
     }
     let _ = sock.shutdown().await;
     outbox.finish();
+    outbox.wrote.notify_one();
 }
