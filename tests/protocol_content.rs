@@ -34,11 +34,11 @@ fn publish() -> Frame {
 fn header(class_id: u16, body_size: u64) -> Frame {
     Frame::Header(
         CH,
-        AMQPContentHeader {
+        Box::new(AMQPContentHeader {
             class_id,
             body_size,
             properties: BasicProperties::default().with_delivery_mode(2),
-        },
+        }),
     )
 }
 
@@ -59,7 +59,7 @@ fn assembler() -> ContentAssembler {
 
 fn content(result: Option<Assembled>) -> protocol::Content {
     match result {
-        Some(Assembled::Content(c)) => *c,
+        Some(Assembled::Content(c)) => c,
         other => panic!("expected a content, got {other:?}"),
     }
 }
@@ -83,7 +83,8 @@ fn publish_header_and_one_body_frame_make_a_message() {
     assert_eq!(a.push(header(60, 5)).unwrap(), None);
     let c = content(a.push(body(b"hello")).unwrap());
     assert_eq!(&c.body[..], b"hello");
-    assert_eq!(c.properties.delivery_mode(), &Some(2));
+    assert_eq!(c.header.properties.delivery_mode(), &Some(2));
+    assert_eq!(c.header.body_size, 5);
     let Frame::Method(_, method) = publish() else {
         unreachable!()
     };
@@ -124,26 +125,21 @@ fn an_empty_body_completes_at_the_header() {
 
 #[test]
 fn large_single_frame_bodies_are_not_copied_and_small_ones_are() {
-    // Decode real frames so the body is a slice of the read buffer.
-    for (len, zero_copy) in [
-        (protocol::content::BODY_ZERO_COPY_BYTES_MIN, true),
-        (16, false),
-    ] {
+    // Decode real frames: a large body must be the very octets of the read buffer (payload at
+    // offset 7), a small one a copy that does not pin the buffer.
+    for (len, zero_copy) in [(protocol::BODY_ZERO_COPY_BYTES_MIN, true), (16, false)] {
         let payload = vec![7u8; len];
         let mut wire = BytesMut::new();
         protocol::encode_body_frame(&mut wire, CH, &payload);
+        let payload_in_buffer = wire.as_ptr().wrapping_add(7);
         let frame = protocol::decode(&mut wire, 0).unwrap().unwrap();
-        let Frame::Body(_, ref frame_bytes) = frame else {
-            panic!("not a body")
-        };
-        let frame_ptr = frame_bytes.as_ptr();
         let mut a = assembler();
         a.push(publish()).unwrap();
         a.push(header(60, len as u64)).unwrap();
         let c = content(a.push(frame).unwrap());
-        assert_eq!(c.body.len(), len);
+        assert_eq!(&c.body[..], &payload[..]);
         assert_eq!(
-            c.body.as_ptr() == frame_ptr,
+            c.body.as_ptr() == payload_in_buffer,
             zero_copy,
             "body of {len} octets"
         );
@@ -162,6 +158,13 @@ fn expect_error(frames: Vec<Frame>, code: u16, text: &str) {
     let err = result.expect_err(text);
     assert_eq!(err.reply_code(), code, "{err}");
     assert!(err.to_string().contains(text), "{err}");
+    // The close names the pending method (basic.publish), or none when there was none.
+    let want_ids = if text.starts_with("expected method frame") {
+        (0, 0)
+    } else {
+        (60, 40)
+    };
+    assert_eq!(err.method_ids(), want_ids, "{err}");
     // After an error the assembler expects a method again.
     assert!(!a.is_mid_content());
 }
@@ -233,7 +236,7 @@ fn more_body_than_announced_is_a_frame_error() {
 }
 
 #[test]
-fn a_body_over_the_configured_limit_is_refused_at_the_header_as_a_channel_error() {
+fn s_err_1_a_body_over_the_configured_limit_is_refused_at_the_header_as_a_channel_error() {
     // Configured lower than the hard limit: 406 on the channel, as RabbitMQ's
     // max_message_size, decided from the header before any body octet is buffered.
     let mut a = ContentAssembler::new(CH, 1000);
@@ -251,8 +254,14 @@ fn a_body_over_the_configured_limit_is_refused_at_the_header_as_a_channel_error(
         ProtocolError::MessageTooLarge {
             channel: 3,
             body_size_bytes: 1001,
-            body_bytes_max: 1000
+            body_bytes_max: 1000,
+            method_ids: (60, 40),
         }
+    );
+    assert_eq!(
+        err.method_ids(),
+        (60, 40),
+        "basic.publish, as RabbitMQ reports it"
     );
     assert_eq!(err.reply_code(), reply_code::PRECONDITION_FAILED);
     assert!(!err.is_connection_error());

@@ -126,7 +126,53 @@ fn golden() -> Vec<(&'static str, Vec<u8>, Frame)> {
             vec![8, 0, 0, 0, 0, 0, 0, 0xCE],
             Frame::Heartbeat,
         ),
+        (
+            "connection.start-ok with client properties as lapin sends them",
+            start_ok_golden_bytes(),
+            Frame::Method(
+                ChannelId(0),
+                AMQPClass::Connection(connection::AMQPMethod::StartOk(connection::StartOk {
+                    client_properties: client_properties(),
+                    mechanism: "PLAIN".into(),
+                    response: "\0guest\0guest".into(),
+                    locale: "en_US".into(),
+                })),
+            ),
+        ),
     ]
+}
+
+/// `{capabilities: {publisher_confirms: true}, product: "lapin"}`; keys in byte order, as a
+/// wire table holds them.
+fn client_properties() -> FieldTable {
+    let mut capabilities = FieldTable::default();
+    capabilities.insert("publisher_confirms".into(), AMQPValue::Boolean(true));
+    let mut props = FieldTable::default();
+    props.insert("capabilities".into(), AMQPValue::FieldTable(capabilities));
+    props.insert("product".into(), AMQPValue::LongString("lapin".into()));
+    props
+}
+
+fn start_ok_golden_bytes() -> Vec<u8> {
+    let mut b = vec![1, 0, 0, 0, 0, 0, 93, 0, 10, 0, 11]; // 93 octets of payload
+    b.extend_from_slice(&[0, 0, 0, 57]); // client-properties: 57 octets of entries
+    b.push(12);
+    b.extend_from_slice(b"capabilities");
+    b.extend_from_slice(&[b'F', 0, 0, 0, 21, 18]); // nested table of 21 octets
+    b.extend_from_slice(b"publisher_confirms");
+    b.extend_from_slice(&[b't', 1]);
+    b.push(7);
+    b.extend_from_slice(b"product");
+    b.extend_from_slice(&[b'S', 0, 0, 0, 5]);
+    b.extend_from_slice(b"lapin");
+    b.push(5);
+    b.extend_from_slice(b"PLAIN"); // mechanism
+    b.extend_from_slice(&[0, 0, 0, 12]);
+    b.extend_from_slice(b"\0guest\0guest"); // response (long string)
+    b.push(5);
+    b.extend_from_slice(b"en_US"); // locale
+    b.push(0xCE);
+    b
 }
 
 fn publish(exchange: &str, routing_key: &str, mandatory: bool) -> AMQPClass {
@@ -145,12 +191,12 @@ fn ack(delivery_tag: u64, multiple: bool) -> AMQPClass {
     }))
 }
 
-fn header(body_size: u64, properties: BasicProperties) -> AMQPContentHeader {
-    AMQPContentHeader {
+fn header(body_size: u64, properties: BasicProperties) -> Box<AMQPContentHeader> {
+    Box::new(AMQPContentHeader {
         class_id: 60,
         body_size,
         properties,
-    }
+    })
 }
 
 fn decode_all(bytes: &[u8], frame_max: u32) -> Result<Vec<Frame>, ProtocolError> {
@@ -201,6 +247,25 @@ fn hand_written_encoders_match_amq_protocol_on_the_golden_frames() {
             _ => continue,
         }
         assert_eq!(ours, theirs, "{name}");
+    }
+}
+
+#[test]
+fn golden_bytes_are_what_lapin_writes() {
+    // lapin serialises every frame with amq-protocol's `gen_frame`; running it on the golden
+    // frames shows the hand-written bytes are what a real client sends.
+    use amq_protocol::frame::{AMQPFrame, WriteContext, gen_frame};
+    for (name, bytes, frame) in golden() {
+        let amqp = match frame {
+            Frame::Method(c, m) => AMQPFrame::Method(c.0, m),
+            Frame::Header(c, h) => AMQPFrame::Header(c.0, *h),
+            Frame::Body(c, b) => AMQPFrame::Body(c.0, b.to_vec()),
+            Frame::Heartbeat => AMQPFrame::Heartbeat,
+        };
+        let (written, _) = gen_frame(&amqp)(WriteContext::from(Vec::new()))
+            .unwrap()
+            .into_inner();
+        assert_eq!(written, bytes, "{name}");
     }
 }
 
@@ -289,7 +354,7 @@ fn protocol_headers_follow_rabbitmq() {
 }
 
 #[test]
-fn oversized_frames_are_refused_from_the_header_before_buffering() {
+fn s_err_1_oversized_frames_are_refused_from_the_header_before_buffering() {
     // Only the 7-octet header of a frame announcing 1 GiB: refused at once, nothing reserved.
     let mut buf = BytesMut::from(&[3u8, 0, 1, 0x40, 0, 0, 0][..]);
     let capacity_before = buf.capacity();
@@ -332,7 +397,7 @@ fn oversized_frames_are_refused_from_the_header_before_buffering() {
 }
 
 #[test]
-fn frame_level_errors_carry_rabbitmq_reply_codes() {
+fn s_err_1_frame_level_errors_carry_rabbitmq_reply_codes() {
     let cases: Vec<(&str, Vec<u8>, u16)> = vec![
         (
             "unknown frame type",
@@ -405,6 +470,12 @@ fn frame_level_errors_carry_rabbitmq_reply_codes() {
     ];
     for (name, bytes, code) in cases {
         let err = decode_all(&bytes, 0).expect_err(name);
+        if name.starts_with("basic.publish") {
+            assert_eq!(err.method_ids(), (60, 40), "{name}");
+        }
+        if name == "unknown method" {
+            assert_eq!(err.method_ids(), (60, 99), "{name}");
+        }
         assert_eq!(err.reply_code(), code, "{name}: {err}");
         assert!(err.is_connection_error(), "{name}");
         assert!(!err.to_string().is_empty());
@@ -490,7 +561,7 @@ fn standalone_tables_obey_the_same_depth_limit() {
 }
 
 #[test]
-fn a_full_frame_of_nested_tables_is_refused_without_recursing() {
+fn s_err_2_a_full_frame_of_nested_tables_is_refused_without_recursing() {
     // ~26 000 levels in 128 KiB: amq-protocol's recursive parser would overflow the stack. Run
     // on a thread with a deliberately small stack (64 KiB) to show decode never recurses per
     // level, for a method argument table and for message headers.
@@ -587,6 +658,36 @@ fn short_strings_inside_tables_go_out_as_long_strings() {
         .get("s")
         .cloned();
     assert_eq!(value, Some(AMQPValue::LongString("v".into())));
+}
+
+#[test]
+fn short_strings_inside_method_tables_go_out_as_long_strings() {
+    let mut server_properties = FieldTable::default();
+    let mut capabilities = FieldTable::default();
+    capabilities.insert("deep".into(), AMQPValue::ShortString("x".into()));
+    server_properties.insert("capabilities".into(), AMQPValue::FieldTable(capabilities));
+    server_properties.insert("product".into(), AMQPValue::ShortString("wharf".into()));
+    let start = |props: FieldTable| {
+        AMQPClass::Connection(connection::AMQPMethod::Start(connection::Start {
+            version_major: 0,
+            version_minor: 9,
+            server_properties: props,
+            mechanisms: "PLAIN".into(),
+            locales: "en_US".into(),
+        }))
+    };
+    let mut buf = BytesMut::new();
+    protocol::encode_method(&mut buf, ChannelId(0), &start(server_properties));
+    // A `_` type tag would make this decode fail; it must come back with long strings.
+    let mut capabilities = FieldTable::default();
+    capabilities.insert("deep".into(), AMQPValue::LongString("x".into()));
+    let mut want = FieldTable::default();
+    want.insert("capabilities".into(), AMQPValue::FieldTable(capabilities));
+    want.insert("product".into(), AMQPValue::LongString("wharf".into()));
+    assert_eq!(
+        decode_all(&buf, 0).unwrap(),
+        vec![Frame::Method(ChannelId(0), start(want))]
+    );
 }
 
 #[test]

@@ -3,20 +3,17 @@
 //! until the announced size is reached, yield one [`Content`]. The state machine follows
 //! RabbitMQ's `rabbit_command_assembler` (same checks, same reply codes, same texts), with the
 //! body size checked against the configured maximum when the header arrives, before any body
-//! octet is buffered. No tokio, no broker.
+//! octet is buffered. One difference: RabbitMQ refuses a content header whose weight is not 0;
+//! amq-protocol's parser ignores the weight, and so does ours, which must accept what it
+//! accepts. No tokio, no broker.
 
 use amq_protocol::frame::AMQPContentHeader;
-use amq_protocol::protocol::{AMQPClass, BasicProperties, basic};
+use amq_protocol::protocol::{AMQPClass, basic};
 use bytes::{Bytes, BytesMut};
 
 use super::error::ProtocolError;
 use super::frame::{ChannelId, Frame};
 use crate::limits;
-
-/// A body that arrives in a single frame at least this large is kept as a slice of the read
-/// buffer (no copy); smaller ones are copied so that a queued message does not pin a whole read
-/// buffer allocation. Copying 4 KiB costs ~100 ns; pinning costs up to `frame_max` per message.
-pub const BODY_ZERO_COPY_BYTES_MIN: usize = 4096;
 
 /// A body split over several frames is gathered into a buffer that starts at most this large
 /// and grows with what actually arrives, so a header announcing 16 MiB followed by nothing
@@ -28,8 +25,10 @@ pub const BODY_PREALLOC_BYTES_MAX: usize = 1024 * 1024;
 pub struct Content {
     /// The content-bearing method (for the server: `basic.publish`).
     pub method: AMQPClass,
-    /// The basic properties from the content header.
-    pub properties: BasicProperties,
+    /// The content header as decoded: class id, body size and the basic properties
+    /// (`header.properties`). Boxed, as it is in [`Frame::Header`], so that it moves as a
+    /// pointer from the decoder to the broker.
+    pub header: Box<AMQPContentHeader>,
     /// The body, exactly as many octets as the content header announced.
     pub body: Bytes,
 }
@@ -40,15 +39,11 @@ pub enum Assembled {
     /// A method without content, ready to handle.
     Method(AMQPClass),
     /// A content-bearing method with its properties and body.
-    Content(Box<Content>),
+    Content(Content),
 }
 
 /// The state of one channel's content assembly.
 #[derive(Debug, Default)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "one State per channel; boxing Body would cost an allocation per message"
-)]
 enum State {
     /// Expecting a method.
     #[default]
@@ -58,7 +53,7 @@ enum State {
     /// Header came; expecting `remaining_bytes` more body octets.
     Body {
         method: AMQPClass,
-        properties: BasicProperties,
+        header: Box<AMQPContentHeader>,
         remaining_bytes: u64,
         body: BodyBuffer,
     },
@@ -67,7 +62,7 @@ enum State {
 /// The fields of `State::Body`, moved out while a body frame is handled.
 struct Pending {
     method: AMQPClass,
-    properties: BasicProperties,
+    header: Box<AMQPContentHeader>,
     remaining_bytes: u64,
     body: BodyBuffer,
 }
@@ -148,19 +143,22 @@ impl ContentAssembler {
         );
         let result = match (std::mem::take(&mut self.state), frame) {
             (State::Method, Frame::Method(_, method)) => Ok(self.on_method(method)),
-            (State::Method, _) => {
-                Err(self
-                    .unexpected("expected method frame, got non method frame instead".to_owned()))
-            }
+            (State::Method, _) => Err(self.unexpected(
+                (0, 0),
+                "expected method frame, got non method frame instead".to_owned(),
+            )),
             (State::Header { method }, Frame::Header(_, header)) => self.on_header(method, header),
-            (State::Header { .. }, _) => Err(self.unexpected(format!(
-                "expected content header for class {}, got non content header frame instead",
-                super::encode::CLASS_BASIC
-            ))),
+            (State::Header { method }, _) => Err(self.unexpected(
+                ids(&method),
+                format!(
+                    "expected content header for class {}, got non content header frame instead",
+                    method.get_amqp_class_id()
+                ),
+            )),
             (
                 State::Body {
                     method,
-                    properties,
+                    header,
                     remaining_bytes,
                     body,
                 },
@@ -168,13 +166,14 @@ impl ContentAssembler {
             ) => self.on_body(
                 Pending {
                     method,
-                    properties,
+                    header,
                     remaining_bytes,
                     body,
                 },
                 chunk,
             ),
-            (State::Body { .. }, _) => Err(self.unexpected(
+            (State::Body { method, .. }, _) => Err(self.unexpected(
+                ids(&method),
                 "expected content body, got non content body frame instead".to_owned(),
             )),
         };
@@ -184,10 +183,11 @@ impl ContentAssembler {
         result
     }
 
-    fn unexpected(&self, detail: String) -> ProtocolError {
+    fn unexpected(&self, method_ids: (u16, u16), detail: String) -> ProtocolError {
         ProtocolError::UnexpectedFrame {
             channel: self.channel.0,
             detail,
+            method_ids,
         }
     }
 
@@ -203,29 +203,33 @@ impl ContentAssembler {
     fn on_header(
         &mut self,
         method: AMQPClass,
-        header: AMQPContentHeader,
+        header: Box<AMQPContentHeader>,
     ) -> Result<Option<Assembled>, ProtocolError> {
         let class_id = method.get_amqp_class_id();
         if header.class_id != class_id {
-            return Err(self.unexpected(format!(
-                "expected content header for class {class_id}, got one for class {} instead",
-                header.class_id
-            )));
+            return Err(self.unexpected(
+                ids(&method),
+                format!(
+                    "expected content header for class {class_id}, got one for class {} instead",
+                    header.class_id
+                ),
+            ));
         }
         if header.body_size > u64::from(self.body_bytes_max) {
             return Err(ProtocolError::MessageTooLarge {
                 channel: self.channel.0,
                 body_size_bytes: header.body_size,
                 body_bytes_max: self.body_bytes_max,
+                method_ids: ids(&method),
             });
         }
         if header.body_size == 0 {
-            return Ok(Some(complete(method, header.properties, Bytes::new())));
+            return Ok(Some(complete(method, header, Bytes::new())));
         }
         self.state = State::Body {
             method,
-            properties: header.properties,
             remaining_bytes: header.body_size,
+            header,
             body: BodyBuffer::Empty,
         };
         Ok(None)
@@ -238,7 +242,7 @@ impl ContentAssembler {
     ) -> Result<Option<Assembled>, ProtocolError> {
         let Pending {
             method,
-            properties,
+            header,
             remaining_bytes,
             body,
         } = pending;
@@ -246,19 +250,20 @@ impl ContentAssembler {
         let Some(remaining_bytes) = remaining_bytes.checked_sub(chunk_bytes) else {
             return Err(ProtocolError::BodyOverrun {
                 channel: self.channel.0,
+                method_ids: ids(&method),
             });
         };
         if remaining_bytes == 0 {
             let body = match body {
-                // The whole body in one frame: keep large ones without copying.
-                BodyBuffer::Empty if chunk.len() >= BODY_ZERO_COPY_BYTES_MIN => chunk,
-                BodyBuffer::Empty => Bytes::copy_from_slice(&chunk),
+                // The whole body in one frame: kept as decoded (`decode` already copied small
+                // payloads out of the read buffer and left large ones in place).
+                BodyBuffer::Empty => chunk,
                 BodyBuffer::Gathering(mut gathered) => {
                     gathered.extend_from_slice(&chunk);
                     gathered.freeze()
                 }
             };
-            return Ok(Some(complete(method, properties, body)));
+            return Ok(Some(complete(method, header, body)));
         }
         let mut gathered = match body {
             BodyBuffer::Empty => {
@@ -269,9 +274,14 @@ impl ContentAssembler {
             BodyBuffer::Gathering(gathered) => gathered,
         };
         gathered.extend_from_slice(&chunk);
+        assert_eq!(
+            gathered.len() as u64 + remaining_bytes,
+            header.body_size,
+            "gathered + remaining must equal the announced size"
+        );
         self.state = State::Body {
             method,
-            properties,
+            header,
             remaining_bytes,
             body: BodyBuffer::Gathering(gathered),
         };
@@ -279,12 +289,19 @@ impl ContentAssembler {
     }
 }
 
-fn complete(method: AMQPClass, properties: BasicProperties, body: Bytes) -> Assembled {
-    Assembled::Content(Box::new(Content {
+fn complete(method: AMQPClass, header: Box<AMQPContentHeader>, body: Bytes) -> Assembled {
+    // Pair of the header's size check: what we hand out is exactly what was announced.
+    assert_eq!(body.len() as u64, header.body_size, "assembled body size");
+    Assembled::Content(Content {
         method,
-        properties,
+        header,
         body,
-    }))
+    })
+}
+
+/// Class and method id of `method`, for errors.
+fn ids(method: &AMQPClass) -> (u16, u16) {
+    (method.get_amqp_class_id(), method.get_amqp_method_id())
 }
 
 /// True for the methods that are followed by content: `basic.publish`, `basic.return`,

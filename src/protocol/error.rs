@@ -65,6 +65,9 @@ pub enum ProtocolError {
     /// with `FRAME_ERROR` "cannot decode".
     #[error("cannot decode {what} on channel {channel}")]
     Undecodable {
+        /// Class and method id of the method concerned, `(0, 0)` when none (for the
+        /// `class-id`/`method-id` fields of `connection.close` / `channel.close`).
+        method_ids: (u16, u16),
         /// What failed: a method name like "basic.publish" or "content header".
         what: &'static str,
         /// The channel the frame was sent on.
@@ -74,6 +77,9 @@ pub enum ProtocolError {
     /// the recursive parser sees it.
     #[error("field table nested deeper than {depth_max} levels in {what} on channel {channel}")]
     TableTooDeep {
+        /// Class and method id of the method concerned, `(0, 0)` when none (for the
+        /// `class-id`/`method-id` fields of `connection.close` / `channel.close`).
+        method_ids: (u16, u16),
         /// What held the table: a method name or "content header".
         what: &'static str,
         /// The channel the frame was sent on.
@@ -86,6 +92,9 @@ pub enum ProtocolError {
     /// a content header of the wrong class or with a non-zero weight.
     #[error("unexpected frame on channel {channel}: {detail}")]
     UnexpectedFrame {
+        /// Class and method id of the method concerned, `(0, 0)` when none (for the
+        /// `class-id`/`method-id` fields of `connection.close` / `channel.close`).
+        method_ids: (u16, u16),
         /// The channel the frame was sent on.
         channel: u16,
         /// What was expected and what came, in RabbitMQ's words.
@@ -94,6 +103,9 @@ pub enum ProtocolError {
     /// A content body frame carried more octets than the content header announced.
     #[error("content body frame exceeds remaining content size on channel {channel}")]
     BodyOverrun {
+        /// Class and method id of the method concerned, `(0, 0)` when none (for the
+        /// `class-id`/`method-id` fields of `connection.close` / `channel.close`).
+        method_ids: (u16, u16),
         /// The channel the frame was sent on.
         channel: u16,
     },
@@ -102,6 +114,9 @@ pub enum ProtocolError {
     /// spec requires of a closing channel, discards the channel's remaining body frames.
     #[error("message size {body_size_bytes} is larger than configured max size {body_bytes_max}")]
     MessageTooLarge {
+        /// Class and method id of the method concerned, `(0, 0)` when none (for the
+        /// `class-id`/`method-id` fields of `connection.close` / `channel.close`).
+        method_ids: (u16, u16),
         /// The channel the content was sent on.
         channel: u16,
         /// The body size announced by the content header.
@@ -137,6 +152,24 @@ impl ProtocolError {
         reply_code::is_connection_error(self.reply_code())
     }
 
+    /// Class and method id of the method that caused the error, for the `class-id` and
+    /// `method-id` fields of the close method (RabbitMQ fills them the same way); `(0, 0)`
+    /// when the error is not about a method.
+    pub fn method_ids(&self) -> (u16, u16) {
+        match self {
+            ProtocolError::UnknownMethod {
+                class_id,
+                method_id,
+            } => (*class_id, *method_id),
+            ProtocolError::Undecodable { method_ids, .. }
+            | ProtocolError::TableTooDeep { method_ids, .. }
+            | ProtocolError::UnexpectedFrame { method_ids, .. }
+            | ProtocolError::BodyOverrun { method_ids, .. }
+            | ProtocolError::MessageTooLarge { method_ids, .. } => *method_ids,
+            _ => (0, 0),
+        }
+    }
+
     /// The channel the error happened on, when it is a channel error (for `channel.close`).
     pub fn channel(&self) -> Option<u16> {
         match self {
@@ -156,7 +189,9 @@ mod tests {
             channel: 3,
             body_size_bytes: 10,
             body_bytes_max: 5,
+            method_ids: (60, 40),
         };
+        assert_eq!(too_large.method_ids(), (60, 40));
         assert!(!too_large.is_connection_error());
         assert_eq!(too_large.reply_code(), reply_code::PRECONDITION_FAILED);
         assert_eq!(too_large.channel(), Some(3));

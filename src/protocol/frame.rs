@@ -1,17 +1,19 @@
 //! Frame decoding: bytes from the socket's read buffer to typed [`Frame`]s, and the protocol
 //! header that opens a connection. Limits are enforced before anything is buffered or parsed:
 //! the 7-octet frame header's size is checked against `frame_max` before the payload is waited
-//! for, field-table nesting is checked (non-recursively) before amq-protocol's recursive parser
-//! runs. "Not enough bytes yet" is `Ok(None)`, never an error. No tokio, no broker.
+//! for, field-table nesting is checked (non-recursively) before any recursive parser runs.
+//! Methods are parsed by amq-protocol, except `basic.publish`; content headers and standalone
+//! tables by `properties`. "Not enough bytes yet" is `Ok(None)`, never an error. No tokio, no
+//! broker.
 
-use amq_protocol::frame::{AMQPContentHeader, parsing::parse_content_header};
+use amq_protocol::frame::AMQPContentHeader;
 use amq_protocol::protocol::{AMQPClass, basic, parse_class};
-use amq_protocol::types::parsing::parse_field_table;
 use amq_protocol::types::{FieldTable, ShortString};
 use bytes::{Buf, Bytes, BytesMut};
 use nom_free::all_consuming_ok;
 
 use super::error::ProtocolError;
+use super::properties;
 use super::table_scan::{self, Depth};
 use crate::limits;
 
@@ -30,6 +32,11 @@ pub const FRAME_HEADER_BYTES: usize = 1 + 2 + 4;
 /// Octets a frame adds around its payload: the header and the frame-end octet. A body frame
 /// carries at most `frame_max - FRAME_OVERHEAD_BYTES` octets of body.
 pub const FRAME_OVERHEAD_BYTES: usize = FRAME_HEADER_BYTES + 1;
+
+/// A body frame payload at least this large is kept as a slice of the read buffer (no copy);
+/// smaller ones are copied out. Copying 4 KiB costs ~100 ns; pinning costs up to `frame_max`
+/// of buffer per queued message.
+pub const BODY_ZERO_COPY_BYTES_MIN: usize = 4096;
 
 /// The AMQP 0-9-1 protocol header a client sends first, and the one we answer a refused
 /// header with (spec section 4.2.2).
@@ -59,10 +66,11 @@ impl std::fmt::Display for ChannelId {
 pub enum Frame {
     /// A method frame.
     Method(ChannelId, AMQPClass),
-    /// A content header frame: class id, body size and the basic properties.
-    Header(ChannelId, AMQPContentHeader),
-    /// A content body frame. The bytes share the read buffer's allocation (no copy); the content
-    /// assembler copies small bodies so that they do not pin the buffer.
+    /// A content header frame: class id, body size and the basic properties. Boxed: the
+    /// properties are ~300 octets, and every other frame is small.
+    Header(ChannelId, Box<AMQPContentHeader>),
+    /// A content body frame. Payloads of at least [`BODY_ZERO_COPY_BYTES_MIN`] octets share the
+    /// read buffer's allocation (no copy); smaller ones are copied so they do not pin it.
     Body(ChannelId, Bytes),
     /// A heartbeat frame (channel 0, empty payload).
     Heartbeat,
@@ -88,7 +96,9 @@ pub enum ProtocolHeaderCheck {
     Accepted,
     /// Anything else: write [`PROTOCOL_HEADER`] back and close the socket (spec 4.2.2). Decided
     /// as soon as the octets present cannot begin an accepted header, so a peer speaking
-    /// another protocol (HTTP, TLS) is answered without waiting for eight octets.
+    /// another protocol (HTTP, TLS) is answered without waiting for eight octets. (RabbitMQ,
+    /// which also speaks AMQP 1.0, answers headers other than `AMQP 0 0 9 x` with its 1.0 SASL
+    /// header instead; we speak only 0-9-1, so we always offer 0-9-1.)
     Refused,
 }
 
@@ -159,15 +169,17 @@ pub fn decode(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>, Proto
             channel,
         });
     }
-    let payload_max = payload_bytes_max(frame_max);
-    if size_bytes > payload_max {
-        return Err(ProtocolError::FrameTooLarge {
-            size_bytes,
-            frame_max_bytes: effective_frame_max(frame_max),
-        });
+    let too_large = ProtocolError::FrameTooLarge {
+        size_bytes,
+        frame_max_bytes: effective_frame_max(frame_max),
+    };
+    if size_bytes > payload_bytes_max(frame_max) {
+        return Err(too_large);
     }
-    // size_bytes <= FRAME_BYTES_MAX (128 KiB), so these fit in usize and do not overflow.
-    let payload_len = usize::try_from(size_bytes).unwrap_or(usize::MAX);
+    // size_bytes <= FRAME_BYTES_MAX (128 KiB) here, so the sum cannot overflow.
+    let Ok(payload_len) = usize::try_from(size_bytes) else {
+        return Err(too_large);
+    };
     let frame_len = FRAME_HEADER_BYTES + payload_len + 1;
     if buf.len() < frame_len {
         buf.reserve(frame_len - buf.len());
@@ -180,26 +192,37 @@ pub fn decode(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>, Proto
             channel,
         });
     }
+    decode_whole_frame(buf, frame_type, channel, frame_len).map(Some)
+}
+
+/// Decodes the frame at the front of `buf`, which holds all `frame_len` octets of it (frame end
+/// checked), and consumes it.
+fn decode_whole_frame(
+    buf: &mut BytesMut,
+    frame_type: u8,
+    channel: u16,
+    frame_len: usize,
+) -> Result<Frame, ProtocolError> {
     let channel_id = ChannelId(channel);
     let payload_range = FRAME_HEADER_BYTES..frame_len - 1;
     let frame = match frame_type {
         FRAME_METHOD => {
-            let payload = buf.get(payload_range.clone()).unwrap_or_default();
+            let payload = buf.get(payload_range).unwrap_or_default();
             let method = decode_method(channel, payload)?;
-            buf.advance(frame_len);
             Frame::Method(channel_id, method)
         }
         FRAME_HEADER => {
             refuse_on_channel_zero("content header", channel)?;
-            let payload = buf.get(payload_range.clone()).unwrap_or_default();
-            let header = decode_content_header(channel, payload)?;
-            buf.advance(frame_len);
-            Frame::Header(channel_id, header)
+            let payload = buf.get(payload_range).unwrap_or_default();
+            Frame::Header(channel_id, decode_content_header(channel, payload)?)
         }
         FRAME_BODY => {
             refuse_on_channel_zero("content body", channel)?;
-            let frame = buf.split_to(frame_len).freeze();
-            Frame::Body(channel_id, frame.slice(payload_range))
+            // Consumes the frame itself.
+            return Ok(Frame::Body(
+                channel_id,
+                take_body(buf, payload_range, frame_len),
+            ));
         }
         _ => {
             if channel != 0 {
@@ -208,14 +231,29 @@ pub fn decode(buf: &mut BytesMut, frame_max: u32) -> Result<Option<Frame>, Proto
                     channel,
                 });
             }
-            if size_bytes != 0 {
-                return Err(ProtocolError::BadHeartbeat { size_bytes });
+            if !payload_range.is_empty() {
+                return Err(ProtocolError::BadHeartbeat {
+                    size_bytes: u32::try_from(payload_range.len()).unwrap_or(u32::MAX),
+                });
             }
-            buf.advance(frame_len);
             Frame::Heartbeat
         }
     };
-    Ok(Some(frame))
+    buf.advance(frame_len);
+    Ok(frame)
+}
+
+/// The payload of a body frame, consuming the frame. A large payload stays in the read buffer's
+/// allocation (no copy); a small one is copied out, so that a queued message does not pin a
+/// whole read buffer, and so the buffer is not turned into a shared one for a few octets.
+fn take_body(buf: &mut BytesMut, payload: std::ops::Range<usize>, frame_len: usize) -> Bytes {
+    if payload.len() >= BODY_ZERO_COPY_BYTES_MIN {
+        buf.split_to(frame_len).freeze().slice(payload)
+    } else {
+        let body = Bytes::copy_from_slice(buf.get(payload).unwrap_or_default());
+        buf.advance(frame_len);
+        body
+    }
 }
 
 fn refuse_on_channel_zero(kind: &'static str, channel: u16) -> Result<(), ProtocolError> {
@@ -237,6 +275,7 @@ pub(crate) fn decode_method(channel: u16, payload: &[u8]) -> Result<AMQPClass, P
             return Err(ProtocolError::Undecodable {
                 what: "method frame",
                 channel,
+                method_ids: (0, 0),
             });
         }
     };
@@ -254,6 +293,7 @@ pub(crate) fn decode_method(channel: u16, payload: &[u8]) -> Result<AMQPClass, P
             .ok_or(ProtocolError::Undecodable {
                 what: name,
                 channel,
+                method_ids: (class_id, method_id),
             });
     }
     if table_scan::scan_method_arguments(
@@ -267,11 +307,13 @@ pub(crate) fn decode_method(channel: u16, payload: &[u8]) -> Result<AMQPClass, P
             what: name,
             channel,
             depth_max: limits::FIELD_TABLE_DEPTH_MAX,
+            method_ids: (class_id, method_id),
         });
     }
     all_consuming_ok(parse_class(payload)).ok_or(ProtocolError::Undecodable {
         what: name,
         channel,
+        method_ids: (class_id, method_id),
     })
 }
 
@@ -279,19 +321,24 @@ pub(crate) fn decode_method(channel: u16, payload: &[u8]) -> Result<AMQPClass, P
 pub(crate) fn decode_content_header(
     channel: u16,
     payload: &[u8],
-) -> Result<AMQPContentHeader, ProtocolError> {
+) -> Result<Box<AMQPContentHeader>, ProtocolError> {
     const WHAT: &str = "content header";
     if table_scan::scan_content_header(payload, limits::FIELD_TABLE_DEPTH_MAX) == Depth::TooDeep {
         return Err(ProtocolError::TableTooDeep {
             what: WHAT,
             channel,
             depth_max: limits::FIELD_TABLE_DEPTH_MAX,
+            method_ids: (0, 0),
         });
     }
-    all_consuming_ok(parse_content_header(payload)).ok_or(ProtocolError::Undecodable {
-        what: WHAT,
-        channel,
-    })
+    // Hand-written (see `properties`); the table depth was bounded just above.
+    properties::decode_content_header(payload)
+        .map(Box::new)
+        .ok_or(ProtocolError::Undecodable {
+            what: WHAT,
+            channel,
+            method_ids: (0, 0),
+        })
 }
 
 /// Decodes a standalone field table (4-octet length, then entries) that must fill `bytes`
@@ -308,11 +355,13 @@ pub fn decode_field_table(bytes: &[u8]) -> Result<FieldTable, ProtocolError> {
             what: WHAT,
             channel: 0,
             depth_max: limits::FIELD_TABLE_DEPTH_MAX,
+            method_ids: (0, 0),
         });
     }
-    all_consuming_ok(parse_field_table(bytes)).ok_or(ProtocolError::Undecodable {
+    properties::decode_whole_table(bytes).ok_or(ProtocolError::Undecodable {
         what: WHAT,
         channel: 0,
+        method_ids: (0, 0),
     })
 }
 

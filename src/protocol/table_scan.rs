@@ -1,7 +1,9 @@
 //! A non-recursive pre-scan that measures how deeply the field tables of a method or content
 //! header payload nest, so that nesting beyond `limits::FIELD_TABLE_DEPTH_MAX` is refused
-//! before amq-protocol's recursive parser sees it (a 128 KiB frame can hold ~26 000 nested
-//! arrays, five octets each, which would overflow any thread's stack).
+//! before a recursive parser sees it: amq-protocol's for method arguments, ours
+//! (`properties`, which reads tables the same way) for content headers and standalone tables.
+//! A 128 KiB frame can hold ~26 000 nested arrays, five octets each, which would overflow any
+//! thread's stack.
 //!
 //! The scan reads the bytes exactly as amq-protocol's `parse_field_table` does (same type tags,
 //! same sizes, each container bounded by its own length) and stops where that parser would stop
