@@ -3,6 +3,13 @@
 //! read back by position, concurrent producers and the async durability future work, and bad
 //! headers are refused with the file named.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::cast_possible_truncation,
+    reason = "test helpers: a panic is the test failing; casts are on small test values"
+)]
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
@@ -268,10 +275,11 @@ fn torn_tail_on_a_real_file_is_truncated_and_reported() {
         ..WalConfig::default()
     };
     let (wal, _, _) = open(tmp.path(), Arc::new(FileStorage), &config).unwrap();
-    let last = (0..10u64)
-        .map(|i| wal.appender().append_durable(0, &payload(i, 50)).unwrap())
-        .last()
-        .unwrap();
+    let mut last = None;
+    for i in 0..10u64 {
+        last = Some(wal.appender().append_durable(0, &payload(i, 50)).unwrap());
+    }
+    let last = last.unwrap();
     drop(wal);
     let path = tmp.path().join(segment_file_name(SegmentId(0)));
     let good_len = std::fs::metadata(&path).unwrap().len();

@@ -330,9 +330,12 @@ fn prepare_active(
     if report.torn_tail.is_some() {
         // S-DUR-7: the torn tail is cut before anything is appended after it.
         file.set_len(at.offset).map_err(err)?;
-        file.sync_all().map_err(err)?;
         allocated = at.offset;
     }
+    // Always sync once: the records recovery just handed out may have been read from the page
+    // cache after a process crash; they must not vanish in a later power loss, since the layer
+    // above has acted on them.
+    file.sync_all().map_err(err)?;
     assert!(
         at.offset >= SEGMENT_HEADER_BYTES as u64,
         "append position inside the header"

@@ -319,7 +319,7 @@ impl SegmentScan<'_, '_, '_> {
         };
         // Records are only written after the header was synced, so a bad header with intact
         // records behind it is damage; without any, it is a creation cut short by a crash.
-        let beyond = self.beyond(SEGMENT_HEADER_BYTES, Lsn(1));
+        let beyond = self.beyond(SEGMENT_HEADER_BYTES, self.report.next_lsn, Lsn(0));
         match decide(self.role, self.mode, beyond) {
             Decision::CutTornTail => {
                 self.report.torn_tail = Some(self.torn(0, reason));
@@ -374,7 +374,7 @@ impl SegmentScan<'_, '_, '_> {
                 FrameCheck::LengthTooLarge(n) => CorruptReason::LengthTooLarge(n),
                 FrameCheck::BadCrc => CorruptReason::BadCrc,
             };
-            let beyond = self.beyond(offset + 1, expected);
+            let beyond = self.beyond(offset + 1, expected, expected);
             match decide(self.role, self.mode, beyond) {
                 Decision::CutTornTail => {
                     self.report.torn_tail = Some(self.torn(offset, reason));
@@ -446,9 +446,11 @@ impl SegmentScan<'_, '_, '_> {
         });
     }
 
-    /// Looks at everything after a bad spot starting at `from` (expected Lsn `expected` there)
-    /// for valid frames, and classifies them (see [`Beyond`]).
-    fn beyond(&self, from: usize, expected: Lsn) -> Beyond {
+    /// Looks at everything from `from` on for valid frames with an Lsn of at least `expected`,
+    /// and classifies them (see [`Beyond`]): a frame whose write group started after
+    /// `group_after` proves the bad spot was durable. After a bad header that is any frame
+    /// (`group_after` 0): records are only written once the header is synced.
+    fn beyond(&self, from: usize, expected: Lsn, group_after: Lsn) -> Beyond {
         let mut found = Beyond::Nothing;
         let mut offset = from;
         // Past the last non-zero byte there are only preallocated zeros: nothing to find.
@@ -464,7 +466,7 @@ impl SegmentScan<'_, '_, '_> {
             let plausible = record::peek_lsn(rest)
                 .is_some_and(|lsn| lsn >= expected && lsn.0 - expected.0 < 1 << 32);
             if plausible && let FrameCheck::Valid(frame) = record::decode_frame(rest) {
-                if frame.group_first_lsn() > expected {
+                if frame.group_first_lsn() > group_after {
                     return Beyond::LaterGroup {
                         offset,
                         lsn: frame.lsn,

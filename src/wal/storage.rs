@@ -293,7 +293,7 @@ impl SimStorage {
     /// plus a random, possibly garbled, prefix of what was written after; files never made
     /// durable by a directory sync may vanish, removals not made durable may be undone.
     ///
-    /// Returns the disk as the next boot sees it. This instance, its clones and every file
+    /// Pending injected faults are cleared. Returns the disk as the next boot sees it. This instance, its clones and every file
     /// opened through them fail from now on, as a dead process's file descriptors would: a
     /// log still running on them stops with an I/O error and writes nothing more.
     #[must_use = "the returned instance is the disk after the power loss"]
@@ -315,6 +315,9 @@ impl SimStorage {
             }
         }
         state.files = survivors;
+        // Injected faults belong to the dead process's run.
+        state.writes_until_failure = None;
+        state.syncs_until_failure = None;
         SimStorage {
             state: Arc::clone(&self.state),
             generation: state.generation,
