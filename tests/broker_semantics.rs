@@ -2,6 +2,18 @@
 //! each named after its id, driven through the public `Broker` API with explicit `now`
 //! values (no clock, no sleep). Invariants are checked after every step by the helper.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::too_many_lines,
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    clippy::many_single_char_names,
+    clippy::field_reassign_with_default,
+    clippy::option_map_or_none,
+    reason = "test code: a panic is a failed test, and short scenarios read best"
+)]
+
 mod broker_common;
 
 use broker_common::*;

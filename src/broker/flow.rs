@@ -2,6 +2,11 @@
 //! dead-lettering, length limits, queue leases and scheduled messages. Must not depend on
 //! anything outside `broker`.
 
+#![expect(
+    clippy::expect_used,
+    reason = "expect() only states internal invariants (ids taken from our own maps); each message says which"
+)]
+
 use std::sync::Arc;
 
 use crate::broker::args::{Overflow, parse_expiration};
@@ -249,7 +254,7 @@ impl Broker {
                         );
                     }
                 }
-                self.mark_channel_queues(chan);
+                self.mark_freed_channel(chan);
                 Ok(())
             }
             Command::Nack {
@@ -363,15 +368,29 @@ impl Broker {
         self.mark_dirty(qid);
     }
 
+    /// After acks or rejects: a global prefetch limit freed room for every consumer of the
+    /// channel. (Per-consumer limits mark their own queue in `unacked_released`; without
+    /// limits nothing was waiting for room.)
+    fn mark_freed_channel(&mut self, chan: ChanRef) {
+        if self.channels.get(&chan).is_some_and(|c| c.global_prefetch > 0) {
+            self.mark_channel_queues(chan);
+        }
+    }
+
     /// Bookkeeping when an unacked message leaves its channel (ack, nack, close).
     pub(crate) fn unacked_released(&mut self, u: &Unacked, chan: Option<ChanRef>) {
+        let mut freed = false;
         if let Some(q) = self.queues.get_mut(&u.queue) {
             q.unacked -= 1;
             if let Some(serial) = u.consumer
                 && let Some(c) = q.consumers.iter_mut().find(|c| c.serial == serial)
             {
                 c.unacked -= 1;
+                freed = c.prefetch > 0;
             }
+        }
+        if freed {
+            self.mark_dirty(u.queue);
         }
         if u.consumer.is_some()
             && let Some(chan) = chan
@@ -569,10 +588,10 @@ impl Broker {
                 self.requeue(u.queue, u.taken, now, out);
             } else if let Some(q) = self.queues.get(&u.queue) {
                 let logged = q.logged() && u.taken.msg.is_persistent();
-                self.dead_letter(u.queue, u.taken, DeathReason::Rejected, logged, now, out);
+                self.dead_letter(u.queue, &u.taken, DeathReason::Rejected, logged, now, out);
             }
         }
-        self.mark_channel_queues(chan);
+        self.mark_freed_channel(chan);
         Ok(())
     }
 
@@ -588,7 +607,7 @@ impl Broker {
         if let Some(limit) = q.eff.delivery_limit
             && u64::from(count) > limit
         {
-            self.dead_letter(qid, taken, DeathReason::DeliveryLimit, logged, now, out);
+            self.dead_letter(qid, &taken, DeathReason::DeliveryLimit, logged, now, out);
             return;
         }
         if logged {
@@ -752,10 +771,23 @@ impl Broker {
             });
             return Ok(());
         }
-        let keys = routing_keys(&msg.routing_key, msg.properties.headers.as_ref());
-        strip_bcc(&mut msg);
         let vhost = self.vhosts.get(&p.vhost).expect("checked above");
-        let targets = self.route(vhost, xid, &keys, msg.properties.headers.as_ref());
+        let cc = msg
+            .properties
+            .headers
+            .as_ref()
+            .is_some_and(|h| h.get("CC").is_some() || h.get("BCC").is_some());
+        let targets = if msg.exchange.is_empty() && !cc {
+            // The hot path: the default exchange routes by queue name, nothing to allocate.
+            vhost
+                .queues
+                .get(&msg.routing_key)
+                .map_or_else(Vec::new, |q| vec![*q])
+        } else {
+            let keys = routing_keys(&msg.routing_key, msg.properties.headers.as_ref());
+            strip_bcc(&mut msg);
+            self.route(vhost, xid, &keys, msg.properties.headers.as_ref())
+        };
         let msg = Arc::new(msg);
         if targets.is_empty() && p.mandatory {
             out.effects.push(Effect::Return {
@@ -863,7 +895,7 @@ impl Broker {
                     delivery_count: 0,
                     redelivered: false,
                 };
-                self.dead_letter(t, taken, DeathReason::Maxlen, false, now, out);
+                self.dead_letter(t, &taken, DeathReason::Maxlen, false, now, out);
             }
         }
         result
@@ -912,7 +944,7 @@ impl Broker {
                 return;
             };
             let logged = q.logged() && taken.msg.is_persistent();
-            self.dead_letter(qid, taken, DeathReason::Maxlen, logged, now, out);
+            self.dead_letter(qid, &taken, DeathReason::Maxlen, logged, now, out);
         }
     }
 
@@ -935,7 +967,7 @@ impl Broker {
             }
             let taken = q.ready.pop_front().expect("front exists");
             let logged = q.logged() && taken.msg.is_persistent();
-            self.dead_letter(qid, taken, DeathReason::Expired, logged, now, out);
+            self.dead_letter(qid, &taken, DeathReason::Expired, logged, now, out);
         }
     }
 
@@ -950,7 +982,7 @@ impl Broker {
             };
             let taken = q.ready.remove(id).expect("indexed messages are ready");
             let logged = q.logged() && taken.msg.is_persistent();
-            self.dead_letter(qid, taken, DeathReason::Expired, logged, now, out);
+            self.dead_letter(qid, &taken, DeathReason::Expired, logged, now, out);
         }
     }
 
@@ -961,7 +993,7 @@ impl Broker {
     pub(crate) fn dead_letter(
         &mut self,
         qid: QueueId,
-        taken: Taken,
+        taken: &Taken,
         reason: DeathReason,
         from_logged: bool,
         now: u64,

@@ -4,6 +4,11 @@
 //! messages, `replay.rs` rebuilds from events and checks invariants. Must not depend on
 //! `protocol`, `wal`, `store`, `server`, a clock or any I/O.
 
+#![expect(
+    clippy::expect_used,
+    reason = "expect() only states internal invariants (ids taken from our own maps); each message says which"
+)]
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -52,6 +57,10 @@ pub(crate) struct Consumer {
 /// One queue. Invariant: `armed_msg` / `armed_lease` are exactly the entries of this queue in
 /// `Broker::timers`, and equal `ready.first_deadline()` / `lease_deadline()` after each step.
 #[derive(Debug)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent AMQP flags and bookkeeping"
+)]
 pub(crate) struct Queue {
     pub id: QueueId,
     pub vhost: Arc<str>,
@@ -367,6 +376,10 @@ impl Broker {
         result.map(|()| out)
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one arm per command, each delegating"
+    )]
     fn dispatch(&mut self, cmd: Command, now: u64, out: &mut Outcome) -> Result<(), BrokerError> {
         match cmd {
             Command::VhostAdd { vhost } => {

@@ -7,6 +7,11 @@
 //! position). Removal from the middle (expiry, S-TTL-9; settles during replay) leaves a
 //! tombstone that is dropped when it reaches the head or by an amortised compaction.
 
+#![expect(
+    clippy::expect_used,
+    reason = "expect() only states internal invariants (ids taken from our own maps); each message says which"
+)]
+
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
@@ -107,9 +112,12 @@ impl Ready {
     /// from the original enqueue time, so it is unchanged).
     pub fn insert(&mut self, msg: Arc<Message>, delivery_count: u32, redelivered: bool) {
         let id = msg.id;
+        self.index_insert(&msg);
+        self.live += 1;
+        self.bytes += body_len(&msg);
         let entry = Entry {
             id,
-            msg: Some(msg.clone()),
+            msg: Some(msg),
             delivery_count,
             redelivered,
         };
@@ -121,9 +129,6 @@ impl Ready {
             }
             Err(i) => self.slots.insert(i, entry),
         }
-        self.index_insert(&msg);
-        self.live += 1;
-        self.bytes += body_len(&msg);
     }
 
     fn index_insert(&mut self, msg: &Message) {

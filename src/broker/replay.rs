@@ -2,6 +2,11 @@
 //! the invariant walk, and the read-only queries (management listings, the durable view used
 //! to prove replay equivalence). Must not depend on anything outside `broker`.
 
+#![expect(
+    clippy::expect_used,
+    reason = "expect() only states internal invariants (ids taken from our own maps); each message says which"
+)]
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -67,6 +72,10 @@ impl Broker {
         result
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one arm per event kind, each a few lines"
+    )]
     fn apply_inner(&mut self, event: &Event, out: &mut Outcome) -> Result<(), BrokerError> {
         match event {
             Event::VhostAdded { vhost } => self.add_vhost(vhost),
@@ -295,6 +304,9 @@ impl Broker {
     /// consumers, transient queues, exchanges and messages), unacked messages come back ready
     /// and redelivered (S-DUR-6), every lease restarts from now (S-QEXP-4), and what died
     /// while the broker was down expires now, before any consumer can see it (S-DUR-5).
+    ///
+    /// # Panics
+    /// Only on a broken internal invariant (a bug).
     pub fn recovered(&mut self, now_ms: u64) -> Outcome {
         let mut out = Outcome::default();
         let chans: Vec<_> = self.channels.keys().copied().collect();
@@ -357,6 +369,10 @@ impl Broker {
     }
 
     /// Walks the whole structure and panics on a broken invariant (STYLE 3.1).
+    ///
+    /// # Panics
+    /// When an invariant is broken: that is a bug in the broker.
+    #[expect(clippy::too_many_lines, reason = "one flat walk over every structure")]
     pub fn check_invariants(&self) {
         let mut armed = 0usize;
         for (qid, q) in &self.queues {
@@ -488,7 +504,7 @@ impl Broker {
             for b in &x.bindings {
                 match b.dest {
                     Dest::Queue(q) => {
-                        assert!(self.queues.contains_key(&q), "binding to a deleted queue")
+                        assert!(self.queues.contains_key(&q), "binding to a deleted queue");
                     }
                     Dest::Exchange(e) => assert!(
                         self.exchanges.contains_key(&e),
@@ -606,6 +622,27 @@ impl Broker {
                     unacked: c.unacked,
                 })
             })
+            .collect()
+    }
+
+    /// The ready messages of a queue in queue order, with their redelivered flags (for
+    /// management "peek" and tests); empty if there is no such queue.
+    pub fn ready_messages(
+        &self,
+        vhost: &str,
+        queue: &str,
+    ) -> Vec<(Arc<crate::broker::types::Message>, bool)> {
+        let Some(q) = self
+            .vhosts
+            .get(vhost)
+            .and_then(|v| v.queues.get(queue))
+            .and_then(|id| self.queues.get(id))
+        else {
+            return Vec::new();
+        };
+        q.ready
+            .iter()
+            .map(|(m, e)| (m.clone(), e.redelivered))
             .collect()
     }
 
