@@ -25,6 +25,19 @@ pub(crate) mod le {
         let bytes = buf.get(at..at.checked_add(8)?)?;
         Some(u64::from_le_bytes(bytes.try_into().ok()?))
     }
+    /// Writes a `u32` over the first four bytes of `field`; `None` when it is shorter.
+    pub fn set_u32(field: &mut [u8], v: u32) -> Option<()> {
+        field.get_mut(..4)?.copy_from_slice(&v.to_le_bytes());
+        Some(())
+    }
+    /// The bytes of a `u32`.
+    pub fn u32_bytes(v: u32) -> [u8; 4] {
+        v.to_le_bytes()
+    }
+    /// The bytes of a `u64`.
+    pub fn u64_bytes(v: u64) -> [u8; 8] {
+        v.to_le_bytes()
+    }
     /// Appends a `u16`.
     pub fn put_u16(out: &mut Vec<u8>, v: u16) {
         out.extend_from_slice(&v.to_le_bytes());
@@ -161,9 +174,9 @@ pub fn frame_bytes(payload_len: usize) -> usize {
 /// the payload alone, so the payload can be hashed once, by its producer, outside any lock.
 pub fn frame_crc(payload_len: u32, lsn: Lsn, group_delta: u32, kind: u8, payload_crc: u32) -> u32 {
     let mut h = crc32fast::Hasher::new();
-    h.update(&payload_len.to_le_bytes());
-    h.update(&lsn.0.to_le_bytes());
-    h.update(&group_delta.to_le_bytes());
+    h.update(&le::u32_bytes(payload_len));
+    h.update(&le::u64_bytes(lsn.0));
+    h.update(&le::u32_bytes(group_delta));
     h.update(&[kind]);
     h.combine(&crc32fast::Hasher::new_with_initial_len(
         payload_crc,
@@ -228,12 +241,17 @@ pub fn seal_frame(frame: &mut [u8], group_delta: u32, payload_crc: u32) {
         panic!("seal_frame called on {} bytes, not a frame", frame.len());
     };
     let crc = frame_crc(len, Lsn(lsn), group_delta, kind, payload_crc);
-    if let Some(field) = frame.get_mut(CRC_OFFSET..LSN_OFFSET) {
-        field.copy_from_slice(&crc.to_le_bytes());
-    }
-    if let Some(field) = frame.get_mut(GROUP_DELTA_OFFSET..KIND_OFFSET) {
-        field.copy_from_slice(&group_delta.to_le_bytes());
-    }
+    // Both fields lie inside the header, whose length was checked just above.
+    let crc_set = frame
+        .get_mut(CRC_OFFSET..)
+        .and_then(|f| le::set_u32(f, crc));
+    let delta_set = frame
+        .get_mut(GROUP_DELTA_OFFSET..)
+        .and_then(|f| le::set_u32(f, group_delta));
+    assert!(
+        crc_set.is_some() && delta_set.is_some(),
+        "frame header too short"
+    );
     // Pair assertion (STYLE 3.1): the frame must now read back as itself.
     debug_assert!(
         matches!(decode_frame(frame), FrameCheck::Valid(f) if f.lsn == Lsn(lsn) && f.len_bytes() == frame.len()),

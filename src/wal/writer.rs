@@ -137,6 +137,29 @@ pub(crate) struct Shared {
     /// Segments with an id below this are sealed and durably followed by a newer segment:
     /// they may be mapped and deleted.
     pub(crate) sealed_below: AtomicU64,
+    /// Counters for operators and benches.
+    counters: Counters,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    writes: AtomicU64,
+    syncs: AtomicU64,
+    bytes: AtomicU64,
+    records: AtomicU64,
+}
+
+/// Counters of the writer since the log was opened: how well group commit is batching.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WalStats {
+    /// Positional writes of record bytes (one per segment per batch).
+    pub writes: u64,
+    /// `fdatasync` calls after record writes (segment creation and sealing not counted).
+    pub syncs: u64,
+    /// Record bytes written (frames, headers included).
+    pub bytes: u64,
+    /// Records made durable.
+    pub records: u64,
 }
 
 /// How the writer starts: the result of recovery.
@@ -198,6 +221,17 @@ impl Shared {
                 watermark: AtomicU64::new(durable.0),
             },
             sealed_below: AtomicU64::new(start.active.id.0),
+            counters: Counters::default(),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> WalStats {
+        let c = &self.counters;
+        WalStats {
+            writes: c.writes.load(Ordering::Relaxed),
+            syncs: c.syncs.load(Ordering::Relaxed),
+            bytes: c.bytes.load(Ordering::Relaxed),
+            records: c.records.load(Ordering::Relaxed),
         }
     }
 
@@ -334,6 +368,11 @@ impl Appender {
     /// releases publisher confirms in bulk from it (S-DUR-3).
     pub fn durable_lsn(&self) -> Lsn {
         Lsn(self.shared.durability.watermark.load(Ordering::Acquire))
+    }
+
+    /// Counters of the writer since the log was opened.
+    pub fn stats(&self) -> WalStats {
+        self.shared.stats()
     }
 
     /// The latched failure, if the log has failed.
@@ -494,6 +533,13 @@ impl Writer {
             file.write_all_at(&chunk.bytes, chunk.offset)
                 .map_err(|e| failed(&path, IoOp::Write, e))?;
             file.sync_data().map_err(|e| failed(&path, IoOp::Sync, e))?;
+            let c = &self.shared.counters;
+            c.writes.fetch_add(1, Ordering::Relaxed);
+            c.syncs.fetch_add(1, Ordering::Relaxed);
+            c.bytes
+                .fetch_add(chunk.bytes.len() as u64, Ordering::Relaxed);
+            c.records
+                .fetch_add(chunk.frames.len() as u64, Ordering::Relaxed);
             self.active.end += chunk.bytes.len() as u64;
             self.active.allocated = self.active.allocated.max(self.active.end);
             self.shared.durability.advance(chunk.last_lsn);
