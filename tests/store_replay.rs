@@ -21,7 +21,6 @@ fn run_workload(seed: u64, ops: &[Op]) {
         log(&store, &events).unwrap();
     }
     let logged = live.events.len() as u64;
-    for e in &live.events {}
     store.close().unwrap();
     // Everything was made durable by close: a power loss now loses nothing.
     let sim = sim.power_loss();
