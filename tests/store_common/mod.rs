@@ -28,7 +28,7 @@ pub const T0_MS: u64 = 1_700_000_000_000;
 /// Small segments so that workloads roll segments (and sync the directory) often.
 pub fn wal_config() -> WalConfig {
     WalConfig {
-        segment_bytes_max: 8192,
+        segment_bytes_max: wharf::wal::SEGMENT_BYTES_MIN,
         ..WalConfig::default()
     }
 }
@@ -80,11 +80,11 @@ pub enum Op {
         no_ack: bool,
     },
     Ack {
-        pick: prop::sample::Index,
+        pick: usize,
         multiple: bool,
     },
     Reject {
-        pick: prop::sample::Index,
+        pick: usize,
         requeue: bool,
     },
     Recover,
@@ -138,9 +138,9 @@ pub fn op() -> impl Strategy<Value = Op> {
                 exchange, key, persistent, expiration_ms, body_len
             }),
         4 => (q.clone(), prop::bool::weighted(0.2)).prop_map(|(q, no_ack)| Op::Get { q, no_ack }),
-        3 => (any::<prop::sample::Index>(), prop::bool::weighted(0.2))
+        3 => (any::<usize>(), prop::bool::weighted(0.2))
             .prop_map(|(pick, multiple)| Op::Ack { pick, multiple }),
-        2 => (any::<prop::sample::Index>(), any::<bool>())
+        2 => (any::<usize>(), any::<bool>())
             .prop_map(|(pick, requeue)| Op::Reject { pick, requeue }),
         1 => Just(Op::Recover),
         1 => (q.clone(), 0u16..3).prop_map(|(q, prefetch)| Op::Consume { q, prefetch }),
@@ -353,12 +353,9 @@ impl Driver {
         self.run(cmd)
     }
 
-    fn pick(&self, pick: &prop::sample::Index) -> Option<&u64> {
-        if self.tags.is_empty() {
-            None
-        } else {
-            self.tags.get(pick.index(self.tags.len()))
-        }
+    /// The held tag `pick` names (modulo how many are held).
+    fn pick(&self, pick: &usize) -> Option<&u64> {
+        self.tags.get(pick.checked_rem(self.tags.len())?)
     }
 }
 
