@@ -18,7 +18,8 @@
 //!
 //! - [`limits`]: every hard limit, with compile-time checks between them. A leaf.
 //! - [`clock`]: the only code that reads the system clock; [`clock::ManualClock`] for tests.
-//! - [`wal`]: the write-ahead log of opaque records.
+//! - [`wal`]: the write-ahead log of opaque records: segments, group commit, recovery, and
+//!   [`wal::SimStorage`], the simulated disk that can lose power.
 //! - [`broker`]: the deterministic model of exchanges, queues and messages.
 //! - [`protocol`]: AMQP 0-9-1 framing.
 //! - [`store`]: broker events <-> log records, replay.
