@@ -498,7 +498,7 @@ impl Reader {
         match pushed {
             Ok(None) => {}
             Ok(Some(Assembled::Method(m))) => self.on_method(ch, m),
-            Ok(Some(Assembled::Content(c))) => self.on_content(ch, *c),
+            Ok(Some(Assembled::Content(c))) => self.on_content(ch, c),
             Err(e) if e.is_connection_error() => self.protocol_error(&e),
             Err(e) => {
                 let close = Close::new(e.reply_code(), &e.to_string());
@@ -577,7 +577,7 @@ impl Reader {
             exchange: p.exchange.as_str().to_owned(),
             routing_key: p.routing_key.as_str().to_owned(),
             mandatory: p.mandatory,
-            properties: properties_from_wire(&c.properties),
+            properties: properties_from_wire(&c.header.properties),
             body: c.body,
         };
         self.push(ch, Op::Publish(Box::new(publish)));
