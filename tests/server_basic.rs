@@ -428,3 +428,73 @@ async fn plain_login_works_and_close_is_clean() {
     assert!(conn.status().connected());
     conn.close(200, "bye".into()).await.unwrap();
 }
+
+#[tokio::test]
+async fn s_dur_2_confirmed_persistent_messages_survive_a_restart_and_transient_ones_do_not() {
+    let server = TestServer::start().await;
+    {
+        let (conn, ch) = server.channel().await;
+        ch.confirm_select(ConfirmSelectOptions::default())
+            .await
+            .unwrap();
+        let durable = QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        ch.queue_declare("kept".into(), durable, FieldTable::default())
+            .await
+            .unwrap();
+        declare(&ch, "transient", FieldTable::default()).await;
+        for i in 0..100u8 {
+            let mode = if i % 2 == 0 { 2 } else { 1 };
+            let props = BasicProperties::default().with_delivery_mode(mode);
+            publish(&ch, "", "kept", &[i], props.clone()).await;
+            publish(&ch, "", "transient", &[i], props).await;
+        }
+        ch.wait_for_confirms().await.unwrap();
+        // One consumed and acked before the restart (S-DUR-4: the ack is logged).
+        let m = ch
+            .basic_get("kept".into(), BasicGetOptions::default())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.delivery.data, [0]);
+        m.delivery.ack(BasicAckOptions::default()).await.unwrap();
+        // A synchronous round trip so the ack has reached the server before it stops.
+        ch.queue_declare(
+            "kept".into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+        conn.close(200, "bye".into()).await.unwrap();
+    }
+    let server = server.restart().await;
+    let (_conn, ch) = server.channel().await;
+    let bodies = drain(&ch, "kept").await;
+    let expected: Vec<Vec<u8>> = (2..100u8).step_by(2).map(|i| vec![i]).collect();
+    assert_eq!(
+        bodies, expected,
+        "persistent messages in a durable queue, in order"
+    );
+    let err = ch
+        .queue_declare(
+            "transient".into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        support::reply_code(&err),
+        Some(404),
+        "a transient queue is gone"
+    );
+}

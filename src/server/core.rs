@@ -948,12 +948,17 @@ impl Core {
         let mut need_wait = false;
         for key in std::mem::take(&mut self.batch_waiting) {
             if let Some(state) = self.chan_mut(key.0, key.1) {
+                // This batch's durable entries are at the back, possibly interleaved with
+                // non-durable ones (ticket 0, which still wait behind them, in order).
                 for entry in state.pending.iter_mut().rev() {
-                    if entry.0 != TICKET_THIS_BATCH {
-                        break;
+                    match entry.0 {
+                        0 => {}
+                        TICKET_THIS_BATCH => {
+                            entry.0 = ticket;
+                            need_wait = true;
+                        }
+                        _ => break,
                     }
-                    entry.0 = ticket;
-                    need_wait = true;
                 }
             }
         }

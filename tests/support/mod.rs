@@ -45,6 +45,17 @@ impl TestServer {
         TestServer { handle, clock, dir }
     }
 
+    /// Shuts the server down gracefully and starts a new one on the same data directory and
+    /// clock (a clean restart: recovery replays the log).
+    pub async fn restart(self) -> TestServer {
+        let TestServer { handle, clock, dir } = self;
+        handle.shutdown().await.unwrap();
+        let mut config = ServerConfig::new("127.0.0.1:0", dir.path());
+        config.clock = Arc::new(clock.clone());
+        let handle = Server::start(config).await.unwrap();
+        TestServer { handle, clock, dir }
+    }
+
     /// The AMQP URL of the default user and vhost.
     pub fn url(&self) -> String {
         self.handle.amqp_url()
