@@ -359,3 +359,46 @@ async fn partly_received_bodies_are_bounded_per_connection_506() {
     assert_eq!(code, 506);
     still_works(&ch).await;
 }
+
+#[tokio::test]
+async fn client_close_is_answered_after_everything_sent_before_it() {
+    use amq_protocol::protocol::{connection, queue};
+    let server = TestServer::start().await;
+    let mut raw = Raw::open(server.handle.local_addr(), 0).await;
+    let mut burst = BytesMut::new();
+    let open = AMQPClass::Channel(channel::AMQPMethod::Open(channel::Open {}));
+    protocol::encode_method(&mut burst, ChannelId(1), &open);
+    let declare = AMQPClass::Queue(queue::AMQPMethod::Declare(queue::Declare {
+        queue: "late".into(),
+        passive: false,
+        durable: false,
+        exclusive: false,
+        auto_delete: false,
+        nowait: false,
+        arguments: FieldTable::default(),
+    }));
+    protocol::encode_method(&mut burst, ChannelId(1), &declare);
+    let close = AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
+        reply_code: 200,
+        reply_text: "bye".into(),
+        class_id: 0,
+        method_id: 0,
+    }));
+    protocol::encode_method(&mut burst, ChannelId(0), &close);
+    raw.send(&burst).await;
+    let m = raw.method().await;
+    assert!(
+        matches!(m, AMQPClass::Channel(channel::AMQPMethod::OpenOk(_))),
+        "{m:?}"
+    );
+    let m = raw.method().await;
+    assert!(
+        matches!(m, AMQPClass::Queue(queue::AMQPMethod::DeclareOk(_))),
+        "{m:?}"
+    );
+    let m = raw.method().await;
+    assert!(
+        matches!(m, AMQPClass::Connection(connection::AMQPMethod::CloseOk(_))),
+        "{m:?}"
+    );
+}

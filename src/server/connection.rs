@@ -510,10 +510,11 @@ impl Reader {
     fn on_connection_frame(&mut self, frame: Frame) {
         match frame {
             Frame::Method(_, AMQPClass::Connection(connection::AMQPMethod::Close(_))) => {
-                // Everything the client sent before its close still goes to the broker
-                // (in `ops`); then the connection is dropped there and we answer.
-                self.send_close_ok();
-                self.phase = Phase::Done;
+                // Everything the client sent before its close goes to the broker first (in
+                // `ops`); the broker task then answers close-ok and drops the connection. We
+                // wait for the client to hang up (or CLOSE_OK_WAIT).
+                self.push(0, Op::ClientClose);
+                self.phase = Phase::Closing;
             }
             Frame::Heartbeat
             | Frame::Method(

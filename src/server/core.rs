@@ -121,8 +121,12 @@ pub enum Op {
     TxCommit,
     /// `tx.rollback`.
     TxRollback,
-    /// The reader found a channel error (e.g. a message over the size limit, 406).
+    /// The reader found a channel error (e.g. a message over the size limit, 406), or with a
+    /// connection-level `Close`, a connection error.
     Fail(Close, (u16, u16)),
+    /// `connection.close` from the client (channel 0): answered with `close-ok` after every
+    /// operation sent before it.
+    ClientClose,
 }
 
 /// A ticket not known yet: the records go into this batch's `store.log` call.
@@ -463,6 +467,17 @@ impl Core {
     // ----- channel operations -----
 
     fn on_op(&mut self, conn: u64, ch: u16, op: Op) {
+        if let Op::ClientClose = op {
+            if let Some(c) = self.conns.get(&conn) {
+                let ok =
+                    AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {}));
+                c.outbox
+                    .append(|buf| protocol::encode_method(buf, ChannelId(0), &ok));
+                c.outbox.set_closing();
+                self.drop_conn(conn);
+            }
+            return;
+        }
         if let Op::Fail(close, method) = &op
             && close.connection
         {
@@ -486,7 +501,7 @@ impl Core {
             return;
         }
         match op {
-            Op::Open | Op::CloseOk => {}
+            Op::Open | Op::CloseOk | Op::ClientClose => {}
             Op::Close => {
                 c.channels.remove(&ch);
                 self.pending_chans.remove(&(conn, ch));
