@@ -4,6 +4,12 @@
 //! the queue does not hold is harmless. Also: an event that cannot be encoded appends nothing,
 //! and the store works on real files.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test: a failed step is a failed test"
+)]
+
 mod store_common;
 
 use std::path::Path;
@@ -92,7 +98,7 @@ fn s_dur_7_corruption_mid_log_names_file_and_offset_unless_salvaged() {
     }
     let (_, recovered, summary) = open_salvage(&sim).unwrap();
     assert!(summary.salvaged_records >= 1, "{summary:?}");
-    let lost = summary.salvaged_records as usize;
+    let lost = usize::try_from(summary.salvaged_records).unwrap();
     let live_msgs = live.broker.durable_state().queues[0].1.len();
     let got = recovered.durable_state().queues[0].1.len();
     assert!(

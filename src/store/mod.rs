@@ -268,6 +268,7 @@ impl Store {
     /// Resolves once every record up to `ticket` is on stable storage (S-DUR-3). Ticket 0 is
     /// durable at once.
     ///
+    /// # Errors
     /// The future's error is the log's latched failure (fail-stop) or its closing first.
     pub fn durable(
         &self,

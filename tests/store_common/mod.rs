@@ -3,6 +3,11 @@
 //! would), random operations for it, and opening stores on a simulated disk.
 
 #![allow(dead_code, reason = "each test binary uses a different subset")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test support: a failed step is a failed test"
+)]
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -245,10 +250,11 @@ impl Driver {
     fn take(&mut self, o: &Outcome) -> usize {
         self.events.extend(o.events.iter().cloned());
         for e in &o.effects {
-            if let Effect::Deliver(d) = e {
-                if d.chan == CH && !self.consumer_no_ack(&d.consumer_tag) {
-                    self.tags.push(d.delivery_tag.0);
-                }
+            if let Effect::Deliver(d) = e
+                && d.chan == CH
+                && !self.consumer_no_ack(&d.consumer_tag)
+            {
+                self.tags.push(d.delivery_tag.0);
             }
         }
         if let Reply::GetOk(g) = &o.reply {
@@ -312,7 +318,7 @@ impl Driver {
         match op {
             Op::Advance { ms } => return self.advance(u64::from(*ms)),
             Op::Ack { pick, multiple } => {
-                let Some(&tag) = self.pick(pick) else {
+                let Some(&tag) = self.pick(*pick) else {
                     return Vec::new();
                 };
                 self.tags
@@ -324,7 +330,7 @@ impl Driver {
                 });
             }
             Op::Reject { pick, requeue } => {
-                let Some(&tag) = self.pick(pick) else {
+                let Some(&tag) = self.pick(*pick) else {
                     return Vec::new();
                 };
                 self.tags.retain(|&t| t != tag);
@@ -348,7 +354,7 @@ impl Driver {
     }
 
     /// The held tag `pick` names (modulo how many are held).
-    fn pick(&self, pick: &usize) -> Option<&u64> {
+    fn pick(&self, pick: usize) -> Option<&u64> {
         self.tags.get(pick.checked_rem(self.tags.len())?)
     }
 }
@@ -358,6 +364,7 @@ fn table(pairs: Vec<(&str, Value)>) -> FieldTable {
 }
 
 /// The broker command for the operations that are plain commands.
+#[expect(clippy::too_many_lines, reason = "one short arm per operation")]
 fn command(op: &Op) -> Command {
     match op {
         Op::DeclareQueue {
