@@ -4,11 +4,18 @@
 //! prefix of what was logged that includes everything acknowledged durable (S-DUR-3, S-DUR-4),
 //! nothing that was never logged, and exactly the state that prefix describes (S-DUR-7).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test: a failed step is a failed test"
+)]
+
 mod store_common;
 
 use std::collections::BTreeSet;
 
-use store_common::{Driver, Op, log, open, replay, setup};
+use proptest::prelude::*;
+use store_common::{Driver, Op, log, op, open, replay, setup};
 use wharf::broker::{Event, MessageId};
 use wharf::wal::SimStorage;
 
@@ -18,10 +25,15 @@ fn script() -> Vec<Op> {
     let mut ops = setup();
     for i in 0..30usize {
         ops.push(Op::Publish {
-            exchange: if i % 3 == 0 { Some(1) } else { None },
+            exchange: match i % 7 {
+                0 => Some(1),
+                3 => Some(3),
+                _ => None,
+            },
             key: i % 2,
             persistent: i % 4 != 3,
             expiration_ms: (i % 5 == 0).then_some(500),
+            delay_ms: (i % 7 == 3).then_some(1500),
             body_len: 100,
         });
         if i % 3 == 1 {
@@ -51,7 +63,7 @@ fn script() -> Vec<Op> {
         no_ack: false,
     });
     ops.push(Op::Advance { ms: 5000 });
-    ops.push(Op::Purge { q: 1 });
+    ops.push(Op::Purge { q: 0 });
     ops
 }
 
@@ -72,7 +84,7 @@ struct Run {
     faulted: bool,
 }
 
-fn faulty_run(sim: &SimStorage, fault: Fault, n: u64) -> Run {
+fn faulty_run(sim: &SimStorage, fault: Fault, n: u64, ops: &[Op]) -> Run {
     match fault {
         Fault::Sync => sim.fail_sync_after(n),
         Fault::Write => sim.fail_write_after(n),
@@ -87,8 +99,8 @@ fn faulty_run(sim: &SimStorage, fault: Fault, n: u64) -> Run {
         return run;
     };
     let mut live = Driver::new();
-    for op in script() {
-        let events = live.apply(&op);
+    for op in ops {
+        let events = live.apply(op);
         run.attempted.extend(events.iter().cloned());
         let durable = log(&store, &events).and_then(|ticket| store.wait_durable(ticket));
         if durable.is_err() {
@@ -192,7 +204,7 @@ fn removes(e: &Event, queue: &str, id: MessageId) -> bool {
 fn every_fault_point(fault: Fault, power_loss: bool) -> u64 {
     for n in 0..2000 {
         let sim = SimStorage::new(n);
-        let run = faulty_run(&sim, fault, n);
+        let run = faulty_run(&sim, fault, n, &script());
         let sim = if power_loss {
             sim.power_loss()
         } else {
@@ -229,4 +241,59 @@ fn s_dur_3_failed_sync_is_fail_stop_and_a_restart_recovers() {
 fn s_dur_3_failed_write_is_fail_stop_and_recovery_keeps_what_was_durable() {
     every_fault_point(Fault::Write, false);
     every_fault_point(Fault::Write, true);
+}
+
+#[test]
+fn the_script_exercises_every_message_record() {
+    // The crash tests above are only as good as the records the script produces.
+    let mut live = Driver::new();
+    for op in script() {
+        live.apply(&op);
+    }
+    let kinds: BTreeSet<&str> = live
+        .events
+        .iter()
+        .map(|e| match e {
+            Event::Published {
+                scheduled: Some(_), ..
+            } => "Published(scheduled)",
+            Event::Published { .. } => "Published",
+            Event::Scheduled { .. } => "Scheduled",
+            Event::Settled { .. } => "Settled",
+            Event::Delivered { .. } => "Delivered",
+            Event::Returned { .. } => "Returned",
+            Event::DeadLettered { .. } => "DeadLettered",
+            Event::Purged { .. } => "Purged",
+            _ => "other",
+        })
+        .collect();
+    for want in [
+        "Published",
+        "Published(scheduled)",
+        "Scheduled",
+        "Settled",
+        "Delivered",
+        "Returned",
+        "DeadLettered",
+        "Purged",
+    ] {
+        assert!(kinds.contains(want), "the script logs no {want}: {kinds:?}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// The same checks for random workloads (policies, consumers, deletes, delayed
+    /// messages...) with a power loss at a random sync point.
+    #[test]
+    fn s_dur_3_power_loss_during_random_workloads(
+        n in 0u64..120,
+        ops in prop::collection::vec(op(), 1..60),
+    ) {
+        let sim = SimStorage::new(n);
+        let ops: Vec<Op> = setup().into_iter().chain(ops).collect();
+        let run = faulty_run(&sim, Fault::Sync, n, &ops);
+        check_recovery(&sim.power_loss(), &run, &format!("sync fault after {n}"));
+    }
 }
