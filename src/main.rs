@@ -62,7 +62,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let server = Server::start(config)
         .await
         .with_context(|| format!("starting wharf with data in {}", args.data_dir.display()))?;
-    wait_for_signal().await?;
+    tokio::select! {
+        r = wait_for_signal() => r?,
+        () = server.stopped() => tracing::error!("the broker task stopped; exiting"),
+    }
     tracing::info!("shutting down");
     server.shutdown().await.context("shutting down")?;
     tracing::info!("stopped; everything acknowledged is durable");

@@ -181,6 +181,16 @@ pub struct ServerHandle {
     stop_accepting: watch::Sender<bool>,
     accept_task: JoinHandle<()>,
     core_task: JoinHandle<Result<(), StoreError>>,
+    core_done: watch::Receiver<bool>,
+}
+
+/// Sets its flag when dropped.
+struct DoneGuard(watch::Sender<bool>);
+
+impl Drop for DoneGuard {
+    fn drop(&mut self) {
+        let _ = self.0.send(true);
+    }
 }
 
 impl Server {
@@ -227,7 +237,13 @@ impl Server {
         );
 
         let (core_tx, core_rx) = mpsc::channel(limits_server::CORE_QUEUE_BATCHES_MAX);
-        let core_task = tokio::spawn(core.run(core_rx));
+        let (core_done_tx, core_done) = watch::channel(false);
+        let core_task = tokio::spawn(async move {
+            // Tell the handle when the broker task ends, however it ends (a panic included:
+            // the guard runs on unwind), so the binary exits instead of serving nothing.
+            let _done = DoneGuard(core_done_tx);
+            core.run(core_rx).await
+        });
         let (stop_accepting, stop_rx) = watch::channel(false);
         let ctx = connection::ConnCtx {
             core: core_tx.clone(),
@@ -241,6 +257,7 @@ impl Server {
             stop_accepting,
             accept_task,
             core_task,
+            core_done,
         })
     }
 }
@@ -288,6 +305,13 @@ impl ServerHandle {
         if self.core.send(core::CoreMsg::Tick(done)).await.is_ok() {
             let _ = wait.await;
         }
+    }
+
+    /// Resolves if the broker task stops on its own (the log failed, or a bug): the server
+    /// then serves nothing and its process should exit; [`ServerHandle::shutdown`] says why.
+    pub async fn stopped(&self) {
+        let mut done = self.core_done.clone();
+        let _ = done.wait_for(|d| *d).await;
     }
 
     /// Raises (`Some(reason)`) or clears (`None`) a resource alarm: clients that advertised
