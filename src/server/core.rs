@@ -134,11 +134,18 @@ const TICKET_THIS_BATCH: Ticket = Ticket::MAX;
 /// Commands drained per batch.
 const BATCH_MSGS_MAX: usize = 64;
 
-#[derive(Debug, Clone, Copy)]
+/// Something sent only once the records before it are durable.
+#[derive(Debug)]
 enum Deferred {
+    /// A publisher confirm.
     Ack(u64),
+    /// A publisher nack (refused by a queue, S-LEN-2).
     Nack(u64),
+    /// `tx.commit-ok`.
     CommitOk,
+    /// The reply of a definition method that changed durable state (a durable queue
+    /// declared, a binding added, ...): the client may rely on it surviving a crash (S-DUR-1).
+    Reply(Box<AMQPClass>),
 }
 
 #[derive(Debug)]
@@ -715,7 +722,15 @@ impl Core {
     fn command(&mut self, conn: u64, ch: u16, cmd: Command, method: (u16, u16), nowait: bool) {
         match self.broker.handle(cmd, self.now()) {
             Ok(out) => {
-                if !nowait {
+                // exchange.* and queue.* replies that changed durable state wait for the
+                // store, like confirms; everything else (consume-ok before its deliveries,
+                // get-ok) goes at once.
+                let definition = matches!(method.0, 40 | 50) && !out.events.is_empty();
+                if definition && !nowait {
+                    if let Some(reply) = reply_method(method, &out.reply) {
+                        self.defer(conn, ch, Deferred::Reply(Box::new(reply)), true);
+                    }
+                } else if !nowait {
                     self.send_reply(conn, ch, method, &out.reply);
                 }
                 self.apply_outcome(out, Some((conn, ch)));
@@ -1030,11 +1045,13 @@ impl Core {
                     protocol::encode_ack(buf, id, seq, n > 1);
                 }
             };
-            while let Some(&(ticket, what)) = state.pending.front() {
+            while let Some(&(ticket, _)) = state.pending.front() {
                 if ticket > watermark {
                     break;
                 }
-                state.pending.pop_front();
+                let Some((_, what)) = state.pending.pop_front() else {
+                    break;
+                };
                 match what {
                     Deferred::Ack(seq) => {
                         acks = Some((seq, acks.map_or(1, |(_, n)| n + 1)));
@@ -1052,6 +1069,10 @@ impl Core {
                         flush_acks(&mut buf, &mut acks);
                         let ok = AMQPClass::Tx(tx::AMQPMethod::CommitOk(tx::CommitOk {}));
                         protocol::encode_method(&mut buf, id, &ok);
+                    }
+                    Deferred::Reply(reply) => {
+                        flush_acks(&mut buf, &mut acks);
+                        protocol::encode_method(&mut buf, id, &reply);
                     }
                 }
             }
