@@ -100,7 +100,7 @@ async fn shutdown_closes_connections_with_320() {
     let (conn, _ch) = server.channel().await;
     let mut events = conn.events_listener();
     let mut raw = Raw::open(server.handle.local_addr(), 0).await;
-    server.handle.shutdown().await.unwrap();
+    let stopping = tokio::spawn(server.handle.shutdown());
     let (code, text) = raw.expect_connection_close().await;
     assert_eq!(code, 320);
     assert!(text.starts_with("CONNECTION_FORCED"), "{text}");
@@ -110,6 +110,7 @@ async fn shutdown_closes_connections_with_320() {
         }
     };
     assert_eq!(reply_code(&err), Some(320), "{err:?}");
+    within(5, stopping).await.unwrap().unwrap();
 }
 
 #[tokio::test]

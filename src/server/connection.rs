@@ -42,6 +42,9 @@ pub struct ConnCtx {
     pub users: Arc<Users>,
     /// The heartbeat interval we propose, in seconds (0: none).
     pub heartbeat_secs: u16,
+    /// Held (never used to send) while a connection task lives, so shutdown can wait until
+    /// every connection has flushed its close.
+    pub alive: mpsc::Sender<()>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,12 +119,14 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: ConnCtx) {
             registered: false,
         };
         debug!("accepted");
+        let alive = reader.ctx.alive.clone();
         reader.run(read).await;
         if reader.registered {
             let _ = reader.ctx.core.send(CoreMsg::Closed(id)).await;
         }
         outbox.finish();
         let _ = writer.await;
+        drop(alive);
         debug!("closed");
     }
     .instrument(span)

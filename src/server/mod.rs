@@ -182,6 +182,8 @@ pub struct ServerHandle {
     accept_task: JoinHandle<()>,
     core_task: JoinHandle<Result<(), StoreError>>,
     core_done: watch::Receiver<bool>,
+    /// Yields `None` once every connection task (and the accept loop) has ended.
+    connections_gone: mpsc::Receiver<()>,
 }
 
 /// Sets its flag when dropped.
@@ -245,10 +247,12 @@ impl Server {
             core.run(core_rx).await
         });
         let (stop_accepting, stop_rx) = watch::channel(false);
+        let (alive, connections_gone) = mpsc::channel(1);
         let ctx = connection::ConnCtx {
             core: core_tx.clone(),
             users: Arc::new(config.users.clone()),
             heartbeat_secs: config.heartbeat_secs,
+            alive,
         };
         let accept_task = tokio::spawn(accept_loop(listener, ctx, stop_rx));
         Ok(ServerHandle {
@@ -258,6 +262,7 @@ impl Server {
             accept_task,
             core_task,
             core_done,
+            connections_gone,
         })
     }
 }
@@ -326,14 +331,19 @@ impl ServerHandle {
     ///
     /// # Errors
     /// The final sync failed, or a server task panicked.
-    pub async fn shutdown(self) -> Result<(), ServerError> {
+    pub async fn shutdown(mut self) -> Result<(), ServerError> {
         let _ = self.stop_accepting.send(true);
         let _ = self.accept_task.await;
         let _ = self.core.send(core::CoreMsg::Shutdown).await;
         drop(self.core);
-        self.core_task
+        let stored = self
+            .core_task
             .await
-            .map_err(|e| ServerError::Task(e.to_string()))??;
+            .map_err(|e| ServerError::Task(e.to_string()));
+        // Give connections the time to flush their 320 close and see close-ok (bounded).
+        let _ =
+            tokio::time::timeout(limits_server::CLOSE_OK_WAIT, self.connections_gone.recv()).await;
+        stored??;
         Ok(())
     }
 }
