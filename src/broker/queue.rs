@@ -285,7 +285,7 @@ impl Ready {
     }
 
     /// The live entries in queue order.
-    pub fn iter(&self) -> impl Iterator<Item = (&Arc<Message>, &Entry)> {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&Arc<Message>, &Entry)> {
         self.slots
             .iter()
             .filter_map(|e| e.msg.as_ref().map(|m| (m, e)))

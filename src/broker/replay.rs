@@ -282,7 +282,13 @@ impl Broker {
             .get(queue)
             .ok_or_else(|| corrupt("message for an unknown queue"))?;
         let q = self.queues.get_mut(&qid).expect("vhost map is consistent");
-        if q.ready.front().is_some() && q.ready.iter().last().is_some_and(|(m, _)| m.id >= msg.id) {
+        // next_back, not last: replay must stay linear in the number of messages.
+        if q.ready.front().is_some()
+            && q.ready
+                .iter()
+                .next_back()
+                .is_some_and(|(m, _)| m.id >= msg.id)
+        {
             return Err(corrupt("message ids out of order"));
         }
         q.ready.push_back(msg, 0, false);
