@@ -1,0 +1,564 @@
+//! Command-line arguments of wharf-perf: parsing and validation into [`Command`]. Pure: no I/O,
+//! no tokio, no AMQP connection. Option names follow RabbitMQ's PerfTest where one exists.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+/// The default broker URI (RabbitMQ's and wharf's default port, vhost "/").
+pub const DEFAULT_URI: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// Largest publisher-confirm window; a larger window only hides latency.
+pub const CONFIRM_WINDOW_MAX: u32 = 65_535;
+/// Largest message body the generator builds (wharf's `MESSAGE_BODY_BYTES_MAX`).
+pub const MESSAGE_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// Most publishers or consumers in one run; each is a connection.
+pub const CLIENTS_MAX: u32 = 1024;
+
+/// What to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    /// Publish and/or consume and report rates and latencies.
+    Run(RunConfig),
+    /// The expiry scenario: mixed per-message TTLs into a queue with a dead-letter exchange.
+    TtlMix(TtlMixConfig),
+    /// Serve as a null broker (to measure the generator's own ceiling).
+    Sink {
+        /// Address to listen on (loopback).
+        listen: String,
+        /// Body size of the deliveries it pushes.
+        size_bytes: usize,
+    },
+    /// Print usage.
+    Help,
+}
+
+/// A queue argument given as `--queue-arg key=value`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ArgValue {
+    /// A value that parses as a signed integer (x-message-ttl, x-max-length, ...).
+    Int(i64),
+    /// `true` or `false`.
+    Bool(bool),
+    /// Anything else (x-dead-letter-exchange, x-queue-mode, ...).
+    Str(String),
+}
+
+/// The queue the run uses (published to through the default exchange).
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueueSpec {
+    /// Queue name.
+    pub name: String,
+    /// Declare it durable.
+    pub durable: bool,
+    /// Declaration arguments, in the order given.
+    pub args: Vec<(String, ArgValue)>,
+}
+
+/// Options of a publish/consume run.
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "each bool is an independent command-line flag"
+)]
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunConfig {
+    /// Broker URI.
+    pub uri: String,
+    /// Publisher connections.
+    pub producers: u32,
+    /// Consumer connections.
+    pub consumers: u32,
+    /// Body size in bytes; bodies of 8 bytes or more carry the send time.
+    pub size_bytes: usize,
+    /// Publish with delivery-mode 2.
+    pub persistent: bool,
+    /// Outstanding unconfirmed messages per publisher; `None` publishes without confirms.
+    pub confirm_window: Option<u32>,
+    /// Consumer prefetch (basic.qos); 0 means unlimited.
+    pub qos: u16,
+    /// Consumers ack with `multiple` once every this many messages (1: one ack per message).
+    pub multi_ack_every: u32,
+    /// Consumers use no-ack mode.
+    pub auto_ack: bool,
+    /// The queue.
+    pub queue: QueueSpec,
+    /// Stop after this long (the run also stops when the message counts are reached).
+    pub time: Option<Duration>,
+    /// Messages per publisher.
+    pub pmessages: Option<u64>,
+    /// Messages per consumer.
+    pub cmessages: Option<u64>,
+    /// Purge the queue before starting.
+    pub purge_before: bool,
+    /// Purge the queue at the end.
+    pub purge_after: bool,
+    /// Delete the queue at the end.
+    pub delete_after: bool,
+    /// Process whose CPU time to report per message (the broker).
+    pub broker_pid: Option<u32>,
+    /// Print one JSON line instead of text.
+    pub json: bool,
+    /// Tokio worker threads (default: the number of CPUs).
+    pub threads: Option<usize>,
+}
+
+/// Options of the TTL scenario.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TtlMixConfig {
+    /// Broker URI.
+    pub uri: String,
+    /// Messages to publish; half short-lived, half long-lived, in random order.
+    pub messages: u64,
+    /// TTL of the short-lived half, in milliseconds.
+    pub short_ms: u64,
+    /// TTL of the long-lived half, in milliseconds.
+    pub long_ms: u64,
+    /// Longest wait after the last publish for the queues to settle.
+    pub wait: Duration,
+    /// How often to poll the two queues' counts.
+    pub poll: Duration,
+    /// Source queue (deleted and re-declared with the dead-letter exchange).
+    pub queue: String,
+    /// Dead-letter exchange (fanout).
+    pub dlx: String,
+    /// Queue bound to the dead-letter exchange.
+    pub dlq: String,
+    /// Body size in bytes.
+    pub size_bytes: usize,
+    /// Publish with delivery-mode 2 into durable queues.
+    pub persistent: bool,
+    /// Publisher confirm window.
+    pub confirm_window: u32,
+    /// Seed of the shuffle that orders short and long messages.
+    pub seed: u64,
+    /// Leave the queues and exchange in place afterwards.
+    pub keep: bool,
+    /// Print one JSON line instead of text.
+    pub json: bool,
+}
+
+/// Usage text.
+pub const USAGE: &str = "\
+wharf-perf: AMQP 0-9-1 load generator (wharf or RabbitMQ)
+
+usage: wharf-perf [run] [options]
+       wharf-perf ttl-mix [options]
+       wharf-perf sink [--listen 127.0.0.1:5680] [--size BYTES]
+           a null broker that confirms and delivers without storing: the generator's ceiling
+
+run options:
+  --uri URI                 broker (default amqp://guest:guest@127.0.0.1:5672/%2f)
+  -x, --producers N         publisher connections (default 1)
+  -y, --consumers N         consumer connections (default 1)
+  -s, --size BYTES          body size (default 16; >= 8 embeds the send time)
+  -f, --persistent          delivery-mode 2
+  -c, --confirm W           publisher confirms, W messages outstanding per publisher
+  -q, --qos N               consumer prefetch (default 0 = unlimited)
+  -A, --multi-ack-every K   ack with multiple=true every K messages (default 1)
+  -a, --auto-ack            consume without acks
+      --queue NAME          queue (default wharf-perf)
+      --durable             declare the queue durable
+      --queue-arg K=V       queue argument (repeatable); integers and true/false are typed
+  -z, --time SECONDS        run for this long
+  -C, --pmessages N         messages per publisher
+  -D, --cmessages N         messages per consumer
+      --purge-before        purge the queue before the run
+      --purge-after         purge the queue after the run
+      --delete-after        delete the queue after the run
+      --broker-pid PID      report this process's CPU time per message
+      --threads N           tokio worker threads
+      --json                one JSON line instead of text
+
+ttl-mix options (also --uri, --size, --persistent, --confirm, --json):
+      --messages N          messages (default 100000), half short, half long, shuffled
+      --short-ms MS         short TTL (default 100)
+      --long-ms MS          long TTL (default 3600000)
+      --wait SECONDS        bounded wait after the last publish (default 5)
+      --poll-ms MS          poll interval of the queue counts (default 50)
+      --queue NAME --dlx NAME --dlq NAME   (defaults wharf-perf-ttl, -dlx, -dlq)
+      --seed N              shuffle seed (default 1)
+      --keep                keep the queues and exchange afterwards
+";
+
+/// Parses the arguments after the program name.
+pub fn parse(args: &[String]) -> Result<Command> {
+    match args.first().map(String::as_str) {
+        Some("-h" | "--help" | "help") => Ok(Command::Help),
+        Some("ttl-mix") => parse_ttl_mix(args.get(1..).unwrap_or_default()).map(Command::TtlMix),
+        Some("sink") => parse_sink(args.get(1..).unwrap_or_default()),
+        Some("run") => parse_run(args.get(1..).unwrap_or_default()).map(Command::Run),
+        _ => parse_run(args).map(Command::Run),
+    }
+}
+
+/// Walks `--flag value` pairs, handing each to `apply`.
+struct Cursor<'a> {
+    args: &'a [String],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn next_flag(&mut self) -> Option<&'a str> {
+        let flag = self.args.get(self.at)?;
+        self.at += 1;
+        Some(flag.as_str())
+    }
+
+    fn value(&mut self, flag: &str) -> Result<&'a str> {
+        let value = self
+            .args
+            .get(self.at)
+            .with_context(|| format!("{flag} needs a value"))?;
+        self.at += 1;
+        Ok(value.as_str())
+    }
+
+    fn number<T: std::str::FromStr>(&mut self, flag: &str) -> Result<T> {
+        let text = self.value(flag)?;
+        text.parse()
+            .map_err(|_| anyhow::anyhow!("{flag}: {text:?} is not a valid number"))
+    }
+
+    fn seconds(&mut self, flag: &str) -> Result<Duration> {
+        let seconds: f64 = self.number(flag)?;
+        Duration::try_from_secs_f64(seconds)
+            .map_err(|_| anyhow::anyhow!("{flag}: {seconds} is not a valid duration"))
+    }
+}
+
+fn parse_queue_arg(text: &str) -> Result<(String, ArgValue)> {
+    let (key, value) = text
+        .split_once('=')
+        .with_context(|| format!("--queue-arg {text:?}: expected key=value"))?;
+    if key.is_empty() || key.len() > 255 {
+        bail!("--queue-arg {text:?}: the key must be 1 to 255 bytes");
+    }
+    let value = if let Ok(int) = value.parse::<i64>() {
+        ArgValue::Int(int)
+    } else if let Ok(boolean) = value.parse::<bool>() {
+        ArgValue::Bool(boolean)
+    } else {
+        ArgValue::Str(value.to_owned())
+    };
+    Ok((key.to_owned(), value))
+}
+
+fn default_run() -> RunConfig {
+    RunConfig {
+        uri: DEFAULT_URI.to_owned(),
+        producers: 1,
+        consumers: 1,
+        size_bytes: 16,
+        persistent: false,
+        confirm_window: None,
+        qos: 0,
+        multi_ack_every: 1,
+        auto_ack: false,
+        queue: QueueSpec {
+            name: "wharf-perf".to_owned(),
+            durable: false,
+            args: Vec::new(),
+        },
+        time: None,
+        pmessages: None,
+        cmessages: None,
+        purge_before: false,
+        purge_after: false,
+        delete_after: false,
+        broker_pid: None,
+        json: false,
+        threads: None,
+    }
+}
+
+fn parse_run(args: &[String]) -> Result<RunConfig> {
+    let mut config = default_run();
+    let mut cursor = Cursor { args, at: 0 };
+    while let Some(flag) = cursor.next_flag() {
+        match flag {
+            "--uri" => cursor.value(flag)?.clone_into(&mut config.uri),
+            "--producers" | "-x" => config.producers = cursor.number(flag)?,
+            "--consumers" | "-y" => config.consumers = cursor.number(flag)?,
+            "--size" | "-s" => config.size_bytes = cursor.number(flag)?,
+            "--persistent" | "-f" => config.persistent = true,
+            "--confirm" | "-c" => {
+                let window: u32 = cursor.number(flag)?;
+                config.confirm_window = (window > 0).then_some(window);
+            }
+            "--qos" | "-q" => config.qos = cursor.number(flag)?,
+            "--multi-ack-every" | "-A" => config.multi_ack_every = cursor.number(flag)?,
+            "--auto-ack" | "-a" => config.auto_ack = true,
+            "--queue" | "-u" => cursor.value(flag)?.clone_into(&mut config.queue.name),
+            "--durable" => config.queue.durable = true,
+            "--queue-arg" => config
+                .queue
+                .args
+                .push(parse_queue_arg(cursor.value(flag)?)?),
+            "--time" | "-z" => config.time = Some(cursor.seconds(flag)?),
+            "--pmessages" | "-C" => config.pmessages = Some(cursor.number(flag)?),
+            "--cmessages" | "-D" => config.cmessages = Some(cursor.number(flag)?),
+            "--purge-before" => config.purge_before = true,
+            "--purge-after" => config.purge_after = true,
+            "--delete-after" => config.delete_after = true,
+            "--broker-pid" => config.broker_pid = Some(cursor.number(flag)?),
+            "--threads" => config.threads = Some(cursor.number(flag)?),
+            "--json" => config.json = true,
+            other => bail!("unknown option {other:?} (try --help)"),
+        }
+    }
+    validate_run(&config)?;
+    Ok(config)
+}
+
+fn validate_run(config: &RunConfig) -> Result<()> {
+    if config.producers == 0 && config.consumers == 0 {
+        bail!("nothing to do: no producers and no consumers");
+    }
+    if config.producers > CLIENTS_MAX || config.consumers > CLIENTS_MAX {
+        bail!("at most {CLIENTS_MAX} producers and {CLIENTS_MAX} consumers");
+    }
+    if config.size_bytes > MESSAGE_BYTES_MAX {
+        bail!("--size {} exceeds {MESSAGE_BYTES_MAX}", config.size_bytes);
+    }
+    if config
+        .confirm_window
+        .is_some_and(|w| w > CONFIRM_WINDOW_MAX)
+    {
+        bail!("--confirm exceeds {CONFIRM_WINDOW_MAX}");
+    }
+    if config.multi_ack_every == 0 {
+        bail!("--multi-ack-every must be at least 1");
+    }
+    if config.auto_ack && config.multi_ack_every > 1 {
+        bail!("--auto-ack and --multi-ack-every exclude each other");
+    }
+    // The broker stops delivering once `qos` messages are unacked, so a consumer that waits for
+    // more than that before acking would wait forever.
+    if config.qos > 0 && !config.auto_ack && config.multi_ack_every > u32::from(config.qos) {
+        bail!(
+            "--multi-ack-every {} exceeds --qos {}: the consumer would stall",
+            config.multi_ack_every,
+            config.qos
+        );
+    }
+    let producers_end = config.time.is_some() || config.pmessages.is_some();
+    let consumers_end = config.time.is_some() || config.cmessages.is_some();
+    if (config.producers > 0 && !producers_end) || (config.consumers > 0 && !consumers_end) {
+        bail!("the run needs an end: --time, or --pmessages / --cmessages");
+    }
+    Ok(())
+}
+
+fn parse_sink(args: &[String]) -> Result<Command> {
+    let mut listen = "127.0.0.1:5680".to_owned();
+    let mut size_bytes = 16;
+    let mut cursor = Cursor { args, at: 0 };
+    while let Some(flag) = cursor.next_flag() {
+        match flag {
+            "--listen" => cursor.value(flag)?.clone_into(&mut listen),
+            "--size" | "-s" => size_bytes = cursor.number(flag)?,
+            other => bail!("unknown sink option {other:?} (try --help)"),
+        }
+    }
+    if size_bytes > MESSAGE_BYTES_MAX {
+        bail!("--size {size_bytes} exceeds {MESSAGE_BYTES_MAX}");
+    }
+    Ok(Command::Sink { listen, size_bytes })
+}
+
+fn parse_ttl_mix(args: &[String]) -> Result<TtlMixConfig> {
+    let mut config = TtlMixConfig {
+        uri: DEFAULT_URI.to_owned(),
+        messages: 100_000,
+        short_ms: 100,
+        long_ms: 3_600_000,
+        wait: Duration::from_secs(5),
+        poll: Duration::from_millis(50),
+        queue: "wharf-perf-ttl".to_owned(),
+        dlx: "wharf-perf-ttl-dlx".to_owned(),
+        dlq: "wharf-perf-ttl-dlq".to_owned(),
+        size_bytes: 16,
+        persistent: false,
+        confirm_window: 256,
+        seed: 1,
+        keep: false,
+        json: false,
+    };
+    let mut cursor = Cursor { args, at: 0 };
+    while let Some(flag) = cursor.next_flag() {
+        match flag {
+            "--uri" => cursor.value(flag)?.clone_into(&mut config.uri),
+            "--messages" => config.messages = cursor.number(flag)?,
+            "--short-ms" => config.short_ms = cursor.number(flag)?,
+            "--long-ms" => config.long_ms = cursor.number(flag)?,
+            "--wait" => config.wait = cursor.seconds(flag)?,
+            "--poll-ms" => config.poll = Duration::from_millis(cursor.number(flag)?),
+            "--queue" => cursor.value(flag)?.clone_into(&mut config.queue),
+            "--dlx" => cursor.value(flag)?.clone_into(&mut config.dlx),
+            "--dlq" => cursor.value(flag)?.clone_into(&mut config.dlq),
+            "--size" | "-s" => config.size_bytes = cursor.number(flag)?,
+            "--persistent" | "-f" => config.persistent = true,
+            "--confirm" | "-c" => config.confirm_window = cursor.number(flag)?,
+            "--seed" => config.seed = cursor.number(flag)?,
+            "--keep" => config.keep = true,
+            "--json" => config.json = true,
+            other => bail!("unknown ttl-mix option {other:?} (try --help)"),
+        }
+    }
+    if config.confirm_window == 0 || config.confirm_window > CONFIRM_WINDOW_MAX {
+        bail!("--confirm must be 1 to {CONFIRM_WINDOW_MAX} for ttl-mix");
+    }
+    if config.size_bytes > MESSAGE_BYTES_MAX {
+        bail!("--size {} exceeds {MESSAGE_BYTES_MAX}", config.size_bytes);
+    }
+    // S-TTL-1: a TTL is an integer in 0 ..= 2^32-1.
+    if config.short_ms > u64::from(u32::MAX) || config.long_ms > u64::from(u32::MAX) {
+        bail!("TTLs must be at most {} ms", u32::MAX);
+    }
+    if config.poll.is_zero() {
+        bail!("--poll-ms must be positive");
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(text: &str) -> Vec<String> {
+        text.split_whitespace().map(str::to_owned).collect()
+    }
+
+    fn run(text: &str) -> Result<RunConfig> {
+        match parse(&argv(text))? {
+            Command::Run(config) => Ok(config),
+            other => panic!("expected a run, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn full_run_command_line() {
+        let config = run(
+            "--uri amqp://a:b@127.0.0.1:5673/v -x 2 -y 3 -s 1024 -f -c 256 -q 300 \
+                          -A 50 --queue q1 --durable --queue-arg x-message-ttl=60000 \
+                          --queue-arg x-dead-letter-exchange=dlx --queue-arg x-single=true \
+                          -z 2.5 --purge-after --broker-pid 42 --json",
+        )
+        .unwrap();
+        assert_eq!(config.uri, "amqp://a:b@127.0.0.1:5673/v");
+        assert_eq!((config.producers, config.consumers), (2, 3));
+        assert_eq!(config.size_bytes, 1024);
+        assert!(config.persistent);
+        assert_eq!(config.confirm_window, Some(256));
+        assert_eq!((config.qos, config.multi_ack_every), (300, 50));
+        assert_eq!(config.queue.name, "q1");
+        assert!(config.queue.durable);
+        assert_eq!(
+            config.queue.args,
+            vec![
+                ("x-message-ttl".to_owned(), ArgValue::Int(60_000)),
+                (
+                    "x-dead-letter-exchange".to_owned(),
+                    ArgValue::Str("dlx".to_owned())
+                ),
+                ("x-single".to_owned(), ArgValue::Bool(true)),
+            ]
+        );
+        assert_eq!(config.time, Some(Duration::from_millis(2500)));
+        assert!(config.purge_after && !config.purge_before && !config.delete_after);
+        assert_eq!(config.broker_pid, Some(42));
+        assert!(config.json);
+    }
+
+    #[test]
+    fn defaults_and_the_run_keyword() {
+        let config = run("run -C 10 -D 10").unwrap();
+        assert_eq!(config.uri, DEFAULT_URI);
+        assert_eq!((config.producers, config.consumers), (1, 1));
+        assert_eq!(config.confirm_window, None);
+        assert_eq!(config.multi_ack_every, 1);
+        assert_eq!(config.queue.name, "wharf-perf");
+        assert!(!config.queue.durable && !config.persistent && !config.json);
+    }
+
+    #[test]
+    fn confirm_zero_means_no_confirms() {
+        assert_eq!(run("-c 0 -z 1").unwrap().confirm_window, None);
+    }
+
+    #[test]
+    fn refuses_bad_input() {
+        for bad in [
+            "-z 1 --bogus",
+            "-z 1 -x",
+            "-z 1 -x many",
+            "-z 1 --queue-arg novalue",
+            "-z 1 --queue-arg =1",
+            "-z -1",
+            "-x 0 -y 0 -z 1",
+            "-x 1 -y 0",
+            "-x 0 -y 1 -C 5",
+            "-z 1 -A 0",
+            "-z 1 -a -A 5",
+            "-z 1 -c 70000",
+            "-z 1 -s 99999999",
+            "-z 1 -x 5000",
+        ] {
+            assert!(run(bad).is_err(), "accepted {bad:?}");
+        }
+    }
+
+    #[test]
+    fn multi_ack_beyond_prefetch_would_stall_and_is_refused() {
+        assert!(run("-z 1 -q 100 -A 101").is_err());
+        assert!(run("-z 1 -q 100 -A 100").is_ok());
+        assert!(
+            run("-z 1 -q 0 -A 1000").is_ok(),
+            "unlimited prefetch cannot stall"
+        );
+    }
+
+    #[test]
+    fn ttl_mix_defaults_and_options() {
+        let Command::TtlMix(config) = parse(&argv("ttl-mix")).unwrap() else {
+            panic!("expected ttl-mix");
+        };
+        assert_eq!(config.messages, 100_000);
+        assert_eq!((config.short_ms, config.long_ms), (100, 3_600_000));
+        assert_eq!(config.wait, Duration::from_secs(5));
+        let Command::TtlMix(config) = parse(&argv(
+            "ttl-mix --messages 10 --short-ms 5 --long-ms 60000 --wait 0.5 --seed 7 --keep",
+        ))
+        .unwrap() else {
+            panic!("expected ttl-mix");
+        };
+        assert_eq!(
+            (config.messages, config.short_ms, config.long_ms),
+            (10, 5, 60_000)
+        );
+        assert_eq!((config.wait, config.seed), (Duration::from_millis(500), 7));
+        assert!(config.keep);
+        assert!(
+            parse(&argv("ttl-mix --long-ms 4294967296")).is_err(),
+            "S-TTL-1 range"
+        );
+        assert!(parse(&argv("ttl-mix --confirm 0")).is_err());
+    }
+
+    #[test]
+    fn sink_options() {
+        assert_eq!(
+            parse(&argv("sink --listen 127.0.0.1:1 -s 64")).unwrap(),
+            Command::Sink {
+                listen: "127.0.0.1:1".to_owned(),
+                size_bytes: 64
+            }
+        );
+        assert!(parse(&argv("sink --bogus")).is_err());
+    }
+
+    #[test]
+    fn help() {
+        assert_eq!(parse(&argv("--help")).unwrap(), Command::Help);
+    }
+}
