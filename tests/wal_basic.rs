@@ -352,3 +352,115 @@ fn handles_can_be_shared_across_threads_and_tasks() {
     sendable::<wharf::wal::Durable>();
     sendable::<Wal>();
 }
+
+/// Writes `n` synced records of `len` bytes over 4 KiB segments on a fresh simulated disk.
+fn sim_log(n: u64, len: usize, preallocate: bool) -> (SimStorage, Vec<wharf::wal::Appended>) {
+    let sim = SimStorage::new(n);
+    let config = WalConfig {
+        preallocate,
+        ..small_segments()
+    };
+    let (wal, _, _) = open(Path::new("/wal"), Arc::new(sim.clone()), &config).unwrap();
+    let app = wal.appender();
+    let appended = (0..n)
+        .map(|i| app.append_durable(0, &payload(i, len)).unwrap())
+        .collect();
+    wal.close().unwrap();
+    (sim, appended)
+}
+
+#[test]
+fn preallocated_segments_are_full_size_and_trimmed_when_sealed() {
+    let (sim, appended) = sim_log(30, 300, true);
+    let last = appended.last().unwrap().position.segment;
+    for id in 0..=last.0 {
+        let bytes = sim
+            .file_bytes(&Path::new("/wal").join(segment_file_name(SegmentId(id))))
+            .unwrap();
+        if id == last.0 {
+            assert_eq!(bytes.len(), 4096, "the active segment is preallocated");
+        } else {
+            let end = appended
+                .iter()
+                .filter(|a| a.position.segment == SegmentId(id))
+                .map(|a| a.position.offset + 21 + 300)
+                .max()
+                .unwrap();
+            assert_eq!(
+                bytes.len() as u64,
+                end,
+                "sealed segment {id} trimmed to its data"
+            );
+        }
+    }
+}
+
+#[test]
+fn s_dur_7_a_huge_length_in_a_sealed_segment_is_refused_before_use() {
+    let (sim, appended) = sim_log(30, 300, false);
+    let victim = appended[1];
+    let path = Path::new("/wal").join(segment_file_name(victim.position.segment));
+    let mut bytes = sim.file_bytes(&path).unwrap();
+    let at = victim.position.offset as usize;
+    bytes[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    sim.set_file_bytes(&path, bytes);
+    match open(Path::new("/wal"), Arc::new(sim), &small_segments()) {
+        Err(RecoveryError::Corrupt {
+            path: p,
+            offset,
+            reason,
+        }) => {
+            assert_eq!((p, offset), (path, victim.position.offset));
+            assert_eq!(
+                reason,
+                wharf::wal::CorruptReason::LengthTooLarge(u64::from(u32::MAX))
+            );
+        }
+        other => panic!("expected corruption, got {:?}", other.map(|r| r.1)),
+    }
+}
+
+#[test]
+fn a_segment_renamed_to_another_id_is_corruption() {
+    let (sim, _) = sim_log(30, 300, false);
+    let from = Path::new("/wal").join(segment_file_name(SegmentId(0)));
+    let to = Path::new("/wal").join(segment_file_name(SegmentId(100)));
+    sim.set_file_bytes(&to, sim.file_bytes(&from).unwrap());
+    let err = open(Path::new("/wal"), Arc::new(sim), &small_segments()).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            RecoveryError::Corrupt { path, offset: 0, reason: wharf::wal::CorruptReason::SegmentIdMismatch { .. } } if *path == to
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn read_only_scan_reports_a_torn_tail_without_cutting_it() {
+    let (sim, appended) = sim_log(5, 50, false);
+    let path = Path::new("/wal").join(segment_file_name(SegmentId(0)));
+    let mut bytes = sim.file_bytes(&path).unwrap();
+    let good = bytes.len();
+    bytes.extend_from_slice(&[0xab; 10]);
+    sim.set_file_bytes(&path, bytes.clone());
+    let mut n = 0;
+    let report = wharf::wal::scan(
+        &sim,
+        Path::new("/wal"),
+        wharf::wal::RecoveryMode::Strict,
+        &mut |_| {
+            n += 1;
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert_eq!(n, appended.len());
+    let torn = report.torn_tail.unwrap();
+    assert_eq!((torn.offset, torn.bytes), (good as u64, 10));
+    assert_eq!(
+        sim.file_bytes(&path).unwrap(),
+        bytes,
+        "scan must not modify"
+    );
+}

@@ -304,10 +304,15 @@ impl SegmentScan<'_, '_, '_> {
     fn header(&mut self) -> Result<Option<Lsn>, RecoveryError> {
         let reason = match record::check_segment_header(self.bytes) {
             HeaderCheck::Valid(h) if h.segment_id == self.id => return Ok(Some(h.first_lsn)),
-            HeaderCheck::Valid(h) => CorruptReason::SegmentIdMismatch {
-                named: self.id,
-                header: h.segment_id,
-            },
+            // A checksummed header naming another segment is no torn write: a file was
+            // renamed or copied. Never guess, in either mode.
+            HeaderCheck::Valid(h) => {
+                let reason = CorruptReason::SegmentIdMismatch {
+                    named: self.id,
+                    header: h.segment_id,
+                };
+                return Err(self.corrupt(0, reason));
+            }
             HeaderCheck::NewerVersion(found) => {
                 return Err(RecoveryError::UnsupportedVersion {
                     path: self.path.to_owned(),
@@ -319,7 +324,7 @@ impl SegmentScan<'_, '_, '_> {
         };
         // Records are only written after the header was synced, so a bad header with intact
         // records behind it is damage; without any, it is a creation cut short by a crash.
-        let beyond = self.beyond(SEGMENT_HEADER_BYTES, self.report.next_lsn, Lsn(0));
+        let beyond = self.beyond(SEGMENT_HEADER_BYTES, Lsn(1), Lsn(0));
         match decide(self.role, self.mode, beyond) {
             Decision::CutTornTail => {
                 self.report.torn_tail = Some(self.torn(0, reason));
@@ -446,11 +451,13 @@ impl SegmentScan<'_, '_, '_> {
         });
     }
 
-    /// Looks at everything from `from` on for valid frames with an Lsn of at least `expected`,
+    /// Looks at everything from `from` on for valid frames with an Lsn of at least `min_lsn`,
     /// and classifies them (see [`Beyond`]): a frame whose write group started after
-    /// `group_after` proves the bad spot was durable. After a bad header that is any frame
-    /// (`group_after` 0): records are only written once the header is synced.
-    fn beyond(&self, from: usize, expected: Lsn, group_after: Lsn) -> Beyond {
+    /// `group_after` proves the bad spot was durable. After a bad header that is any frame at
+    /// all (`min_lsn` 1, `group_after` 0): records are only written once the header is synced.
+    fn beyond(&self, from: usize, min_lsn: Lsn, group_after: Lsn) -> Beyond {
+        // Lsns beyond this are implausible: random bytes almost never fall below it.
+        let lsn_max = self.report.next_lsn.0.saturating_add(1 << 32);
         let mut found = Beyond::Nothing;
         let mut offset = from;
         // Past the last non-zero byte there are only preallocated zeros: nothing to find.
@@ -463,8 +470,8 @@ impl SegmentScan<'_, '_, '_> {
             let rest = self.bytes.get(offset..).unwrap_or_default();
             // A cheap plausibility test first, so garbage costs no CRC: the Lsn must be within
             // reach of the one expected (a random 64-bit value almost never is).
-            let plausible = record::peek_lsn(rest)
-                .is_some_and(|lsn| lsn >= expected && lsn.0 - expected.0 < 1 << 32);
+            let plausible =
+                record::peek_lsn(rest).is_some_and(|lsn| lsn >= min_lsn && lsn.0 < lsn_max);
             if plausible && let FrameCheck::Valid(frame) = record::decode_frame(rest) {
                 if frame.group_first_lsn() > group_after {
                     return Beyond::LaterGroup {
