@@ -133,6 +133,8 @@ pub fn scan(
     let mut fatal: Option<Fatal> = None;
     let mut current: Option<(u64, usize)> = None;
     let mut done_bytes = 0u64;
+    let mut previous_lsn: Option<u64> = None;
+    let mut gaps: Vec<Finding> = Vec::new();
     let mut visitor = |r: RecordRef<'_>| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let seg = r.position.segment.0;
         let index = match current {
@@ -157,8 +159,25 @@ pub fn scan(
             )));
             return Err(Box::new(Fatal("stopped".to_owned())));
         }
+        let file = names.get(index).map_or("?", String::as_str);
+        if let Some(p) = previous_lsn
+            && p.checked_add(1) != Some(r.lsn.0)
+        {
+            gaps.push(Finding {
+                segment: seg,
+                offset: r.position.offset,
+                file: file.to_owned(),
+                lsn: Some(r.lsn.0),
+                severity: "error",
+                what: format!(
+                    "the log jumps from Lsn {p} to {}: the records between are missing",
+                    r.lsn.0
+                ),
+            });
+        }
+        previous_lsn = Some(r.lsn.0);
         let scanned = Scanned {
-            file: names.get(index).map_or("?", String::as_str),
+            file,
             segment: seg,
             offset: r.position.offset,
             lsn: r.lsn.0,
@@ -176,6 +195,7 @@ pub fn scan(
     if let Some(f) = fatal {
         return Err(f);
     }
+    findings.append(&mut gaps);
     let report = match result {
         Ok(report) => report,
         Err(RecoveryError::Corrupt {
