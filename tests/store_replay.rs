@@ -21,7 +21,6 @@ fn run_workload(seed: u64, ops: &[Op]) {
         log(&store, &events).unwrap();
     }
     let logged = live.events.len() as u64;
-    for e in &live.events { eprintln!("KIND {:?}", wharf::store::codec::RecordKind::of(e)); }
     store.close().unwrap();
     // Everything was made durable by close: a power loss now loses nothing.
     let sim = sim.power_loss();
@@ -48,7 +47,7 @@ fn run_workload(seed: u64, ops: &[Op]) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     #[test]
     fn s_dur_1_2_replay_of_logged_events_equals_live_durable_state(

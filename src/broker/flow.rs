@@ -372,7 +372,11 @@ impl Broker {
     /// channel. (Per-consumer limits mark their own queue in `unacked_released`; without
     /// limits nothing was waiting for room.)
     fn mark_freed_channel(&mut self, chan: ChanRef) {
-        if self.channels.get(&chan).is_some_and(|c| c.global_prefetch > 0) {
+        if self
+            .channels
+            .get(&chan)
+            .is_some_and(|c| c.global_prefetch > 0)
+        {
             self.mark_channel_queues(chan);
         }
     }

@@ -72,8 +72,8 @@ pub struct RecoverySummary {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// The data directory could not be used.
-    #[error("data directory {path}: {source}")]
+    /// The data directory or a file in it could not be used.
+    #[error("i/o error on {path}: {source}")]
     Io {
         /// The directory or file.
         path: PathBuf,
