@@ -370,7 +370,7 @@ fn sim_log(n: u64, len: usize, preallocate: bool) -> (SimStorage, Vec<wharf::wal
 }
 
 #[test]
-fn preallocated_segments_are_full_size_and_trimmed_when_sealed() {
+fn preallocated_segments_have_zeros_ahead_and_are_trimmed_when_sealed() {
     let (sim, appended) = sim_log(30, 300, true);
     let last = appended.last().unwrap().position.segment;
     for id in 0..=last.0 {
@@ -378,6 +378,7 @@ fn preallocated_segments_are_full_size_and_trimmed_when_sealed() {
             .file_bytes(&Path::new("/wal").join(segment_file_name(SegmentId(id))))
             .unwrap();
         if id == last.0 {
+            // 4 KiB segments are smaller than a preallocation step: filled to the end.
             assert_eq!(bytes.len(), 4096, "the active segment is preallocated");
         } else {
             let end = appended
@@ -462,5 +463,38 @@ fn read_only_scan_reports_a_torn_tail_without_cutting_it() {
         sim.file_bytes(&path).unwrap(),
         bytes,
         "scan must not modify"
+    );
+}
+
+#[test]
+fn preallocation_stays_a_step_ahead_of_the_write_position() {
+    let sim = SimStorage::new(21);
+    let config = WalConfig {
+        segment_bytes_max: 16 << 20,
+        ..WalConfig::default()
+    };
+    let (wal, _, _) = open(Path::new("/wal"), Arc::new(sim.clone()), &config).unwrap();
+    let app = wal.appender();
+    let path = Path::new("/wal").join(segment_file_name(SegmentId(0)));
+    let step = 4u64 << 20;
+    for i in 0..150u64 {
+        let a = app.append_durable(0, &payload(i, 64 * 1024)).unwrap();
+        let end = a.position.offset + 21 + 64 * 1024;
+        let len = sim.file_bytes(&path).unwrap().len() as u64;
+        assert!(
+            len >= end + step / 2 || len == 16 << 20,
+            "record {i}: {len} too close to {end}"
+        );
+        assert!(
+            len <= end + step,
+            "record {i}: {len} preallocated too far past {end}"
+        );
+    }
+    drop(wal);
+    let (_, report, recs) = open(Path::new("/wal"), Arc::new(sim), &config).unwrap();
+    assert_eq!(recs.len(), 150);
+    assert!(
+        report.torn_tail.is_none(),
+        "preallocated zeros are the clean end"
     );
 }

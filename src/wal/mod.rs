@@ -115,8 +115,9 @@ pub const SEGMENT_BYTES_MIN: u64 = 4096;
 pub struct WalConfig {
     /// Largest segment file, header included: `limits::SEGMENT_BYTES_MAX` or lower.
     pub segment_bytes_max: u64,
-    /// Zero-fill each new segment to its full size, so that the `fdatasync` after each batch
-    /// does not also commit a file-size change to the file system journal (see the bench).
+    /// Keep zeros written a few MiB ahead of the write position (`PREALLOCATE_STEP_BYTES`), so
+    /// that the `fdatasync` after each batch overwrites allocated blocks and does not also
+    /// commit a file-size change to the file system journal (see the bench).
     pub preallocate: bool,
     /// Bytes of records appended but not yet taken by the writer before `append` blocks.
     pub pending_bytes_max: usize,
@@ -308,7 +309,7 @@ fn prepare_active(
     config: &WalConfig,
     report: &RecoveryReport,
 ) -> Result<ActiveSegment, WalError> {
-    let preallocate_to = config.preallocate.then_some(config.segment_bytes_max);
+    let max = config.segment_bytes_max;
     let Some(at) = report.append_at else {
         let id = match (report.unusable_last, report.segments.last()) {
             (Some(unusable), _) => {
@@ -325,6 +326,9 @@ fn prepare_active(
             (None, Some(last)) => last.next(),
             (None, None) => SegmentId(0),
         };
+        let preallocate_to = config
+            .preallocate
+            .then(|| writer::preallocation_end(SEGMENT_HEADER_BYTES as u64, max));
         return writer::create_segment_in(storage, dir, id, report.next_lsn, preallocate_to);
     };
     let path = dir.join(segment_file_name(at.segment));
@@ -344,6 +348,9 @@ fn prepare_active(
         at.offset >= SEGMENT_HEADER_BYTES as u64,
         "append position inside the header"
     );
+    let preallocate_to = config
+        .preallocate
+        .then(|| writer::preallocation_end(at.offset, max));
     if let Some(to) = preallocate_to.filter(|&to| to > allocated) {
         writer::zero_fill(&*file, allocated, to).map_err(err)?;
         file.sync_all().map_err(err)?;

@@ -529,10 +529,17 @@ impl Writer {
             let path = self.shared.segment_path(chunk.segment);
             // One write per segment per batch, then one fdatasync: the write group that
             // recovery relies on (each group is synced before the next is written).
-            let file = &self.active.file;
-            file.write_all_at(&chunk.bytes, chunk.offset)
+            self.active
+                .file
+                .write_all_at(&chunk.bytes, chunk.offset)
                 .map_err(|e| failed(&path, IoOp::Write, e))?;
-            file.sync_data().map_err(|e| failed(&path, IoOp::Sync, e))?;
+            let end = chunk.offset + chunk.bytes.len() as u64;
+            self.preallocate_ahead(end)
+                .map_err(|e| failed(&path, IoOp::Write, e))?;
+            self.active
+                .file
+                .sync_data()
+                .map_err(|e| failed(&path, IoOp::Sync, e))?;
             let c = &self.shared.counters;
             c.writes.fetch_add(1, Ordering::Relaxed);
             c.syncs.fetch_add(1, Ordering::Relaxed);
@@ -553,6 +560,23 @@ impl Writer {
         Ok(())
     }
 
+    /// Keeps zeros ahead of the write position (when preallocating): once less than half a
+    /// step is left, another step is zero-filled, so the file size (journalled metadata)
+    /// changes once per step instead of at every batch, and no roll waits for a whole segment
+    /// of zeros. The batch's own fdatasync covers these zeros.
+    fn preallocate_ahead(&mut self, end: u64) -> std::io::Result<()> {
+        if !self.preallocate || end + PREALLOCATE_STEP_BYTES / 2 <= self.active.allocated {
+            return Ok(());
+        }
+        let to = preallocation_end(end, self.shared.segment_bytes_max);
+        let from = self.active.allocated.max(end);
+        if to > from {
+            zero_fill(&*self.active.file, from, to)?;
+        }
+        self.active.allocated = self.active.allocated.max(to);
+        Ok(())
+    }
+
     /// Seals the active segment and creates its successor.
     fn roll(&mut self, id: SegmentId, first_lsn: Lsn) -> Result<(), WalError> {
         assert_eq!(id, self.active.id.next(), "segments roll one at a time");
@@ -566,12 +590,10 @@ impl Writer {
             f.sync_all()
                 .map_err(|e| failed(&old, IoOp::SealSegment, e))?;
         }
-        let segment_bytes_max = if self.preallocate {
-            Some(self.shared.segment_bytes_max)
-        } else {
-            None
-        };
-        self.active = create_segment(&self.shared, id, first_lsn, segment_bytes_max)?;
+        let preallocate_to = self
+            .preallocate
+            .then(|| preallocation_end(SEGMENT_HEADER_BYTES as u64, self.shared.segment_bytes_max));
+        self.active = create_segment(&self.shared, id, first_lsn, preallocate_to)?;
         self.shared.sealed_below.store(id.0, Ordering::Release);
         Ok(())
     }
@@ -648,6 +670,15 @@ pub(crate) fn create_segment_in(
         end,
         allocated,
     })
+}
+
+/// How far ahead of the write position a preallocating log keeps zeros.
+pub(crate) const PREALLOCATE_STEP_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Where preallocation ends for a write position `end`: a step ahead, within the segment.
+pub(crate) fn preallocation_end(end: u64, segment_bytes_max: u64) -> u64 {
+    end.saturating_add(PREALLOCATE_STEP_BYTES)
+        .min(segment_bytes_max)
 }
 
 /// Writes zeros over `from..to`: real blocks, so later overwrites followed by `fdatasync` do
