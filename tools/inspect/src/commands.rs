@@ -54,7 +54,10 @@ fn finding_json(f: &Finding) -> Json {
 
 fn finding_text(f: &Finding) -> String {
     let lsn = f.lsn.map(|l| format!(" (lsn {l})")).unwrap_or_default();
-    format!("{} offset {}{lsn}: {}: {}", f.file, f.offset, f.severity, f.what)
+    format!(
+        "{} offset {}{lsn}: {}: {}",
+        f.file, f.offset, f.severity, f.what
+    )
 }
 
 // ----- queues -----
@@ -134,7 +137,11 @@ pub fn queues(ctx: &Ctx<'_>, now_ms: u64, out: &mut dyn Write) -> Exit {
         };
         let pol = |k: &str| match &r[k] {
             Json::Null => None,
-            p => Some(format!("{}={}", render::human_value(&p["name"]), p["definition"])),
+            p => Some(format!(
+                "{}={}",
+                render::human_value(&p["name"]),
+                p["definition"]
+            )),
         };
         let policy = [pol("policy"), pol("operator_policy")]
             .into_iter()
@@ -150,7 +157,11 @@ pub fn queues(ctx: &Ctx<'_>, now_ms: u64, out: &mut dyn Write) -> Exit {
             s("oldest_enqueued_ms"),
             s("next_deadline_ms"),
             s("arguments"),
-            if policy.is_empty() { "-".to_owned() } else { policy },
+            if policy.is_empty() {
+                "-".to_owned()
+            } else {
+                policy
+            },
         ]);
     }
     text(out, &aligned(&table))?;
@@ -159,6 +170,7 @@ pub fn queues(ctx: &Ctx<'_>, now_ms: u64, out: &mut dyn Write) -> Exit {
 
 /// Columns padded to their widest cell (the last column is not padded).
 fn aligned(rows: &[Vec<String>]) -> String {
+    use std::fmt::Write as _;
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let mut widths = vec![0usize; cols];
     for r in rows {
@@ -173,7 +185,7 @@ fn aligned(rows: &[Vec<String>]) -> String {
             if i + 1 == r.len() {
                 l.push_str(c);
             } else {
-                l.push_str(&format!("{c:<w$}  ", w = widths[i]));
+                let _ = write!(l, "{c:<w$}  ", w = widths[i]);
             }
         }
         lines.push(l.trim_end().to_owned());
@@ -199,9 +211,9 @@ pub fn summary(ctx: &Ctx<'_>, now_ms: u64, out: &mut dyn Write) -> Exit {
             json!({ "records": k.records, "bytes": k.bytes }),
         );
     }
-    let torn = outcome.report.torn_tail.as_ref().map(|t| {
-        json!({ "file": t.path.display().to_string(), "offset": t.offset, "bytes": t.bytes })
-    });
+    let torn = outcome.report.torn_tail.as_ref().map(
+        |t| json!({ "file": t.path.display().to_string(), "offset": t.offset, "bytes": t.bytes }),
+    );
     let at_recovery = replay.broker.recovered(now_ms);
     let (expired, dead_lettered) = recovery_deaths(&at_recovery.events);
     let queues: Vec<Json> = queue_rows(&replay.broker)
@@ -275,10 +287,18 @@ fn summary_text(r: &Json) -> String {
         "records      {} ({} bytes)",
         r["records"]["count"], r["records"]["bytes"]
     ));
-    let mut kinds = vec![vec!["  KIND".to_owned(), "RECORDS".to_owned(), "BYTES".to_owned()]];
+    let mut kinds = vec![vec![
+        "  KIND".to_owned(),
+        "RECORDS".to_owned(),
+        "BYTES".to_owned(),
+    ]];
     if let Some(m) = r["records"]["by_kind"].as_object() {
         for (k, c) in m {
-            kinds.push(vec![format!("  {k}"), c["records"].to_string(), c["bytes"].to_string()]);
+            kinds.push(vec![
+                format!("  {k}"),
+                c["records"].to_string(),
+                c["bytes"].to_string(),
+            ]);
         }
     }
     s.push(aligned(&kinds));
@@ -427,9 +447,17 @@ impl Filter {
             }
         }
         let f = facts(e);
-        self.queue.as_ref().is_none_or(|q| f.queues.contains(&q.as_str()))
-            && self.exchange.as_ref().is_none_or(|x| f.exchanges.contains(&x.as_str()))
-            && self.routing_key.as_ref().is_none_or(|k| f.keys.contains(&k.as_str()))
+        self.queue
+            .as_ref()
+            .is_none_or(|q| f.queues.contains(&q.as_str()))
+            && self
+                .exchange
+                .as_ref()
+                .is_none_or(|x| f.exchanges.contains(&x.as_str()))
+            && self
+                .routing_key
+                .as_ref()
+                .is_none_or(|k| f.keys.contains(&k.as_str()))
             && self.message.is_none_or(|m| f.ids.contains(&m))
     }
 }
@@ -455,7 +483,9 @@ fn facts(e: &Event) -> Facts<'_> {
         Event::ExchangeDeclared { exchange, .. } | Event::ExchangeDeleted { exchange, .. } => {
             f.exchanges.push(exchange);
         }
-        Event::QueueDeclared { queue, .. } | Event::QueueDeleted { queue, .. } => f.queues.push(queue),
+        Event::QueueDeclared { queue, .. } | Event::QueueDeleted { queue, .. } => {
+            f.queues.push(queue)
+        }
         Event::Bound {
             source,
             destination,
@@ -563,12 +593,21 @@ pub fn dump(ctx: &Ctx<'_>, filter: &Filter, body: BodyMode, out: &mut dyn Write)
         let mut m = position(s);
         match &s.record {
             Ok(StoreRecord::Format { version }) => {
-                if !filter.kinds.is_empty() && !filter.kinds.iter().any(|k| k.eq_ignore_ascii_case("format")) {
+                if !filter.kinds.is_empty()
+                    && !filter
+                        .kinds
+                        .iter()
+                        .any(|k| k.eq_ignore_ascii_case("format"))
+                {
                     return;
                 }
-                if filter.vhost.is_some() || filter.queue.is_some() || filter.exchange.is_some()
-                    || filter.message.is_some() || filter.routing_key.is_some()
-                    || filter.since_ms.is_some() || filter.until_ms.is_some()
+                if filter.vhost.is_some()
+                    || filter.queue.is_some()
+                    || filter.exchange.is_some()
+                    || filter.message.is_some()
+                    || filter.routing_key.is_some()
+                    || filter.since_ms.is_some()
+                    || filter.until_ms.is_some()
                 {
                     return;
                 }
@@ -587,7 +626,13 @@ pub fn dump(ctx: &Ctx<'_>, filter: &Filter, body: BodyMode, out: &mut dyn Write)
         let r = if json {
             line(out, &Json::Object(m))
         } else {
-            let head = format!("{}@{} #{} {}", s.file, s.offset, s.lsn, state::kind_name(s.kind));
+            let head = format!(
+                "{}@{} #{} {}",
+                s.file,
+                s.offset,
+                s.lsn,
+                state::kind_name(s.kind)
+            );
             m.remove("file");
             m.remove("offset");
             m.remove("lsn");

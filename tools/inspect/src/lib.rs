@@ -35,7 +35,11 @@ pub const EXIT_FATAL: i32 = 2;
 
 /// The command line.
 #[derive(Debug, Parser)]
-#[command(name = "wharf-inspect", version, about = "Look inside a wharf data directory without starting the broker (read-only).")]
+#[command(
+    name = "wharf-inspect",
+    version,
+    about = "Look inside a wharf data directory without starting the broker (read-only)."
+)]
 pub struct Cli {
     /// JSON lines instead of text.
     #[arg(long, global = true)]
@@ -71,7 +75,7 @@ pub enum Cmd {
     Dump {
         /// The data directory.
         dir: PathBuf,
-        /// Only records of these kinds (published, settled, dead_lettered, ...; repeatable).
+        /// Only records of these kinds (`published`, `settled`, `dead_lettered`, ...; repeatable).
         #[arg(long = "kind")]
         kinds: Vec<String>,
         /// Only records of this virtual host.
@@ -105,7 +109,7 @@ pub enum Cmd {
         dir: PathBuf,
         /// The broker's message id (or use --by).
         message: Option<u64>,
-        /// message_id=.., correlation_id=.. or header:NAME=VALUE.
+        /// `message_id=..`, `correlation_id=..` or `header:NAME=VALUE`.
         #[arg(long)]
         by: Option<String>,
         /// How bodies are shown.
@@ -250,7 +254,10 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<i32, scan::Fatal> {
 fn gen_bench_log(dir: &Path, mib: u64, body_bytes: usize) -> anyhow::Result<()> {
     const T0_MS: u64 = 1_700_000_000_000;
     if dir.exists() {
-        anyhow::bail!("{} exists; gen-bench-log creates a new directory", dir.display());
+        anyhow::bail!(
+            "{} exists; gen-bench-log creates a new directory",
+            dir.display()
+        );
     }
     let mut d = workload::Driver::create(dir, wharf::limits::SEGMENT_BYTES_MAX, true, T0_MS)?;
     d.exchange("dlx", "fanout")?;

@@ -88,8 +88,12 @@ pub struct ScanOutcome {
 /// # Errors
 /// [`Fatal`] when `dir` is missing, not a directory, unreadable or holds no segment.
 pub fn segments(dir: &Path) -> Result<Vec<SegmentFile>, Fatal> {
-    let meta = std::fs::metadata(dir)
-        .map_err(|e| Fatal(format!("{}: cannot open the data directory: {e}", dir.display())))?;
+    let meta = std::fs::metadata(dir).map_err(|e| {
+        Fatal(format!(
+            "{}: cannot open the data directory: {e}",
+            dir.display()
+        ))
+    })?;
     if !meta.is_dir() {
         return Err(Fatal(format!("{}: not a directory", dir.display())));
     }
@@ -190,27 +194,35 @@ pub fn scan(
     };
     let result = wharf::wal::scan(&FileStorage, dir, RecoveryMode::Salvage, &mut visitor);
     if progress {
-        eprintln!("\rscanned {} segments, {} bytes{:20}", segments.len(), total_bytes, "");
+        eprintln!(
+            "\rscanned {} segments, {} bytes{:20}",
+            segments.len(),
+            total_bytes,
+            ""
+        );
     }
     if let Some(f) = fatal {
         return Err(f);
     }
     findings.append(&mut gaps);
-    let report = match result {
-        Ok(report) => report,
-        Err(RecoveryError::Corrupt {
-            path,
-            offset,
-            reason,
-        }) => {
-            findings.push(finding_at(&segments, &path, offset, None, "error", format!(
+    let report =
+        match result {
+            Ok(report) => report,
+            Err(RecoveryError::Corrupt {
+                path,
+                offset,
+                reason,
+            }) => {
+                findings.push(finding_at(&segments, &path, offset, None, "error", format!(
                 "{reason}; the scan stops here (recovery refuses to start, even with --salvage)"
             )));
-            RecoveryReport::default()
-        }
-        Err(err @ RecoveryError::UnsupportedVersion { .. }) => return Err(Fatal(err.to_string())),
-        Err(err) => return Err(Fatal(format!("{}: {err}", dir.display()))),
-    };
+                RecoveryReport::default()
+            }
+            Err(err @ RecoveryError::UnsupportedVersion { .. }) => {
+                return Err(Fatal(err.to_string()));
+            }
+            Err(err) => return Err(Fatal(format!("{}: {err}", dir.display()))),
+        };
     findings.extend(report_findings(&segments, &report));
     Ok(ScanOutcome {
         segments,

@@ -74,7 +74,8 @@ pub fn is_definition(kind: u8) -> bool {
 
 /// The name of a kind byte (`Published`, ...), or `unknown(0x..)`.
 pub fn kind_name(kind: u8) -> String {
-    RecordKind::from_byte(kind).map_or_else(|| format!("unknown(0x{kind:02x})"), |k| format!("{k:?}"))
+    RecordKind::from_byte(kind)
+        .map_or_else(|| format!("unknown(0x{kind:02x})"), |k| format!("{k:?}"))
 }
 
 /// The time a record carries, if any: a message's enqueue time.
@@ -155,10 +156,16 @@ impl Replay {
             Event::QueueDeclared { vhost, queue, .. } => {
                 self.declared.insert((vhost.clone(), queue.clone()));
             }
-            Event::QueueDeleted { vhost, queue } => self.drop_queue(&(vhost.clone(), queue.clone())),
+            Event::QueueDeleted { vhost, queue } => {
+                self.drop_queue(&(vhost.clone(), queue.clone()))
+            }
             Event::VhostDeleted { vhost } => {
-                let gone: Vec<QueueKey> =
-                    self.declared.iter().filter(|(v, _)| v == vhost).cloned().collect();
+                let gone: Vec<QueueKey> = self
+                    .declared
+                    .iter()
+                    .filter(|(v, _)| v == vhost)
+                    .cloned()
+                    .collect();
                 for q in &gone {
                     self.drop_queue(q);
                 }
@@ -180,7 +187,10 @@ impl Replay {
             }
             Event::Unscheduled { id, .. } => self.release(*id),
             Event::Settled {
-                vhost, queue, ids, kind,
+                vhost,
+                queue,
+                ids,
+                kind,
             } => {
                 let what = match kind {
                     SettleKind::Ack => "ack",
@@ -221,7 +231,14 @@ impl Replay {
         }
     }
 
-    fn enqueue(&mut self, s: &Scanned<'_>, vhost: &str, id: MessageId, queues: &[String], what: &str) {
+    fn enqueue(
+        &mut self,
+        s: &Scanned<'_>,
+        vhost: &str,
+        id: MessageId,
+        queues: &[String],
+        what: &str,
+    ) {
         let mut refs = 0u32;
         for q in queues {
             let key = (vhost.to_owned(), q.clone());
@@ -253,18 +270,28 @@ impl Replay {
     ) {
         let key = (vhost.to_owned(), queue.to_owned());
         if !self.declared.contains(&key) {
-            self.find(s, format!("{what} in queue '{queue}' (vhost '{vhost}'), which does not exist"));
+            self.find(
+                s,
+                format!("{what} in queue '{queue}' (vhost '{vhost}'), which does not exist"),
+            );
             return;
         }
         for id in ids {
             let member = self.members.get_mut(&key).is_some_and(|m| {
-                if removes { m.remove(id) } else { m.contains(id) }
+                if removes {
+                    m.remove(id)
+                } else {
+                    m.contains(id)
+                }
             });
             if !member {
-                self.find(s, format!(
-                    "{what} of message {} unknown in queue '{queue}' (vhost '{vhost}')",
-                    id.0
-                ));
+                self.find(
+                    s,
+                    format!(
+                        "{what} of message {} unknown in queue '{queue}' (vhost '{vhost}')",
+                        id.0
+                    ),
+                );
             } else if removes {
                 self.release(*id);
             }

@@ -105,13 +105,30 @@ impl Tracer {
         self.steps.push(Json::Object(m));
     }
 
-    fn enter(&mut self, s: &Scanned<'_>, vhost: &str, m: &Message, queues: &[String], event: &str, body: BodyMode) {
+    fn enter(
+        &mut self,
+        s: &Scanned<'_>,
+        vhost: &str,
+        m: &Message,
+        queues: &[String],
+        event: &str,
+        body: BodyMode,
+    ) {
         let deadlines: Map<String, Json> = queues
             .iter()
             .map(|q| {
-                let queue_ttl = self.queue_ttl_ms.get(&(vhost.to_owned(), q.clone())).copied();
-                let ttl = [m.ttl_ms.map(u64::from), queue_ttl].into_iter().flatten().min();
-                (q.clone(), json!(ttl.map(|t| m.enqueued_at_ms.saturating_add(t))))
+                let queue_ttl = self
+                    .queue_ttl_ms
+                    .get(&(vhost.to_owned(), q.clone()))
+                    .copied();
+                let ttl = [m.ttl_ms.map(u64::from), queue_ttl]
+                    .into_iter()
+                    .flatten()
+                    .min();
+                (
+                    q.clone(),
+                    json!(ttl.map(|t| m.enqueued_at_ms.saturating_add(t))),
+                )
             })
             .collect();
         let mut fields = render::message_json(m, body);
@@ -119,8 +136,13 @@ impl Tracer {
         fields["queues"] = json!(queues);
         fields["deadlines_ms"] = Json::Object(deadlines);
         self.step(s, m.id, event, fields);
-        self.held
-            .insert(m.id, queues.iter().map(|q| (vhost.to_owned(), q.clone())).collect());
+        self.held.insert(
+            m.id,
+            queues
+                .iter()
+                .map(|q| (vhost.to_owned(), q.clone()))
+                .collect(),
+        );
     }
 
     fn leave(&mut self, id: MessageId, vhost: &str, queue: &str) {
@@ -146,7 +168,8 @@ impl Tracer {
                     .and_then(Value::as_integer)
                     .and_then(|t| u64::try_from(t).ok())
                 {
-                    self.queue_ttl_ms.insert((vhost.clone(), queue.clone()), ttl);
+                    self.queue_ttl_ms
+                        .insert((vhost.clone(), queue.clone()), ttl);
                 }
             }
             Event::Published {
@@ -165,19 +188,39 @@ impl Tracer {
                 let m = &message.message;
                 if sel.matches(m) {
                     self.ids.insert(m.id);
-                    self.step(s, m.id, "scheduled", json!({ "vhost": vhost, "due_ms": m.enqueued_at_ms }));
+                    self.step(
+                        s,
+                        m.id,
+                        "scheduled",
+                        json!({ "vhost": vhost, "due_ms": m.enqueued_at_ms }),
+                    );
                 }
             }
             Event::Delivered { vhost, queue, ids } => {
-                for id in ids.iter().filter(|i| self.ids.contains(i)).copied().collect::<Vec<_>>() {
+                for id in ids
+                    .iter()
+                    .filter(|i| self.ids.contains(i))
+                    .copied()
+                    .collect::<Vec<_>>()
+                {
                     let n = self.deliveries.entry((id, queue.clone())).or_insert(0);
                     *n += 1;
                     let n = *n;
-                    self.step(s, id, "delivered", json!({ "vhost": vhost, "queue": queue, "delivery": n }));
+                    self.step(
+                        s,
+                        id,
+                        "delivered",
+                        json!({ "vhost": vhost, "queue": queue, "delivery": n }),
+                    );
                 }
             }
             Event::Returned { vhost, queue, ids } => {
-                for id in ids.iter().filter(|i| self.ids.contains(i)).copied().collect::<Vec<_>>() {
+                for id in ids
+                    .iter()
+                    .filter(|i| self.ids.contains(i))
+                    .copied()
+                    .collect::<Vec<_>>()
+                {
                     self.step(s, id, "requeued", json!({ "vhost": vhost, "queue": queue }));
                 }
             }
@@ -192,13 +235,23 @@ impl Tracer {
                     SettleKind::Expire => "expired",
                     SettleKind::Discard => "discarded",
                 };
-                for id in ids.iter().filter(|i| self.ids.contains(i)).copied().collect::<Vec<_>>() {
+                for id in ids
+                    .iter()
+                    .filter(|i| self.ids.contains(i))
+                    .copied()
+                    .collect::<Vec<_>>()
+                {
                     self.step(s, id, event, json!({ "vhost": vhost, "queue": queue }));
                     self.leave(id, vhost, queue);
                 }
             }
             Event::Purged { vhost, queue, ids } => {
-                for id in ids.iter().filter(|i| self.ids.contains(i)).copied().collect::<Vec<_>>() {
+                for id in ids
+                    .iter()
+                    .filter(|i| self.ids.contains(i))
+                    .copied()
+                    .collect::<Vec<_>>()
+                {
                     self.step(s, id, "purged", json!({ "vhost": vhost, "queue": queue }));
                     self.leave(id, vhost, queue);
                 }
@@ -211,7 +264,12 @@ impl Tracer {
                     .map(|(id, _)| *id)
                     .collect();
                 for id in held {
-                    self.step(s, id, "queue deleted", json!({ "vhost": vhost, "queue": queue }));
+                    self.step(
+                        s,
+                        id,
+                        "queue deleted",
+                        json!({ "vhost": vhost, "queue": queue }),
+                    );
                     self.leave(id, vhost, queue);
                 }
             }
@@ -225,10 +283,17 @@ impl Tracer {
                 if !self.ids.contains(id) {
                     return;
                 }
-                let reason = message.as_ref().and_then(|m| render::death_reason(&m.message));
+                let reason = message
+                    .as_ref()
+                    .and_then(|m| render::death_reason(&m.message));
                 let copy = message.as_ref().map(|m| m.message.id.0);
-                self.step(s, *id, "dead-lettered", json!({ "vhost": vhost, "from": from,
-                    "reason": reason, "copy": copy, "targets": targets }));
+                self.step(
+                    s,
+                    *id,
+                    "dead-lettered",
+                    json!({ "vhost": vhost, "from": from,
+                    "reason": reason, "copy": copy, "targets": targets }),
+                );
                 if let Some(from) = from {
                     self.leave(*id, vhost, from);
                 }
@@ -251,7 +316,10 @@ pub fn trace(ctx: &Ctx<'_>, sel: &Selector, body: BodyMode, out: &mut dyn Write)
     let mut tracer = Tracer::default();
     let outcome = scan::scan(ctx.dir, ctx.progress, &mut |s| tracer.visit(s, sel, body))?;
     for f in &outcome.findings {
-        eprintln!("wharf-inspect: {} offset {}: {}: {}", f.file, f.offset, f.severity, f.what);
+        eprintln!(
+            "wharf-inspect: {} offset {}: {}: {}",
+            f.file, f.offset, f.severity, f.what
+        );
     }
     let mut finals: Vec<(MessageId, Vec<(String, String)>)> = tracer
         .held
@@ -260,7 +328,9 @@ pub fn trace(ctx: &Ctx<'_>, sel: &Selector, body: BodyMode, out: &mut dyn Write)
         .map(|(id, qs)| (*id, qs.clone()))
         .collect();
     finals.sort();
-    let write = |out: &mut dyn Write, s: String| writeln!(out, "{s}").map_err(|e| Fatal(format!("writing output: {e}")));
+    let write = |out: &mut dyn Write, s: String| {
+        writeln!(out, "{s}").map_err(|e| Fatal(format!("writing output: {e}")))
+    };
     if tracer.steps.is_empty() {
         if ctx.json {
             write(out, json!({ "found": false }).to_string())?;
@@ -289,12 +359,22 @@ pub fn trace(ctx: &Ctx<'_>, sel: &Selector, body: BodyMode, out: &mut dyn Write)
         }
     }
     for (id, queues) in finals {
-        let qs: Vec<Json> = queues.iter().map(|(v, q)| json!({ "vhost": v, "queue": q })).collect();
+        let qs: Vec<Json> = queues
+            .iter()
+            .map(|(v, q)| json!({ "vhost": v, "queue": q }))
+            .collect();
         if ctx.json {
             write(out, json!({ "message": id.0, "event": "still queued at the end of the log", "queues": qs }).to_string())?;
         } else {
             let names: Vec<&str> = queues.iter().map(|(_, q)| q.as_str()).collect();
-            write(out, format!("end of log: message {} still queued in {}", id.0, names.join(", ")))?;
+            write(
+                out,
+                format!(
+                    "end of log: message {} still queued in {}",
+                    id.0,
+                    names.join(", ")
+                ),
+            )?;
         }
     }
     Ok(0)
@@ -310,7 +390,9 @@ pub fn export(ctx: &Ctx<'_>, vhost: &str, queue: &str, now_ms: u64, out: &mut dy
     scan::scan(ctx.dir, ctx.progress, &mut |s| replay.visit(s))?;
     let _ = replay.broker.recovered(now_ms);
     if !replay.broker.queues(vhost).iter().any(|q| q.name == queue) {
-        return Err(Fatal(format!("no queue '{queue}' in vhost '{vhost}' after recovery")));
+        return Err(Fatal(format!(
+            "no queue '{queue}' in vhost '{vhost}' after recovery"
+        )));
     }
     for (msg, redelivered) in replay.broker.ready_messages(vhost, queue) {
         let mut m = render::message_json(&msg, BodyMode::Base64);

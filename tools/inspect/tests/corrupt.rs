@@ -3,6 +3,12 @@
 //! offset, exit non-zero, and never panic; the fatal cases (no directory, not a data
 //! directory, a newer format) exit 2.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is the test failing"
+)]
+
 mod common;
 
 use std::path::Path;
@@ -22,7 +28,10 @@ fn records(dir: &Path) -> Vec<(String, u64)> {
     out.lines()
         .map(|l| {
             let v: Json = serde_json::from_str(l).unwrap();
-            (v["file"].as_str().unwrap().to_owned(), v["offset"].as_u64().unwrap())
+            (
+                v["file"].as_str().unwrap().to_owned(),
+                v["offset"].as_u64().unwrap(),
+            )
         })
         .collect()
 }
@@ -88,7 +97,10 @@ fn truncated_last_segment_is_a_torn_tail_at_the_last_record() {
     let (code, out) = inspect(&["--json", "summary", dir.to_str().unwrap(), "--now", "0"]);
     assert_eq!(code, 0);
     let s: Json = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(s["recovery"]["torn_tail"]["offset"].as_u64().unwrap(), last.1);
+    assert_eq!(
+        s["recovery"]["torn_tail"]["offset"].as_u64().unwrap(),
+        last.1
+    );
 }
 
 #[test]
@@ -100,12 +112,23 @@ fn deleted_middle_segment_is_named_and_its_orphans_are_listed() {
     assert_eq!(code, 1, "{report}");
     let findings = report["findings"].as_array().unwrap();
     let first = &findings[0];
-    assert_eq!(first["file"].as_str().unwrap(), seg(dir, 2).display().to_string());
+    assert_eq!(
+        first["file"].as_str().unwrap(),
+        seg(dir, 2).display().to_string()
+    );
     assert_eq!(first["offset"].as_u64().unwrap(), 0);
-    assert!(first["problem"].as_str().unwrap().contains("00000000000000000001.wal"));
+    assert!(
+        first["problem"]
+            .as_str()
+            .unwrap()
+            .contains("00000000000000000001.wal")
+    );
     // Records of segment 2 that settle messages published in segment 1 no longer fit.
     assert!(
-        findings.iter().skip(1).any(|f| f["problem"].as_str().unwrap().contains("unknown")),
+        findings
+            .iter()
+            .skip(1)
+            .any(|f| f["problem"].as_str().unwrap().contains("unknown")),
         "{report}"
     );
 }
@@ -134,7 +157,9 @@ fn a_newer_store_format_exits_2() {
     };
     let (wal, _) = Wal::open(tmp.path(), Arc::new(FileStorage), &config, &mut |_| Ok(())).unwrap();
     // A format marker (kind 0x01) announcing store format 99.
-    wal.appender().append_durable(0x01, &99u16.to_le_bytes()).unwrap();
+    wal.appender()
+        .append_durable(0x01, &99u16.to_le_bytes())
+        .unwrap();
     wal.close().unwrap();
     let (code, _) = inspect(&["verify", tmp.path().to_str().unwrap()]);
     assert_eq!(code, 2);

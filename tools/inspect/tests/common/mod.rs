@@ -12,7 +12,9 @@ pub const T0_MS: u64 = 1_700_000_000_000;
 
 /// `tools/inspect/tests/golden`.
 pub fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("golden")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("golden")
 }
 
 /// Copies a directory's files (flat) into a new temporary directory.
