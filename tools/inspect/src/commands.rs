@@ -484,7 +484,7 @@ fn facts(e: &Event) -> Facts<'_> {
             f.exchanges.push(exchange);
         }
         Event::QueueDeclared { queue, .. } | Event::QueueDeleted { queue, .. } => {
-            f.queues.push(queue)
+            f.queues.push(queue);
         }
         Event::Bound {
             source,

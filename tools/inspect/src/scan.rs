@@ -2,7 +2,7 @@
 //! that every problem is seen, not only the first) and the store's codec. Every command is
 //! built on [`scan`]; there is no second parser. Must not write to the directory.
 
-use std::io::{IsTerminal as _, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use wharf::store::codec::{self, DecodeError, STORE_FORMAT_VERSION, StoreRecord};
@@ -205,24 +205,7 @@ pub fn scan(
         return Err(f);
     }
     findings.append(&mut gaps);
-    let report =
-        match result {
-            Ok(report) => report,
-            Err(RecoveryError::Corrupt {
-                path,
-                offset,
-                reason,
-            }) => {
-                findings.push(finding_at(&segments, &path, offset, None, "error", format!(
-                "{reason}; the scan stops here (recovery refuses to start, even with --salvage)"
-            )));
-                RecoveryReport::default()
-            }
-            Err(err @ RecoveryError::UnsupportedVersion { .. }) => {
-                return Err(Fatal(err.to_string()));
-            }
-            Err(err) => return Err(Fatal(format!("{}: {err}", dir.display()))),
-        };
+    let report = report_of(result, dir, &segments, &mut findings)?;
     findings.extend(report_findings(&segments, &report));
     Ok(ScanOutcome {
         segments,
@@ -231,12 +214,36 @@ pub fn scan(
     })
 }
 
-fn show_progress(index: usize, count: usize, done: u64, total: u64) {
-    if std::io::stderr().is_terminal() || done > 0 || index == 0 {
-        let pct = done.saturating_mul(100).checked_div(total).unwrap_or(0);
-        eprint!("\rscanning segment {}/{count} ({pct}%)", index + 1);
-        let _ = std::io::stderr().flush();
+/// The scan's report; a scan stopped by corruption (a header naming another segment, which
+/// recovery never accepts) becomes a finding and an empty report.
+fn report_of(
+    result: Result<RecoveryReport, RecoveryError>,
+    dir: &Path,
+    segments: &[SegmentFile],
+    findings: &mut Vec<Finding>,
+) -> Result<RecoveryReport, Fatal> {
+    match result {
+        Ok(report) => Ok(report),
+        Err(RecoveryError::Corrupt {
+            path,
+            offset,
+            reason,
+        }) => {
+            let what = format!(
+                "{reason}; the scan stops here (recovery refuses to start, even with --salvage)"
+            );
+            findings.push(finding_at(segments, &path, offset, None, "error", what));
+            Ok(RecoveryReport::default())
+        }
+        Err(err @ RecoveryError::UnsupportedVersion { .. }) => Err(Fatal(err.to_string())),
+        Err(err) => Err(Fatal(format!("{}: {err}", dir.display()))),
     }
+}
+
+fn show_progress(index: usize, count: usize, done: u64, total: u64) {
+    let pct = done.saturating_mul(100).checked_div(total).unwrap_or(0);
+    eprint!("\rscanning segment {}/{count} ({pct}%)", index + 1);
+    let _ = std::io::stderr().flush();
 }
 
 /// Gaps between segment ids: nothing deletes segments yet (checkpoints and compaction come

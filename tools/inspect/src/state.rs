@@ -157,7 +157,7 @@ impl Replay {
                 self.declared.insert((vhost.clone(), queue.clone()));
             }
             Event::QueueDeleted { vhost, queue } => {
-                self.drop_queue(&(vhost.clone(), queue.clone()))
+                self.drop_queue(&(vhost.clone(), queue.clone()));
             }
             Event::VhostDeleted { vhost } => {
                 let gone: Vec<QueueKey> = self

@@ -3,7 +3,8 @@
 //! every command's output on it is compared exactly with `tests/golden/<name>/expected/`.
 //!
 //! Regenerate (after a deliberate change of output or workload) with
-//! `WHARF_BLESS=1 cargo test -p wharf-inspect --test golden`, then review the diff.
+//! `WHARF_BLESS=1 cargo test -p wharf-inspect --test golden -- --test-threads=1`, then review
+//! the diff (`git diff tools/inspect/tests/golden`).
 
 #![allow(
     clippy::unwrap_used,
@@ -17,137 +18,58 @@ use std::path::{Path, PathBuf};
 
 use common::{T0_MS, golden_dir, scenario_basic};
 
-/// Each command, its arguments (after the command name; `data` is the directory) and the
-/// file its expected output lives in.
+/// Each expected-output file and the command line that makes it (`data` is the directory;
+/// `@N` is the fixed start time plus N ms).
+const CASES: &[(&str, &str)] = &[
+    ("summary.txt", "summary data --now @120000"),
+    ("summary.json", "--json summary data --now @120000"),
+    ("verify.txt", "verify data"),
+    ("verify.json", "--json verify data --all"),
+    ("dump.txt", "dump data"),
+    ("dump.json", "--json dump data --body base64"),
+    (
+        "dump-filtered.txt",
+        "dump data --kind published --queue audit --since @3 --until @5",
+    ),
+    (
+        "dump-dead-lettered.txt",
+        "dump data --kind dead_lettered --body none",
+    ),
+    (
+        "dump-message.json",
+        "--json dump data --message 2 --body hex",
+    ),
+    ("trace.txt", "trace data --by message_id=order-1"),
+    ("trace.json", "--json trace data --by message_id=order-1"),
+    ("trace-id.txt", "trace data 6 --body none"),
+    (
+        "trace-header.txt",
+        "trace data --by header:tenant=globex --body none",
+    ),
+    (
+        "trace-correlation.txt",
+        "trace data --by correlation_id=c-5",
+    ),
+    ("queues.txt", "queues data --now @30000"),
+    ("queues.json", "--json queues data --now @30000"),
+    ("queues-later.txt", "queues data --now @120000"),
+    ("export.json", "export data --queue dlq --now @30000"),
+];
+
 fn cases() -> Vec<(&'static str, Vec<String>)> {
-    let at = |ms: u64| (T0_MS + ms).to_string();
-    vec![
-        (
-            "summary.txt",
-            vec!["summary".into(), "data".into(), "--now".into(), at(120_000)],
-        ),
-        (
-            "summary.json",
-            vec![
-                "--json".into(),
-                "summary".into(),
-                "data".into(),
-                "--now".into(),
-                at(120_000),
-            ],
-        ),
-        ("verify.txt", vec!["verify".into(), "data".into()]),
-        (
-            "verify.json",
-            vec![
-                "--json".into(),
-                "verify".into(),
-                "data".into(),
-                "--all".into(),
-            ],
-        ),
-        ("dump.txt", vec!["dump".into(), "data".into()]),
-        (
-            "dump.json",
-            vec![
-                "--json".into(),
-                "dump".into(),
-                "data".into(),
-                "--body".into(),
-                "base64".into(),
-            ],
-        ),
-        (
-            "dump-filtered.txt",
-            vec![
-                "dump".into(),
-                "data".into(),
-                "--kind".into(),
-                "published".into(),
-                "--queue".into(),
-                "audit".into(),
-                "--since".into(),
-                at(3),
-                "--until".into(),
-                at(5),
-            ],
-        ),
-        (
-            "dump-dead-lettered.txt",
-            vec![
-                "dump".into(),
-                "data".into(),
-                "--kind".into(),
-                "dead_lettered".into(),
-                "--body".into(),
-                "none".into(),
-            ],
-        ),
-        (
-            "trace.txt",
-            vec![
-                "trace".into(),
-                "data".into(),
-                "--by".into(),
-                "message_id=order-1".into(),
-            ],
-        ),
-        (
-            "trace.json",
-            vec![
-                "--json".into(),
-                "trace".into(),
-                "data".into(),
-                "--by".into(),
-                "message_id=order-1".into(),
-            ],
-        ),
-        (
-            "trace-header.txt",
-            vec![
-                "trace".into(),
-                "data".into(),
-                "--by".into(),
-                "header:tenant=globex".into(),
-                "--body".into(),
-                "none".into(),
-            ],
-        ),
-        (
-            "trace-expired.txt",
-            vec![
-                "trace".into(),
-                "data".into(),
-                "--by".into(),
-                "correlation_id=c-5".into(),
-            ],
-        ),
-        (
-            "queues.txt",
-            vec!["queues".into(), "data".into(), "--now".into(), at(30_000)],
-        ),
-        (
-            "queues.json",
-            vec![
-                "--json".into(),
-                "queues".into(),
-                "data".into(),
-                "--now".into(),
-                at(30_000),
-            ],
-        ),
-        (
-            "export.json",
-            vec![
-                "export".into(),
-                "data".into(),
-                "--queue".into(),
-                "dlq".into(),
-                "--now".into(),
-                at(30_000),
-            ],
-        ),
-    ]
+    CASES
+        .iter()
+        .map(|(file, line)| {
+            let args = line
+                .split(' ')
+                .map(|a| match a.strip_prefix('@') {
+                    Some(ms) => (T0_MS + ms.parse::<u64>().unwrap()).to_string(),
+                    None => a.to_owned(),
+                })
+                .collect();
+            (*file, args)
+        })
+        .collect()
 }
 
 fn run_in(dir: &Path, args: &[String]) -> (i32, String) {
