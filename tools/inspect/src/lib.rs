@@ -138,6 +138,16 @@ pub enum Cmd {
         #[arg(long)]
         now: Option<u64>,
     },
+    /// Times each stage of a scan (for finding where the time goes): the WAL scan alone,
+    /// plus decoding, plus the consistency checks and the broker replay.
+    #[command(hide = true)]
+    BenchScan {
+        /// The data directory.
+        dir: PathBuf,
+        /// `wal`, `decode` or `replay`.
+        #[arg(long, default_value = "wal")]
+        stage: String,
+    },
     /// Writes a benchmark log (not read-only: creates DIR). For measuring the inspector.
     #[command(hide = true)]
     GenBenchLog {
@@ -239,6 +249,7 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<i32, scan::Fatal> {
             vhost,
             now,
         } => trace::export(&ctx(cli, dir), vhost, queue, now_or_clock(*now), out),
+        Cmd::BenchScan { dir, stage } => bench_scan(dir, stage, out),
         Cmd::GenBenchLog {
             dir,
             mib,
@@ -247,6 +258,37 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<i32, scan::Fatal> {
             .map(|()| 0)
             .map_err(|e| scan::Fatal(format!("{e:#}"))),
     }
+}
+
+fn bench_scan(dir: &Path, stage: &str, out: &mut dyn Write) -> Result<i32, scan::Fatal> {
+    let mut bytes = 0u64;
+    let mut records = 0u64;
+    let mut visit =
+        |r: wharf::wal::RecordRef<'_>| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+            records += 1;
+            bytes += r.payload.len() as u64;
+            if stage == "decode" {
+                std::hint::black_box(wharf::store::codec::decode(r.kind, r.payload).is_ok());
+            }
+            Ok(())
+        };
+    if stage == "replay" {
+        let mut replay = state::Replay::new();
+        scan::scan(dir, false, &mut |s| replay.visit(s))?;
+        records = replay.records;
+        bytes = replay.record_bytes;
+    } else {
+        wharf::wal::scan(
+            &wharf::wal::FileStorage,
+            dir,
+            wharf::wal::RecoveryMode::Salvage,
+            &mut visit,
+        )
+        .map_err(|e| scan::Fatal(e.to_string()))?;
+    }
+    writeln!(out, "stage {stage}: {records} records, {bytes} bytes")
+        .map_err(|e| scan::Fatal(e.to_string()))?;
+    Ok(0)
 }
 
 /// Writes about `mib` MiB of log: publishes into a queue with a dead-letter exchange, most

@@ -11,7 +11,9 @@ use wharf::store::codec::{RecordKind, StoreRecord};
 
 use crate::scan::{Finding, Scanned};
 
-type QueueKey = (String, String);
+/// Declared durable queues by vhost then name, each with the messages it holds. Looked up
+/// by `&str`, so checking a record allocates nothing.
+type Queues = HashMap<String, HashMap<String, HashSet<MessageId>>>;
 
 /// Counters of one record kind.
 #[derive(Debug, Clone, Copy, Default)]
@@ -41,8 +43,7 @@ pub struct Replay {
     pub records: u64,
     /// Frame bytes of all records.
     pub record_bytes: u64,
-    declared: HashSet<QueueKey>,
-    members: HashMap<QueueKey, HashSet<MessageId>>,
+    queues: Queues,
     /// Per message: frame bytes of its record and how many queues (or a schedule) hold it.
     live: HashMap<MessageId, (u64, u32)>,
 }
@@ -103,8 +104,7 @@ impl Replay {
             findings: Vec::new(),
             records: 0,
             record_bytes: 0,
-            declared: HashSet::new(),
-            members: HashMap::new(),
+            queues: HashMap::new(),
             live: HashMap::new(),
         }
     }
@@ -154,20 +154,19 @@ impl Replay {
     fn check(&mut self, s: &Scanned<'_>, e: &Event) {
         match e {
             Event::QueueDeclared { vhost, queue, .. } => {
-                self.declared.insert((vhost.clone(), queue.clone()));
+                self.queues
+                    .entry(vhost.clone())
+                    .or_default()
+                    .entry(queue.clone())
+                    .or_default();
             }
             Event::QueueDeleted { vhost, queue } => {
-                self.drop_queue(&(vhost.clone(), queue.clone()));
+                let held = self.queues.get_mut(vhost).and_then(|v| v.remove(queue));
+                self.drop_queue(held);
             }
             Event::VhostDeleted { vhost } => {
-                let gone: Vec<QueueKey> = self
-                    .declared
-                    .iter()
-                    .filter(|(v, _)| v == vhost)
-                    .cloned()
-                    .collect();
-                for q in &gone {
-                    self.drop_queue(q);
+                for (_, held) in self.queues.remove(vhost).unwrap_or_default() {
+                    self.drop_queue(Some(held));
                 }
             }
             Event::Published {
@@ -214,7 +213,7 @@ impl Replay {
                 targets,
             } => {
                 if let Some(from) = from {
-                    if self.declared.contains(&(vhost.clone(), from.clone())) {
+                    if self.members(vhost, from).is_some() {
                         self.remove(s, vhost, from, &[*id], "dead-lettering", true);
                     } else {
                         self.find(s, format!(
@@ -241,9 +240,8 @@ impl Replay {
     ) {
         let mut refs = 0u32;
         for q in queues {
-            let key = (vhost.to_owned(), q.clone());
-            if self.declared.contains(&key) {
-                if self.members.entry(key).or_default().insert(id) {
+            if let Some(members) = self.members(vhost, q) {
+                if members.insert(id) {
                     refs += 1;
                 }
             } else {
@@ -268,8 +266,7 @@ impl Replay {
         what: &str,
         removes: bool,
     ) {
-        let key = (vhost.to_owned(), queue.to_owned());
-        if !self.declared.contains(&key) {
+        if self.members(vhost, queue).is_none() {
             self.find(
                 s,
                 format!("{what} in queue '{queue}' (vhost '{vhost}'), which does not exist"),
@@ -277,7 +274,7 @@ impl Replay {
             return;
         }
         for id in ids {
-            let member = self.members.get_mut(&key).is_some_and(|m| {
+            let member = self.members(vhost, queue).is_some_and(|m| {
                 if removes {
                     m.remove(id)
                 } else {
@@ -298,12 +295,14 @@ impl Replay {
         }
     }
 
-    fn drop_queue(&mut self, key: &QueueKey) {
-        self.declared.remove(key);
-        if let Some(ids) = self.members.remove(key) {
-            for id in ids {
-                self.release(id);
-            }
+    fn members(&mut self, vhost: &str, queue: &str) -> Option<&mut HashSet<MessageId>> {
+        self.queues.get_mut(vhost)?.get_mut(queue)
+    }
+
+    /// A queue is gone with the messages it held.
+    fn drop_queue(&mut self, held: Option<HashSet<MessageId>>) {
+        for id in held.unwrap_or_default() {
+            self.release(id);
         }
     }
 
