@@ -75,6 +75,7 @@ fn expiry(c: &mut Criterion) {
         let mut rng = Lcg(42);
         let mut now = 0u64;
         let mut base = 0u64;
+        let (mut expired, mut steps) = (0u64, 0u64);
         fill(&mut b, &mut rng, n, now, n);
         g.bench_function(format!("queue_len_{n}"), |bench| {
             bench.iter_custom(|iters| {
@@ -91,12 +92,18 @@ fn expiry(c: &mut Criterion) {
                     let start = Instant::now();
                     let o = b.expire_due(now);
                     total += start.elapsed();
+                    expired += o.effects.len() as u64;
+                    steps += 1;
                     black_box(o);
                 }
                 let _ = base;
                 total
             });
         });
+        println!(
+            "queue_len_{n}: {} messages expired per step on average",
+            expired / steps.max(1)
+        );
     }
     g.finish();
 }

@@ -537,3 +537,67 @@ fn persistent_messages_in_durable_queues_need_durability() {
         .collect();
     assert_eq!(published.len(), 1);
 }
+
+#[test]
+fn recover_requeues_everything_unacked_as_redelivered() {
+    let mut h = H::new();
+    h.queue("q", &[]);
+    h.send("q", Properties::default());
+    h.send("q", Properties::default());
+    h.get("q", false).unwrap();
+    h.get("q", false).unwrap();
+    h.ok(Command::Recover {
+        chan: CH,
+        requeue: true,
+    });
+    assert_eq!((h.ready("q"), h.unacked("q")), (2, 0));
+    let g = h.get("q", true).unwrap();
+    assert!(g.redelivered);
+    assert_eq!(g.delivery_count, 1);
+}
+
+#[test]
+fn vhosts_are_separate_and_deletable() {
+    let mut h = H::new();
+    let o = h.ok(Command::VhostAdd { vhost: "v".into() });
+    assert_eq!(o.events, vec![Event::VhostAdded { vhost: "v".into() }]);
+    assert!(h.b.exchanges("v").iter().any(|x| x.name == "amq.topic"));
+    h.ok(Command::QueueDeclare(QueueDeclare {
+        vhost: "v".into(),
+        queue: "q".into(),
+        passive: false,
+        durable: true,
+        exclusive: false,
+        auto_delete: false,
+        arguments: FieldTable::new(),
+        owner: None,
+    }));
+    assert!(h.info("q").is_none(), "not in '/'");
+    let e = h.err(Command::ConnectionOpen {
+        conn: wharf::broker::ConnId(7),
+        vhost: "nope".into(),
+    });
+    assert!(e.kind.closes_connection());
+    h.ok(Command::VhostDelete { vhost: "v".into() });
+    assert!(h.b.queues("v").is_empty());
+    assert!(!h.b.vhost_names().contains(&"v".to_owned()));
+    let b = h.replay();
+    assert_eq!(b.vhost_names(), vec!["/".to_owned()]);
+}
+
+#[test]
+fn internal_exchanges_refuse_publishes() {
+    let mut h = H::new();
+    h.ok(Command::ExchangeDeclare(ExchangeDeclare {
+        vhost: "/".into(),
+        exchange: "inner".into(),
+        kind: "fanout".into(),
+        passive: false,
+        durable: false,
+        auto_delete: false,
+        internal: true,
+        arguments: FieldTable::new(),
+    }));
+    let e = h.err(H::publish_cmd("inner", "", Properties::default(), b"x"));
+    assert_eq!(e.kind.reply_code(), 403);
+}

@@ -551,6 +551,10 @@ fn s_dlx_3_routing_keys_dead_letter_key_or_original_with_cc_and_no_bcc() {
     assert!(header(&g.message.properties, "CC").is_some(), "CC kept");
     let g = h.get("fixed", true).unwrap();
     assert_eq!(g.message.routing_key, "fixed");
+    assert!(
+        header(&g.message.properties, "CC").is_none(),
+        "a dead-letter routing key replaces the CC keys"
+    );
 }
 
 #[test]
@@ -857,6 +861,34 @@ fn s_len_2_overflow_modes() {
         None,
         "the oldest went"
     );
+}
+
+#[test]
+fn s_len_1_drop_head_dead_lettering_into_a_sibling_target_keeps_queue_order() {
+    // A fanout reaches `a` (max-length 0, dead-letters to `b`) and `b`: the copy from `a`
+    // is newer than the original, so `b` must hold the original first.
+    let mut h = H::new();
+    h.exchange("f", "fanout", false, FieldTable::new());
+    h.queue(
+        "a",
+        &[
+            ("x-max-length", Value::I32(0)),
+            ("x-dead-letter-exchange", s("")),
+            ("x-dead-letter-routing-key", s("b")),
+        ],
+    );
+    h.queue("b", &[]);
+    h.bind("a", "f", "");
+    h.bind("b", "f", "");
+    h.ok(H::publish_cmd("f", "", Properties::default(), b"x"));
+    assert_eq!((h.ready("a"), h.ready("b")), (0, 2));
+    let first = h.get("b", true).unwrap();
+    assert!(
+        header(&first.message.properties, "x-death").is_none(),
+        "the original first"
+    );
+    let second = h.get("b", true).unwrap();
+    assert!(header(&second.message.properties, "x-death").is_some());
 }
 
 // ----- S-POL -----

@@ -2,6 +2,12 @@
 //! decode(encode(e)) == e for generated events, and a decoder that never panics and never
 //! accepts a second spelling of a record (arbitrary and mutated bytes).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test: a failed step is a failed test"
+)]
+
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -417,6 +423,7 @@ fn policy() -> impl Strategy<Value = PolicySpec> {
         )
 }
 
+#[expect(clippy::too_many_lines, reason = "one short arm per event type")]
 fn event() -> impl Strategy<Value = Event> {
     let binding = (name(), name(), dest(), name(), table());
     prop_oneof![

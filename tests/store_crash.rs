@@ -4,6 +4,12 @@
 //! prefix of what was logged that includes everything acknowledged durable (S-DUR-3, S-DUR-4),
 //! nothing that was never logged, and exactly the state that prefix describes (S-DUR-7).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test: a failed step is a failed test"
+)]
+
 mod store_common;
 
 use std::collections::BTreeSet;

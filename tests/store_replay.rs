@@ -4,6 +4,12 @@
 //! a `Store` on a simulated disk; the store is closed, the power cut, and the broker recovered
 //! from the log must hold exactly the live broker's durable state (S-DUR-1, S-DUR-2, S-DUR-5).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test: a failed step is a failed test"
+)]
+
 mod store_common;
 
 use proptest::prelude::*;

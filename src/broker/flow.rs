@@ -23,6 +23,9 @@ use crate::broker::types::{
 };
 use crate::broker::value::{FieldTable, Value};
 
+/// Unacked messages taken by one ack/nack/reject: one without allocating, or many.
+type TakenUnacked = std::iter::Chain<std::option::IntoIter<Unacked>, std::vec::IntoIter<Unacked>>;
+
 /// Which batched per-queue event to extend.
 #[derive(Clone, Copy)]
 enum Mark {
@@ -146,12 +149,16 @@ fn dead_letter_copy(
         }
         deaths.insert(0, entry);
     } else {
+        // Keys in sorted order, as RabbitMQ writes them. `original-expiration` is recorded
+        // whenever the message had an expiration (RabbitMQ's rule), since it is removed below.
         let mut t = FieldTable::new();
         t.insert("count", Value::I64(1));
-        t.insert("reason", Value::long_str(reason.name()));
-        t.insert("queue", Value::long_str(queue));
-        t.insert("time", Value::Timestamp(now / 1000));
         t.insert("exchange", Value::long_str(msg.exchange.as_str()));
+        if let Some(e) = &original_expiration {
+            t.insert("original-expiration", Value::long_str(e.as_str()));
+        }
+        t.insert("queue", Value::long_str(queue));
+        t.insert("reason", Value::long_str(reason.name()));
         t.insert(
             "routing-keys",
             Value::Array(
@@ -161,9 +168,7 @@ fn dead_letter_copy(
                     .collect(),
             ),
         );
-        if let Some(e) = &original_expiration {
-            t.insert("original-expiration", Value::long_str(e.as_str()));
-        }
+        t.insert("time", Value::Timestamp(now / 1000));
         deaths.insert(0, Value::Table(t));
     }
     headers.insert("x-death", Value::Array(deaths));
@@ -175,11 +180,16 @@ fn dead_letter_copy(
             Value::long_str(msg.exchange.as_str()),
         );
     }
-    props.headers = Some(headers);
     let keys = match dlrk {
-        Some(k) => vec![k.to_owned()],
+        Some(k) => {
+            // With a dead-letter routing key the CC keys no longer apply (RabbitMQ drops the
+            // header too).
+            headers.remove("CC");
+            vec![k.to_owned()]
+        }
         None => death_keys,
     };
+    props.headers = Some(headers);
     (props, keys)
 }
 
@@ -552,15 +562,18 @@ impl Broker {
     }
 
     /// Removes the unacked messages named by an ack/nack/reject (406 for an unknown tag).
+    /// Removes the unacked messages named by an ack/nack/reject (406 for an unknown tag).
+    /// A single tag allocates nothing (the hot path of an ack).
     fn take_unacked(
         &mut self,
         chan: ChanRef,
         tag: u64,
         multiple: bool,
-    ) -> Result<Vec<Unacked>, BrokerError> {
+    ) -> Result<TakenUnacked, BrokerError> {
         let ch = self.channel_mut(chan)?;
         if multiple && tag == 0 {
-            return Ok(std::mem::take(&mut ch.unacked).into_values().collect());
+            let all: Vec<Unacked> = std::mem::take(&mut ch.unacked).into_values().collect();
+            return Ok(None.into_iter().chain(all));
         }
         if !ch.unacked.contains_key(&tag) {
             return Err(BrokerError::precondition(format!(
@@ -568,11 +581,12 @@ impl Broker {
             )));
         }
         if multiple {
-            let rest = ch.unacked.split_off(&(tag + 1));
+            let rest = ch.unacked.split_off(&tag.saturating_add(1));
             let taken = std::mem::replace(&mut ch.unacked, rest);
-            Ok(taken.into_values().collect())
+            let taken: Vec<Unacked> = taken.into_values().collect();
+            Ok(None.into_iter().chain(taken))
         } else {
-            Ok(ch.unacked.remove(&tag).into_iter().collect())
+            Ok(ch.unacked.remove(&tag).into_iter().chain(Vec::new()))
         }
     }
 
@@ -888,9 +902,7 @@ impl Broker {
                 id,
             });
         }
-        for t in accepted {
-            self.enqueue(t, msg.clone(), now, out);
-        }
+        self.enqueue_all(&accepted, msg, now, out);
         for (t, overflow) in refused {
             result.refused = true;
             if overflow == Overflow::RejectPublishDlx {
@@ -905,28 +917,43 @@ impl Broker {
         result
     }
 
-    /// Enqueues into one queue: straight to a consumer when the queue is empty and one can
-    /// take it (so a TTL-0 message is delivered if possible, S-TTL-6), else at the tail.
-    fn enqueue(&mut self, qid: QueueId, msg: Arc<Message>, now: u64, out: &mut Outcome) {
-        let Some(q) = self.queues.get(&qid) else {
-            return;
-        };
-        let taken = Taken {
-            msg,
-            delivery_count: 0,
-            redelivered: false,
-        };
-        if q.ready.is_empty()
-            && let Some(ci) = self.can_take(qid)
-        {
-            self.deliver(qid, ci, taken, out);
+    /// Enqueues one message into `targets`: straight to a consumer when a queue is empty and
+    /// one can take it (so a TTL-0 message is delivered if possible, S-TTL-6), else at the
+    /// tail. Length limits are enforced only after every target has the message: a drop-head
+    /// dead-lettering creates a newer message that may enter a later target, and queue order
+    /// is id order.
+    fn enqueue_all(
+        &mut self,
+        targets: &[QueueId],
+        msg: &Arc<Message>,
+        now: u64,
+        out: &mut Outcome,
+    ) {
+        let mut pushed = Vec::new();
+        for &qid in targets {
+            let Some(q) = self.queues.get(&qid) else {
+                continue;
+            };
+            let taken = Taken {
+                msg: msg.clone(),
+                delivery_count: 0,
+                redelivered: false,
+            };
+            if q.ready.is_empty()
+                && let Some(ci) = self.can_take(qid)
+            {
+                // Nothing left to drain, expire or re-arm: the queue was and stays empty.
+                self.deliver(qid, ci, taken, out);
+                continue;
+            }
+            let q = self.queues.get_mut(&qid).expect("looked up above");
+            q.ready.push_back(taken.msg, 0, false);
             self.mark_dirty(qid);
-            return;
+            pushed.push(qid);
         }
-        let q = self.queues.get_mut(&qid).expect("looked up above");
-        q.ready.push_back(taken.msg, 0, false);
-        self.enforce_length(qid, now, out);
-        self.mark_dirty(qid);
+        for qid in pushed {
+            self.enforce_length(qid, now, out);
+        }
     }
 
     /// S-LEN-1/2 drop-head: while over a limit, the oldest ready message dies (`maxlen`).
@@ -1080,9 +1107,7 @@ impl Broker {
                         targets: durable,
                     });
                 }
-                for &t in &targets {
-                    self.enqueue(t, copy.clone(), now, out);
-                }
+                self.enqueue_all(&targets, &copy, now, out);
                 DeathFate::DeadLettered {
                     targets: count_u32(targets.len()),
                 }

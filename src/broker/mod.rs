@@ -7,26 +7,55 @@
 //!
 //! # API
 //!
-//! - [`Broker::new`] makes an empty broker with the vhost `/` and its predeclared exchanges.
+//! - [`Broker::new`] makes an empty broker with the vhost `/` and its predeclared exchanges
+//!   (`""`, `amq.direct`, `amq.fanout`, `amq.topic`, `amq.headers`, `amq.match`).
 //! - [`Broker::handle`]`(cmd, now_ms) -> Result<Outcome, BrokerError>`: one [`Command`] in,
-//!   one [`Outcome`] out: `events` (durable facts to log, in order), `effects` (deliveries,
-//!   returns, server-sent cancels, deletions, deaths) and `reply` (the method reply's data; for
-//!   a publish a [`PublishResult`]: routed, refused (nack under confirms, S-LEN-2), and
-//!   `needs_durability` (confirm only after this outcome's events are durable, S-DUR-3)).
-//!   An error changes nothing; its [`error::ErrorKind`] says whether it closes the channel or
-//!   the connection. The server then sends `ChannelClose` / `ConnectionClose` itself.
+//!   one [`Outcome`] out. The server sends the method reply (`Outcome::reply`) first, then
+//!   the `effects` in order (deliveries, returns, server-sent cancels, deletions, deaths),
+//!   and hands `events` (durable facts, in order) to the store. For a publish the reply is
+//!   a [`PublishResult`]: `routed`, `refused` (nack under confirms, S-LEN-2) and
+//!   `needs_durability` (confirm only once this outcome's events are durable, S-DUR-3).
+//!   An error changes nothing and leaves no events; its [`ErrorKind`] says whether it closes
+//!   the channel or the connection, and the server then sends `ChannelClose` /
+//!   `ConnectionClose` itself (which requeue that channel's or connection's unacked
+//!   messages, S-TTL-7).
+//! - Connections are [`ConnId`]s, channels [`ChanRef`] (`ConnId` + [`ChannelId`]); the server
+//!   opens them with `ConnectionOpen` / `ChannelOpen` before using them. `ChannelFlow`
+//!   pauses deliveries to a channel (client `channel.flow` or a full socket): messages then
+//!   wait in their queues, so a slow consumer grows nothing but the queue.
+//! - [`Delivery::delivery_count`] is RabbitMQ's `x-delivery-count` (times returned); the
+//!   server may add it as a header.
 //! - [`Broker::next_deadline`] is when to call [`Broker::expire_due`] next (earliest message
-//!   deadline, queue lease or scheduled message); `expire_due(now)` does all due work.
-//! - Recovery: a fresh broker, [`Broker::apply`] each logged [`Event`] in order, then
-//!   [`Broker::recovered`]`(now)` (S-QEXP-4, S-DUR-5, S-DUR-6).
+//!   deadline, queue lease or scheduled message); `expire_due(now)` does all due work and
+//!   returns its outcome (events to log, effects to send).
+//! - Recovery: a fresh broker, [`Broker::apply`] each logged [`Event`] in order (nothing
+//!   fires during replay), then [`Broker::recovered`]`(now)` (S-QEXP-4, S-DUR-5, S-DUR-6),
+//!   whose outcome's events must be logged like any other.
+//!   [`Broker::durable_state`] is the comparable view of what a restart must restore.
 //! - [`Broker::check_invariants`] walks everything (tests call it after every step; `handle`
-//!   calls it in debug builds).
+//!   and `expire_due` call it in debug builds).
 //! - Queries for management: [`Broker::queues`], [`Broker::exchanges`], [`Broker::bindings`],
-//!   [`Broker::policies`], [`Broker::consumers`].
+//!   [`Broker::policies`], [`Broker::consumers`], [`Broker::ready_messages`],
+//!   [`Broker::vhost_names`], [`Broker::dead_letter_dropped`].
 //!
 //! Messages are stored once (`Arc<Message>`) however many queues they enter; a queue entry is
-//! a few machine words. Each queue keeps an index of ready messages ordered by deadline, so
-//! expiry anywhere in a queue costs O(log n) per expired message (S-TTL-9).
+//! 24 bytes (id, pointer, delivery count, flags). Each queue keeps an index of its ready
+//! messages ordered by deadline, so expiry anywhere in a queue costs O(log n) per expired
+//! message and never a scan (S-TTL-9). Message ids are assigned when a message first enters
+//! its queues (a dead-lettered copy or a due scheduled message gets a fresh one), so queue
+//! order is id order and a requeue goes back to its original position.
+//!
+//! # Files
+//!
+//! - `types.rs`: the public vocabulary (ids, properties, commands, outcomes, events).
+//! - `args.rs`: argument, expiration and policy validation; effective settings.
+//! - `model.rs`: the state and the definition commands (vhosts, exchanges, queues,
+//!   bindings, policies, connections, channels).
+//! - `flow.rs`: publish, routing, delivery, acks, requeue, expiry, dead-lettering, length
+//!   limits, leases, scheduled messages, timers.
+//! - `queue.rs`: one queue's ready messages and deadline index.
+//! - `replay.rs`: `apply`, `recovered`, `check_invariants`, queries.
+//! - `routing/`: topic and headers matching (owned by the routing work).
 
 pub mod args;
 pub mod error;

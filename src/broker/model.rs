@@ -369,10 +369,15 @@ impl Broker {
     pub fn handle(&mut self, cmd: Command, now_ms: u64) -> Result<Outcome, BrokerError> {
         let mut out = Outcome::default();
         let result = self.dispatch(cmd, now_ms, &mut out);
-        // Even after an error, earlier steps' dirty queues are settled so invariants hold.
         self.process_dirty(now_ms, &mut out);
         #[cfg(debug_assertions)]
         self.check_invariants();
+        // An error must change nothing: every command validates before it mutates, so a
+        // refused command has no events (which would otherwise never reach the log).
+        debug_assert!(
+            result.is_ok() || (out.events.is_empty() && out.effects.is_empty()),
+            "a refused command left events or effects behind: {out:?}"
+        );
         result.map(|()| out)
     }
 
@@ -1086,9 +1091,9 @@ impl Broker {
                 format!("queue name '{}' contains reserved prefix 'amq.*'", d.queue),
             ));
         }
-        if d.exclusive && d.owner.is_none() {
+        if d.exclusive && !d.owner.is_some_and(|o| self.conns.contains_key(&o)) {
             return Err(BrokerError::precondition(
-                "an exclusive queue needs an owning connection",
+                "an exclusive queue needs an open owning connection",
             ));
         }
         let name = if d.queue.is_empty() {

@@ -121,7 +121,7 @@ impl Ready {
             delivery_count,
             redelivered,
         };
-        match self.slots.binary_search_by_key(&id, |e| e.id) {
+        match self.locate(id) {
             Ok(i) => {
                 let slot = self.slots.get_mut(i).expect("binary_search found index i");
                 assert!(slot.msg.is_none(), "message {id:?} is already ready");
@@ -129,6 +129,49 @@ impl Ready {
             }
             Err(i) => self.slots.insert(i, entry),
         }
+    }
+
+    /// Finds `id` in `slots` like `binary_search`: `Ok(index)` or `Err(insertion point)`.
+    /// Ids in a queue are sorted and roughly evenly spread, so an interpolation search
+    /// lands within a few slots in a handful of probes; after a few rounds it falls back to
+    /// plain bisection, so the worst case stays O(log n).
+    fn locate(&self, id: MessageId) -> Result<usize, usize> {
+        let key = |i: usize| self.slots.get(i).map_or(u64::MAX, |e| e.id.0);
+        let (mut lo, mut hi) = (0usize, self.slots.len());
+        for _ in 0..4 {
+            if lo >= hi {
+                return Err(lo);
+            }
+            let (first, last) = (key(lo), key(hi - 1));
+            if id.0 < first {
+                return Err(lo);
+            }
+            if id.0 > last {
+                return Err(hi);
+            }
+            let span = last - first;
+            let offset = if span == 0 {
+                0
+            } else {
+                let scaled = u128::from(id.0 - first) * (hi - lo - 1) as u128 / u128::from(span);
+                usize::try_from(scaled).unwrap_or(0)
+            };
+            let guess = lo + offset;
+            match key(guess).cmp(&id.0) {
+                std::cmp::Ordering::Equal => return Ok(guess),
+                std::cmp::Ordering::Less => lo = guess + 1,
+                std::cmp::Ordering::Greater => hi = guess,
+            }
+        }
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match key(mid).cmp(&id.0) {
+                std::cmp::Ordering::Equal => return Ok(mid),
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+            }
+        }
+        Err(lo)
     }
 
     fn index_insert(&mut self, msg: &Message) {
@@ -173,7 +216,7 @@ impl Ready {
 
     /// Takes the message `id` wherever it is; `None` if it is not ready here.
     pub fn remove(&mut self, id: MessageId) -> Option<Taken> {
-        let i = self.slots.binary_search_by_key(&id, |e| e.id).ok()?;
+        let i = self.locate(id).ok()?;
         let slot = self.slots.get_mut(i)?;
         let msg = slot.msg.take()?;
         let taken = Taken {
@@ -194,7 +237,7 @@ impl Ready {
 
     /// A mutable view of the live entry `id` (replay's delivery marks).
     pub fn get_mut(&mut self, id: MessageId) -> Option<&mut Entry> {
-        let i = self.slots.binary_search_by_key(&id, |e| e.id).ok()?;
+        let i = self.locate(id).ok()?;
         self.slots.get_mut(i).filter(|e| e.msg.is_some())
     }
 
@@ -336,6 +379,20 @@ mod tests {
         r.check_invariants();
         assert_eq!(r.front().unwrap().id, MessageId(1));
         assert_eq!(r.first_deadline(), Some(110));
+    }
+
+    #[test]
+    fn locate_agrees_with_binary_search() {
+        let mut r = Ready::default();
+        let mut id = 1;
+        for i in 0..500u64 {
+            id += 1 + (i * 7919) % 13; // uneven gaps
+            r.push_back(msg(id, 0, None), 0, false);
+        }
+        for probe in 0..=id + 2 {
+            let want = r.slots.binary_search_by_key(&MessageId(probe), |e| e.id);
+            assert_eq!(r.locate(MessageId(probe)), want, "id {probe}");
+        }
     }
 
     #[test]

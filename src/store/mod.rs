@@ -61,8 +61,10 @@ pub struct RecoverySummary {
     pub segments: u64,
     /// Bytes of a torn tail cut off the last segment (0 if none).
     pub torn_tail_bytes: u64,
-    /// Records skipped in salvage mode: lost to corruption in the log, or intact but
-    /// undecodable or refused by the model. Always 0 without `salvage`.
+    /// Records skipped in salvage mode: lost to corruption in the log (counted from the gaps
+    /// in the Lsn sequence, so a loss at the very end of the log is not counted here, only in
+    /// `salvaged_bytes`), or intact but undecodable or refused by the model. Always 0 without
+    /// `salvage`.
     pub salvaged_records: u64,
     /// Bytes of the log skipped in salvage mode.
     pub salvaged_bytes: u64,
@@ -193,6 +195,7 @@ impl Store {
             dir: &config.dir,
             salvage: config.salvage,
             summary: RecoverySummary::default(),
+            last_lsn: None,
             failure: None,
         };
         let opened = Wal::open(&config.dir, storage, &wal_config, &mut |record| {
@@ -265,6 +268,7 @@ impl Store {
     /// Resolves once every record up to `ticket` is on stable storage (S-DUR-3). Ticket 0 is
     /// durable at once.
     ///
+    /// # Errors
     /// The future's error is the log's latched failure (fail-stop) or its closing first.
     pub fn durable(
         &self,
@@ -308,6 +312,8 @@ struct Replay<'a> {
     dir: &'a Path,
     salvage: bool,
     summary: RecoverySummary,
+    /// The Lsn of the previous record, to count what salvage mode skipped in between.
+    last_lsn: Option<Lsn>,
     /// The store's own error when the visitor stops the scan (the WAL only sees a marker).
     failure: Option<StoreError>,
 }
@@ -325,6 +331,12 @@ impl Replay<'_> {
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         self.summary.records += 1;
         self.summary.bytes += record.payload.len() as u64;
+        if let Some(last) = self.last_lsn {
+            // Only salvage mode lets the WAL skip records; strict recovery is gap-free.
+            let skipped = record.lsn.0.saturating_sub(last.0).saturating_sub(1);
+            self.summary.salvaged_records += skipped;
+        }
+        self.last_lsn = Some(record.lsn);
         let failure = match codec::decode(record.kind, record.payload) {
             Ok(StoreRecord::Format { version }) if version > STORE_FORMAT_VERSION => {
                 // Never salvaged: everything after it would be misread.
@@ -386,7 +398,13 @@ fn summarise(report: &RecoveryReport, summary: &mut RecoverySummary) {
         summary.torn_tail_bytes = torn.bytes;
     }
     for loss in &report.salvaged {
-        summary.salvaged_records += loss.lsns.end.0.saturating_sub(loss.lsns.start.0);
+        tracing::warn!(
+            path = %loss.path.display(),
+            offset = loss.offset,
+            bytes = loss.bytes,
+            reason = %loss.reason,
+            "salvage: damaged stretch of the log skipped"
+        );
         summary.salvaged_bytes += loss.bytes;
     }
 }
