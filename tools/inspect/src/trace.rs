@@ -176,10 +176,12 @@ impl Tracer {
                 vhost,
                 message,
                 queues,
-                ..
+                scheduled,
             } => {
                 let m = &message.message;
-                if self.ids.contains(&m.id) || sel.matches(m) {
+                // A scheduled message routed when due gets a new id: follow it.
+                let was_scheduled = scheduled.is_some_and(|id| self.ids.contains(&id));
+                if was_scheduled || sel.matches(m) {
                     self.ids.insert(m.id);
                     self.enter(s, vhost, m, queues, "published", body);
                 }
@@ -400,4 +402,28 @@ pub fn export(ctx: &Ctx<'_>, vhost: &str, queue: &str, now_ms: u64, out: &mut dy
         writeln!(out, "{m}").map_err(|e| Fatal(format!("writing output: {e}")))?;
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn by_accepts_the_three_forms_and_names_them_on_error() {
+        assert_eq!(
+            Selector::parse_by("message_id=a=b"),
+            Ok(Selector::MessageId("a=b".to_owned()))
+        );
+        assert_eq!(
+            Selector::parse_by("correlation_id=c"),
+            Ok(Selector::CorrelationId("c".to_owned()))
+        );
+        assert_eq!(
+            Selector::parse_by("header:tenant=acme"),
+            Ok(Selector::Header("tenant".to_owned(), "acme".to_owned()))
+        );
+        for bad in ["header:=x", "nope=1", "message_id"] {
+            assert!(Selector::parse_by(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -209,3 +209,40 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn every_command_leaves_the_directory_unchanged() {
+    let tmp = copy_dir(&golden_data());
+    let dir = tmp.path();
+    let snapshot = || {
+        let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read(e.path()).unwrap(),
+                )
+            })
+            .collect();
+        files.sort();
+        files
+    };
+    let before = snapshot();
+    let d = dir.to_str().unwrap();
+    for args in [
+        vec!["summary", d],
+        vec!["verify", d, "--all"],
+        vec!["dump", d],
+        vec!["trace", d, "2"],
+        vec!["queues", d],
+        vec!["export", d, "--queue", "dlq"],
+    ] {
+        let (code, _) = inspect(&args);
+        assert!(code == 0, "{args:?}");
+    }
+    assert!(
+        before == snapshot(),
+        "the inspector wrote to the data directory"
+    );
+}
