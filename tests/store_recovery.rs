@@ -31,6 +31,7 @@ fn logged_workload(publishes: usize) -> (SimStorage, Driver) {
         key: 0,
         persistent: true,
         expiration_ms: None,
+        delay_ms: None,
         body_len: 300,
     };
     for op in setup()
@@ -246,6 +247,7 @@ fn s_dur_2_the_store_on_real_files_recovers_what_it_logged() {
             key: 0,
             persistent: i % 5 != 0,
             expiration_ms: None,
+            delay_ms: (i % 7 == 0).then_some(1000),
             body_len: 100,
         });
         ticket = log(&store, &events).unwrap().max(ticket);

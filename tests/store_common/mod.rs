@@ -27,7 +27,7 @@ pub const CH: ChanRef = ChanRef {
     channel: ChannelId(1),
 };
 pub const QUEUES: usize = 3;
-pub const EXCHANGES: [&str; 3] = ["x0", "x1", "dlx"];
+pub const EXCHANGES: [&str; 4] = ["x0", "x1", "dlx", "delayed"];
 pub const T0_MS: u64 = 1_700_000_000_000;
 
 /// Small segments so that workloads roll segments (and sync the directory) often.
@@ -78,6 +78,8 @@ pub enum Op {
         key: usize,
         persistent: bool,
         expiration_ms: Option<u32>,
+        /// `x-delay` header (ms), honoured by the delayed exchange only.
+        delay_ms: Option<u32>,
         body_len: usize,
     },
     Get {
@@ -135,9 +137,10 @@ pub fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(x, kind, durable)| Op::DeclareExchange { x, kind, durable }),
         2 => (q.clone(), x.clone(), 0..QUEUES).prop_map(|(q, x, key)| Op::Bind { q, x, key }),
         10 => (prop::option::of(x.clone()), 0..QUEUES, prop::bool::weighted(0.7),
-               prop::option::of(prop_oneof![Just(0u32), 1u32..3000]), 0usize..200)
-            .prop_map(|(exchange, key, persistent, expiration_ms, body_len)| Op::Publish {
-                exchange, key, persistent, expiration_ms, body_len
+               prop::option::of(prop_oneof![Just(0u32), 1u32..3000]),
+               prop::option::of(1u32..3000), 0usize..200)
+            .prop_map(|(exchange, key, persistent, expiration_ms, delay_ms, body_len)| {
+                Op::Publish { exchange, key, persistent, expiration_ms, delay_ms, body_len }
             }),
         4 => (q.clone(), prop::bool::weighted(0.2)).prop_map(|(q, no_ack)| Op::Get { q, no_ack }),
         3 => (any::<usize>(), prop::bool::weighted(0.2))
@@ -161,7 +164,7 @@ pub fn op() -> impl Strategy<Value = Op> {
 /// A durable starting point so random operations meet queues that exist: `q0` plain, `q1`
 /// with a TTL and a dead-letter exchange, `q2` with a length limit; `x0` direct to `q0`, `x1`
 /// fanout to all three, `dlx` fanout to `q2` (so one publish can both reach `q2` and
-/// dead-letter into it).
+/// dead-letter into it), `delayed` an `x-delayed-message` fanout to `q0` (S-SCHED-1).
 pub fn setup() -> Vec<Op> {
     vec![
         Op::DeclareQueue {
@@ -205,6 +208,12 @@ pub fn setup() -> Vec<Op> {
         Op::Bind { q: 1, x: 1, key: 1 },
         Op::Bind { q: 2, x: 1, key: 1 },
         Op::Bind { q: 2, x: 2, key: 2 },
+        Op::DeclareExchange {
+            x: 3,
+            kind: "fanout",
+            durable: true,
+        },
+        Op::Bind { q: 0, x: 3, key: 0 },
     ]
 }
 
@@ -395,16 +404,24 @@ fn command(op: &Op) -> Command {
                 owner: Some(CH.conn),
             })
         }
-        Op::DeclareExchange { x, kind, durable } => Command::ExchangeDeclare(ExchangeDeclare {
-            vhost: "/".into(),
-            exchange: EXCHANGES[*x].into(),
-            kind: (*kind).into(),
-            passive: false,
-            durable: *durable,
-            auto_delete: false,
-            internal: false,
-            arguments: FieldTable::new(),
-        }),
+        Op::DeclareExchange { x, kind, durable } => {
+            // The last exchange is an `x-delayed-message` one routing as `kind` (S-SCHED-1).
+            let delayed = *x == EXCHANGES.len() - 1;
+            Command::ExchangeDeclare(ExchangeDeclare {
+                vhost: "/".into(),
+                exchange: EXCHANGES[*x].into(),
+                kind: if delayed { "x-delayed-message" } else { kind }.into(),
+                passive: false,
+                durable: *durable,
+                auto_delete: false,
+                internal: false,
+                arguments: if delayed {
+                    table(vec![("x-delayed-type", Value::long_str(*kind))])
+                } else {
+                    FieldTable::new()
+                },
+            })
+        }
         Op::Bind { q, x, key } => Command::QueueBind {
             vhost: "/".into(),
             queue: queue_name(*q),
@@ -419,6 +436,7 @@ fn command(op: &Op) -> Command {
             key,
             persistent,
             expiration_ms,
+            delay_ms,
             body_len,
         } => Command::Publish(Publish {
             vhost: "/".into(),
@@ -428,6 +446,7 @@ fn command(op: &Op) -> Command {
             properties: Properties {
                 delivery_mode: Some(if *persistent { 2 } else { 1 }),
                 expiration: expiration_ms.map(|e| e.to_string()),
+                headers: delay_ms.map(|d| table(vec![("x-delay", Value::I64(i64::from(d)))])),
                 ..Properties::default()
             },
             body: Bytes::from(vec![0xab; *body_len]),
