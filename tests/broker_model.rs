@@ -256,7 +256,7 @@ impl Reference {
         }
     }
 
-    fn requeue(&mut self, u: RUnacked) {
+    fn requeue(&mut self, u: RUnacked, now: u64) {
         let Some(queue) = self.queues[u.queue].as_mut() else {
             return;
         };
@@ -275,6 +275,7 @@ impl Reference {
         } else {
             queue.ready.insert(pos, m);
         }
+        self.drop_head(u.queue, now);
     }
 
     fn next_deadline(&self) -> Option<u64> {
@@ -701,7 +702,7 @@ impl Run {
                     }
                 }
                 for u in held {
-                    self.r.requeue(u);
+                    self.r.requeue(u, now);
                 }
                 let o2 = self.cmd(Command::ChannelOpen { chan: CH }).unwrap();
                 assert!(o2.deliveries().next().is_none());
@@ -751,7 +752,7 @@ impl Run {
         let now = self.now;
         for u in self.take_ref(tag, multiple && nack) {
             if requeue {
-                self.r.requeue(u);
+                self.r.requeue(u, now);
             } else if self.r.queues[u.queue]
                 .as_ref()
                 .is_some_and(|q| q.incarnation == u.incarnation)

@@ -178,7 +178,7 @@ enum Op {
         max_len: Option<u8>,
     },
     Delete(usize),
-    Bind(usize, bool),
+    Bind(usize, bool, bool),
     Publish {
         q: Option<usize>,
         persistent: bool,
@@ -202,7 +202,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..3usize, any::<bool>(), prop::option::of(0..50u32), any::<bool>(), prop::option::of(0..4u8))
             .prop_map(|(q, durable, ttl, dlx, max_len)| Op::Declare { q, durable, ttl, dlx, max_len }),
         1 => (0..3usize).prop_map(Op::Delete),
-        1 => (0..3usize, any::<bool>()).prop_map(|(q, b)| Op::Bind(q, b)),
+        2 => (0..3usize, any::<bool>(), any::<bool>()).prop_map(|(q, dlx, b)| Op::Bind(q, dlx, b)),
         8 => (prop::option::of(0..3usize), any::<bool>(), prop::option::of(0..50u32))
             .prop_map(|(q, persistent, ttl)| Op::Publish { q, persistent, ttl }),
         3 => (0..3usize, any::<bool>()).prop_map(|(q, n)| Op::Get(q, n)),
@@ -257,10 +257,10 @@ fn to_command(op: &Op) -> Option<Command> {
             if_empty: false,
             owner: None,
         },
-        Op::Bind(q, bind) => Command::QueueBind {
+        Op::Bind(q, dlx, bind) => Command::QueueBind {
             vhost: vhost(),
             queue: QUEUES[*q].into(),
-            exchange: if *q == 2 { "dlx".into() } else { "fan".into() },
+            exchange: if *dlx { "dlx".into() } else { "fan".into() },
             routing_key: String::new(),
             arguments: FieldTable::new(),
             bind: *bind,
@@ -377,7 +377,7 @@ fn setup(h: &mut H) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, max_shrink_iters: 2000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, max_shrink_iters: 2000, ..ProptestConfig::default() })]
 
     #[test]
     fn replaying_the_events_rebuilds_the_durable_state(ops in prop::collection::vec(op(), 1..80)) {

@@ -615,7 +615,8 @@ impl Broker {
 
     /// A message comes back to its queue: original position, original deadline (S-TTL-7),
     /// delivery count + 1; past its deadline it expires at once (S-TTL-8, done by the dirty
-    /// pass); past the delivery limit it is dead-lettered (S-DLX-1 `delivery_limit`).
+    /// pass); past the delivery limit it is dead-lettered (S-DLX-1 `delivery_limit`); over a
+    /// drop-head length limit the head goes (S-LEN-2).
     pub(crate) fn requeue(&mut self, qid: QueueId, taken: Taken, now: u64, out: &mut Outcome) {
         let Some(q) = self.queues.get_mut(&qid) else {
             return;
@@ -639,6 +640,8 @@ impl Broker {
         }
         q.ready.insert(taken.msg, count, true);
         self.mark_dirty(qid);
+        // As RabbitMQ's requeue_and_run: a requeue may push a drop-head queue over its limit.
+        self.enforce_length(qid, now, out);
     }
 
     // ----- publish and routing -----
