@@ -29,8 +29,8 @@ pub type Exit = Result<i32, Fatal>;
 
 const LIVE_NOTE: &str = "read-only; on a running broker only records already on disk are read, and an unsynced tail shows as a torn tail";
 
-fn io(e: &std::io::Error) -> Fatal {
-    Fatal(format!("writing output: {e}"))
+pub(crate) fn io(e: &std::io::Error) -> Fatal {
+    Fatal::output(e)
 }
 
 fn line(out: &mut dyn Write, v: &Json) -> Result<(), Fatal> {

@@ -178,6 +178,8 @@ where
     };
     match dispatch(&cli, out) {
         Ok(code) => code,
+        // The reader went away (a closed pipe): nothing to report.
+        Err(e) if e.0.is_empty() => 0,
         Err(e) => {
             eprintln!("wharf-inspect: {e}");
             EXIT_FATAL

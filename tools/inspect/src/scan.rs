@@ -19,6 +19,18 @@ pub struct Fatal(pub String);
 
 impl std::error::Error for Fatal {}
 
+impl Fatal {
+    /// A failed write to the output. A closed pipe (`wharf-inspect dump DIR | head`) is no
+    /// error: it becomes an empty message, which `run` ends on quietly.
+    pub fn output(e: &std::io::Error) -> Fatal {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            Fatal(String::new())
+        } else {
+            Fatal(format!("writing output: {e}"))
+        }
+    }
+}
+
 impl std::fmt::Display for Fatal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)

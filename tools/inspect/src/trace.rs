@@ -330,9 +330,8 @@ pub fn trace(ctx: &Ctx<'_>, sel: &Selector, body: BodyMode, out: &mut dyn Write)
         .map(|(id, qs)| (*id, qs.clone()))
         .collect();
     finals.sort();
-    let write = |out: &mut dyn Write, s: String| {
-        writeln!(out, "{s}").map_err(|e| Fatal(format!("writing output: {e}")))
-    };
+    let write =
+        |out: &mut dyn Write, s: String| writeln!(out, "{s}").map_err(|e| Fatal::output(&e));
     if tracer.steps.is_empty() {
         if ctx.json {
             write(out, json!({ "found": false }).to_string())?;
@@ -399,7 +398,7 @@ pub fn export(ctx: &Ctx<'_>, vhost: &str, queue: &str, now_ms: u64, out: &mut dy
     for (msg, redelivered) in replay.broker.ready_messages(vhost, queue) {
         let mut m = render::message_json(&msg, BodyMode::Base64);
         m["redelivered"] = json!(redelivered);
-        writeln!(out, "{m}").map_err(|e| Fatal(format!("writing output: {e}")))?;
+        writeln!(out, "{m}").map_err(|e| Fatal::output(&e))?;
     }
     Ok(0)
 }
