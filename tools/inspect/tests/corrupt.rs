@@ -232,7 +232,7 @@ fn every_command_leaves_the_directory_unchanged() {
     let d = dir.to_str().unwrap();
     for args in [
         vec!["summary", d],
-        vec!["verify", d, "--all"],
+        vec!["--progress", "verify", d, "--all"],
         vec!["dump", d],
         vec!["trace", d, "2"],
         vec!["queues", d],
