@@ -1,7 +1,8 @@
 //! `queues` equals what the broker reports after recovering the same directory
 //! (`Store::open`, then `recovered(now)`, then `queues()`), for random workloads: publishes
 //! with and without their own TTL into queues with and without TTL and dead-lettering, gets
-//! that ack, requeue, reject or stay unacked, and clock advances with expiry.
+//! that ack, requeue, reject or stay unacked, purges, queue deletion and redeclaration, and
+//! clock advances with expiry. Each log must also `verify` clean.
 
 #![allow(
     clippy::unwrap_used,
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use common::{T0_MS, inspect};
 use proptest::prelude::*;
 use serde_json::Value as Json;
-use wharf::broker::{FieldTable, Properties, Value};
+use wharf::broker::{Command, FieldTable, Properties, Value};
 use wharf::store::{Store, StoreConfig};
 use wharf::wal::{FileStorage, WalConfig};
 use wharf_inspect::workload::Driver;
@@ -35,6 +36,12 @@ enum Op {
     Advance {
         ms: u32,
     },
+    Purge {
+        q: usize,
+    },
+    DeleteAndRedeclare {
+        q: usize,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -52,6 +59,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0..3usize, prop_oneof![Just(Then::Ack), Just(Then::Requeue), Just(Then::Reject), Just(Then::Hold)])
             .prop_map(|(q, then)| Op::Get { q, then }),
         1 => (0..3000u32).prop_map(|ms| Op::Advance { ms }),
+        1 => (0..3usize).prop_map(|q| Op::Purge { q }),
+        1 => (0..3usize).prop_map(|q| Op::DeleteAndRedeclare { q }),
     ]
 }
 
@@ -68,19 +77,21 @@ fn run_workload(dir: &std::path::Path, ops: &[Op]) -> u64 {
     d.exchange("dlx", "fanout").unwrap();
     d.queue("dlq", FieldTable::new()).unwrap();
     d.bind("dlq", "dlx", "").unwrap();
-    for (i, ttl, dlx) in [
-        (0, Some(1000), true),
-        (1, None, true),
-        (2, Some(2500), false),
-    ] {
-        let mut args = FieldTable::new();
-        if let Some(t) = ttl {
-            args.insert("x-message-ttl", Value::I32(t));
-        }
-        if dlx {
-            args.insert("x-dead-letter-exchange", Value::long_str("dlx"));
-        }
-        d.queue(&format!("q{i}"), args).unwrap();
+    let args: Vec<FieldTable> = [(Some(1000), true), (None, true), (Some(2500), false)]
+        .into_iter()
+        .map(|(ttl, dlx)| {
+            let mut args = FieldTable::new();
+            if let Some(t) = ttl {
+                args.insert("x-message-ttl", Value::I32(t));
+            }
+            if dlx {
+                args.insert("x-dead-letter-exchange", Value::long_str("dlx"));
+            }
+            args
+        })
+        .collect();
+    for (i, a) in args.iter().enumerate() {
+        d.queue(&format!("q{i}"), a.clone()).unwrap();
     }
     for op in ops {
         match op {
@@ -105,6 +116,25 @@ fn run_workload(dir: &std::path::Path, ops: &[Op]) -> u64 {
                         Then::Hold => {}
                     }
                 }
+            }
+            Op::Purge { q } => {
+                d.run(Command::QueuePurge {
+                    vhost: "/".to_owned(),
+                    queue: format!("q{q}"),
+                    owner: None,
+                })
+                .unwrap();
+            }
+            Op::DeleteAndRedeclare { q } => {
+                d.run(Command::QueueDelete {
+                    vhost: "/".to_owned(),
+                    queue: format!("q{q}"),
+                    if_unused: false,
+                    if_empty: false,
+                    owner: None,
+                })
+                .unwrap();
+                d.queue(&format!("q{q}"), args[*q].clone()).unwrap();
             }
             Op::Advance { ms } => {
                 let now = d.now_ms + u64::from(*ms);
