@@ -14,7 +14,8 @@ mod store_common;
 
 use std::collections::BTreeSet;
 
-use store_common::{Driver, Op, log, open, replay, setup};
+use proptest::prelude::*;
+use store_common::{Driver, Op, log, op, open, replay, setup};
 use wharf::broker::{Event, MessageId};
 use wharf::wal::SimStorage;
 
@@ -83,7 +84,7 @@ struct Run {
     faulted: bool,
 }
 
-fn faulty_run(sim: &SimStorage, fault: Fault, n: u64) -> Run {
+fn faulty_run(sim: &SimStorage, fault: Fault, n: u64, ops: &[Op]) -> Run {
     match fault {
         Fault::Sync => sim.fail_sync_after(n),
         Fault::Write => sim.fail_write_after(n),
@@ -98,8 +99,8 @@ fn faulty_run(sim: &SimStorage, fault: Fault, n: u64) -> Run {
         return run;
     };
     let mut live = Driver::new();
-    for op in script() {
-        let events = live.apply(&op);
+    for op in ops {
+        let events = live.apply(op);
         run.attempted.extend(events.iter().cloned());
         let durable = log(&store, &events).and_then(|ticket| store.wait_durable(ticket));
         if durable.is_err() {
@@ -203,7 +204,7 @@ fn removes(e: &Event, queue: &str, id: MessageId) -> bool {
 fn every_fault_point(fault: Fault, power_loss: bool) -> u64 {
     for n in 0..2000 {
         let sim = SimStorage::new(n);
-        let run = faulty_run(&sim, fault, n);
+        let run = faulty_run(&sim, fault, n, &script());
         let sim = if power_loss {
             sim.power_loss()
         } else {
@@ -277,5 +278,22 @@ fn the_script_exercises_every_message_record() {
         "Purged",
     ] {
         assert!(kinds.contains(want), "the script logs no {want}: {kinds:?}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// The same checks for random workloads (policies, consumers, deletes, delayed
+    /// messages...) with a power loss at a random sync point.
+    #[test]
+    fn s_dur_3_power_loss_during_random_workloads(
+        n in 0u64..120,
+        ops in prop::collection::vec(op(), 1..60),
+    ) {
+        let sim = SimStorage::new(n);
+        let ops: Vec<Op> = setup().into_iter().chain(ops).collect();
+        let run = faulty_run(&sim, Fault::Sync, n, &ops);
+        check_recovery(&sim.power_loss(), &run, &format!("sync fault after {n}"));
     }
 }
