@@ -1,5 +1,7 @@
 //! Conversion between the wire's field values (amq-protocol's `AMQPValue` / `FieldTable`) and
-//! the broker's ([`crate::broker::value`]). The one place where the two meet (STYLE 2.2).
+//! the broker's ([`crate::broker::value`]), between the wire's basic properties and the
+//! broker's [`Properties`], and from a [`BrokerError`] to the AMQP close it causes (S-ERR-1).
+//! The one place where the two vocabularies meet (STYLE 2.2).
 //!
 //! The mapping is one-to-one per type, so a value survives a round trip in either direction
 //! unchanged, with two properties of amq-protocol's `FieldTable` to know about: it is a
@@ -14,12 +16,15 @@
 //! `limits::FIELD_TABLE_DEPTH_MAX` deep (refused by `protocol::decode` otherwise), and values
 //! the broker builds (`x-death`) are shallow.
 
+use amq_protocol::protocol::BasicProperties;
 use amq_protocol::types::{
     AMQPValue, ByteArray, DecimalValue, FieldArray, FieldTable as WireTable, LongString,
     ShortString,
 };
 
 use crate::broker::value::{FieldTable, Value};
+use crate::broker::{BrokerError, ErrorKind, Properties};
+use crate::protocol::reply_code;
 
 /// A broker value that cannot be put on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -131,10 +136,211 @@ pub fn table_to_wire(table: &FieldTable) -> Result<WireTable, ConvertError> {
     Ok(wire)
 }
 
+/// `s` as a short string, cut at 255 octets (on a character boundary) if longer. For texts
+/// the server builds (reply texts, names echoed back), where a cut is better than a refusal.
+pub fn short(s: &str) -> ShortString {
+    let mut end = s.len().min(255);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    // At most 255 octets by construction, so try_new cannot fail; fall back to empty anyway.
+    ShortString::try_new(s.get(..end).unwrap_or_default()).unwrap_or_default()
+}
+
+/// Wire basic properties as the broker's.
+pub fn properties_from_wire(p: &BasicProperties) -> Properties {
+    let s = |v: &Option<ShortString>| v.as_ref().map(|v| v.as_str().to_owned());
+    Properties {
+        content_type: s(p.content_type()),
+        content_encoding: s(p.content_encoding()),
+        headers: p.headers().as_ref().map(table_from_wire),
+        delivery_mode: *p.delivery_mode(),
+        priority: *p.priority(),
+        correlation_id: s(p.correlation_id()),
+        reply_to: s(p.reply_to()),
+        expiration: s(p.expiration()),
+        message_id: s(p.message_id()),
+        timestamp: *p.timestamp(),
+        kind: s(p.kind()),
+        user_id: s(p.user_id()),
+        app_id: s(p.app_id()),
+        cluster_id: s(p.cluster_id()),
+    }
+}
+
+/// Broker properties as wire basic properties. Header keys or strings too long for the wire
+/// (only possible for values the broker built itself) are cut or dropped rather than failing
+/// a delivery.
+pub fn properties_to_wire(p: &Properties) -> BasicProperties {
+    let mut w = BasicProperties::default();
+    if let Some(v) = &p.content_type {
+        w = w.with_content_type(short(v));
+    }
+    if let Some(v) = &p.content_encoding {
+        w = w.with_content_encoding(short(v));
+    }
+    if let Some(h) = &p.headers {
+        w = w.with_headers(table_to_wire_lossy(h));
+    }
+    if let Some(v) = p.delivery_mode {
+        w = w.with_delivery_mode(v);
+    }
+    if let Some(v) = p.priority {
+        w = w.with_priority(v);
+    }
+    if let Some(v) = &p.correlation_id {
+        w = w.with_correlation_id(short(v));
+    }
+    if let Some(v) = &p.reply_to {
+        w = w.with_reply_to(short(v));
+    }
+    if let Some(v) = &p.expiration {
+        w = w.with_expiration(short(v));
+    }
+    if let Some(v) = &p.message_id {
+        w = w.with_message_id(short(v));
+    }
+    if let Some(v) = p.timestamp {
+        w = w.with_timestamp(v);
+    }
+    if let Some(v) = &p.kind {
+        w = w.with_type(short(v));
+    }
+    if let Some(v) = &p.user_id {
+        w = w.with_user_id(short(v));
+    }
+    if let Some(v) = &p.app_id {
+        w = w.with_app_id(short(v));
+    }
+    if let Some(v) = &p.cluster_id {
+        w = w.with_cluster_id(short(v));
+    }
+    w
+}
+
+/// A broker table as a wire table, dropping entries that cannot be put on the wire (keys over
+/// 255 octets). Tables from clients always convert; only broker-built ones could fail.
+pub fn table_to_wire_lossy(table: &FieldTable) -> WireTable {
+    table_to_wire(table).unwrap_or_else(|_| {
+        let mut wire = WireTable::default();
+        for (key, value) in table.iter() {
+            if let (Ok(k), Ok(v)) = (ShortString::try_new(key), value_to_wire(value)) {
+                wire.insert(k, v);
+            }
+        }
+        wire
+    })
+}
+
+/// The spec's name of a reply code, as RabbitMQ prefixes reply texts with it.
+pub fn reply_code_name(code: u16) -> &'static str {
+    match code {
+        reply_code::REPLY_SUCCESS => "OK",
+        reply_code::CONTENT_TOO_LARGE => "CONTENT_TOO_LARGE",
+        reply_code::NO_ROUTE => "NO_ROUTE",
+        reply_code::NO_CONSUMERS => "NO_CONSUMERS",
+        reply_code::CONNECTION_FORCED => "CONNECTION_FORCED",
+        reply_code::INVALID_PATH => "INVALID_PATH",
+        reply_code::ACCESS_REFUSED => "ACCESS_REFUSED",
+        reply_code::NOT_FOUND => "NOT_FOUND",
+        reply_code::RESOURCE_LOCKED => "RESOURCE_LOCKED",
+        reply_code::PRECONDITION_FAILED => "PRECONDITION_FAILED",
+        reply_code::FRAME_ERROR => "FRAME_ERROR",
+        reply_code::SYNTAX_ERROR => "SYNTAX_ERROR",
+        reply_code::COMMAND_INVALID => "COMMAND_INVALID",
+        reply_code::CHANNEL_ERROR => "CHANNEL_ERROR",
+        reply_code::UNEXPECTED_FRAME => "UNEXPECTED_FRAME",
+        reply_code::RESOURCE_ERROR => "RESOURCE_ERROR",
+        reply_code::NOT_ALLOWED => "NOT_ALLOWED",
+        reply_code::NOT_IMPLEMENTED => "NOT_IMPLEMENTED",
+        _ => "INTERNAL_ERROR",
+    }
+}
+
+/// An AMQP close (of a channel or the connection) with RabbitMQ's reply text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Close {
+    /// The reply code.
+    pub code: u16,
+    /// `NAME - detail`, as RabbitMQ writes it (cut to 255 octets when sent).
+    pub text: String,
+    /// True for `connection.close`, false for `channel.close`.
+    pub connection: bool,
+}
+
+impl Close {
+    /// A close with `code` and `detail`, prefixed with the code's name; connection or channel
+    /// as the spec classifies the code.
+    pub fn new(code: u16, detail: &str) -> Self {
+        Close {
+            code,
+            text: format!("{} - {detail}", reply_code_name(code)),
+            connection: reply_code::is_connection_error(code),
+        }
+    }
+}
+
+/// The one mapping from a broker refusal to what the client sees (S-ERR-1, STYLE 3.3):
+/// 403/404/405/406 close the channel; 503, 504, 530, 540, 541 close the connection.
+pub fn broker_error_close(e: &BrokerError) -> Close {
+    let code = match e.kind {
+        ErrorKind::AccessRefused => reply_code::ACCESS_REFUSED,
+        ErrorKind::NotFound => reply_code::NOT_FOUND,
+        ErrorKind::ResourceLocked => reply_code::RESOURCE_LOCKED,
+        ErrorKind::PreconditionFailed => reply_code::PRECONDITION_FAILED,
+        ErrorKind::NotAllowed => reply_code::NOT_ALLOWED,
+        ErrorKind::CommandInvalid => reply_code::COMMAND_INVALID,
+        ErrorKind::ChannelError => reply_code::CHANNEL_ERROR,
+        ErrorKind::NotImplemented => reply_code::NOT_IMPLEMENTED,
+        ErrorKind::InternalError => reply_code::INTERNAL_ERROR,
+    };
+    Close {
+        code,
+        text: format!("{} - {}", reply_code_name(code), e.text),
+        connection: e.kind.closes_connection(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn broker_errors_map_to_rabbitmq_closes() {
+        let c = broker_error_close(&BrokerError::not_found("no queue 'x' in vhost '/'"));
+        assert_eq!(c.code, 404);
+        assert!(!c.connection);
+        assert_eq!(c.text, "NOT_FOUND - no queue 'x' in vhost '/'");
+        let c = broker_error_close(&BrokerError::new(ErrorKind::NotAllowed, "vhost"));
+        assert_eq!((c.code, c.connection), (530, true));
+        assert_eq!(Close::new(504, "x").text, "CHANNEL_ERROR - x");
+        assert!(Close::new(504, "x").connection);
+    }
+
+    #[test]
+    fn short_cuts_on_a_char_boundary() {
+        let s = "é".repeat(200);
+        let cut = short(&s);
+        assert!(cut.as_str().len() <= 255);
+        assert!(s.starts_with(cut.as_str()));
+    }
+
+    #[test]
+    fn properties_round_trip() {
+        let mut headers = FieldTable::new();
+        headers.insert("a", Value::I32(1));
+        let p = Properties {
+            content_type: Some("text/plain".into()),
+            headers: Some(headers),
+            delivery_mode: Some(2),
+            expiration: Some("100".into()),
+            timestamp: Some(7),
+            kind: Some("t".into()),
+            ..Properties::default()
+        };
+        assert_eq!(properties_from_wire(&properties_to_wire(&p)), p);
+    }
 
     fn key() -> impl Strategy<Value = String> {
         "[a-z0-9-]{0,12}"

@@ -1,0 +1,1278 @@
+//! The broker task: the one owner of the [`Broker`] and the [`Store`] (DESIGN.md,
+//! "Concurrency"). Connections send it batches of channel operations through one bounded
+//! channel; it drains them in batches, applies each to the broker, logs all the batch's events
+//! with one `store.log` call, then releases what may be released: replies and deliveries at
+//! once (encoded straight into each connection's [`Outbox`]), publisher confirms for
+//! persistent messages in durable queues only once the store says their records are durable
+//! (S-DUR-3, group commit), in bulk (`basic.ack` with `multiple`). It also owns the expiry
+//! timer: one sleep until `broker.next_deadline()`, re-armed after every batch.
+//!
+//! It holds no business rules: routing, TTL and dead-lettering are the broker's. It never reads
+//! the time except through the injected [`Clock`].
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use amq_protocol::protocol::{AMQPClass, basic, channel, confirm, connection, exchange, queue, tx};
+use bytes::BytesMut;
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{debug, error, info, warn};
+
+use super::convert::{Close, broker_error_close, properties_to_wire, short};
+use super::outbox::{OUTBOX_HIGH_BYTES, Outbox};
+use crate::broker::{
+    Broker, BrokerError, ChanRef, Command, DeathFate, Effect, Event, Outcome, Publish,
+    QueueDeletedReason, Reply,
+};
+use crate::clock::Clock;
+use crate::protocol::{self, ChannelId, DeliverRef, reply_code};
+use crate::store::{Store, StoreError, Ticket};
+
+/// Messages from connections (and the handle) to the broker task.
+#[derive(Debug)]
+pub enum CoreMsg {
+    /// A connection finished its handshake and asks to open `vhost`.
+    Open(Box<OpenConn>),
+    /// Channel operations of one connection, in the order the client sent them.
+    Ops {
+        /// The connection.
+        conn: u64,
+        /// Its operations.
+        ops: Vec<ChanOp>,
+    },
+    /// The connection is gone (socket closed or close handshake done).
+    Closed(u64),
+    /// A throttled connection's outbox drained below the low mark.
+    Drained(u64),
+    /// Run the timer step now (tests on a manual clock); answered when done.
+    Tick(oneshot::Sender<()>),
+    /// Close every connection (320), make everything durable, stop.
+    Shutdown,
+    /// A resource alarm went on (`Some(reason)`) or off (`None`): tell the clients that
+    /// advertised `connection.blocked`.
+    Blocked(Option<String>),
+}
+
+/// A connection asking to be opened.
+#[derive(Debug)]
+pub struct OpenConn {
+    /// The connection id.
+    pub conn: u64,
+    /// The virtual host from `connection.open`.
+    pub vhost: String,
+    /// Where its frames go.
+    pub outbox: Arc<Outbox>,
+    /// The negotiated `frame_max`.
+    pub frame_max: u32,
+    /// The client advertised `consumer_cancel_notify`.
+    pub cancel_notify: bool,
+    /// The client advertised `connection.blocked`.
+    pub blocked_notify: bool,
+    /// The answer: `Ok` once open, or the refusal (530 for an unknown vhost).
+    pub done: oneshot::Sender<Result<(), BrokerError>>,
+}
+
+/// One operation on one channel.
+#[derive(Debug)]
+pub struct ChanOp {
+    /// The channel number.
+    pub channel: u16,
+    /// The operation.
+    pub op: Op,
+}
+
+/// What a client asked of a channel, already converted to broker terms by the reader.
+#[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "acks are the hot command; boxing them would cost an allocation each"
+)]
+pub enum Op {
+    /// `channel.open`.
+    Open,
+    /// `channel.close` from the client.
+    Close,
+    /// `channel.close-ok`: the client's answer to our `channel.close`.
+    CloseOk,
+    /// `channel.flow`.
+    Flow(bool),
+    /// A method that maps to one broker command; `method` is its (class, method) id.
+    Cmd {
+        /// The command.
+        cmd: Command,
+        /// The method's class and method ids (for the reply and for error closes).
+        method: (u16, u16),
+        /// No reply wanted.
+        nowait: bool,
+    },
+    /// `basic.publish` with its content.
+    Publish(Box<Publish>),
+    /// `confirm.select`.
+    ConfirmSelect {
+        /// No reply wanted.
+        nowait: bool,
+    },
+    /// `tx.select`.
+    TxSelect,
+    /// `tx.commit`.
+    TxCommit,
+    /// `tx.rollback`.
+    TxRollback,
+    /// The reader found a channel error (e.g. a message over the size limit, 406), or with a
+    /// connection-level `Close`, a connection error.
+    Fail(Close, (u16, u16)),
+    /// `connection.close` from the client (channel 0): answered with `close-ok` after every
+    /// operation sent before it.
+    ClientClose,
+}
+
+/// A ticket not known yet: the records go into this batch's `store.log` call.
+const TICKET_THIS_BATCH: Ticket = Ticket::MAX;
+/// Commands drained per batch.
+const BATCH_MSGS_MAX: usize = 64;
+
+/// Something sent only once the records before it are durable.
+#[derive(Debug)]
+enum Deferred {
+    /// A publisher confirm.
+    Ack(u64),
+    /// A publisher nack (refused by a queue, S-LEN-2).
+    Nack(u64),
+    /// `tx.commit-ok`.
+    CommitOk,
+    /// The reply of a definition method that changed durable state (a durable queue
+    /// declared, a binding added, ...): the client may rely on it surviving a crash (S-DUR-1).
+    Reply(Box<AMQPClass>),
+}
+
+#[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "buffered only inside transactions; same shape as Op"
+)]
+enum TxOp {
+    Publish(Box<Publish>),
+    Cmd(Command, (u16, u16)),
+}
+
+#[derive(Debug, Default)]
+struct ChanState {
+    /// We sent `channel.close` and wait for `close-ok`; everything else is ignored.
+    closing: bool,
+    /// Confirm mode: the next publish sequence number.
+    confirm_next: Option<u64>,
+    /// Transaction mode: the buffered publishes and acks.
+    tx: Option<Vec<TxOp>>,
+    /// The client's `channel.flow`.
+    client_flow_off: bool,
+    /// Confirms and `tx.commit-ok`s waiting for their ticket to be durable, in order.
+    pending: VecDeque<(Ticket, Deferred)>,
+}
+
+#[derive(Debug)]
+struct ConnState {
+    outbox: Arc<Outbox>,
+    frame_max: u32,
+    cancel_notify: bool,
+    blocked_notify: bool,
+    channels: HashMap<u16, ChanState>,
+    /// Deliveries paused because the outbox is over the high mark.
+    throttled: bool,
+}
+
+type DurableFuture = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>;
+
+/// The broker task's state.
+pub struct Core {
+    broker: Broker,
+    store: Option<Store>,
+    clock: Arc<dyn Clock>,
+    conns: HashMap<u64, ConnState>,
+    /// Events of the current batch.
+    events: Vec<Event>,
+    /// The last ticket the store returned.
+    last_ticket: Ticket,
+    /// Channels with `TICKET_THIS_BATCH` entries.
+    batch_waiting: Vec<(u64, u16)>,
+    /// Channels with any pending entry.
+    pending_chans: HashSet<(u64, u16)>,
+    /// Connections whose outbox got bytes in this batch.
+    dirty: HashSet<u64>,
+    /// Tickets sent to the durability waiter; the highest one.
+    waited_ticket: Ticket,
+    to_waiter: mpsc::Sender<(Ticket, DurableFuture)>,
+    durable: watch::Receiver<Result<Ticket, String>>,
+    armed: Option<u64>,
+    stopping: bool,
+    /// `Tick`s to answer once the batch is flushed.
+    ticks: Vec<oneshot::Sender<()>>,
+    /// The reason of the resource alarm in force, if any.
+    blocked: Option<String>,
+}
+
+impl Core {
+    /// A broker task over a recovered broker and its store.
+    pub fn new(broker: Broker, store: Store, clock: Arc<dyn Clock>) -> Self {
+        let (to_waiter, from_core) = mpsc::channel(4096);
+        let (durable_tx, durable) = watch::channel(Ok(0));
+        tokio::spawn(durability_waiter(from_core, durable_tx));
+        Core {
+            broker,
+            store: Some(store),
+            clock,
+            conns: HashMap::new(),
+            events: Vec::new(),
+            last_ticket: 0,
+            batch_waiting: Vec::new(),
+            pending_chans: HashSet::new(),
+            dirty: HashSet::new(),
+            waited_ticket: 0,
+            to_waiter,
+            durable,
+            armed: None,
+            stopping: false,
+            ticks: Vec::new(),
+            blocked: None,
+        }
+    }
+
+    /// Logs events produced before serving (recovery's `recovered(now)`).
+    pub fn log_startup(&mut self, events: Vec<Event>) -> Result<(), StoreError> {
+        self.events = events;
+        self.log_batch()
+    }
+
+    /// Runs until shutdown; then makes everything durable and closes the store.
+    pub async fn run(mut self, mut rx: mpsc::Receiver<CoreMsg>) -> Result<(), StoreError> {
+        let mut batch = Vec::with_capacity(BATCH_MSGS_MAX);
+        let mut sleep = Box::pin(tokio::time::sleep(Duration::ZERO));
+        self.rearm(&mut sleep);
+        loop {
+            tokio::select! {
+                biased;
+                changed = self.durable.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                }
+                () = &mut sleep, if self.armed.is_some() => {
+                    self.armed = None;
+                    self.expire();
+                }
+                n = rx.recv_many(&mut batch, BATCH_MSGS_MAX) => {
+                    if n == 0 {
+                        break;
+                    }
+                    for msg in batch.drain(..) {
+                        self.on_msg(msg);
+                    }
+                }
+            }
+            if let Err(e) = self.end_batch() {
+                error!(error = %e, "write-ahead log failed; closing every connection");
+                self.fail_all();
+                break;
+            }
+            let durable_failure = self.durable.borrow().as_ref().err().cloned();
+            if let Some(e) = durable_failure {
+                error!(error = %e, "making the log durable failed; closing every connection");
+                self.fail_all();
+                break;
+            }
+            if self.stopping {
+                break;
+            }
+            self.rearm(&mut sleep);
+        }
+        for c in self.conns.values() {
+            c.outbox.flush();
+        }
+        let store = self.store.take();
+        match store {
+            Some(store) => tokio::task::spawn_blocking(move || store.close())
+                .await
+                .unwrap_or_else(|e| Err(StoreError::Log(format!("close task failed: {e}")))),
+            None => Ok(()),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    fn rearm(&mut self, sleep: &mut Pin<Box<tokio::time::Sleep>>) {
+        let next = self.broker.next_deadline();
+        if next == self.armed {
+            return;
+        }
+        self.armed = next;
+        if let Some(deadline) = next {
+            let wait_ms = deadline.saturating_sub(self.now());
+            sleep.set(tokio::time::sleep(Duration::from_millis(wait_ms)));
+        }
+    }
+
+    fn expire(&mut self) {
+        let out = self.broker.expire_due(self.now());
+        self.apply_outcome(out, None);
+    }
+
+    fn on_msg(&mut self, msg: CoreMsg) {
+        match msg {
+            CoreMsg::Open(open) => self.open_conn(*open),
+            CoreMsg::Ops { conn, ops } => {
+                for op in ops {
+                    self.on_op(conn, op.channel, op.op);
+                }
+            }
+            CoreMsg::Closed(conn) => self.drop_conn(conn),
+            CoreMsg::Drained(conn) => self.unthrottle(conn),
+            CoreMsg::Tick(done) => {
+                self.expire();
+                // Answered after this batch's effects are flushed (end_batch).
+                self.ticks.push(done);
+            }
+            CoreMsg::Shutdown => self.shutdown(),
+            CoreMsg::Blocked(reason) => {
+                if reason != self.blocked {
+                    self.blocked = reason;
+                    let ids: Vec<u64> = self.conns.keys().copied().collect();
+                    for conn in ids {
+                        self.send_blocked(conn);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends `connection.blocked` or `unblocked` as the alarm state says, to a client that
+    /// advertised the capability.
+    fn send_blocked(&mut self, conn: u64) {
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        if !c.blocked_notify {
+            return;
+        }
+        let frame = match &self.blocked {
+            Some(reason) => {
+                AMQPClass::Connection(connection::AMQPMethod::Blocked(connection::Blocked {
+                    reason: short(reason),
+                }))
+            }
+            None => {
+                AMQPClass::Connection(connection::AMQPMethod::Unblocked(connection::Unblocked {}))
+            }
+        };
+        self.reply(conn, 0, &frame);
+    }
+
+    fn open_conn(&mut self, open: OpenConn) {
+        let cmd = Command::ConnectionOpen {
+            conn: crate::broker::ConnId(open.conn),
+            vhost: open.vhost,
+        };
+        match self.broker.handle(cmd, self.now()) {
+            Ok(out) => {
+                self.conns.insert(
+                    open.conn,
+                    ConnState {
+                        outbox: open.outbox,
+                        frame_max: open.frame_max,
+                        cancel_notify: open.cancel_notify,
+                        blocked_notify: open.blocked_notify,
+                        channels: HashMap::new(),
+                        throttled: false,
+                    },
+                );
+                let ok =
+                    AMQPClass::Connection(connection::AMQPMethod::OpenOk(connection::OpenOk {}));
+                self.reply(open.conn, 0, &ok);
+                if self.blocked.is_some() {
+                    self.send_blocked(open.conn);
+                }
+                self.apply_outcome(out, None);
+                let _ = open.done.send(Ok(()));
+            }
+            Err(e) => {
+                let _ = open.done.send(Err(e));
+            }
+        }
+    }
+
+    fn drop_conn(&mut self, conn: u64) {
+        if self.conns.remove(&conn).is_some() {
+            self.pending_chans.retain(|&(c, _)| c != conn);
+            let cmd = Command::ConnectionClose {
+                conn: crate::broker::ConnId(conn),
+            };
+            if let Ok(out) = self.broker.handle(cmd, self.now()) {
+                self.apply_outcome(out, None);
+            }
+        }
+    }
+
+    fn shutdown(&mut self) {
+        let ids: Vec<u64> = self.conns.keys().copied().collect();
+        for conn in ids {
+            let close = Close {
+                code: reply_code::CONNECTION_FORCED,
+                text: "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"
+                    .to_owned(),
+                connection: true,
+            };
+            self.close_connection(conn, &close, (0, 0));
+        }
+        self.stopping = true;
+    }
+
+    fn fail_all(&mut self) {
+        let ids: Vec<u64> = self.conns.keys().copied().collect();
+        for conn in ids {
+            let close = Close::new(reply_code::INTERNAL_ERROR, "write-ahead log failed");
+            self.close_connection(conn, &close, (0, 0));
+        }
+        for c in self.conns.values() {
+            c.outbox.flush();
+        }
+    }
+
+    fn unthrottle(&mut self, conn: u64) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if !c.throttled {
+            return;
+        }
+        c.throttled = false;
+        let chans: Vec<(u16, bool)> = c
+            .channels
+            .iter()
+            .filter(|(_, s)| !s.closing)
+            .map(|(&id, s)| (id, !s.client_flow_off))
+            .collect();
+        for (id, active) in chans {
+            if active {
+                self.flow(conn, id, true);
+            }
+        }
+    }
+
+    fn flow(&mut self, conn: u64, ch: u16, active: bool) {
+        let cmd = Command::ChannelFlow {
+            chan: ChanRef::new(conn, ch),
+            active,
+        };
+        if let Ok(out) = self.broker.handle(cmd, self.now()) {
+            self.apply_outcome(out, None);
+        }
+    }
+
+    // ----- channel operations -----
+
+    fn on_op(&mut self, conn: u64, ch: u16, op: Op) {
+        if let Op::ClientClose = op {
+            if let Some(c) = self.conns.get(&conn) {
+                let ok =
+                    AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {}));
+                c.outbox
+                    .append(|buf| protocol::encode_method(buf, ChannelId(0), &ok));
+                c.outbox.set_closing();
+                self.drop_conn(conn);
+            }
+            return;
+        }
+        if let Op::Fail(close, method) = &op
+            && close.connection
+        {
+            self.close_connection(conn, close, *method);
+            return;
+        }
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if let Op::Open = op {
+            self.open_channel(conn, ch);
+            return;
+        }
+        let Some(state) = c.channels.get_mut(&ch) else {
+            // The reader checks that channels are open; this is a channel we already dropped
+            // after a connection-level failure. Nothing to do.
+            return;
+        };
+        if state.closing {
+            self.on_op_while_closing(conn, ch, &op);
+            return;
+        }
+        match op {
+            Op::Open | Op::CloseOk | Op::ClientClose => {}
+            Op::Close => {
+                c.channels.remove(&ch);
+                self.pending_chans.remove(&(conn, ch));
+                self.close_channel_in_broker(conn, ch);
+                let close_ok = method_channel(channel::AMQPMethod::CloseOk(channel::CloseOk {}));
+                self.reply(conn, ch, &close_ok);
+            }
+            Op::Flow(active) => {
+                state.client_flow_off = !active;
+                let throttled = c.throttled;
+                self.flow(conn, ch, active && !throttled);
+                let ok = method_channel(channel::AMQPMethod::FlowOk(channel::FlowOk { active }));
+                self.reply(conn, ch, &ok);
+            }
+            Op::Cmd {
+                cmd,
+                method,
+                nowait,
+            } => {
+                if let Some(buffer) = state.tx.as_mut()
+                    && matches!(
+                        cmd,
+                        Command::Ack { .. } | Command::Nack { .. } | Command::Reject { .. }
+                    )
+                {
+                    buffer.push(TxOp::Cmd(cmd, method));
+                    return;
+                }
+                self.command(conn, ch, cmd, method, nowait);
+            }
+            Op::Publish(p) => {
+                if let Some(buffer) = state.tx.as_mut() {
+                    buffer.push(TxOp::Publish(p));
+                    return;
+                }
+                self.publish(conn, ch, *p);
+            }
+            Op::ConfirmSelect { .. } | Op::TxSelect | Op::TxRollback => {
+                self.on_mode_op(conn, ch, &op);
+            }
+            Op::TxCommit => self.tx_commit(conn, ch),
+            Op::Fail(close, method) => self.fail(conn, ch, &close, method),
+        }
+    }
+
+    fn open_channel(&mut self, conn: u64, ch: u16) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.channels.contains_key(&ch) {
+            let close = Close::new(reply_code::CHANNEL_ERROR, "second 'channel.open' seen");
+            self.close_connection(conn, &close, (20, 10));
+            return;
+        }
+        c.channels.insert(ch, ChanState::default());
+        let cmd = Command::ChannelOpen {
+            chan: ChanRef::new(conn, ch),
+        };
+        match self.broker.handle(cmd, self.now()) {
+            Ok(out) => {
+                self.reply(
+                    conn,
+                    ch,
+                    &method_channel(channel::AMQPMethod::OpenOk(channel::OpenOk {})),
+                );
+                self.apply_outcome(out, Some((conn, ch)));
+            }
+            Err(e) => self.fail(conn, ch, &broker_error_close(&e), (20, 10)),
+        }
+    }
+
+    /// After our `channel.close`, only `close-ok` (and a crossing `close`) matter.
+    fn on_op_while_closing(&mut self, conn: u64, ch: u16, op: &Op) {
+        match op {
+            Op::CloseOk => {
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.channels.remove(&ch);
+                }
+            }
+            Op::Close => {
+                let close_ok = method_channel(channel::AMQPMethod::CloseOk(channel::CloseOk {}));
+                self.reply(conn, ch, &close_ok);
+            }
+            _ => {}
+        }
+    }
+
+    /// `confirm.select`, `tx.select`, `tx.rollback`: channel mode changes, refused with
+    /// RabbitMQ's 406 texts when they conflict.
+    fn on_mode_op(&mut self, conn: u64, ch: u16, op: &Op) {
+        let Some(state) = self.chan_mut(conn, ch) else {
+            return;
+        };
+        let (refusal, method, reply) = match *op {
+            Op::ConfirmSelect { nowait } => {
+                if state.tx.is_some() {
+                    (
+                        Some("cannot switch from tx to confirm mode"),
+                        (85, 10),
+                        None,
+                    )
+                } else {
+                    state.confirm_next.get_or_insert(1);
+                    let ok =
+                        AMQPClass::Confirm(confirm::AMQPMethod::SelectOk(confirm::SelectOk {}));
+                    (None, (85, 10), (!nowait).then_some(ok))
+                }
+            }
+            Op::TxSelect => {
+                if state.confirm_next.is_some() {
+                    (
+                        Some("cannot switch from confirm to tx mode"),
+                        (90, 10),
+                        None,
+                    )
+                } else {
+                    state.tx.get_or_insert_with(Vec::new);
+                    let ok = AMQPClass::Tx(tx::AMQPMethod::SelectOk(tx::SelectOk {}));
+                    (None, (90, 10), Some(ok))
+                }
+            }
+            _ => match state.tx.as_mut() {
+                None => (Some("channel is not transactional"), (90, 30), None),
+                Some(buffer) => {
+                    buffer.clear();
+                    let ok = AMQPClass::Tx(tx::AMQPMethod::RollbackOk(tx::RollbackOk {}));
+                    (None, (90, 30), Some(ok))
+                }
+            },
+        };
+        if let Some(text) = refusal {
+            let close = Close::new(reply_code::PRECONDITION_FAILED, text);
+            self.fail(conn, ch, &close, method);
+        } else if let Some(ok) = reply {
+            self.reply(conn, ch, &ok);
+        }
+    }
+
+    fn tx_commit(&mut self, conn: u64, ch: u16) {
+        let ops = self
+            .chan_mut(conn, ch)
+            .and_then(|s| s.tx.as_mut().map(std::mem::take));
+        let Some(ops) = ops else {
+            let close = Close::new(
+                reply_code::PRECONDITION_FAILED,
+                "channel is not transactional",
+            );
+            self.fail(conn, ch, &close, (90, 20));
+            return;
+        };
+        for op in ops {
+            match op {
+                TxOp::Publish(p) => self.publish(conn, ch, *p),
+                TxOp::Cmd(cmd, method) => self.command(conn, ch, cmd, method, true),
+            }
+            if !self.chan_open(conn, ch) {
+                return;
+            }
+        }
+        // tx.commit-ok promises that the transaction's work is durable: it waits, like a
+        // confirm, for this batch's records.
+        self.defer(conn, ch, Deferred::CommitOk, true);
+    }
+
+    fn chan_mut(&mut self, conn: u64, ch: u16) -> Option<&mut ChanState> {
+        self.conns.get_mut(&conn)?.channels.get_mut(&ch)
+    }
+
+    fn chan_open(&self, conn: u64, ch: u16) -> bool {
+        self.conns
+            .get(&conn)
+            .and_then(|c| c.channels.get(&ch))
+            .is_some_and(|s| !s.closing)
+    }
+
+    fn defer(&mut self, conn: u64, ch: u16, what: Deferred, durable: bool) {
+        let ticket = if durable { TICKET_THIS_BATCH } else { 0 };
+        let Some(state) = self.chan_mut(conn, ch) else {
+            return;
+        };
+        state.pending.push_back((ticket, what));
+        if durable {
+            self.batch_waiting.push((conn, ch));
+        }
+        self.pending_chans.insert((conn, ch));
+    }
+
+    fn publish(&mut self, conn: u64, ch: u16, p: Publish) {
+        match self.broker.handle(Command::Publish(p), self.now()) {
+            Ok(out) => {
+                let result = out.published().unwrap_or_default();
+                self.apply_outcome(out, Some((conn, ch)));
+                let seq = self.chan_mut(conn, ch).and_then(|s| {
+                    let seq = s.confirm_next?;
+                    s.confirm_next = Some(seq + 1);
+                    Some(seq)
+                });
+                if let Some(seq) = seq {
+                    let what = if result.refused {
+                        Deferred::Nack(seq)
+                    } else {
+                        Deferred::Ack(seq)
+                    };
+                    self.defer(conn, ch, what, result.needs_durability);
+                }
+            }
+            Err(e) => self.fail(conn, ch, &broker_error_close(&e), (60, 40)),
+        }
+    }
+
+    fn command(&mut self, conn: u64, ch: u16, cmd: Command, method: (u16, u16), nowait: bool) {
+        match self.broker.handle(cmd, self.now()) {
+            Ok(out) => {
+                // exchange.* and queue.* replies that changed durable state wait for the
+                // store, like confirms; everything else (consume-ok before its deliveries,
+                // get-ok) goes at once.
+                let definition = matches!(method.0, 40 | 50) && !out.events.is_empty();
+                if definition && !nowait {
+                    if let Some(reply) = reply_method(method, &out.reply) {
+                        self.defer(conn, ch, Deferred::Reply(Box::new(reply)), true);
+                    }
+                } else if !nowait {
+                    self.send_reply(conn, ch, method, &out.reply);
+                }
+                self.apply_outcome(out, Some((conn, ch)));
+            }
+            Err(e) => self.fail(conn, ch, &broker_error_close(&e), method),
+        }
+    }
+
+    /// Writes the reply of a successful command (before its effects: consume-ok before the
+    /// first delivery, get-ok with its content).
+    fn send_reply(&mut self, conn: u64, ch: u16, method: (u16, u16), reply: &Reply) {
+        if let Reply::GetOk(g) = reply {
+            let Some(c) = self.conns.get(&conn) else {
+                return;
+            };
+            let m = &g.message;
+            let get_ok = AMQPClass::Basic(basic::AMQPMethod::GetOk(basic::GetOk {
+                delivery_tag: g.delivery_tag.0,
+                redelivered: g.redelivered,
+                exchange: short(&m.exchange),
+                routing_key: short(&m.routing_key),
+                message_count: g.message_count,
+            }));
+            let props = properties_to_wire(&m.properties);
+            let frame_max = c.frame_max;
+            c.outbox.append(|buf| {
+                protocol::encode_method(buf, ChannelId(ch), &get_ok);
+                protocol::encode_content(buf, ChannelId(ch), &props, &m.body, frame_max);
+            });
+            self.dirty.insert(conn);
+            return;
+        }
+        if let Some(frame) = reply_method(method, reply) {
+            self.reply(conn, ch, &frame);
+        }
+    }
+
+    fn reply(&mut self, conn: u64, ch: u16, method: &AMQPClass) {
+        if let Some(c) = self.conns.get(&conn) {
+            c.outbox
+                .append(|buf| protocol::encode_method(buf, ChannelId(ch), method));
+            self.dirty.insert(conn);
+        }
+    }
+
+    fn close_channel_in_broker(&mut self, conn: u64, ch: u16) {
+        let cmd = Command::ChannelClose {
+            chan: ChanRef::new(conn, ch),
+        };
+        if let Ok(out) = self.broker.handle(cmd, self.now()) {
+            self.apply_outcome(out, None);
+        }
+    }
+
+    /// Closes the channel (403-406) or the whole connection (5xx) as `close` says (S-ERR-1).
+    fn fail(&mut self, conn: u64, ch: u16, close: &Close, method: (u16, u16)) {
+        if close.connection {
+            self.close_connection(conn, close, method);
+            return;
+        }
+        debug!(conn, channel = ch, code = close.code, text = %close.text, "closing channel");
+        let frame = AMQPClass::Channel(channel::AMQPMethod::Close(channel::Close {
+            reply_code: close.code,
+            reply_text: short(&close.text),
+            class_id: method.0,
+            method_id: method.1,
+        }));
+        self.reply(conn, ch, &frame);
+        if let Some(state) = self.chan_mut(conn, ch) {
+            // After channel.close, everything on the channel is ignored until close-ok;
+            // unreleased confirms die with the channel.
+            state.closing = true;
+            state.pending.clear();
+            state.tx = None;
+        }
+        self.pending_chans.remove(&(conn, ch));
+        self.close_channel_in_broker(conn, ch);
+    }
+
+    fn close_connection(&mut self, conn: u64, close: &Close, method: (u16, u16)) {
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        debug!(conn, code = close.code, text = %close.text, "closing connection");
+        let frame = AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
+            reply_code: close.code,
+            reply_text: short(&close.text),
+            class_id: method.0,
+            method_id: method.1,
+        }));
+        c.outbox
+            .append(|buf| protocol::encode_method(buf, ChannelId(0), &frame));
+        c.outbox.set_closing();
+        self.drop_conn(conn);
+    }
+
+    // ----- effects -----
+
+    fn apply_outcome(&mut self, out: Outcome, origin: Option<(u64, u16)>) {
+        let Outcome {
+            events, effects, ..
+        } = out;
+        self.events.extend(events);
+        for effect in effects {
+            self.effect(effect, origin);
+        }
+    }
+
+    fn effect(&mut self, effect: Effect, origin: Option<(u64, u16)>) {
+        match effect {
+            Effect::Deliver(d) => {
+                let conn = d.chan.conn.0;
+                let Some(c) = self.conns.get(&conn) else {
+                    return;
+                };
+                let m = &d.message;
+                let tag = short(&d.consumer_tag);
+                let exchange = short(&m.exchange);
+                let key = short(&m.routing_key);
+                let props = properties_to_wire(&m.properties);
+                let frame_max = c.frame_max;
+                let ch = ChannelId(d.chan.channel.0);
+                let queued = c.outbox.append(|buf| {
+                    let deliver = DeliverRef {
+                        consumer_tag: &tag,
+                        delivery_tag: d.delivery_tag.0,
+                        redelivered: d.redelivered,
+                        exchange: &exchange,
+                        routing_key: &key,
+                    };
+                    protocol::encode_deliver(buf, ch, deliver, &props, &m.body, frame_max);
+                });
+                self.dirty.insert(conn);
+                if queued > OUTBOX_HIGH_BYTES {
+                    self.throttle(conn);
+                }
+            }
+            Effect::Return {
+                reply_code,
+                reply_text,
+                exchange,
+                routing_key,
+                message,
+            } => {
+                let Some((conn, ch)) = origin else {
+                    return;
+                };
+                let Some(c) = self.conns.get(&conn) else {
+                    return;
+                };
+                let ret = AMQPClass::Basic(basic::AMQPMethod::Return(basic::Return {
+                    reply_code,
+                    reply_text: short(&reply_text),
+                    exchange: short(&exchange),
+                    routing_key: short(&routing_key),
+                }));
+                let props = properties_to_wire(&message.properties);
+                let frame_max = c.frame_max;
+                c.outbox.append(|buf| {
+                    protocol::encode_method(buf, ChannelId(ch), &ret);
+                    protocol::encode_content(buf, ChannelId(ch), &props, &message.body, frame_max);
+                });
+                self.dirty.insert(conn);
+            }
+            Effect::ConsumerCancelled { chan, consumer_tag } => {
+                let conn = chan.conn.0;
+                let notify = self.conns.get(&conn).is_some_and(|c| c.cancel_notify);
+                if notify {
+                    let cancel = AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel {
+                        consumer_tag: short(&consumer_tag),
+                        nowait: true,
+                    }));
+                    self.reply(conn, chan.channel.0, &cancel);
+                }
+            }
+            Effect::QueueDeleted {
+                vhost,
+                queue,
+                reason,
+            } => {
+                if reason == QueueDeletedReason::Expired {
+                    info!(%vhost, %queue, "queue expired (S-QEXP-5)");
+                } else {
+                    debug!(%vhost, %queue, ?reason, "queue deleted");
+                }
+            }
+            Effect::ExchangeDeleted { vhost, exchange } => {
+                debug!(%vhost, %exchange, "exchange deleted");
+            }
+            Effect::MessageDied {
+                vhost,
+                queue,
+                id,
+                reason,
+                fate,
+            } => {
+                if fate == DeathFate::ExchangeMissing {
+                    warn!(%vhost, %queue, id = id.0, reason = reason.name(),
+                        "dead-letter exchange missing; message dropped (S-DLX-4)");
+                } else {
+                    debug!(%vhost, %queue, id = id.0, reason = reason.name(), ?fate, "message died");
+                }
+            }
+        }
+    }
+
+    /// The connection's outbox is over the high mark: pause deliveries to all its channels
+    /// until the writer reports it drained, so a slow consumer never makes us hold unbounded
+    /// memory (messages wait in their queues instead).
+    fn throttle(&mut self, conn: u64) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.throttled {
+            return;
+        }
+        c.throttled = true;
+        c.outbox.set_throttled();
+        let chans: Vec<u16> = c.channels.keys().copied().collect();
+        debug!(conn, "outbox over its bound; pausing deliveries");
+        for ch in chans {
+            self.flow(conn, ch, false);
+        }
+    }
+
+    // ----- end of batch: log, durability, confirms, flush -----
+
+    fn log_batch(&mut self) -> Result<(), StoreError> {
+        if !self.events.is_empty() {
+            split_large_events(&mut self.events);
+            let store = self
+                .store
+                .as_ref()
+                .ok_or_else(|| StoreError::Log("store closed".to_owned()))?;
+            if let Some(ticket) = store.log(&self.events)? {
+                self.last_ticket = ticket;
+            }
+            self.events.clear();
+        }
+        Ok(())
+    }
+
+    fn end_batch(&mut self) -> Result<(), StoreError> {
+        self.log_batch()?;
+        let ticket = self.last_ticket;
+        let mut need_wait = false;
+        for key in std::mem::take(&mut self.batch_waiting) {
+            if let Some(state) = self.chan_mut(key.0, key.1) {
+                // This batch's durable entries are at the back, possibly interleaved with
+                // non-durable ones (ticket 0, which still wait behind them, in order).
+                for entry in state.pending.iter_mut().rev() {
+                    match entry.0 {
+                        0 => {}
+                        TICKET_THIS_BATCH => {
+                            entry.0 = ticket;
+                            need_wait = true;
+                        }
+                        _ => break,
+                    }
+                }
+            }
+        }
+        let watermark = self.watermark();
+        if need_wait
+            && ticket > watermark
+            && ticket > self.waited_ticket
+            && let Some(store) = self.store.as_ref()
+        {
+            let fut: DurableFuture = Box::pin(store.durable(ticket));
+            self.waited_ticket = ticket;
+            if self.to_waiter.try_send((ticket, fut)).is_err() {
+                warn!("durability waiter is behind; confirms wait for the next batch");
+                self.waited_ticket = watermark;
+            }
+        }
+        self.release(watermark);
+        let dirty: Vec<u64> = self.dirty.drain().collect();
+        for conn in dirty {
+            if let Some(c) = self.conns.get(&conn) {
+                c.outbox.flush();
+            }
+        }
+        for done in self.ticks.drain(..) {
+            let _ = done.send(());
+        }
+        Ok(())
+    }
+
+    fn watermark(&self) -> Ticket {
+        let from_waiter = self.durable.borrow().as_ref().copied().unwrap_or(0);
+        let from_store = self.store.as_ref().map_or(0, Store::durable_watermark);
+        from_waiter.max(from_store)
+    }
+
+    /// Releases, in order, every deferred confirm and commit-ok whose ticket is durable;
+    /// consecutive acks go out as one `basic.ack` with `multiple` (S-DUR-3).
+    fn release(&mut self, watermark: Ticket) {
+        let mut done = Vec::new();
+        for &(conn, ch) in &self.pending_chans {
+            let Some(c) = self.conns.get_mut(&conn) else {
+                done.push((conn, ch));
+                continue;
+            };
+            let Some(state) = c.channels.get_mut(&ch) else {
+                done.push((conn, ch));
+                continue;
+            };
+            let mut acks: Option<(u64, u32)> = None;
+            let mut buf = BytesMut::new();
+            let id = ChannelId(ch);
+            let flush_acks = |buf: &mut BytesMut, acks: &mut Option<(u64, u32)>| {
+                if let Some((seq, n)) = acks.take() {
+                    protocol::encode_ack(buf, id, seq, n > 1);
+                }
+            };
+            while let Some(&(ticket, _)) = state.pending.front() {
+                if ticket > watermark {
+                    break;
+                }
+                let Some((_, what)) = state.pending.pop_front() else {
+                    break;
+                };
+                match what {
+                    Deferred::Ack(seq) => {
+                        acks = Some((seq, acks.map_or(1, |(_, n)| n + 1)));
+                    }
+                    Deferred::Nack(seq) => {
+                        flush_acks(&mut buf, &mut acks);
+                        let nack = AMQPClass::Basic(basic::AMQPMethod::Nack(basic::Nack {
+                            delivery_tag: seq,
+                            multiple: false,
+                            requeue: false,
+                        }));
+                        protocol::encode_method(&mut buf, id, &nack);
+                    }
+                    Deferred::CommitOk => {
+                        flush_acks(&mut buf, &mut acks);
+                        let ok = AMQPClass::Tx(tx::AMQPMethod::CommitOk(tx::CommitOk {}));
+                        protocol::encode_method(&mut buf, id, &ok);
+                    }
+                    Deferred::Reply(reply) => {
+                        flush_acks(&mut buf, &mut acks);
+                        protocol::encode_method(&mut buf, id, &reply);
+                    }
+                }
+            }
+            flush_acks(&mut buf, &mut acks);
+            if state.pending.is_empty() {
+                done.push((conn, ch));
+            }
+            if !buf.is_empty() {
+                c.outbox.append(|out| out.extend_from_slice(&buf));
+                self.dirty.insert(conn);
+            }
+        }
+        for key in done {
+            self.pending_chans.remove(&key);
+        }
+    }
+}
+
+/// Ids per logged id-list event. A purge or settle of a long queue comes from the broker as
+/// one event with every id; one record holds at most `limits::RECORD_PAYLOAD_BYTES_MAX`, so
+/// the server logs it as several events of the same kind over disjoint ids, which replay
+/// applies to the same effect (workaround: the broker or the store should bound these).
+const EVENT_IDS_MAX: usize = 64 * 1024;
+
+/// Splits id-list events (`Purged`, `Settled`, `Delivered`, `Returned`) longer than
+/// [`EVENT_IDS_MAX`] into consecutive events of the same kind, in order.
+fn split_large_events(events: &mut Vec<Event>) {
+    let too_long = |e: &Event| match e {
+        Event::Purged { ids, .. }
+        | Event::Settled { ids, .. }
+        | Event::Delivered { ids, .. }
+        | Event::Returned { ids, .. } => ids.len() > EVENT_IDS_MAX,
+        _ => false,
+    };
+    if !events.iter().any(too_long) {
+        return;
+    }
+    let mut out = Vec::with_capacity(events.len());
+    for event in events.drain(..) {
+        match event {
+            Event::Purged { vhost, queue, ids } if ids.len() > EVENT_IDS_MAX => {
+                for chunk in ids.chunks(EVENT_IDS_MAX) {
+                    out.push(Event::Purged {
+                        vhost: vhost.clone(),
+                        queue: queue.clone(),
+                        ids: chunk.to_vec(),
+                    });
+                }
+            }
+            Event::Settled {
+                vhost,
+                queue,
+                ids,
+                kind,
+            } if ids.len() > EVENT_IDS_MAX => {
+                for chunk in ids.chunks(EVENT_IDS_MAX) {
+                    out.push(Event::Settled {
+                        vhost: vhost.clone(),
+                        queue: queue.clone(),
+                        ids: chunk.to_vec(),
+                        kind,
+                    });
+                }
+            }
+            Event::Delivered { vhost, queue, ids } if ids.len() > EVENT_IDS_MAX => {
+                for chunk in ids.chunks(EVENT_IDS_MAX) {
+                    out.push(Event::Delivered {
+                        vhost: vhost.clone(),
+                        queue: queue.clone(),
+                        ids: chunk.to_vec(),
+                    });
+                }
+            }
+            Event::Returned { vhost, queue, ids } if ids.len() > EVENT_IDS_MAX => {
+                for chunk in ids.chunks(EVENT_IDS_MAX) {
+                    out.push(Event::Returned {
+                        vhost: vhost.clone(),
+                        queue: queue.clone(),
+                        ids: chunk.to_vec(),
+                    });
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    *events = out;
+}
+
+/// Awaits the store's durability futures in ticket order and publishes the durable ticket
+/// (or the failure) to the broker task. Never waits on the broker task, so the bounded channel
+/// between them cannot deadlock.
+async fn durability_waiter(
+    mut from_core: mpsc::Receiver<(Ticket, DurableFuture)>,
+    durable: watch::Sender<Result<Ticket, String>>,
+) {
+    while let Some((ticket, fut)) = from_core.recv().await {
+        match fut.await {
+            Ok(()) => {
+                durable.send_modify(|d| {
+                    if let Ok(t) = d {
+                        *t = (*t).max(ticket);
+                    }
+                });
+            }
+            Err(e) => {
+                let _ = durable.send(Err(e.to_string()));
+                return;
+            }
+        }
+    }
+}
+
+fn method_channel(m: channel::AMQPMethod) -> AMQPClass {
+    AMQPClass::Channel(m)
+}
+
+/// The reply frame of a successful method, by its (class, method) id.
+fn reply_method(method: (u16, u16), reply: &Reply) -> Option<AMQPClass> {
+    use AMQPClass as C;
+    Some(match (method, reply) {
+        ((40, 10), _) => C::Exchange(exchange::AMQPMethod::DeclareOk(exchange::DeclareOk {})),
+        ((40, 20), _) => C::Exchange(exchange::AMQPMethod::DeleteOk(exchange::DeleteOk {})),
+        ((40, 30), _) => C::Exchange(exchange::AMQPMethod::BindOk(exchange::BindOk {})),
+        ((40, 40), _) => C::Exchange(exchange::AMQPMethod::UnbindOk(exchange::UnbindOk {})),
+        (
+            (50, 10),
+            Reply::QueueDeclareOk {
+                queue,
+                message_count,
+                consumer_count,
+            },
+        ) => C::Queue(queue::AMQPMethod::DeclareOk(queue::DeclareOk {
+            queue: short(queue),
+            message_count: *message_count,
+            consumer_count: *consumer_count,
+        })),
+        ((50, 20), _) => C::Queue(queue::AMQPMethod::BindOk(queue::BindOk {})),
+        ((50, 50), _) => C::Queue(queue::AMQPMethod::UnbindOk(queue::UnbindOk {})),
+        ((50, 30), Reply::PurgeOk { message_count }) => {
+            C::Queue(queue::AMQPMethod::PurgeOk(queue::PurgeOk {
+                message_count: *message_count,
+            }))
+        }
+        ((50, 40), Reply::DeleteOk { message_count }) => {
+            C::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk {
+                message_count: *message_count,
+            }))
+        }
+        ((60, 10), _) => C::Basic(basic::AMQPMethod::QosOk(basic::QosOk {})),
+        ((60, 20), Reply::ConsumeOk { consumer_tag }) => {
+            C::Basic(basic::AMQPMethod::ConsumeOk(basic::ConsumeOk {
+                consumer_tag: short(consumer_tag),
+            }))
+        }
+        ((60, 30), Reply::CancelOk { consumer_tag }) => {
+            C::Basic(basic::AMQPMethod::CancelOk(basic::CancelOk {
+                consumer_tag: short(consumer_tag),
+            }))
+        }
+        ((60, 70), Reply::GetEmpty) => C::Basic(basic::AMQPMethod::GetEmpty(basic::GetEmpty {})),
+        ((60, 110), _) => C::Basic(basic::AMQPMethod::RecoverOk(basic::RecoverOk {})),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::{MessageId, SettleKind};
+
+    #[test]
+    fn long_id_lists_are_split_in_order_and_short_ones_kept() {
+        let ids: Vec<MessageId> = (0..(EVENT_IDS_MAX as u64 * 2 + 5)).map(MessageId).collect();
+        let mut events = vec![
+            Event::VhostAdded { vhost: "/".into() },
+            Event::Settled {
+                vhost: "/".into(),
+                queue: "q".into(),
+                ids: ids.clone(),
+                kind: SettleKind::Ack,
+            },
+            Event::Purged {
+                vhost: "/".into(),
+                queue: "q".into(),
+                ids: vec![MessageId(1)],
+            },
+        ];
+        split_large_events(&mut events);
+        assert_eq!(events.len(), 1 + 3 + 1);
+        let mut rejoined = Vec::new();
+        for e in &events[1..4] {
+            let Event::Settled { ids, kind, .. } = e else {
+                panic!("{e:?}");
+            };
+            assert!(ids.len() <= EVENT_IDS_MAX);
+            assert_eq!(*kind, SettleKind::Ack);
+            rejoined.extend_from_slice(ids);
+        }
+        assert_eq!(rejoined, ids);
+        assert!(matches!(events[4], Event::Purged { .. }));
+    }
+}

@@ -1,0 +1,107 @@
+//! Shared helpers of the server tests: an in-process wharf on 127.0.0.1:0 with a temporary
+//! data directory and a manual clock, lapin connections, and reply-code extraction from
+//! lapin's errors. Depends only on wharf's public API and the test clients.
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lapin::{Channel, Connection, ConnectionProperties};
+use wharf::clock::ManualClock;
+use wharf::server::{Server, ServerConfig, ServerHandle};
+
+/// The manual clock's starting time (2026-01-01T00:00:00Z).
+pub const T0_MS: u64 = 1_767_225_600_000;
+
+/// A running in-process server.
+pub struct TestServer {
+    /// The server.
+    pub handle: ServerHandle,
+    /// Its clock.
+    pub clock: ManualClock,
+    /// Its data directory (deleted on drop).
+    pub dir: tempfile::TempDir,
+}
+
+impl TestServer {
+    /// A server with a manual clock and default settings.
+    pub async fn start() -> TestServer {
+        Self::start_with(|_| {}).await
+    }
+
+    /// A server with a manual clock, after `adjust` changed its config.
+    pub async fn start_with(adjust: impl FnOnce(&mut ServerConfig)) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(T0_MS);
+        let mut config = ServerConfig::new("127.0.0.1:0", dir.path());
+        config.clock = Arc::new(clock.clone());
+        adjust(&mut config);
+        let handle = Server::start(config).await.unwrap();
+        TestServer { handle, clock, dir }
+    }
+
+    /// Shuts the server down gracefully and starts a new one on the same data directory and
+    /// clock (a clean restart: recovery replays the log).
+    pub async fn restart(self) -> TestServer {
+        let TestServer { handle, clock, dir } = self;
+        handle.shutdown().await.unwrap();
+        let mut config = ServerConfig::new("127.0.0.1:0", dir.path());
+        config.clock = Arc::new(clock.clone());
+        let handle = Server::start(config).await.unwrap();
+        TestServer { handle, clock, dir }
+    }
+
+    /// The AMQP URL of the default user and vhost.
+    pub fn url(&self) -> String {
+        self.handle.amqp_url()
+    }
+
+    /// A new lapin connection.
+    pub async fn connect(&self) -> Connection {
+        Connection::connect(&self.url(), ConnectionProperties::default())
+            .await
+            .unwrap()
+    }
+
+    /// A new lapin connection and one channel on it.
+    pub async fn channel(&self) -> (Connection, Channel) {
+        let conn = self.connect().await;
+        let ch = conn.create_channel().await.unwrap();
+        (conn, ch)
+    }
+
+    /// Advances the manual clock by `ms` and runs the timer step.
+    pub async fn advance(&self, ms: u64) {
+        self.clock.advance(Duration::from_millis(ms));
+        self.handle.tick().await;
+    }
+}
+
+/// The AMQP reply code inside a lapin error, if it is a protocol error.
+pub fn reply_code(err: &lapin::Error) -> Option<u16> {
+    match err.kind() {
+        lapin::ErrorKind::ProtocolError(e) => Some(e.get_id()),
+        _ => None,
+    }
+}
+
+/// The reply text inside a lapin error.
+pub fn reply_text(err: &lapin::Error) -> String {
+    match err.kind() {
+        lapin::ErrorKind::ProtocolError(e) => e.get_message().to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Waits for a network reply, failing the test after `secs` seconds instead of hanging.
+pub async fn within<T>(secs: u64, fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(secs), fut)
+        .await
+        .expect("no answer from the server in time")
+}
+pub mod raw;
