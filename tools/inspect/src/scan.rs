@@ -1,0 +1,338 @@
+//! Reads a data directory through the recovery scan (`wal::scan`, read-only, salvage mode so
+//! that every problem is seen, not only the first) and the store's codec. Every command is
+//! built on [`scan`]; there is no second parser. Must not write to the directory.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use wharf::store::codec::{self, DecodeError, STORE_FORMAT_VERSION, StoreRecord};
+use wharf::wal::record::FRAME_HEADER_BYTES;
+use wharf::wal::{
+    FileStorage, RecordRef, RecoveryError, RecoveryMode, RecoveryReport, SegmentId,
+    segment_file_name,
+};
+
+/// An error that stops the inspector with exit code 2: the directory is missing, is not a
+/// wharf data directory, or is of a format this build does not read.
+#[derive(Debug)]
+pub struct Fatal(pub String);
+
+impl std::error::Error for Fatal {}
+
+impl Fatal {
+    /// A failed write to the output. A closed pipe (`wharf-inspect dump DIR | head`) is no
+    /// error: it becomes an empty message, which `run` ends on quietly.
+    pub fn output(e: &std::io::Error) -> Fatal {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            Fatal(String::new())
+        } else {
+            Fatal(format!("writing output: {e}"))
+        }
+    }
+}
+
+impl std::fmt::Display for Fatal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A problem found in the log, named by file and offset.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Finding {
+    /// The segment (for ordering).
+    pub segment: u64,
+    /// Byte offset in the segment file.
+    pub offset: u64,
+    /// The segment file, as given on the command line plus the file name.
+    pub file: String,
+    /// The record's Lsn, when its frame was intact.
+    pub lsn: Option<u64>,
+    /// `error` (recovery refuses it or it loses data) or `warning` (recovery handles it).
+    pub severity: &'static str,
+    /// What is wrong.
+    pub what: String,
+}
+
+/// One segment file on disk.
+#[derive(Debug, Clone)]
+pub struct SegmentFile {
+    /// Its id.
+    pub id: SegmentId,
+    /// Its path.
+    pub path: PathBuf,
+    /// Its size in bytes (preallocated zeros included).
+    pub bytes: u64,
+}
+
+/// One intact record as the scan hands it to a command.
+#[derive(Debug)]
+pub struct Scanned<'a> {
+    /// The segment file.
+    pub file: &'a str,
+    /// The segment id.
+    pub segment: u64,
+    /// Offset of the frame.
+    pub offset: u64,
+    /// Lsn.
+    pub lsn: u64,
+    /// The record kind byte.
+    pub kind: u8,
+    /// Frame bytes (header and payload).
+    pub frame_bytes: u64,
+    /// The decoded record.
+    pub record: Result<StoreRecord, DecodeError>,
+}
+
+/// What a scan saw besides the records.
+#[derive(Debug)]
+pub struct ScanOutcome {
+    /// The segment files, in order.
+    pub segments: Vec<SegmentFile>,
+    /// What the recovery scan reported (torn tail, salvage losses).
+    pub report: RecoveryReport,
+    /// Problems of the log itself: damaged frames, missing segments, a scan that stopped.
+    pub findings: Vec<Finding>,
+}
+
+/// Lists the segment files of `dir`, or says why it is not a data directory.
+///
+/// # Errors
+/// [`Fatal`] when `dir` is missing, not a directory, unreadable or holds no segment.
+pub fn segments(dir: &Path) -> Result<Vec<SegmentFile>, Fatal> {
+    let meta = std::fs::metadata(dir).map_err(|e| {
+        Fatal(format!(
+            "{}: cannot open the data directory: {e}",
+            dir.display()
+        ))
+    })?;
+    if !meta.is_dir() {
+        return Err(Fatal(format!("{}: not a directory", dir.display())));
+    }
+    let ids = wharf::wal::recovery::list_segments(&FileStorage, dir)
+        .map_err(|e| Fatal(format!("{}: {e}", dir.display())))?;
+    if ids.is_empty() {
+        return Err(Fatal(format!(
+            "{}: not a wharf data directory (no segment files named {})",
+            dir.display(),
+            segment_file_name(SegmentId(0))
+        )));
+    }
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        let path = dir.join(segment_file_name(id));
+        let bytes = std::fs::metadata(&path)
+            .map_err(|e| Fatal(format!("{}: {e}", path.display())))?
+            .len();
+        out.push(SegmentFile { id, path, bytes });
+    }
+    Ok(out)
+}
+
+/// Scans the log in `dir`, calling `visit` for every intact record in Lsn order.
+/// `progress` prints the segment being read on stderr.
+///
+/// # Errors
+/// [`Fatal`] for a directory that is not a data directory, a newer format, or an I/O error.
+pub fn scan(
+    dir: &Path,
+    progress: bool,
+    visit: &mut dyn FnMut(&Scanned<'_>),
+) -> Result<ScanOutcome, Fatal> {
+    let segments = segments(dir)?;
+    let names: Vec<String> = segments
+        .iter()
+        .map(|s| s.path.display().to_string())
+        .collect();
+    let total_bytes: u64 = segments.iter().map(|s| s.bytes).sum();
+    let mut findings = missing_segments(&segments, &names);
+    let mut fatal: Option<Fatal> = None;
+    let mut current: Option<(u64, usize)> = None;
+    let mut done_bytes = 0u64;
+    let mut previous_lsn: Option<u64> = None;
+    let mut gaps: Vec<Finding> = Vec::new();
+    let mut visitor = |r: RecordRef<'_>| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let seg = r.position.segment.0;
+        let index = match current {
+            Some((id, index)) if id == seg => index,
+            _ => {
+                let index = segments.iter().position(|s| s.id.0 == seg).unwrap_or(0);
+                if progress {
+                    show_progress(index, segments.len(), done_bytes, total_bytes);
+                }
+                done_bytes += segments.get(index).map_or(0, |s| s.bytes);
+                current = Some((seg, index));
+                index
+            }
+        };
+        let record = codec::decode(r.kind, r.payload);
+        if let Ok(StoreRecord::Format { version }) = &record
+            && *version > STORE_FORMAT_VERSION
+        {
+            fatal = Some(Fatal(format!(
+                "{}: store format version {version} is newer than this build reads ({STORE_FORMAT_VERSION})",
+                names.get(index).map_or("?", String::as_str)
+            )));
+            return Err(Box::new(Fatal("stopped".to_owned())));
+        }
+        let file = names.get(index).map_or("?", String::as_str);
+        if let Some(p) = previous_lsn
+            && p.checked_add(1) != Some(r.lsn.0)
+        {
+            gaps.push(Finding {
+                segment: seg,
+                offset: r.position.offset,
+                file: file.to_owned(),
+                lsn: Some(r.lsn.0),
+                severity: "error",
+                what: format!(
+                    "the log jumps from Lsn {p} to {}: the records between are missing",
+                    r.lsn.0
+                ),
+            });
+        }
+        previous_lsn = Some(r.lsn.0);
+        let scanned = Scanned {
+            file,
+            segment: seg,
+            offset: r.position.offset,
+            lsn: r.lsn.0,
+            kind: r.kind,
+            frame_bytes: (FRAME_HEADER_BYTES + r.payload.len()) as u64,
+            record,
+        };
+        visit(&scanned);
+        Ok(())
+    };
+    let result = wharf::wal::scan(&FileStorage, dir, RecoveryMode::Salvage, &mut visitor);
+    if progress {
+        eprintln!(
+            "\rscanned {} segments, {} bytes{:20}",
+            segments.len(),
+            total_bytes,
+            ""
+        );
+    }
+    if let Some(f) = fatal {
+        return Err(f);
+    }
+    findings.append(&mut gaps);
+    let report = report_of(result, dir, &segments, &mut findings)?;
+    findings.extend(report_findings(&segments, &report));
+    Ok(ScanOutcome {
+        segments,
+        report,
+        findings,
+    })
+}
+
+/// The scan's report; a scan stopped by corruption (a header naming another segment, which
+/// recovery never accepts) becomes a finding and an empty report.
+fn report_of(
+    result: Result<RecoveryReport, RecoveryError>,
+    dir: &Path,
+    segments: &[SegmentFile],
+    findings: &mut Vec<Finding>,
+) -> Result<RecoveryReport, Fatal> {
+    match result {
+        Ok(report) => Ok(report),
+        Err(RecoveryError::Corrupt {
+            path,
+            offset,
+            reason,
+        }) => {
+            let what = format!(
+                "{reason}; the scan stops here (recovery refuses to start, even with --salvage)"
+            );
+            findings.push(finding_at(segments, &path, offset, None, "error", what));
+            Ok(RecoveryReport::default())
+        }
+        Err(err @ RecoveryError::UnsupportedVersion { .. }) => Err(Fatal(err.to_string())),
+        Err(err) => Err(Fatal(format!("{}: {err}", dir.display()))),
+    }
+}
+
+fn show_progress(index: usize, count: usize, done: u64, total: u64) {
+    let pct = done.saturating_mul(100).checked_div(total).unwrap_or(0);
+    eprint!("\rscanning segment {}/{count} ({pct}%)", index + 1);
+    let _ = std::io::stderr().flush();
+}
+
+/// Gaps between segment ids: nothing deletes segments yet (checkpoints and compaction come
+/// later), so a gap is a file lost by hand or by the file system.
+fn missing_segments(segments: &[SegmentFile], names: &[String]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (i, pair) in segments.windows(2).enumerate() {
+        let [a, b] = pair else { continue };
+        if a.id.0.checked_add(1) != Some(b.id.0) {
+            out.push(Finding {
+                segment: b.id.0,
+                offset: 0,
+                file: names.get(i + 1).cloned().unwrap_or_default(),
+                lsn: None,
+                severity: "error",
+                what: format!(
+                    "segment files {} to {} are missing (the records they held are lost)",
+                    segment_file_name(a.id.next()),
+                    segment_file_name(SegmentId(b.id.0.saturating_sub(1)))
+                ),
+            });
+        }
+    }
+    out
+}
+
+fn finding_at(
+    segments: &[SegmentFile],
+    path: &Path,
+    offset: u64,
+    lsn: Option<u64>,
+    severity: &'static str,
+    what: String,
+) -> Finding {
+    let segment = segments
+        .iter()
+        .find(|s| s.path == path)
+        .map_or(u64::MAX, |s| s.id.0);
+    Finding {
+        segment,
+        offset,
+        file: path.display().to_string(),
+        lsn,
+        severity,
+        what,
+    }
+}
+
+fn report_findings(segments: &[SegmentFile], report: &RecoveryReport) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for loss in &report.salvaged {
+        let lsns = if loss.lsns.start < loss.lsns.end {
+            format!(", Lsns {}..{} lost", loss.lsns.start, loss.lsns.end)
+        } else {
+            String::new()
+        };
+        out.push(finding_at(
+            segments,
+            &loss.path,
+            loss.offset,
+            None,
+            "error",
+            format!("{}: {} bytes unreadable{lsns}", loss.reason, loss.bytes),
+        ));
+    }
+    if let Some(torn) = &report.torn_tail {
+        out.push(finding_at(
+            segments,
+            &torn.path,
+            torn.offset,
+            None,
+            "warning",
+            format!(
+                "torn tail of {} bytes ({}): recovery cuts it; it was never durable",
+                torn.bytes, torn.reason
+            ),
+        ));
+    }
+    out
+}
