@@ -6,7 +6,7 @@
 #
 #   tools/perf/compare.sh --uri-a amqp://guest:guest@127.0.0.1:5672/%2f --pid-a 1234 \
 #       [--uri-b amqp://guest:guest@127.0.0.1:5673/%2f --pid-b 5678] [--runs 3] [--time 10] \
-#       [--only pub16,ttl] [--start-rabbitmq] [--stop-rabbitmq] [--raw FILE]
+#       [--only pub16,ttl] [--pubcon-rate N] [--start-rabbitmq] [--stop-rabbitmq] [--raw FILE]
 #
 # --pid-X is the broker's process id, for CPU per message (RabbitMQ:
 # `rabbitmqctl eval 'os:getpid().'`). Scenarios (names for --only):
@@ -15,6 +15,9 @@
 #   con16 con1k         consume with one ack per message, prefetch 256, from a durable queue
 #                       pre-filled with --prefill persistent messages
 #   pubcon1k            publish and consume at once, 1 KiB persistent, confirms 256, prefetch 256
+#                       (as fast as possible, or at --pubcon-rate N msg/s)
+#   pubcon1k-half       pubcon1k twice: as fast as possible (max_*), then with --rate at half of
+#                       the rate that run published (half_*); p50/p99/p99.9 of both
 #   ttl                 100,000 messages, half TTL 100 ms, half 1 h, shuffled, into a queue with
 #                       a dead-letter exchange; short ones dead-lettered 5 s after the last publish
 set -euo pipefail
@@ -29,12 +32,13 @@ runs=3
 time_s=10
 prefill=200000
 only=""
+pubcon_rate=0
 start_rabbitmq=0
 stop_rabbitmq=0
 raw=""
 perf="${WHARF_PERF:-}"
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -46,6 +50,7 @@ while [ $# -gt 0 ]; do
     --time) time_s="$2"; shift 2 ;;
     --prefill) prefill="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
+    --pubcon-rate) pubcon_rate="$2"; shift 2 ;;
     --perf) perf="$2"; shift 2 ;;
     --raw) raw="$2"; shift 2 ;;
     --start-rabbitmq) start_rabbitmq=1; shift ;;
@@ -85,6 +90,23 @@ fmt() { awk -v x="$1" 'BEGIN { if (x == "" || x == "n/a") print "n/a"; else if (
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
+# pubcon URI RATE [--broker-pid PID]: one publish+consume run of 1 KiB (RATE 0: unpaced).
+pubcon() {
+  local uri="$1" rate="$2"
+  shift 2
+  "$perf" --uri "$uri" -x 1 -y 1 -s 1024 -f -c 256 -q 256 --durable --rate "$rate" \
+    --queue wharf-perf-pubcon -z "$time_s" --purge-before --purge-after --json "$@"
+}
+
+# pubcon_lines PREFIX JSON: the "metric value" lines of one publish+consume run.
+pubcon_lines() {
+  echo "$1.pub_msg_s $(field "$2" .publish_msg_s publish_msg_s)"
+  echo "$1.con_msg_s $(field "$2" .consume_msg_s consume_msg_s)"
+  echo "$1.p50_ms $(field "$2" .latency.p50_ms p50_ms)"
+  echo "$1.p99_ms $(field "$2" .latency.p99_ms p99_ms)"
+  echo "$1.p999_ms $(field "$2" .latency.p999_ms p999_ms)"
+}
+
 # one URI PID SCENARIO: runs one scenario once and prints "metric value" lines.
 one() {
   local uri="$1" pid="$2" scenario="$3" json pid_args=()
@@ -114,12 +136,23 @@ one() {
       echo "$scenario.perf_cpu_cores $(field "$json" .perf_cpu_cores perf_cpu_cores)"
       ;;
     pubcon1k)
-      json="$("$perf" --uri "$uri" -x 1 -y 1 -s 1024 -f -c 256 -q 256 --durable \
-        --queue wharf-perf-pubcon -z "$time_s" --purge-before --purge-after --json "${pid_args[@]}")"
-      echo "pubcon1k.pub_msg_s $(field "$json" .publish_msg_s publish_msg_s)"
-      echo "pubcon1k.con_msg_s $(field "$json" .consume_msg_s consume_msg_s)"
-      echo "pubcon1k.p50_ms $(field "$json" .latency.p50_ms p50_ms)"
-      echo "pubcon1k.p99_ms $(field "$json" .latency.p99_ms p99_ms)"
+      json="$(pubcon "$uri" "$pubcon_rate" "${pid_args[@]}")"
+      pubcon_lines pubcon1k "$json"
+      ;;
+    pubcon1k-half)
+      # The same run twice: first as fast as possible, then paced at half the rate it reached.
+      local max half
+      max="$(pubcon "$uri" 0 "${pid_args[@]}")"
+      pubcon_lines pubcon1k-half.max "$max"
+      half="$(awk -v r="$(field "$max" .publish_msg_s publish_msg_s)" 'BEGIN { printf "%d", r / 2 }')"
+      if [ "$half" -gt 0 ]; then
+        json="$(pubcon "$uri" "$half" "${pid_args[@]}")"
+        echo "pubcon1k-half.half_target_msg_s $half"
+        pubcon_lines pubcon1k-half.half "$json"
+        if [ -n "$raw" ]; then echo "$uri pubcon1k-half.max $max" >> "$raw"; fi
+      else
+        json="$max"
+      fi
       ;;
     ttl)
       json="$("$perf" ttl-mix --uri "$uri" --messages 100000 --short-ms 100 --long-ms 3600000 \
@@ -148,7 +181,7 @@ medians() {
 # (other jobs on a shared machine) falls on both brokers alike.
 results_a="$(mktemp)"
 results_b="$(mktemp)"
-for scenario in pub16 pub1k pub64k con16 con1k pubcon1k ttl; do
+for scenario in pub16 pub1k pub64k con16 con1k pubcon1k pubcon1k-half ttl; do
   wanted "$scenario" || continue
   for _ in $(seq "$runs"); do
     one "$uri_a" "$pid_a" "$scenario" >> "$results_a"

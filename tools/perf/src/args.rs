@@ -100,6 +100,9 @@ pub struct RunConfig {
     pub json: bool,
     /// Tokio worker threads (default: the number of CPUs).
     pub threads: Option<usize>,
+    /// Target publish rate in msg/s, total across publishers and split evenly; 0 is as fast as
+    /// possible.
+    pub rate: u64,
 }
 
 /// Options of the TTL scenario.
@@ -167,6 +170,10 @@ run options:
       --delete-after        delete the queue after the run
       --broker-pid PID      report this process's CPU time per message
       --threads N           tokio worker threads
+  -r, --rate N              publish N msg/s in total, split evenly across publishers (default
+                            0 = as fast as possible); each publisher paces itself against a
+                            schedule and, when behind, catches up at most a confirm window
+                            (or 256 messages) per 1 ms wake-up
       --json                one JSON line instead of text
 
 ttl-mix options (also --uri, --size, --persistent, --confirm, --json):
@@ -268,6 +275,7 @@ fn default_run() -> RunConfig {
         broker_pid: None,
         json: false,
         threads: None,
+        rate: 0,
     }
 }
 
@@ -302,6 +310,7 @@ fn parse_run(args: &[String]) -> Result<RunConfig> {
             "--delete-after" => config.delete_after = true,
             "--broker-pid" => config.broker_pid = Some(cursor.number(flag)?),
             "--threads" => config.threads = Some(cursor.number(flag)?),
+            "--rate" | "-r" => config.rate = cursor.number(flag)?,
             "--json" => config.json = true,
             other => bail!("unknown option {other:?} (try --help)"),
         }
@@ -555,6 +564,22 @@ mod tests {
             }
         );
         assert!(parse(&argv("sink --bogus")).is_err());
+    }
+
+    #[test]
+    fn rate_is_parsed_and_defaults_to_unpaced() {
+        assert_eq!(run("-z 1").unwrap().rate, 0);
+        assert_eq!(run("-z 1 --rate 50000").unwrap().rate, 50_000);
+        assert_eq!(run("-z 1 -r 7 -x 2").unwrap().rate, 7);
+        assert_eq!(run("-z 1 --rate 0").unwrap().rate, 0);
+        for bad in [
+            "-z 1 --rate",
+            "-z 1 --rate -5",
+            "-z 1 --rate 1.5",
+            "-z 1 --rate fast",
+        ] {
+            assert!(run(bad).is_err(), "accepted {bad:?}");
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! - `client`: connection handshake and setup RPCs over tokio.
 //! - `run`: publishers and consumers; `ttl_mix`: the expiry scenario.
 //! - `sink`: a null broker, to measure the generator's own ceiling.
+//! - `pacing`: the `--rate` schedule (pure).
 //! - `histogram`, `report`: latency percentiles and the report (pure).
 //! - `clock`, `cpu`: the only readers of clocks and `/proc`.
 
@@ -16,6 +17,7 @@ mod client;
 mod clock;
 mod cpu;
 mod histogram;
+mod pacing;
 mod report;
 mod run;
 mod sink;

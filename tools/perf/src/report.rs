@@ -33,6 +33,8 @@ pub struct Totals {
     pub broker_cpu_s: Option<f64>,
     /// CPU seconds this generator used during the run.
     pub perf_cpu_s: Option<f64>,
+    /// The `--rate` target in msg/s, when the publishers were paced.
+    pub target_rate: Option<u64>,
 }
 
 /// Latency percentiles in milliseconds.
@@ -63,8 +65,10 @@ pub struct Report {
     pub published: u64,
     /// Messages nacked by the broker.
     pub nacked: u64,
-    /// Publish rate, messages per second.
+    /// Publish rate, messages per second (the achieved rate).
     pub publish_msg_s: f64,
+    /// The `--rate` target, messages per second, when the publishers were paced.
+    pub target_msg_s: Option<u64>,
     /// Publish rate in MiB of body per second.
     pub publish_mib_s: f64,
     /// Messages consumed.
@@ -148,6 +152,7 @@ impl Report {
             published: totals.published,
             nacked: totals.nacked,
             publish_msg_s,
+            target_msg_s: totals.target_rate,
             publish_mib_s: publish_msg_s * size_mib,
             consumed: totals.consumed,
             consume_msg_s,
@@ -179,11 +184,15 @@ impl Report {
     /// Human-readable text, one fact per line.
     pub fn to_text(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(
+        let _ = write!(
             out,
-            "published {} msgs ({} nacked): {:.0} msg/s, {:.2} MiB/s",
-            self.published, self.nacked, self.publish_msg_s, self.publish_mib_s
+            "published {} msgs ({} nacked): {:.0} msg/s",
+            self.published, self.nacked, self.publish_msg_s
         );
+        if let Some(target) = self.target_msg_s {
+            let _ = write!(out, " (target {target} msg/s)");
+        }
+        let _ = writeln!(out, ", {:.2} MiB/s", self.publish_mib_s);
         let _ = writeln!(
             out,
             "consumed  {} msgs: {:.0} msg/s, {:.2} MiB/s",
@@ -229,6 +238,7 @@ mod tests {
             latency_us,
             broker_cpu_s: Some(1.0),
             perf_cpu_s: Some(2.0),
+            target_rate: None,
         }
     }
 
@@ -277,6 +287,24 @@ mod tests {
         assert_eq!(value["nacked"], 3);
         assert!((value["latency"]["max_ms"].as_f64().unwrap() - 1.0).abs() < 1e-9);
         assert!((value["publish_msg_s"].as_f64().unwrap() - 10_000.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_paced_run_reports_its_target_next_to_the_achieved_rate() {
+        let unpaced = Report::from_totals(&totals());
+        assert!(!unpaced.to_text().contains("target"));
+        let json: serde_json::Value = serde_json::from_str(&unpaced.to_json()).unwrap();
+        assert!(json["target_msg_s"].is_null());
+        let mut t = totals();
+        t.target_rate = Some(12_000);
+        let paced = Report::from_totals(&t);
+        assert!(
+            paced
+                .to_text()
+                .contains("10000 msg/s (target 12000 msg/s), 9.77 MiB/s")
+        );
+        let json: serde_json::Value = serde_json::from_str(&paced.to_json()).unwrap();
+        assert_eq!(json["target_msg_s"], 12_000);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! A publish/consume run: sets up the queue, opens one connection per publisher and consumer,
 //! drives them until the time or message counts are reached, and sums their totals. Each
 //! publisher is a writer task plus a confirm reader; each consumer is one task that batches its
-//! acks into one write per read. Depends on `client`, `wire`, `clock`, `cpu`, `report`.
+//! acks into one write per read. Depends on `client`, `wire`, `clock`, `cpu`, `pacing`,
+//! `report`.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use crate::client::{CHANNEL, Connection, READ_BUFFER_BYTES, check_close, field_t
 use crate::clock::{Stopwatch, wall_us};
 use crate::cpu;
 use crate::histogram::Histogram;
+use crate::pacing::{Pace, TICK};
 use crate::report::Totals;
 use crate::wire::{self, FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD, PublishTemplate};
 
@@ -195,6 +197,7 @@ pub async fn run(config: RunConfig) -> Result<Totals> {
 
     let mut totals = Totals {
         size_bytes: config.size_bytes,
+        target_rate: (config.rate > 0 && config.producers > 0).then_some(config.rate),
         ..Totals::default()
     };
     join_clients(publisher_tasks, consumer_tasks, &mut totals).await?;
@@ -244,10 +247,20 @@ async fn publish(
         .confirm_window
         .map(|w| Arc::new(Semaphore::new(usize::try_from(w).unwrap_or(usize::MAX))));
     let (done_tx, done_rx) = watch::channel(None);
+    // A publisher behind schedule catches up at most one confirm window (or one batch without
+    // confirms) per wake-up.
+    let burst_max = config
+        .confirm_window
+        .map_or(BATCH_MSGS_MAX as u64, u64::from);
+    let pace = Pace::new(config.rate, config.producers, burst_max);
     let writer_task = tokio::spawn(write_publishes(
         writer,
         template,
-        config.pmessages,
+        Limits {
+            messages: config.pmessages,
+            pace,
+            clock,
+        },
         window.clone(),
         stop,
         done_tx,
@@ -272,12 +285,23 @@ async fn publish(
     Ok(totals)
 }
 
-/// Writes publishes in batches (one `write` each) until stopped or `limit` is reached, taking one
-/// window permit per message when confirms are on; then says how many it sent.
+/// How much and how fast a publisher sends.
+struct Limits {
+    /// Messages to send in all (`None`: until stopped).
+    messages: Option<u64>,
+    /// The `--rate` schedule (`None`: as fast as the window allows).
+    pace: Option<Pace>,
+    /// The run's stopwatch, whose origin is the schedule's start.
+    clock: Stopwatch,
+}
+
+/// Writes publishes in batches (one `write` each) until stopped or the message limit is reached,
+/// taking one window permit per message when confirms are on and, with `--rate`, sending only
+/// what the schedule says is due; then says how many it sent.
 async fn write_publishes(
     mut writer: OwnedWriteHalf,
     template: PublishTemplate,
-    limit: Option<u64>,
+    limits: Limits,
     window: Option<Arc<Semaphore>>,
     mut stop: watch::Receiver<bool>,
     done: watch::Sender<Option<u64>>,
@@ -288,15 +312,42 @@ async fn write_publishes(
     let per_batch = (BATCH_BYTES_MAX / template.encoded_bytes().max(1)).clamp(1, BATCH_MSGS_MAX);
     let mut out = Vec::with_capacity(BATCH_BYTES_MAX + template.encoded_bytes());
     let mut sent: u64 = 0;
+    // Paced: messages this wake-up may still send, and whether it was cut at the burst bound
+    // (then the next wake-up waits a tick even though more is due).
+    let mut quota: u64 = 0;
+    let mut capped = false;
     loop {
         if *stop.borrow() {
             break;
         }
-        let remaining = limit.map_or(u64::MAX, |l| l - sent.min(l));
+        let remaining = limits.messages.map_or(u64::MAX, |l| l - sent.min(l));
         if remaining == 0 {
             break;
         }
-        let mut batch = usize::try_from(remaining)
+        let mut allowed = remaining;
+        if let Some(pace) = &limits.pace {
+            if quota == 0 {
+                let elapsed = limits.clock.elapsed();
+                let due = pace.due(elapsed, sent);
+                if due == 0 || capped {
+                    let wait = if due == 0 {
+                        pace.wait(elapsed, sent)
+                    } else {
+                        TICK
+                    };
+                    capped = false;
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        _ = stop.changed() => break,
+                    }
+                    continue;
+                }
+                quota = due;
+                capped = due == pace.burst_max();
+            }
+            allowed = allowed.min(quota);
+        }
+        let mut batch = usize::try_from(allowed)
             .unwrap_or(usize::MAX)
             .min(per_batch);
         if let Some(window) = &window {
@@ -320,6 +371,7 @@ async fn write_publishes(
         writer.write_all(&out).await?;
         out.clear();
         sent += batch as u64;
+        quota = quota.saturating_sub(batch as u64);
     }
     writer.flush().await?;
     let _ = done.send(Some(sent));
