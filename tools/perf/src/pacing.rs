@@ -3,8 +3,9 @@
 //! no clock, no tokio; the publisher reads its stopwatch and asks this module what is due.
 //!
 //! A publisher that falls behind (the broker was slow, the confirm window was full) sends what is
-//! due at once, but never more than `burst_max` per wake-up, so that a stall is not followed by a
-//! burst larger than the confirm window would let through anyway.
+//! due at once, but at most `burst_max` (its confirm window) per look at the schedule, so that a
+//! stall is followed by window-sized bursts as confirms return, never by one huge write; it
+//! catches up no faster than the broker confirms.
 
 use std::time::Duration;
 
@@ -26,7 +27,7 @@ pub struct Pace {
 
 impl Pace {
     /// One publisher's share of `total_rate` msg/s across `publishers`, sending at most
-    /// `burst_max` messages per wake-up when behind. `None` when unpaced (a rate of 0, no
+    /// `burst_max` messages per look at the schedule when behind. `None` when unpaced (a rate of 0, no
     /// publishers).
     pub fn new(total_rate: u64, publishers: u32, burst_max: u64) -> Option<Self> {
         (total_rate > 0 && publishers > 0).then_some(Self {
@@ -34,11 +35,6 @@ impl Pace {
             denominator: u64::from(publishers),
             burst_max: burst_max.max(1),
         })
-    }
-
-    /// Most messages one wake-up sends when behind schedule.
-    pub fn burst_max(&self) -> u64 {
-        self.burst_max
     }
 
     /// Messages whose send time has come by `elapsed` (message `k` at `k / rate`, so message 0
@@ -123,9 +119,9 @@ mod tests {
     #[test]
     fn catch_up_is_bounded_by_the_burst_limit() {
         let pace = Pace::new(100_000, 1, 256).unwrap();
-        // Stalled for 1 s with nothing sent: 100,001 are due but one wake-up sends 256.
+        // Stalled for 1 s with nothing sent: 100,001 are due but one burst is 256.
         assert_eq!(pace.due(Duration::from_secs(1), 0), 256);
-        // Still behind after that burst: the next wake-up again sends at most 256.
+        // Still behind after that burst: the next one is again at most 256.
         assert_eq!(pace.due(Duration::from_secs(1), 256), 256);
         // Nearly caught up: only what is due.
         assert_eq!(pace.due(Duration::from_secs(1), 100_000), 1);

@@ -20,7 +20,7 @@ use crate::client::{CHANNEL, Connection, READ_BUFFER_BYTES, check_close, field_t
 use crate::clock::{Stopwatch, wall_us};
 use crate::cpu;
 use crate::histogram::Histogram;
-use crate::pacing::{Pace, TICK};
+use crate::pacing::Pace;
 use crate::report::Totals;
 use crate::wire::{self, FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD, PublishTemplate};
 
@@ -312,10 +312,9 @@ async fn write_publishes(
     let per_batch = (BATCH_BYTES_MAX / template.encoded_bytes().max(1)).clamp(1, BATCH_MSGS_MAX);
     let mut out = Vec::with_capacity(BATCH_BYTES_MAX + template.encoded_bytes());
     let mut sent: u64 = 0;
-    // Paced: messages this wake-up may still send, and whether it was cut at the burst bound
-    // (then the next wake-up waits a tick even though more is due).
+    // Paced: messages that may still go before the schedule is consulted again (at most one
+    // burst; behind schedule the next burst follows at once, throttled only by the window).
     let mut quota: u64 = 0;
-    let mut capped = false;
     loop {
         if *stop.borrow() {
             break;
@@ -329,21 +328,14 @@ async fn write_publishes(
             if quota == 0 {
                 let elapsed = limits.clock.elapsed();
                 let due = pace.due(elapsed, sent);
-                if due == 0 || capped {
-                    let wait = if due == 0 {
-                        pace.wait(elapsed, sent)
-                    } else {
-                        TICK
-                    };
-                    capped = false;
+                if due == 0 {
                     tokio::select! {
-                        () = tokio::time::sleep(wait) => {}
+                        () = tokio::time::sleep(pace.wait(elapsed, sent)) => {}
                         _ = stop.changed() => break,
                     }
                     continue;
                 }
                 quota = due;
-                capped = due == pace.burst_max();
             }
             allowed = allowed.min(quota);
         }
