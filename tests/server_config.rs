@@ -39,8 +39,8 @@ async fn configured() -> TestServer {
     let config = merge(FileConfig::parse(FILE).unwrap(), Overrides::default()).unwrap();
     let server = config.server_config().unwrap();
     TestServer::start_with(|c| {
-        c.users = server.users.clone();
-        c.vhosts = server.vhosts.clone();
+        c.users.clone_from(&server.users);
+        c.vhosts.clone_from(&server.vhosts);
     })
     .await
 }

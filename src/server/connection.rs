@@ -420,10 +420,7 @@ impl Reader {
         if !self.ctx.users.may_open(&self.user, &vhost) {
             // RabbitMQ's text. It checks that the vhost exists first; we check the user's
             // list first, so an unknown vhost the user may not open gets this text (530 too).
-            let text = format!(
-                "access to vhost '{vhost}' refused for user '{}'",
-                self.user
-            );
+            let text = format!("access to vhost '{vhost}' refused for user '{}'", self.user);
             info!(%vhost, user = %self.user, "vhost access refused");
             self.close_connection(Close::new(reply_code::NOT_ALLOWED, &text), (10, 40));
             return;
