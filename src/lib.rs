@@ -23,11 +23,13 @@
 //! - [`broker`]: the deterministic model of exchanges, queues and messages.
 //! - [`protocol`]: AMQP 0-9-1 framing.
 //! - [`store`]: broker events <-> log records, replay.
+//! - [`config`]: the broker's TOML configuration file, merged with its flags.
 //! - [`server`]: tokio glue from sockets to the broker; for now the conversions between wire
 //!   values and broker values.
 
 pub mod broker;
 pub mod clock;
+pub mod config;
 pub mod limits;
 pub mod protocol;
 pub mod server;

@@ -1,4 +1,5 @@
-//! The `wharf` broker binary: parses flags (each also an environment variable), starts the
+//! The `wharf` broker binary: parses flags (each also an environment variable) and the
+//! `--config` file (`wharf::config`: a flag beats the file), starts the
 //! server, and shuts it down gracefully on SIGINT/SIGTERM (connections closed with 320, the
 //! process exits once everything acknowledged is durable). `anyhow` lives here, at the edge.
 
@@ -7,61 +8,76 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
-use wharf::server::{Server, ServerConfig};
+use wharf::config::{Config, FileConfig, Overrides};
+use wharf::server::Server;
 
 /// wharf: a durable AMQP 0-9-1 message broker (fsync before every publisher confirm).
+///
+/// Every setting may also come from the configuration file; a flag (or its environment
+/// variable) beats the file, the file beats the default.
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// Address to listen on for AMQP clients.
-    #[arg(long, env = "WHARF_BIND", default_value = "127.0.0.1")]
-    bind: String,
-    /// AMQP port.
-    #[arg(long, env = "WHARF_PORT", default_value_t = 5672)]
-    port: u16,
-    /// Directory holding the write-ahead log and checkpoints (created if missing).
-    #[arg(long, env = "WHARF_DATA_DIR", default_value = "./wharf-data")]
-    data_dir: PathBuf,
-    /// Port reserved for the management HTTP API (not served yet).
-    #[arg(long, env = "WHARF_MGMT_PORT", default_value_t = 15672)]
-    mgmt_port: u16,
-    /// Configuration file (not supported yet: refused if given).
+    /// Address to listen on for AMQP clients [default: 127.0.0.1].
+    #[arg(long, env = "WHARF_BIND")]
+    bind: Option<String>,
+    /// AMQP port; 0 picks a free one, named in the log [default: 5672].
+    #[arg(long, env = "WHARF_PORT")]
+    port: Option<u16>,
+    /// Directory holding the write-ahead log (created if missing) [default: ./wharf-data].
+    #[arg(long, env = "WHARF_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Port reserved for the management HTTP API (not served yet) [default: 15672].
+    #[arg(long, env = "WHARF_MGMT_PORT")]
+    mgmt_port: Option<u16>,
+    /// Configuration file (TOML): users, vhosts, and every setting above.
     #[arg(long, env = "WHARF_CONFIG")]
     config: Option<PathBuf>,
-    /// Log filter: error, warn, info, debug, trace, or a tracing directive list.
-    #[arg(long, env = "WHARF_LOG", default_value = "info")]
-    log: String,
+    /// Log filter: error, warn, info, debug, trace, or a tracing directive list [default: info].
+    #[arg(long, env = "WHARF_LOG")]
+    log: Option<String>,
+}
+
+fn load(args: Args) -> anyhow::Result<Config> {
+    let file = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading --config {}", path.display()))?;
+            FileConfig::parse(&text).with_context(|| format!("in {}", path.display()))?
+        }
+        None => FileConfig::default(),
+    };
+    let flags = Overrides {
+        bind: args.bind,
+        port: args.port,
+        data_dir: args.data_dir,
+        mgmt_port: args.mgmt_port,
+        log: args.log,
+    };
+    let origin = args
+        .config
+        .as_ref()
+        .map_or_else(|| "flags".to_owned(), |p| p.display().to_string());
+    wharf::config::merge(file, flags).with_context(|| format!("in {origin}"))
 }
 
 fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let config = load(Args::parse())?;
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_new(&args.log).context("parsing --log")?)
+        .with_env_filter(EnvFilter::try_new(&config.log).context("parsing log")?)
         .init();
-    if let Some(path) = &args.config {
-        anyhow::bail!(
-            "--config {}: configuration files are not supported yet; use the flags",
-            path.display()
-        );
-    }
-    let _ = args.mgmt_port;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(run(args))
+    runtime.block_on(run(config))
 }
 
-async fn run(args: Args) -> anyhow::Result<()> {
-    let bind = if args.bind.contains(':') {
-        format!("[{}]:{}", args.bind, args.port)
-    } else {
-        format!("{}:{}", args.bind, args.port)
-    };
-    let config = ServerConfig::new(bind, args.data_dir.clone());
-    let server = Server::start(config)
+async fn run(config: Config) -> anyhow::Result<()> {
+    let server_config = config.server_config()?;
+    let server = Server::start(server_config)
         .await
-        .with_context(|| format!("starting wharf with data in {}", args.data_dir.display()))?;
+        .with_context(|| format!("starting wharf with data in {}", config.data_dir.display()))?;
     tokio::select! {
         r = wait_for_signal() => r?,
         () = server.stopped() => tracing::error!("the broker task stopped; exiting"),

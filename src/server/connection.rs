@@ -70,6 +70,8 @@ struct Reader {
     frame_max: u32,
     channel_max: u16,
     vhost: String,
+    /// The user who logged in (checked against each `connection.open`'s vhost).
+    user: String,
     cancel_notify: bool,
     blocked_notify: bool,
     channels: HashMap<u16, ContentAssembler>,
@@ -111,6 +113,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: ConnCtx) {
             frame_max: limits::FRAME_BYTES_MAX,
             channel_max: limits::CHANNELS_PER_CONNECTION_MAX,
             vhost: String::new(),
+            user: String::new(),
             cancel_notify: false,
             blocked_notify: false,
             channels: HashMap::new(),
@@ -379,7 +382,11 @@ impl Reader {
                 "Login was refused using authentication mechanism {mechanism}. \
                  For details see the broker logfile."
             )),
-            Some((user, password)) => self.ctx.users.check(&user, &password, self.peer),
+            Some((user, password)) => {
+                let refusal = self.ctx.users.check(&user, &password, self.peer);
+                self.user = user;
+                refusal
+            }
         };
         if let Some(text) = refusal {
             info!(mechanism, "login refused");
@@ -410,6 +417,14 @@ impl Reader {
     }
 
     async fn on_open(&mut self, vhost: String) {
+        if !self.ctx.users.may_open(&self.user, &vhost) {
+            // RabbitMQ's text. It checks that the vhost exists first; we check the user's
+            // list first, so an unknown vhost the user may not open gets this text (530 too).
+            let text = format!("access to vhost '{vhost}' refused for user '{}'", self.user);
+            info!(%vhost, user = %self.user, "vhost access refused");
+            self.close_connection(Close::new(reply_code::NOT_ALLOWED, &text), (10, 40));
+            return;
+        }
         let (done, answer) = oneshot::channel();
         let open = OpenConn {
             conn: self.id,

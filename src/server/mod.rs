@@ -38,6 +38,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use crate::broker::Command;
 use crate::clock::{Clock, SystemClock};
 use crate::store::{Store, StoreConfig, StoreError};
 
@@ -75,6 +76,14 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    /// A configured vhost could not be created.
+    #[error("cannot create vhost '{name}': {reason}")]
+    Vhost {
+        /// The vhost.
+        name: String,
+        /// Why.
+        reason: String,
+    },
     /// A task of the server failed.
     #[error("server task failed: {0}")]
     Task(String),
@@ -89,6 +98,8 @@ pub struct User {
     pub password: String,
     /// Only from a loopback address (RabbitMQ's rule for `guest`).
     pub loopback_only: bool,
+    /// The vhosts this user may open; `"*"` stands for every vhost.
+    pub vhosts: Vec<String>,
 }
 
 /// The users of the server.
@@ -102,6 +113,7 @@ impl Default for Users {
             name: "guest".to_owned(),
             password: "guest".to_owned(),
             loopback_only: true,
+            vhosts: vec!["/".to_owned()],
         }])
     }
 }
@@ -126,6 +138,15 @@ impl Users {
             return Some(format!("user '{name}' can only connect via localhost"));
         }
         None
+    }
+
+    /// Whether `name` may open `vhost` (its list names it, or holds `"*"`).
+    #[must_use]
+    pub fn may_open(&self, name: &str, vhost: &str) -> bool {
+        self.0
+            .iter()
+            .find(|u| u.name == name)
+            .is_some_and(|u| u.vhosts.iter().any(|v| v == "*" || v == vhost))
     }
 }
 
@@ -153,6 +174,8 @@ pub struct ServerConfig {
     pub users: Users,
     /// Start despite corrupt records in the middle of the log (S-DUR-7).
     pub salvage: bool,
+    /// Vhosts created at start if missing (before the listener opens).
+    pub vhosts: Vec<String>,
 }
 
 impl ServerConfig {
@@ -165,6 +188,7 @@ impl ServerConfig {
             heartbeat_secs: limits_server::HEARTBEAT_SECS_DEFAULT,
             users: Users::default(),
             salvage: false,
+            vhosts: Vec::new(),
         }
     }
 }
@@ -212,7 +236,23 @@ impl Server {
             tokio::task::spawn_blocking(move || Store::open(&store_config))
                 .await
                 .map_err(|e| ServerError::Task(e.to_string()))??;
-        let recovered = broker.recovered(clock.now_ms());
+        let mut recovered = broker.recovered(clock.now_ms());
+        // Configured vhosts exist before any client can connect; existing ones are kept
+        // (VhostAdd of a known vhost changes nothing and logs nothing).
+        for vhost in &config.vhosts {
+            let added = broker
+                .handle(
+                    Command::VhostAdd {
+                        vhost: vhost.clone(),
+                    },
+                    clock.now_ms(),
+                )
+                .map_err(|e| ServerError::Vhost {
+                    name: vhost.clone(),
+                    reason: e.to_string(),
+                })?;
+            recovered.events.extend(added.events);
+        }
         let mut core = core::Core::new(broker, store, clock.clone());
         core.log_startup(recovered.events)?;
         let recovery_ms = clock.now_ms().saturating_sub(started_ms);

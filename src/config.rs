@@ -1,0 +1,487 @@
+//! The broker's configuration file (TOML) and its merge with the command-line flags: parse
+//! ([`FileConfig::parse`]), merge ([`merge`]: a flag beats the file, the file beats the
+//! default), check ([`Config::validate`]), and turn into a [`ServerConfig`].
+//!
+//! Depends only on `crate::server`'s plain config types (no sockets, no tokio), so every rule
+//! here is unit-tested without a process.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::server::{ServerConfig, User, Users, limits_server};
+
+/// Defaults of every setting (the binary's flags have no defaults of their own, so that a
+/// flag left out lets the file speak).
+pub mod defaults {
+    /// `bind`.
+    pub const BIND: &str = "127.0.0.1";
+    /// `port`.
+    pub const PORT: u16 = 5672;
+    /// `data_dir`.
+    pub const DATA_DIR: &str = "./wharf-data";
+    /// `mgmt_port`.
+    pub const MGMT_PORT: u16 = 15672;
+    /// `log`.
+    pub const LOG: &str = "info";
+    /// `loopback_users` (RabbitMQ's default).
+    pub const LOOPBACK_USERS: &[&str] = &["guest"];
+}
+
+/// A vhost or user name longer than this cannot travel in a short string.
+const NAME_BYTES_MAX: usize = 255;
+
+/// What is wrong with a configuration.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// The file is not valid TOML, has an unknown key, or a value of the wrong type; the
+    /// text names the key (from the TOML parser).
+    #[error("{0}")]
+    Parse(String),
+    /// A value is out of range or inconsistent.
+    #[error("{key}: {reason}")]
+    Invalid {
+        /// The key, as written in the file (`users[1].name`).
+        key: String,
+        /// Why it is refused.
+        reason: String,
+    },
+}
+
+fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        reason: reason.into(),
+    }
+}
+
+/// The file as written: every key optional, unknown keys refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Address to listen on.
+    pub bind: Option<String>,
+    /// AMQP port (wider than `u16` so that 70000 is refused by name in `validate`).
+    pub port: Option<u32>,
+    /// Data directory.
+    pub data_dir: Option<PathBuf>,
+    /// Management port (reserved).
+    pub mgmt_port: Option<u32>,
+    /// Log filter.
+    pub log: Option<String>,
+    /// Heartbeat proposed to clients, seconds (0: none).
+    pub heartbeat_secs: Option<u32>,
+    /// Users who may log in only from loopback.
+    pub loopback_users: Option<Vec<String>>,
+    /// Whether `guest`/`guest` exists besides the listed users (default true).
+    pub default_user: Option<bool>,
+    /// Users.
+    #[serde(default)]
+    pub users: Vec<FileUser>,
+    /// Vhosts to create at start.
+    #[serde(default)]
+    pub vhosts: Vec<FileVhost>,
+}
+
+/// A `[[users]]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileUser {
+    /// Name.
+    pub name: String,
+    /// Password, plain text.
+    pub password: String,
+    /// Vhosts the user may open (`"*"`: all); default `["/"]`.
+    pub vhosts: Option<Vec<String>>,
+}
+
+/// A `[[vhosts]]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileVhost {
+    /// Name.
+    pub name: String,
+}
+
+impl FileConfig {
+    /// Parses a TOML text.
+    ///
+    /// # Errors
+    /// Invalid TOML, an unknown key or a wrong type: the message names the key and line.
+    pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))
+    }
+}
+
+/// The settings given as flags or environment variables (`None`: not given).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--bind`.
+    pub bind: Option<String>,
+    /// `--port`.
+    pub port: Option<u16>,
+    /// `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// `--mgmt-port`.
+    pub mgmt_port: Option<u16>,
+    /// `--log`.
+    pub log: Option<String>,
+}
+
+/// The resolved configuration, checked by [`Config::validate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Address to listen on.
+    pub bind: String,
+    /// AMQP port (0 picks a free one; the log says which).
+    pub port: u32,
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Management port (reserved).
+    pub mgmt_port: u32,
+    /// Log filter.
+    pub log: String,
+    /// Heartbeat, seconds.
+    pub heartbeat_secs: u32,
+    /// Who may log in.
+    pub users: Vec<User>,
+    /// Vhosts created at start.
+    pub vhosts: Vec<String>,
+}
+
+/// Merges flags over the file over the defaults, then validates.
+///
+/// # Errors
+/// What [`Config::validate`] refuses.
+pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> {
+    let loopback: BTreeSet<String> = match file.loopback_users {
+        Some(listed) => listed.into_iter().collect(),
+        None => defaults::LOOPBACK_USERS
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
+    };
+    let listed_guest = file.users.iter().any(|u| u.name == "guest");
+    // The file's users first, so that `users[i]` in an error is the file's i-th table.
+    let mut users: Vec<User> = file
+        .users
+        .into_iter()
+        .map(|u| User {
+            name: u.name,
+            password: u.password,
+            loopback_only: false,
+            vhosts: u.vhosts.unwrap_or_else(|| vec!["/".to_owned()]),
+        })
+        .collect();
+    if file.default_user.unwrap_or(true) && !listed_guest {
+        users.extend(Users::default().0);
+    }
+    for u in &mut users {
+        u.loopback_only = loopback.contains(&u.name);
+    }
+    let config = Config {
+        bind: flags
+            .bind
+            .or(file.bind)
+            .unwrap_or_else(|| defaults::BIND.to_owned()),
+        port: flags
+            .port
+            .map(u32::from)
+            .or(file.port)
+            .unwrap_or(u32::from(defaults::PORT)),
+        data_dir: flags
+            .data_dir
+            .or(file.data_dir)
+            .unwrap_or_else(|| PathBuf::from(defaults::DATA_DIR)),
+        mgmt_port: flags
+            .mgmt_port
+            .map(u32::from)
+            .or(file.mgmt_port)
+            .unwrap_or(u32::from(defaults::MGMT_PORT)),
+        log: flags
+            .log
+            .or(file.log)
+            .unwrap_or_else(|| defaults::LOG.to_owned()),
+        heartbeat_secs: file
+            .heartbeat_secs
+            .unwrap_or(u32::from(limits_server::HEARTBEAT_SECS_DEFAULT)),
+        users,
+        vhosts: file.vhosts.into_iter().map(|v| v.name).collect(),
+    };
+    config.validate()?;
+    Ok(config)
+}
+
+fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
+    if name.is_empty() {
+        return Err(invalid(key, "must not be empty"));
+    }
+    if name.len() > NAME_BYTES_MAX {
+        return Err(invalid(
+            key,
+            format!("longer than {NAME_BYTES_MAX} bytes ({})", name.len()),
+        ));
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Refuses out-of-range ports and heartbeats, empty or over-long names, duplicate users.
+    /// Port 0 is allowed: the system picks a free port and the log names it.
+    ///
+    /// # Errors
+    /// The first offending key and why.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (key, value) in [
+            ("port", self.port),
+            ("mgmt_port", self.mgmt_port),
+            ("heartbeat_secs", self.heartbeat_secs),
+        ] {
+            if u16::try_from(value).is_err() {
+                return Err(invalid(key, format!("{value} is above 65535")));
+            }
+        }
+        if self.bind.is_empty() {
+            return Err(invalid("bind", "must not be empty"));
+        }
+        let mut seen = BTreeSet::new();
+        for (i, u) in self.users.iter().enumerate() {
+            check_name(&format!("users[{i}].name"), &u.name)?;
+            if !seen.insert(u.name.as_str()) {
+                return Err(invalid(
+                    format!("users[{i}].name"),
+                    format!("user '{}' is listed twice", u.name),
+                ));
+            }
+            for (j, v) in u.vhosts.iter().enumerate() {
+                check_name(&format!("users[{i}].vhosts[{j}]"), v)?;
+            }
+        }
+        for (i, v) in self.vhosts.iter().enumerate() {
+            check_name(&format!("vhosts[{i}].name"), v)?;
+        }
+        Ok(())
+    }
+
+    /// The server's configuration (with the system clock).
+    ///
+    /// # Errors
+    /// A value out of range (only if [`Config::validate`] was skipped).
+    pub fn server_config(&self) -> Result<ServerConfig, ConfigError> {
+        let port = u16::try_from(self.port).map_err(|_| invalid("port", "above 65535"))?;
+        let heartbeat = u16::try_from(self.heartbeat_secs)
+            .map_err(|_| invalid("heartbeat_secs", "above 65535"))?;
+        let bind = if self.bind.contains(':') {
+            format!("[{}]:{port}", self.bind)
+        } else {
+            format!("{}:{port}", self.bind)
+        };
+        let mut server = ServerConfig::new(bind, self.data_dir.clone());
+        server.heartbeat_secs = heartbeat;
+        server.users = Users(self.users.clone());
+        server.vhosts.clone_from(&self.vhosts);
+        Ok(server)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        reason = "test code: a failed unwrap is a failed test"
+    )]
+
+    use std::net::SocketAddr;
+
+    use super::*;
+
+    const FULL: &str = r#"
+bind = "0.0.0.0"
+port = 5673
+data_dir = "/var/lib/wharf"
+mgmt_port = 15673
+log = "debug"
+heartbeat_secs = 30
+loopback_users = ["guest", "local"]
+
+[[users]]
+name = "app"
+password = "s3cret"
+vhosts = ["prod", "/"]
+
+[[users]]
+name = "local"
+password = "pw"
+
+[[users]]
+name = "admin"
+password = "root"
+vhosts = ["*"]
+
+[[vhosts]]
+name = "prod"
+"#;
+
+    fn peer(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn parses_a_full_file() {
+        let c = merge(FileConfig::parse(FULL).unwrap(), Overrides::default()).unwrap();
+        assert_eq!(c.bind, "0.0.0.0");
+        assert_eq!(c.port, 5673);
+        assert_eq!(c.data_dir, PathBuf::from("/var/lib/wharf"));
+        assert_eq!(c.mgmt_port, 15673);
+        assert_eq!(c.log, "debug");
+        assert_eq!(c.heartbeat_secs, 30);
+        assert_eq!(c.vhosts, vec!["prod".to_owned()]);
+        let names: Vec<&str> = c.users.iter().map(|u| u.name.as_str()).collect();
+        assert_eq!(names, ["app", "local", "admin", "guest"]);
+        let by = |n: &str| c.users.iter().find(|u| u.name == n).unwrap();
+        assert!(by("guest").loopback_only);
+        assert!(by("local").loopback_only);
+        assert!(!by("app").loopback_only);
+        assert_eq!(by("local").vhosts, ["/"]);
+        assert_eq!(by("app").vhosts, ["prod", "/"]);
+        let s = c.server_config().unwrap();
+        assert_eq!(s.bind, "0.0.0.0:5673");
+        assert_eq!(s.heartbeat_secs, 30);
+        assert!(s.users.may_open("admin", "anything"));
+        assert!(s.users.may_open("app", "prod"));
+        assert!(!s.users.may_open("app", "other"));
+        assert!(!s.users.may_open("nobody", "/"));
+    }
+
+    #[test]
+    fn an_empty_file_gives_the_defaults() {
+        let c = merge(FileConfig::parse("").unwrap(), Overrides::default()).unwrap();
+        assert_eq!(c.bind, defaults::BIND);
+        assert_eq!(c.port, 5672);
+        assert_eq!(c.mgmt_port, 15672);
+        assert_eq!(c.log, "info");
+        assert_eq!(c.heartbeat_secs, 60);
+        assert_eq!(c.users, Users::default().0);
+        assert!(c.vhosts.is_empty());
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let e = FileConfig::parse("prot = 5672\n").unwrap_err().to_string();
+        assert!(e.contains("prot"), "{e}");
+        let e = FileConfig::parse("[[users]]\nname = \"a\"\npassword = \"b\"\nvhost = []\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("vhost"), "{e}");
+    }
+
+    #[test]
+    fn wrong_types_name_the_key() {
+        let e = FileConfig::parse("port = \"five\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("port"), "{e}");
+        let e = FileConfig::parse("loopback_users = \"guest\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("loopback_users"), "{e}");
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let file = FileConfig::parse(FULL).unwrap();
+        let flags = Overrides {
+            bind: Some("127.0.0.2".into()),
+            port: Some(0),
+            data_dir: Some("/tmp/x".into()),
+            mgmt_port: None,
+            log: Some("warn".into()),
+        };
+        let c = merge(file, flags).unwrap();
+        assert_eq!(c.bind, "127.0.0.2");
+        assert_eq!(c.port, 0);
+        assert_eq!(c.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.mgmt_port, 15673, "not given as a flag: the file's");
+        assert_eq!(c.log, "warn");
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused_by_key() {
+        for (text, key) in [
+            ("port = 70000", "port"),
+            ("mgmt_port = 65536", "mgmt_port"),
+            ("heartbeat_secs = 65536", "heartbeat_secs"),
+            ("bind = \"\"", "bind"),
+            ("[[users]]\nname = \"\"\npassword = \"x\"", "users[0].name"),
+            ("[[vhosts]]\nname = \"\"", "vhosts[0].name"),
+            (
+                "[[users]]\nname = \"a\"\npassword = \"x\"\nvhosts = [\"\"]",
+                "users[0].vhosts[0]",
+            ),
+        ] {
+            let e = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap_err();
+            match e {
+                ConfigError::Invalid { key: k, .. } => assert_eq!(k, key, "{text}"),
+                ConfigError::Parse(p) => panic!("{text}: {p}"),
+            }
+        }
+        // A negative port is a type error from the parser, still naming the key.
+        let e = FileConfig::parse("port = -1").unwrap_err().to_string();
+        assert!(e.contains("port"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_users_are_refused() {
+        let text = "[[users]]\nname = \"a\"\npassword = \"x\"\n\
+                    [[users]]\nname = \"a\"\npassword = \"y\"\n";
+        let e = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap_err();
+        assert_eq!(e, invalid("users[1].name", "user 'a' is listed twice"));
+    }
+
+    #[test]
+    fn guest_is_dropped_only_by_default_user_false_or_replaced_by_a_listed_guest() {
+        let text = "default_user = false\n[[users]]\nname = \"a\"\npassword = \"x\"\n";
+        let c = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap();
+        assert_eq!(c.users.len(), 1);
+        assert_eq!(c.users[0].name, "a");
+        let text = "[[users]]\nname = \"guest\"\npassword = \"other\"\n";
+        let c = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap();
+        assert_eq!(c.users.len(), 1);
+        assert_eq!(c.users[0].password, "other");
+        assert!(c.users[0].loopback_only, "guest stays in loopback_users");
+    }
+
+    #[test]
+    fn loopback_users_may_log_in_only_from_loopback() {
+        let text = "loopback_users = [\"local\"]\n\
+                    [[users]]\nname = \"local\"\npassword = \"pw\"\n\
+                    [[users]]\nname = \"remote\"\npassword = \"pw\"\n";
+        let c = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap();
+        let users = Users(c.users);
+        let far = peer("10.1.2.3:40000");
+        assert_eq!(
+            users.check("local", "pw", far),
+            Some("user 'local' can only connect via localhost".to_owned())
+        );
+        assert_eq!(users.check("local", "pw", peer("127.0.0.1:40000")), None);
+        assert_eq!(users.check("local", "pw", peer("[::1]:40000")), None);
+        assert_eq!(users.check("remote", "pw", far), None);
+        // guest is no longer in loopback_users here, so it may come from afar.
+        assert_eq!(users.check("guest", "guest", far), None);
+        // The default list restricts guest.
+        let c = merge(FileConfig::default(), Overrides::default()).unwrap();
+        assert!(Users(c.users).check("guest", "guest", far).is_some());
+    }
+
+    #[test]
+    fn wrong_password_and_unknown_user_get_rabbitmq_text() {
+        let users = Users::default();
+        let local = peer("127.0.0.1:1");
+        let text = "Login was refused using authentication mechanism PLAIN. For details see \
+                    the broker logfile.";
+        assert_eq!(users.check("guest", "nope", local).as_deref(), Some(text));
+        assert_eq!(users.check("nobody", "guest", local).as_deref(), Some(text));
+    }
+}
