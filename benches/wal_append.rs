@@ -154,14 +154,23 @@ fn table(base: &Path) {
         Ok(list) => list.split(',').filter_map(|s| s.parse().ok()).collect(),
         Err(_) => vec![100, 1024, 64 * 1024],
     };
+    // WAL_BENCH_PRODUCERS=1,64 and WAL_BENCH_PREALLOC=true limit the rows further.
+    let producer_counts: Vec<usize> = match std::env::var("WAL_BENCH_PRODUCERS") {
+        Ok(list) => list.split(',').filter_map(|s| s.parse().ok()).collect(),
+        Err(_) => vec![1, 8, 64],
+    };
+    let prealloc_modes: Vec<bool> = match std::env::var("WAL_BENCH_PREALLOC") {
+        Ok(list) => list.split(',').filter_map(|s| s.parse().ok()).collect(),
+        Err(_) => vec![true, false],
+    };
     println!();
     println!(
         "| prealloc | payload B | producers | durable rec/s | MiB/s | records/fdatasync | raw 100 B fsync/s | rec/s / raw fsync/s | raw 4 MiB seq MiB/s | % of raw seq |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for preallocate in [true, false] {
+    for &preallocate in &prealloc_modes {
         for &size in &sizes {
-            for producers in [1usize, 8, 64] {
+            for &producers in &producer_counts {
                 let fsync = raw_fsync_rate(base, preallocate);
                 let seq = if size >= 64 * 1024 {
                     raw_seq_mib_rate(base)
