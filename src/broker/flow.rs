@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::broker::args::{Overflow, parse_expiration};
 use crate::broker::error::{BrokerError, ErrorKind};
 use crate::broker::model::{
-    Broker, Consumer, Dest, ExchangeId, QueueId, Scheduled, Timer, Unacked, Vhost,
+    Broker, Channel, Consumer, Dest, ExchangeId, Queue, QueueId, Scheduled, Timer, Unacked, Vhost,
 };
 use crate::broker::queue::{Taken, deadline_of};
 use crate::broker::routing::headers::headers_match;
@@ -32,6 +32,43 @@ enum Mark {
     Settle(SettleKind),
     Delivered,
     Returned,
+}
+
+/// Hands `taken` out on `ch` (a consumer's delivery or a `basic.get`): takes the channel's next
+/// delivery tag, then either settles it at once (`no_ack`: logged as an ack) or holds it as
+/// unacked on the channel (logged as a delivery mark, so `redelivered` and the delivery count
+/// survive a restart, S-DUR-6). Only persistent messages in logged queues leave a mark.
+/// Returns the delivery tag.
+fn hand_out(
+    ch: &mut Channel,
+    q: &mut Queue,
+    qid: QueueId,
+    taken: &Taken,
+    consumer: Option<u64>,
+    no_ack: bool,
+    events: &mut Vec<Event>,
+) -> u64 {
+    let delivery_tag = ch.next_tag;
+    ch.next_tag += 1;
+    let logged = q.logged() && taken.msg.is_persistent();
+    let mark = if no_ack {
+        Mark::Settle(SettleKind::Ack)
+    } else {
+        q.unacked += 1;
+        ch.unacked.insert(
+            delivery_tag,
+            Unacked {
+                queue: qid,
+                taken: taken.clone(),
+                consumer,
+            },
+        );
+        Mark::Delivered
+    };
+    if logged {
+        push_mark(events, &q.vhost, &q.name, taken.msg.id, mark);
+    }
+    delivery_tag
 }
 
 /// Appends `id` to the last event if it is the same kind for the same queue, so a step that
@@ -444,7 +481,6 @@ impl Broker {
         let q = self.queues.get_mut(&qid).expect("caller checked the queue");
         let n = q.consumers.len();
         q.rr = (ci + 1) % n;
-        let logged = q.logged() && taken.msg.is_persistent();
         let c = q
             .consumers
             .get_mut(ci)
@@ -454,40 +490,14 @@ impl Broker {
             .channels
             .get_mut(&chan)
             .expect("consumers only exist on open channels");
-        let delivery_tag = ch.next_tag;
-        ch.next_tag += 1;
-        if no_ack {
-            if logged {
-                push_mark(
-                    &mut out.events,
-                    &q.vhost,
-                    &q.name,
-                    taken.msg.id,
-                    Mark::Settle(SettleKind::Ack),
-                );
-            }
+        let consumer = if no_ack {
+            None
         } else {
             c.unacked += 1;
-            q.unacked += 1;
             ch.consumer_unacked += 1;
-            if logged {
-                push_mark(
-                    &mut out.events,
-                    &q.vhost,
-                    &q.name,
-                    taken.msg.id,
-                    Mark::Delivered,
-                );
-            }
-            ch.unacked.insert(
-                delivery_tag,
-                Unacked {
-                    queue: qid,
-                    taken: taken.clone(),
-                    consumer: Some(serial),
-                },
-            );
-        }
+            Some(serial)
+        };
+        let delivery_tag = hand_out(ch, q, qid, &taken, consumer, no_ack, &mut out.events);
         out.effects.push(Effect::Deliver(Delivery {
             chan,
             consumer_tag: tag,
@@ -517,40 +527,8 @@ impl Broker {
             out.reply = Reply::GetEmpty;
             return Ok(());
         };
-        let logged = q.logged() && taken.msg.is_persistent();
         let ch = self.channels.get_mut(&chan).expect("chan_vhost checked it");
-        let tag = ch.next_tag;
-        ch.next_tag += 1;
-        if no_ack {
-            if logged {
-                push_mark(
-                    &mut out.events,
-                    &q.vhost,
-                    &q.name,
-                    taken.msg.id,
-                    Mark::Settle(SettleKind::Ack),
-                );
-            }
-        } else {
-            q.unacked += 1;
-            if logged {
-                push_mark(
-                    &mut out.events,
-                    &q.vhost,
-                    &q.name,
-                    taken.msg.id,
-                    Mark::Delivered,
-                );
-            }
-            ch.unacked.insert(
-                tag,
-                Unacked {
-                    queue: qid,
-                    taken: taken.clone(),
-                    consumer: None,
-                },
-            );
-        }
+        let tag = hand_out(ch, q, qid, &taken, None, no_ack, &mut out.events);
         out.reply = Reply::GetOk(GetOk {
             delivery_tag: DeliveryTag(tag),
             redelivered: taken.redelivered,
@@ -561,7 +539,6 @@ impl Broker {
         Ok(())
     }
 
-    /// Removes the unacked messages named by an ack/nack/reject (406 for an unknown tag).
     /// Removes the unacked messages named by an ack/nack/reject (406 for an unknown tag).
     /// A single tag allocates nothing (the hot path of an ack).
     fn take_unacked(
