@@ -636,3 +636,21 @@ proptest! {
         canonical(kind, &bytes);
     }
 }
+
+#[test]
+fn decode_shared_gives_the_same_record_with_a_body_that_is_a_slice_of_the_payload() {
+    let (kind, bytes) = encode(&golden_published());
+    let payload = Bytes::from(bytes);
+    let shared = codec::decode_shared(kind, &payload).unwrap();
+    assert_eq!(shared, decode(kind, &payload).unwrap());
+    let StoreRecord::Event(Event::Published { message, .. }) = shared else {
+        panic!("a Published record");
+    };
+    let body = &message.message.body;
+    assert!(!body.is_empty(), "the golden message has a body");
+    let range = payload.as_ptr_range();
+    assert!(
+        range.contains(&body.as_ptr()),
+        "the body points into the payload (no copy)"
+    );
+}

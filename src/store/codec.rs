@@ -277,6 +277,9 @@ impl Enc<'_> {
 
 /// Reads fields from a record payload; every read checks what is left first.
 struct Dec<'a> {
+    /// The buffer `buf` is a slice of, when the caller has one: bodies are then shared slices
+    /// of it instead of copies.
+    owner: Option<&'a Bytes>,
     buf: &'a [u8],
     at: usize,
     kind: u8,
@@ -745,7 +748,10 @@ fn get_message(d: &mut Dec<'_>) -> Result<MessageRecord, DecodeError> {
             exchange,
             routing_key,
             properties,
-            body: Bytes::copy_from_slice(body),
+            body: match d.owner {
+                Some(owner) => owner.slice_ref(body),
+                None => Bytes::copy_from_slice(body),
+            },
         }),
     })
 }
@@ -1037,7 +1043,26 @@ fn put_message_event(e: &mut Enc<'_>, event: &Event) -> Result<(), EncodeError> 
 /// larger than the payload, invalid UTF-8, unknown enum values, reserved bits, nesting deeper
 /// than `limits::FIELD_TABLE_DEPTH_MAX`, or a repeated table key. Never panics.
 pub fn decode(kind: u8, payload: &[u8]) -> Result<StoreRecord, DecodeError> {
+    decode_with(kind, payload, None)
+}
+
+/// As [`decode`], but message bodies are slices of `payload` (no copy): for readers that keep
+/// many messages of a mapped log (the inspector). They keep the whole buffer alive, so recovery,
+/// whose messages may outlive their segment file, uses [`decode`].
+///
+/// # Errors
+/// As [`decode`].
+pub fn decode_shared(kind: u8, payload: &Bytes) -> Result<StoreRecord, DecodeError> {
+    decode_with(kind, payload, Some(payload))
+}
+
+fn decode_with(
+    kind: u8,
+    payload: &[u8],
+    owner: Option<&Bytes>,
+) -> Result<StoreRecord, DecodeError> {
     let d = &mut Dec {
+        owner,
         buf: payload,
         at: 0,
         kind,

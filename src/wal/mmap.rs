@@ -35,3 +35,9 @@ impl ReadOnlyMap {
         &self.map
     }
 }
+
+impl AsRef<[u8]> for ReadOnlyMap {
+    fn as_ref(&self) -> &[u8] {
+        &self.map
+    }
+}

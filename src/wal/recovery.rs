@@ -8,6 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
+use bytes::Bytes;
+
 use crate::limits;
 use crate::wal::error::{CorruptReason, RecoveryError};
 use crate::wal::record::{self, FrameCheck, HeaderCheck, SEGMENT_HEADER_BYTES};
@@ -36,6 +38,17 @@ pub struct RecordRef<'a> {
     pub kind: u8,
     /// The payload; borrowed from the segment being scanned.
     pub payload: &'a [u8],
+    /// The whole segment `payload` is a slice of.
+    segment: &'a Bytes,
+}
+
+impl RecordRef<'_> {
+    /// The payload as a shared slice of the segment's bytes (a mapped segment stays mapped
+    /// while it lives): for readers that keep many records without copying them.
+    #[must_use]
+    pub fn payload_shared(&self) -> Bytes {
+        self.segment.slice_ref(self.payload)
+    }
 }
 
 /// The torn tail cut from the last segment: an interrupted write that was never durable.
@@ -153,7 +166,8 @@ pub fn scan(
             id,
             role,
             mode,
-            bytes: bytes.as_slice(),
+            bytes: &bytes,
+            segment: &bytes,
             report: &mut report,
             visit,
         };
@@ -165,25 +179,7 @@ pub fn scan(
 }
 
 /// Bytes of one segment: mapped when sealed and the storage can map, read otherwise.
-enum SegmentBytes {
-    Mapped(crate::wal::mmap::ReadOnlyMap),
-    Read(Vec<u8>),
-}
-
-impl SegmentBytes {
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            SegmentBytes::Mapped(m) => m.as_slice(),
-            SegmentBytes::Read(v) => v,
-        }
-    }
-}
-
-fn read_segment(
-    storage: &dyn Storage,
-    path: &Path,
-    role: Role,
-) -> Result<SegmentBytes, RecoveryError> {
+fn read_segment(storage: &dyn Storage, path: &Path, role: Role) -> Result<Bytes, RecoveryError> {
     let io = |source| RecoveryError::Io {
         path: path.to_owned(),
         source,
@@ -201,12 +197,12 @@ fn read_segment(
     if role == Role::Sealed
         && let Some(map) = file.map_sealed().map_err(io)?
     {
-        return Ok(SegmentBytes::Mapped(map));
+        return Ok(Bytes::from_owner(map));
     }
     let len = usize::try_from(len).map_err(|_| io(std::io::Error::other("segment too large")))?;
     let mut buf = vec![0u8; len];
     file.read_exact_at(&mut buf, 0).map_err(io)?;
-    Ok(SegmentBytes::Read(buf))
+    Ok(Bytes::from(buf))
 }
 
 /// Whether a segment is the last one (its tail may be torn) or sealed (it may not).
@@ -261,6 +257,8 @@ struct SegmentScan<'s, 'v, 'w> {
     role: Role,
     mode: RecoveryMode,
     bytes: &'s [u8],
+    /// The same bytes, shared (for [`RecordRef::payload_shared`]).
+    segment: &'s Bytes,
     report: &'s mut RecoveryReport,
     visit: &'v mut Visitor<'w>,
 }
@@ -413,6 +411,7 @@ impl SegmentScan<'_, '_, '_> {
             },
             kind: frame.kind,
             payload: frame.payload,
+            segment: self.segment,
         };
         (self.visit)(record).map_err(|source| RecoveryError::Visitor {
             lsn: frame.lsn,

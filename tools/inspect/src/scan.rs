@@ -165,7 +165,7 @@ pub fn scan(
                 index
             }
         };
-        let record = codec::decode(r.kind, r.payload);
+        let record = codec::decode_shared(r.kind, &r.payload_shared());
         if let Ok(StoreRecord::Format { version }) = &record
             && *version > STORE_FORMAT_VERSION
         {
