@@ -21,6 +21,17 @@ pub const SEGMENT_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// headers and routing information.
 pub const RECORD_PAYLOAD_BYTES_MAX: usize = MESSAGE_BODY_BYTES_MAX as usize + 256 * 1024;
 
+/// Smallest WAL segment size accepted (tests lower the size to exercise rolling): room for a
+/// header and a few small records.
+pub const SEGMENT_BYTES_MIN: u64 = 4096;
+/// Bytes of records appended but not yet taken by the WAL writer before `append` blocks (the
+/// producers' backpressure bound; also what a writer paused on a full disk may hold).
+pub const WAL_PENDING_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// How far ahead of the write position a preallocating log keeps zeros written.
+pub const PREALLOCATE_STEP_BYTES: u64 = 4 * 1024 * 1024;
+/// How often a WAL writer paused on a full disk retries creating its next segment.
+pub const DISK_FULL_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Largest `x-message-ttl`, `message-ttl` and per-message `expiration` value (S-TTL-1): 2^32-1 ms.
 pub const TTL_MS_MAX: u64 = u32::MAX as u64;
 
@@ -31,6 +42,22 @@ const _: () = assert!(
 const _: () = assert!(
     (RECORD_PAYLOAD_BYTES_MAX as u64) < SEGMENT_BYTES_MAX / 2,
     "a record must fit in a segment with room to spare, or rolling could loop"
+);
+const _: () = assert!(
+    SEGMENT_BYTES_MIN <= SEGMENT_BYTES_MAX,
+    "the smallest segment size must be allowed"
+);
+const _: () = assert!(
+    PREALLOCATE_STEP_BYTES <= SEGMENT_BYTES_MAX,
+    "zeros ahead stay within one segment"
+);
+const _: () = assert!(
+    PREALLOCATE_STEP_BYTES.is_multiple_of(1024 * 1024),
+    "zero-fill writes whole MiB steps"
+);
+const _: () = assert!(
+    WAL_PENDING_BYTES_MAX >= RECORD_PAYLOAD_BYTES_MAX,
+    "the pending buffer holds at least one maximal record (an empty buffer takes any record)"
 );
 const _: () = assert!(
     MESSAGE_BODY_BYTES_MAX as usize <= RECORD_PAYLOAD_BYTES_MAX,
