@@ -341,9 +341,7 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
         channel_max: file
             .channel_max
             .unwrap_or(u64::from(limits::CHANNELS_PER_CONNECTION_MAX)),
-        frame_max: file
-            .frame_max
-            .unwrap_or(u64::from(limits::FRAME_BYTES_MAX)),
+        frame_max: file.frame_max.unwrap_or(u64::from(limits::FRAME_BYTES_MAX)),
         max_message_size: file
             .max_message_size
             .unwrap_or(u64::from(limits::MESSAGE_BODY_BYTES_MAX)),
@@ -435,7 +433,9 @@ impl Config {
             if !(min..=max).contains(&value) {
                 return Err(invalid(
                     key,
-                    format!("{value} is outside {min}..={max} (config may lower a limit, not raise it)"),
+                    format!(
+                        "{value} is outside {min}..={max} (config may lower a limit, not raise it)"
+                    ),
                 ));
             }
         }

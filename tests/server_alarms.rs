@@ -96,7 +96,9 @@ async fn publish(ch: &Channel, queue: &str, body: &[u8]) -> lapin::PublisherConf
     .unwrap()
 }
 
-async fn next_blocked_event(events: &mut (impl futures_lite::Stream<Item = lapin::Event> + Unpin)) -> String {
+async fn next_blocked_event(
+    events: &mut (impl futures_lite::Stream<Item = lapin::Event> + Unpin),
+) -> String {
     loop {
         if let lapin::Event::ConnectionBlocked(reason) = within(5, events.next()).await.unwrap() {
             return reason;
@@ -104,7 +106,9 @@ async fn next_blocked_event(events: &mut (impl futures_lite::Stream<Item = lapin
     }
 }
 
-async fn next_unblocked_event(events: &mut (impl futures_lite::Stream<Item = lapin::Event> + Unpin)) {
+async fn next_unblocked_event(
+    events: &mut (impl futures_lite::Stream<Item = lapin::Event> + Unpin),
+) {
     loop {
         if let lapin::Event::ConnectionUnblocked = within(5, events.next()).await.unwrap() {
             return;
@@ -142,7 +146,10 @@ async fn s_dur_3_disk_alarm_holds_publishes_while_consumers_drain() {
 
     probe.free.store(DISK_LIMIT - 1, Ordering::SeqCst);
     server.handle.check_resources().await;
-    assert_eq!(server.handle.blocked_reason().as_deref(), Some("low on disk"));
+    assert_eq!(
+        server.handle.blocked_reason().as_deref(),
+        Some("low on disk")
+    );
 
     let held = publish(&pub_ch, "q", b"held").await;
     assert_eq!(next_blocked_event(&mut pub_events).await, "low on disk");
@@ -203,12 +210,17 @@ async fn memory_alarm_blocks_publishers_and_clears_with_hysteresis() {
 
     probe.used.store(MEMORY_LIMIT, Ordering::SeqCst);
     server.handle.check_resources().await;
-    assert_eq!(server.handle.blocked_reason().as_deref(), Some("low on memory"));
+    assert_eq!(
+        server.handle.blocked_reason().as_deref(),
+        Some("low on memory")
+    );
     let mut held = Box::pin(publish(&pub_ch, "m", b"x").await);
     assert_eq!(next_blocked_event(&mut pub_events).await, "low on memory");
     assert!(tokio::time::timeout(HELD_FOR, &mut held).await.is_err());
 
-    probe.used.store(MEMORY_LIMIT - MEMORY_LIMIT / 40, Ordering::SeqCst);
+    probe
+        .used
+        .store(MEMORY_LIMIT - MEMORY_LIMIT / 40, Ordering::SeqCst);
     server.handle.check_resources().await;
     assert!(server.handle.blocked_reason().is_some(), "hysteresis");
     assert!(tokio::time::timeout(HELD_FOR, &mut held).await.is_err());
@@ -244,7 +256,10 @@ async fn set_blocked_holds_publishes_until_every_alarm_clears() {
         "low on disk & maintenance"
     );
     server.handle.set_blocked(None).await;
-    assert!(tokio::time::timeout(HELD_FOR, &mut held).await.is_err(), "disk still low");
+    assert!(
+        tokio::time::timeout(HELD_FOR, &mut held).await.is_err(),
+        "disk still low"
+    );
     probe.free.store(u64::MAX, Ordering::SeqCst);
     server.handle.check_resources().await;
     let c = within(5, held).await.unwrap();
@@ -276,7 +291,12 @@ async fn connection_max_refuses_with_530_and_frees_places_on_close() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(again.expect("the place never came back").status().connected());
+    assert!(
+        again
+            .expect("the place never came back")
+            .status()
+            .connected()
+    );
 }
 
 /// `channel_max` is offered in tune, and one channel more is RabbitMQ's 530 (it counts open

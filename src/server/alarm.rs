@@ -111,7 +111,12 @@ impl MemoryLimit {
 /// Total RAM of the machine, in bytes.
 pub fn total_ram_bytes() -> u64 {
     let info = rustix::system::sysinfo();
-    u64::from(info.totalram).saturating_mul(u64::from(info.mem_unit))
+    #[expect(
+        clippy::useless_conversion,
+        reason = "c_ulong is u64 here but u32 on 32-bit targets"
+    )]
+    let total = u64::from(info.totalram);
+    total.saturating_mul(u64::from(info.mem_unit))
 }
 
 /// One alarm source.
@@ -221,7 +226,11 @@ pub struct Thresholds {
 /// once free space is [`limits_server::ALARM_HYSTERESIS_PERCENT`] above it.
 pub fn disk_alarm(was_on: bool, free: u64, limit: u64) -> bool {
     let clear_at = limit.saturating_add(limit / 100 * limits_server::ALARM_HYSTERESIS_PERCENT);
-    if was_on { free < clear_at } else { free < limit }
+    if was_on {
+        free < clear_at
+    } else {
+        free < limit
+    }
 }
 
 /// Whether the memory alarm is on after seeing `used` bytes: on at the limit, off again only
@@ -361,7 +370,10 @@ mod tests {
         alarms.set(AlarmSource::Disk, true);
         assert_eq!(rx.borrow().as_deref(), Some("low on disk"));
         alarms.set(AlarmSource::Memory, true);
-        assert_eq!(alarms.reason().as_deref(), Some("low on memory & low on disk"));
+        assert_eq!(
+            alarms.reason().as_deref(),
+            Some("low on memory & low on disk")
+        );
         alarms.set(AlarmSource::Disk, false);
         assert_eq!(alarms.reason().as_deref(), Some("low on memory"));
         alarms.set(AlarmSource::Memory, false);

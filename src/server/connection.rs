@@ -59,6 +59,10 @@ pub struct ConnCtx {
 
 /// The configured limits a connection applies (each at most its bound in `crate::limits`).
 #[derive(Debug, Clone, Copy)]
+#[expect(
+    clippy::struct_field_names,
+    reason = "named as the configuration keys they come from"
+)]
 pub struct ConnLimits {
     /// Open connections at most.
     pub connection_max: u32,

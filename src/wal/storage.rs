@@ -663,7 +663,11 @@ mod tests {
         f.reserve(60).unwrap();
         assert_eq!(sim.used_bytes(), 60);
         f.write_all_at(&[1; 60], 0).unwrap();
-        assert_eq!(sim.used_bytes(), 60, "writes into reserved space take nothing more");
+        assert_eq!(
+            sim.used_bytes(),
+            60,
+            "writes into reserved space take nothing more"
+        );
         let g = sim.create_new(Path::new("/d/g")).unwrap();
         let full = g.reserve(41).unwrap_err();
         assert_eq!(full.kind(), io::ErrorKind::StorageFull);
@@ -674,7 +678,11 @@ mod tests {
         g.write_all_at(&[2; 40], 0).unwrap();
         f.write_all_at(&[3; 10], 50).unwrap();
         f.set_len(10).unwrap();
-        assert_eq!(sim.used_bytes(), 50, "truncation frees the reservation beyond it");
+        assert_eq!(
+            sim.used_bytes(),
+            50,
+            "truncation frees the reservation beyond it"
+        );
         g.reserve(90).unwrap();
         sim.set_capacity(None);
         f.reserve(1 << 20).unwrap();
