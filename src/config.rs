@@ -163,6 +163,8 @@ pub struct FileConfig {
     pub frame_max: Option<u64>,
     /// Largest message body accepted, bytes.
     pub max_message_size: Option<u64>,
+    /// Unacked deliveries per channel at most, prefetch 0 included.
+    pub unacked_per_channel_max: Option<u64>,
     /// Users.
     #[serde(default)]
     pub users: Vec<FileUser>,
@@ -255,6 +257,8 @@ pub struct Config {
     pub frame_max: u64,
     /// Largest message body accepted.
     pub max_message_size: u64,
+    /// Unacked deliveries per channel at most.
+    pub unacked_per_channel_max: u64,
 }
 
 /// Merges flags over the file over the defaults, then validates.
@@ -345,6 +349,9 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
         max_message_size: file
             .max_message_size
             .unwrap_or(u64::from(limits::MESSAGE_BODY_BYTES_MAX)),
+        unacked_per_channel_max: file
+            .unacked_per_channel_max
+            .unwrap_or(u64::from(limits::UNACKED_PER_CHANNEL_MAX)),
     };
     config.validate()?;
     Ok(config)
@@ -429,6 +436,12 @@ impl Config {
                 1,
                 u64::from(limits::MESSAGE_BODY_BYTES_MAX),
             ),
+            (
+                "unacked_per_channel_max",
+                self.unacked_per_channel_max,
+                1,
+                u64::from(limits::UNACKED_PER_CHANNEL_MAX),
+            ),
         ] {
             if !(min..=max).contains(&value) {
                 return Err(invalid(
@@ -476,6 +489,8 @@ impl Config {
         server.frame_max = u32::try_from(self.frame_max).map_err(|_| out_of_range("frame_max"))?;
         server.message_bytes_max =
             u32::try_from(self.max_message_size).map_err(|_| out_of_range("max_message_size"))?;
+        server.unacked_per_channel_max = u32::try_from(self.unacked_per_channel_max)
+            .map_err(|_| out_of_range("unacked_per_channel_max"))?;
         Ok(server)
     }
 }
@@ -639,7 +654,7 @@ name = "prod"
         assert_eq!(c.max_message_size, 16 * 1024 * 1024);
         let text = "disk_free_limit = \"2GB\"\nmemory_high_watermark = 0.6\n\
                     connection_max = 10\nchannel_max = 16\nframe_max = 8192\n\
-                    max_message_size = 1048576\n";
+                    max_message_size = 1048576\nunacked_per_channel_max = 100\n";
         let c = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap();
         assert_eq!(c.disk_free_limit_bytes, 2_000_000_000);
         assert_eq!(c.memory_high_watermark, MemoryLimit::Fraction(0.6));
@@ -648,6 +663,7 @@ name = "prod"
         assert_eq!(s.channel_max, 16);
         assert_eq!(s.frame_max, 8192);
         assert_eq!(s.message_bytes_max, 1_048_576);
+        assert_eq!(s.unacked_per_channel_max, 100);
         assert_eq!(s.disk_free_limit_bytes, 2_000_000_000);
         let text = "disk_free_limit = 1000\nmemory_high_watermark = \"512MiB\"\n";
         let c = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap();
@@ -701,6 +717,8 @@ name = "prod"
             ("frame_max = 131073", "frame_max"),
             ("max_message_size = 0", "max_message_size"),
             ("max_message_size = 16777217", "max_message_size"),
+            ("unacked_per_channel_max = 0", "unacked_per_channel_max"),
+            ("unacked_per_channel_max = 65536", "unacked_per_channel_max"),
         ] {
             let e = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap_err();
             match e {

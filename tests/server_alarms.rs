@@ -358,3 +358,36 @@ async fn a_lowered_max_message_size_refuses_larger_bodies() {
     };
     assert_eq!(reply_code(&err), Some(406), "{err:?}");
 }
+
+/// The safety cap on unacked deliveries holds for a consumer with prefetch 0, and an ack
+/// makes room for the next delivery.
+#[tokio::test]
+async fn unacked_per_channel_max_caps_a_consumer_without_prefetch() {
+    let server = TestServer::start_with(|c| c.unacked_per_channel_max = 3).await;
+    let (_conn, ch) = confirming_channel(&server).await;
+    declare(&ch, "cap").await;
+    for i in 0..5u8 {
+        publish(&ch, "cap", &[i]).await.await.unwrap();
+    }
+    let (_c2, cons) = server.channel().await;
+    let mut consumer = cons
+        .basic_consume(
+            "cap".into(),
+            "c".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(within(5, consumer.next()).await.unwrap().unwrap());
+    }
+    assert!(
+        tokio::time::timeout(HELD_FOR, consumer.next()).await.is_err(),
+        "a fourth delivery over the cap"
+    );
+    got.remove(0).ack(BasicAckOptions::default()).await.unwrap();
+    let d = within(5, consumer.next()).await.unwrap().unwrap();
+    assert_eq!(d.data, vec![3]);
+}

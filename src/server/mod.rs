@@ -186,6 +186,9 @@ pub struct ServerConfig {
     pub frame_max: u32,
     /// Largest message body accepted (at most `limits::MESSAGE_BODY_BYTES_MAX`).
     pub message_bytes_max: u32,
+    /// Unacknowledged deliveries one channel may hold, prefetch 0 included (at most
+    /// `limits::UNACKED_PER_CHANNEL_MAX`).
+    pub unacked_per_channel_max: u32,
 }
 
 impl ServerConfig {
@@ -208,6 +211,7 @@ impl ServerConfig {
             channel_max: crate::limits::CHANNELS_PER_CONNECTION_MAX,
             frame_max: crate::limits::FRAME_BYTES_MAX,
             message_bytes_max: crate::limits::MESSAGE_BODY_BYTES_MAX,
+            unacked_per_channel_max: crate::limits::UNACKED_PER_CHANNEL_MAX,
         }
     }
 }
@@ -260,6 +264,7 @@ impl Server {
             tokio::task::spawn_blocking(move || Store::open(&store_config))
                 .await
                 .map_err(|e| ServerError::Task(e.to_string()))??;
+        broker.set_unacked_per_channel_max(config.unacked_per_channel_max);
         let mut recovered = broker.recovered(clock.now_ms());
         // Configured vhosts exist before any client can connect; existing ones are kept
         // (VhostAdd of a known vhost changes nothing and logs nothing).
