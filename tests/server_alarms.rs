@@ -384,7 +384,9 @@ async fn unacked_per_channel_max_caps_a_consumer_without_prefetch() {
         got.push(within(5, consumer.next()).await.unwrap().unwrap());
     }
     assert!(
-        tokio::time::timeout(HELD_FOR, consumer.next()).await.is_err(),
+        tokio::time::timeout(HELD_FOR, consumer.next())
+            .await
+            .is_err(),
         "a fourth delivery over the cap"
     );
     got.remove(0).ack(BasicAckOptions::default()).await.unwrap();

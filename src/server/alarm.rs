@@ -380,6 +380,68 @@ mod tests {
         assert_eq!(alarms.reason(), None);
     }
 
+    #[derive(Debug)]
+    struct Plenty;
+
+    impl ResourceProbe for Plenty {
+        fn disk_free_bytes(&self) -> io::Result<u64> {
+            Ok(u64::MAX)
+        }
+        fn memory_used_bytes(&self) -> io::Result<u64> {
+            Ok(0)
+        }
+    }
+
+    /// The log pausing on a full disk raises the disk alarm even when `statvfs` says there is
+    /// room (root-reserved blocks, another file system's view), and the monitor's next check
+    /// lets the log retry and clears the alarm once it wrote again.
+    #[test]
+    fn s_dur_3_a_log_paused_on_a_full_disk_raises_the_disk_alarm() {
+        use crate::wal::{SimStorage, Wal, WalConfig};
+        let sim = SimStorage::new(5);
+        let config = WalConfig {
+            segment_bytes_max: 4096,
+            ..WalConfig::default()
+        };
+        let dir = std::path::Path::new("/sim/alarm");
+        let (wal, _) = Wal::open(dir, Arc::new(sim.clone()), &config, &mut |_| Ok(())).unwrap();
+        let appender = wal.appender();
+        let alarms = Arc::new(Alarms::default());
+        let mut monitor = Monitor {
+            probe: Arc::new(Plenty),
+            thresholds: Thresholds {
+                disk_free_limit_bytes: 1,
+                memory_limit_bytes: 1,
+            },
+            alarms: alarms.clone(),
+            wal: appender.clone(),
+            probe_failed: false,
+        };
+        monitor.thresholds.memory_limit_bytes = u64::MAX;
+        monitor.check();
+        assert_eq!(alarms.reason(), None);
+        // Fill the first segment, then the disk.
+        let record = [7u8; 500];
+        while appender.append_durable(1, &record).unwrap().position.offset < 3000 {}
+        sim.set_capacity(Some(sim.used_bytes()));
+        let held = appender.append(1, &record).unwrap();
+        for _ in 0..5000 {
+            if appender.disk_full() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert!(appender.disk_full());
+        monitor.check();
+        assert_eq!(alarms.reason().as_deref(), Some(REASON_DISK));
+        sim.set_capacity(None);
+        monitor.check(); // asks the log to retry now
+        appender.wait_durable(held.lsn).unwrap();
+        monitor.check();
+        assert_eq!(alarms.reason(), None);
+        wal.close().unwrap();
+    }
+
     #[test]
     fn fractions_of_ram_resolve_to_bytes() {
         assert_eq!(MemoryLimit::Fraction(0.4).bytes(1000), 400);

@@ -529,7 +529,7 @@ impl Writer {
                 },
             };
             match self.commit(chunks) {
-                Ok(()) => self.shared.disk_full.store(false, Ordering::Release),
+                Ok(()) => {}
                 Err(Stop::Failed(err)) => break Some(err),
                 Err(Stop::DiskFull { rest, err }) => {
                     self.shared.disk_full.store(true, Ordering::Release);
@@ -589,7 +589,9 @@ impl Writer {
         while let Some(mut chunk) = chunks.next() {
             if let Some(first_lsn) = chunk.creates_segment {
                 match self.roll(chunk.segment, first_lsn) {
-                    Ok(()) => {}
+                    // Cleared before any record of the retried batch is reported durable, so
+                    // a waiter woken by it never sees the flag still set.
+                    Ok(()) => self.shared.disk_full.store(false, Ordering::Release),
                     Err(err) if err.is_disk_full() => {
                         // Nothing of this chunk (or any later one) was written: keep them all.
                         let mut rest = vec![chunk];
