@@ -393,3 +393,23 @@ async fn unacked_per_channel_max_caps_a_consumer_without_prefetch() {
     let d = within(5, consumer.next()).await.unwrap().unwrap();
     assert_eq!(d.data, vec![3]);
 }
+
+/// A graceful shutdown does not wait for an alarm to clear: a held publisher is closed with
+/// 320 like every other connection, and its held publish was never confirmed.
+#[tokio::test]
+async fn shutdown_closes_a_held_publisher() {
+    let (server, probe) = start().await;
+    let (pub_conn, pub_ch) = confirming_channel(&server).await;
+    declare(&pub_ch, "h").await;
+    let mut pub_events = pub_conn.events_listener();
+    probe.free.store(0, Ordering::SeqCst);
+    server.handle.check_resources().await;
+    let held = publish(&pub_ch, "h", b"x").await;
+    assert_eq!(next_blocked_event(&mut pub_events).await, "low on disk");
+    within(5, server.handle.shutdown()).await.unwrap();
+    let outcome = within(5, held).await;
+    assert!(
+        !matches!(outcome, Ok(Confirmation::Ack(_))),
+        "a held publish was confirmed: {outcome:?}"
+    );
+}
