@@ -10,6 +10,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use crate::limits;
+use crate::server::alarm::MemoryLimit;
 use crate::server::{ServerConfig, User, Users, limits_server};
 
 /// Defaults of every setting (the binary's flags have no defaults of their own, so that a
@@ -27,6 +29,79 @@ pub mod defaults {
     pub const LOG: &str = "info";
     /// `loopback_users` (RabbitMQ's default).
     pub const LOOPBACK_USERS: &[&str] = &["guest"];
+    /// `disk_free_limit`, bytes (RabbitMQ's 50 MB).
+    pub const DISK_FREE_LIMIT_BYTES: u64 = crate::limits::DISK_FREE_LIMIT_BYTES_DEFAULT;
+    /// `memory_high_watermark`, a fraction of RAM (RabbitMQ's 0.4).
+    pub const MEMORY_HIGH_WATERMARK: f64 = crate::limits::MEMORY_HIGH_WATERMARK_DEFAULT;
+}
+
+/// A size as written in the file: bytes, a string with RabbitMQ's units (`"50MB"`,
+/// `"512MiB"`, `"2GB"`), or (for memory only) a fraction of RAM such as `0.4`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum SizeSetting {
+    /// A number of bytes.
+    Bytes(u64),
+    /// A fraction of RAM.
+    Fraction(f64),
+    /// Bytes with a unit, or a fraction as text (from a flag).
+    Text(String),
+}
+
+/// Parses a byte size with RabbitMQ's units: `k`/`KiB`, `M`/`MiB`, `G`/`GiB` are powers of
+/// 1024, `kB`/`MB`/`GB` powers of 1000; no unit means bytes.
+///
+/// # Errors
+/// The text is not a number with one of those units, or overflows.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size (e.g. 50000000, \"50MB\", \"1GiB\")"))?;
+    let multiplier: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "k" | "K" | "kiB" | "KiB" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        "kB" | "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        other => return Err(format!("unknown unit '{other}' in '{text}'")),
+    };
+    n.checked_mul(multiplier)
+        .ok_or_else(|| format!("'{text}' is too large"))
+}
+
+/// The disk limit from a setting (bytes or a unit string; a fraction makes no sense here).
+fn disk_limit(setting: &SizeSetting) -> Result<u64, ConfigError> {
+    match setting {
+        SizeSetting::Bytes(b) => Ok(*b),
+        SizeSetting::Text(t) => parse_bytes(t).map_err(|e| invalid("disk_free_limit", e)),
+        SizeSetting::Fraction(f) => Err(invalid(
+            "disk_free_limit",
+            format!("{f} is not a number of bytes"),
+        )),
+    }
+}
+
+/// The memory limit from a setting: a fraction (number with a point, or such text) or bytes.
+fn memory_limit(setting: &SizeSetting) -> Result<MemoryLimit, ConfigError> {
+    match setting {
+        SizeSetting::Bytes(b) => Ok(MemoryLimit::Bytes(*b)),
+        SizeSetting::Fraction(f) => Ok(MemoryLimit::Fraction(*f)),
+        SizeSetting::Text(t) if t.contains('.') => t
+            .trim()
+            .parse::<f64>()
+            .map(MemoryLimit::Fraction)
+            .map_err(|_| invalid("memory_high_watermark", format!("'{t}' is not a fraction"))),
+        SizeSetting::Text(t) => parse_bytes(t)
+            .map(MemoryLimit::Bytes)
+            .map_err(|e| invalid("memory_high_watermark", e)),
+    }
 }
 
 /// A vhost or user name longer than this cannot travel in a short string.
@@ -57,7 +132,7 @@ fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
 }
 
 /// The file as written: every key optional, unknown keys refused.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     /// Address to listen on.
@@ -76,6 +151,20 @@ pub struct FileConfig {
     pub loopback_users: Option<Vec<String>>,
     /// Whether `guest`/`guest` exists besides the listed users (default true).
     pub default_user: Option<bool>,
+    /// Free disk space below which publishers are blocked.
+    pub disk_free_limit: Option<SizeSetting>,
+    /// Memory use (bytes, or a fraction of RAM) above which publishers are blocked.
+    pub memory_high_watermark: Option<SizeSetting>,
+    /// Open connections at most.
+    pub connection_max: Option<u64>,
+    /// `channel_max` offered to clients.
+    pub channel_max: Option<u64>,
+    /// `frame_max` offered to clients, bytes.
+    pub frame_max: Option<u64>,
+    /// Largest message body accepted, bytes.
+    pub max_message_size: Option<u64>,
+    /// Unacked deliveries per channel at most, prefetch 0 included.
+    pub unacked_per_channel_max: Option<u64>,
     /// Users.
     #[serde(default)]
     pub users: Vec<FileUser>,
@@ -127,10 +216,18 @@ pub struct Overrides {
     pub mgmt_port: Option<u16>,
     /// `--log`.
     pub log: Option<String>,
+    /// `--disk-free-limit` (bytes or a unit string).
+    pub disk_free_limit: Option<String>,
+    /// `--memory-high-watermark` (a fraction such as `0.4`, or bytes with a unit).
+    pub memory_high_watermark: Option<String>,
+    /// `--connection-max`.
+    pub connection_max: Option<u32>,
+    /// `--heartbeat` (seconds).
+    pub heartbeat_secs: Option<u16>,
 }
 
 /// The resolved configuration, checked by [`Config::validate`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Address to listen on.
     pub bind: String,
@@ -148,6 +245,20 @@ pub struct Config {
     pub users: Vec<User>,
     /// Vhosts created at start.
     pub vhosts: Vec<String>,
+    /// Free disk bytes below which publishers are blocked.
+    pub disk_free_limit_bytes: u64,
+    /// Memory use above which publishers are blocked.
+    pub memory_high_watermark: MemoryLimit,
+    /// Open connections at most.
+    pub connection_max: u64,
+    /// `channel_max` offered to clients.
+    pub channel_max: u64,
+    /// `frame_max` offered to clients.
+    pub frame_max: u64,
+    /// Largest message body accepted.
+    pub max_message_size: u64,
+    /// Unacked deliveries per channel at most.
+    pub unacked_per_channel_max: u64,
 }
 
 /// Merges flags over the file over the defaults, then validates.
@@ -180,6 +291,20 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
     for u in &mut users {
         u.loopback_only = loopback.contains(&u.name);
     }
+    let disk_free_limit_bytes = match flags.disk_free_limit.map(SizeSetting::Text) {
+        Some(flag) => disk_limit(&flag)?,
+        None => file
+            .disk_free_limit
+            .as_ref()
+            .map_or(Ok(defaults::DISK_FREE_LIMIT_BYTES), disk_limit)?,
+    };
+    let memory_high_watermark = match flags.memory_high_watermark.map(SizeSetting::Text) {
+        Some(flag) => memory_limit(&flag)?,
+        None => file.memory_high_watermark.as_ref().map_or(
+            Ok(MemoryLimit::Fraction(defaults::MEMORY_HIGH_WATERMARK)),
+            memory_limit,
+        )?,
+    };
     let config = Config {
         bind: flags
             .bind
@@ -203,11 +328,30 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
             .log
             .or(file.log)
             .unwrap_or_else(|| defaults::LOG.to_owned()),
-        heartbeat_secs: file
+        heartbeat_secs: flags
             .heartbeat_secs
+            .map(u32::from)
+            .or(file.heartbeat_secs)
             .unwrap_or(u32::from(limits_server::HEARTBEAT_SECS_DEFAULT)),
         users,
         vhosts: file.vhosts.into_iter().map(|v| v.name).collect(),
+        disk_free_limit_bytes,
+        memory_high_watermark,
+        connection_max: flags
+            .connection_max
+            .map(u64::from)
+            .or(file.connection_max)
+            .unwrap_or(u64::from(limits::CONNECTIONS_MAX)),
+        channel_max: file
+            .channel_max
+            .unwrap_or(u64::from(limits::CHANNELS_PER_CONNECTION_MAX)),
+        frame_max: file.frame_max.unwrap_or(u64::from(limits::FRAME_BYTES_MAX)),
+        max_message_size: file
+            .max_message_size
+            .unwrap_or(u64::from(limits::MESSAGE_BODY_BYTES_MAX)),
+        unacked_per_channel_max: file
+            .unacked_per_channel_max
+            .unwrap_or(u64::from(limits::UNACKED_PER_CHANNEL_MAX)),
     };
     config.validate()?;
     Ok(config)
@@ -245,6 +389,7 @@ impl Config {
         if self.bind.is_empty() {
             return Err(invalid("bind", "must not be empty"));
         }
+        self.validate_limits()?;
         let mut seen = BTreeSet::new();
         for (i, u) in self.users.iter().enumerate() {
             check_name(&format!("users[{i}].name"), &u.name)?;
@@ -264,6 +409,59 @@ impl Config {
         Ok(())
     }
 
+    /// Limits may lower the hard bounds of `crate::limits`, never raise them (STYLE 3.2).
+    fn validate_limits(&self) -> Result<(), ConfigError> {
+        for (key, value, min, max) in [
+            (
+                "connection_max",
+                self.connection_max,
+                1,
+                u64::from(limits::CONNECTIONS_MAX),
+            ),
+            (
+                "channel_max",
+                self.channel_max,
+                1,
+                u64::from(limits::CHANNELS_PER_CONNECTION_MAX),
+            ),
+            (
+                "frame_max",
+                self.frame_max,
+                u64::from(limits::FRAME_BYTES_MIN),
+                u64::from(limits::FRAME_BYTES_MAX),
+            ),
+            (
+                "max_message_size",
+                self.max_message_size,
+                1,
+                u64::from(limits::MESSAGE_BODY_BYTES_MAX),
+            ),
+            (
+                "unacked_per_channel_max",
+                self.unacked_per_channel_max,
+                1,
+                u64::from(limits::UNACKED_PER_CHANNEL_MAX),
+            ),
+        ] {
+            if !(min..=max).contains(&value) {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "{value} is outside {min}..={max} (config may lower a limit, not raise it)"
+                    ),
+                ));
+            }
+        }
+        match self.memory_high_watermark {
+            MemoryLimit::Fraction(f) if !(f > 0.0 && f <= 1.0) => Err(invalid(
+                "memory_high_watermark",
+                format!("the fraction {f} is outside (0, 1]"),
+            )),
+            MemoryLimit::Bytes(0) => Err(invalid("memory_high_watermark", "must be positive")),
+            _ => Ok(()),
+        }
+    }
+
     /// The server's configuration (with the system clock).
     ///
     /// # Errors
@@ -281,6 +479,18 @@ impl Config {
         server.heartbeat_secs = heartbeat;
         server.users = Users(self.users.clone());
         server.vhosts.clone_from(&self.vhosts);
+        server.disk_free_limit_bytes = self.disk_free_limit_bytes;
+        server.memory_high_watermark = self.memory_high_watermark;
+        let out_of_range = |key: &str| invalid(key, "out of range");
+        server.connection_max =
+            u32::try_from(self.connection_max).map_err(|_| out_of_range("connection_max"))?;
+        server.channel_max =
+            u16::try_from(self.channel_max).map_err(|_| out_of_range("channel_max"))?;
+        server.frame_max = u32::try_from(self.frame_max).map_err(|_| out_of_range("frame_max"))?;
+        server.message_bytes_max =
+            u32::try_from(self.max_message_size).map_err(|_| out_of_range("max_message_size"))?;
+        server.unacked_per_channel_max = u32::try_from(self.unacked_per_channel_max)
+            .map_err(|_| out_of_range("unacked_per_channel_max"))?;
         Ok(server)
     }
 }
@@ -398,6 +608,7 @@ name = "prod"
             data_dir: Some("/tmp/x".into()),
             mgmt_port: None,
             log: Some("warn".into()),
+            ..Overrides::default()
         };
         let c = merge(file, flags).unwrap();
         assert_eq!(c.bind, "127.0.0.2");
@@ -430,6 +641,124 @@ name = "prod"
         // A negative port is a type error from the parser, still naming the key.
         let e = FileConfig::parse("port = -1").unwrap_err().to_string();
         assert!(e.contains("port"), "{e}");
+    }
+
+    #[test]
+    fn resource_limits_parse_with_units_and_defaults() {
+        let c = merge(FileConfig::default(), Overrides::default()).unwrap();
+        assert_eq!(c.disk_free_limit_bytes, 50_000_000);
+        assert_eq!(c.memory_high_watermark, MemoryLimit::Fraction(0.4));
+        assert_eq!(c.connection_max, u64::from(limits::CONNECTIONS_MAX));
+        assert_eq!(c.channel_max, 2047);
+        assert_eq!(c.frame_max, 131_072);
+        assert_eq!(c.max_message_size, 16 * 1024 * 1024);
+        let text = "disk_free_limit = \"2GB\"\nmemory_high_watermark = 0.6\n\
+                    connection_max = 10\nchannel_max = 16\nframe_max = 8192\n\
+                    max_message_size = 1048576\nunacked_per_channel_max = 100\n";
+        let c = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap();
+        assert_eq!(c.disk_free_limit_bytes, 2_000_000_000);
+        assert_eq!(c.memory_high_watermark, MemoryLimit::Fraction(0.6));
+        let s = c.server_config().unwrap();
+        assert_eq!(s.connection_max, 10);
+        assert_eq!(s.channel_max, 16);
+        assert_eq!(s.frame_max, 8192);
+        assert_eq!(s.message_bytes_max, 1_048_576);
+        assert_eq!(s.unacked_per_channel_max, 100);
+        assert_eq!(s.disk_free_limit_bytes, 2_000_000_000);
+        let text = "disk_free_limit = 1000\nmemory_high_watermark = \"512MiB\"\n";
+        let c = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap();
+        assert_eq!(c.disk_free_limit_bytes, 1000);
+        assert_eq!(c.memory_high_watermark, MemoryLimit::Bytes(512 << 20));
+        let text = "memory_high_watermark = 1073741824\n";
+        let c = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap();
+        assert_eq!(c.memory_high_watermark, MemoryLimit::Bytes(1 << 30));
+    }
+
+    #[test]
+    fn resource_flags_override_the_file() {
+        let text = "disk_free_limit = \"1GB\"\nmemory_high_watermark = 0.6\n\
+                    connection_max = 10\nheartbeat_secs = 5\n";
+        let flags = Overrides {
+            disk_free_limit: Some("100MB".into()),
+            memory_high_watermark: Some("0.25".into()),
+            connection_max: Some(3),
+            heartbeat_secs: Some(0),
+            ..Overrides::default()
+        };
+        let c = merge(FileConfig::parse(text).unwrap(), flags).unwrap();
+        assert_eq!(c.disk_free_limit_bytes, 100_000_000);
+        assert_eq!(c.memory_high_watermark, MemoryLimit::Fraction(0.25));
+        assert_eq!(c.connection_max, 3);
+        assert_eq!(c.heartbeat_secs, 0);
+        let flags = Overrides {
+            memory_high_watermark: Some("2GiB".into()),
+            ..Overrides::default()
+        };
+        let c = merge(FileConfig::default(), flags).unwrap();
+        assert_eq!(c.memory_high_watermark, MemoryLimit::Bytes(2 << 30));
+    }
+
+    #[test]
+    fn resource_limits_out_of_range_are_refused_by_key() {
+        for (text, key) in [
+            ("disk_free_limit = \"50XB\"", "disk_free_limit"),
+            ("disk_free_limit = \"lots\"", "disk_free_limit"),
+            ("disk_free_limit = 0.5", "disk_free_limit"),
+            ("disk_free_limit = \"99999999999GB\"", "disk_free_limit"),
+            ("memory_high_watermark = 1.5", "memory_high_watermark"),
+            ("memory_high_watermark = 0.0", "memory_high_watermark"),
+            ("memory_high_watermark = 0", "memory_high_watermark"),
+            ("memory_high_watermark = \"0.x\"", "memory_high_watermark"),
+            ("connection_max = 0", "connection_max"),
+            ("connection_max = 65537", "connection_max"),
+            ("channel_max = 0", "channel_max"),
+            ("channel_max = 2048", "channel_max"),
+            ("frame_max = 4095", "frame_max"),
+            ("frame_max = 131073", "frame_max"),
+            ("max_message_size = 0", "max_message_size"),
+            ("max_message_size = 16777217", "max_message_size"),
+            ("unacked_per_channel_max = 0", "unacked_per_channel_max"),
+            ("unacked_per_channel_max = 65536", "unacked_per_channel_max"),
+        ] {
+            let e = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap_err();
+            match e {
+                ConfigError::Invalid { key: k, .. } => assert_eq!(k, key, "{text}"),
+                ConfigError::Parse(p) => panic!("{text}: {p}"),
+            }
+        }
+        let flags = Overrides {
+            disk_free_limit: Some("12 parsecs".into()),
+            ..Overrides::default()
+        };
+        let e = merge(FileConfig::default(), flags).unwrap_err();
+        assert!(matches!(e, ConfigError::Invalid { ref key, .. } if key == "disk_free_limit"));
+        // Wrong types and unknown keys are the parser's, and name the key.
+        let e = FileConfig::parse("channel_max = \"many\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("channel_max"), "{e}");
+        let e = FileConfig::parse("disk_free_limit = [1]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("disk_free_limit"), "{e}");
+        let e = FileConfig::parse("vm_memory_high_watermark = 0.4\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("vm_memory_high_watermark"), "{e}");
+    }
+
+    #[test]
+    fn sizes_use_rabbitmq_units() {
+        assert_eq!(parse_bytes("50MB"), Ok(50_000_000));
+        assert_eq!(parse_bytes("50M"), Ok(50 << 20));
+        assert_eq!(parse_bytes("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_bytes("2kB"), Ok(2000));
+        assert_eq!(parse_bytes("2k"), Ok(2048));
+        assert_eq!(parse_bytes("123"), Ok(123));
+        assert!(parse_bytes("").is_err());
+        assert!(parse_bytes("MB").is_err());
+        assert!(parse_bytes("-5MB").is_err());
+        assert!(parse_bytes("99999999999999999999").is_err());
     }
 
     #[test]

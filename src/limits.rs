@@ -21,6 +21,48 @@ pub const SEGMENT_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// headers and routing information.
 pub const RECORD_PAYLOAD_BYTES_MAX: usize = MESSAGE_BODY_BYTES_MAX as usize + 256 * 1024;
 
+/// Smallest WAL segment size accepted (tests lower the size to exercise rolling): room for a
+/// header and a few small records.
+pub const SEGMENT_BYTES_MIN: u64 = 4096;
+/// Bytes of records appended but not yet taken by the WAL writer before `append` blocks (the
+/// producers' backpressure bound; also what a writer paused on a full disk may hold).
+pub const WAL_PENDING_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// How far ahead of the write position a preallocating log keeps zeros written.
+pub const PREALLOCATE_STEP_BYTES: u64 = 4 * 1024 * 1024;
+/// How often a WAL writer paused on a full disk retries creating its next segment.
+pub const DISK_FULL_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Connections the server accepts at most (`connection_max` may lower it; RabbitMQ's default
+/// is unlimited, but every bound is explicit here).
+pub const CONNECTIONS_MAX: u32 = 65_536;
+/// Unacknowledged deliveries one channel may hold when its consumers set no prefetch limit
+/// (prefetch 0): a safety cap, so that a consumer that never acks cannot pull a whole queue
+/// into the unacked set and its connection's outbox.
+pub const UNACKED_PER_CHANNEL_MAX: u32 = 65_535;
+
+/// Batches of operations queued towards the broker task before readers wait (and so stop
+/// reading their sockets): the publisher backpressure bound.
+pub const CORE_QUEUE_BATCHES_MAX: usize = 256;
+/// How long a peer has to finish the handshake.
+pub const HANDSHAKE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long we wait for `close-ok` after sending `connection.close`.
+pub const CLOSE_OK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// Bytes of partly received message bodies one connection may hold over all its channels
+/// (more than one maximal message, far less than `channel_max` of them).
+pub const GATHERING_BYTES_PER_CONNECTION_MAX: usize =
+    2 * MESSAGE_BODY_BYTES_MAX as usize + 1024 * 1024;
+/// The heartbeat interval proposed in `connection.tune`, in seconds (RabbitMQ's 60).
+pub const HEARTBEAT_SECS_DEFAULT: u16 = 60;
+/// How often the resource monitor samples free disk and memory.
+pub const RESOURCE_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+/// An alarm clears only this many percent of its limit away from it (hysteresis).
+pub const ALARM_HYSTERESIS_PERCENT: u64 = 5;
+/// Default `disk_free_limit`: RabbitMQ's `disk_free_limit.absolute` default of 50 MB.
+pub const DISK_FREE_LIMIT_BYTES_DEFAULT: u64 = 50_000_000;
+/// Default `memory_high_watermark`, a fraction of RAM: RabbitMQ's
+/// `vm_memory_high_watermark.relative` default.
+pub const MEMORY_HIGH_WATERMARK_DEFAULT: f64 = 0.4;
+
 /// Largest `x-message-ttl`, `message-ttl` and per-message `expiration` value (S-TTL-1): 2^32-1 ms.
 pub const TTL_MS_MAX: u64 = u32::MAX as u64;
 
@@ -31,6 +73,38 @@ const _: () = assert!(
 const _: () = assert!(
     (RECORD_PAYLOAD_BYTES_MAX as u64) < SEGMENT_BYTES_MAX / 2,
     "a record must fit in a segment with room to spare, or rolling could loop"
+);
+const _: () = assert!(
+    GATHERING_BYTES_PER_CONNECTION_MAX > MESSAGE_BODY_BYTES_MAX as usize,
+    "one maximal message must be receivable"
+);
+const _: () = assert!(
+    ALARM_HYSTERESIS_PERCENT < 100,
+    "an alarm must be able to clear"
+);
+const _: () = assert!(
+    HANDSHAKE_WAIT.as_secs() >= CLOSE_OK_WAIT.as_secs(),
+    "a handshake gets at least as long as a close"
+);
+const _: () = assert!(
+    CHANNELS_PER_CONNECTION_MAX > 0 && CONNECTIONS_MAX > 0,
+    "a limit of zero would refuse everything"
+);
+const _: () = assert!(
+    SEGMENT_BYTES_MIN <= SEGMENT_BYTES_MAX,
+    "the smallest segment size must be allowed"
+);
+const _: () = assert!(
+    PREALLOCATE_STEP_BYTES <= SEGMENT_BYTES_MAX,
+    "zeros ahead stay within one segment"
+);
+const _: () = assert!(
+    PREALLOCATE_STEP_BYTES.is_multiple_of(1024 * 1024),
+    "zero-fill writes whole MiB steps"
+);
+const _: () = assert!(
+    WAL_PENDING_BYTES_MAX >= RECORD_PAYLOAD_BYTES_MAX,
+    "the pending buffer holds at least one maximal record (an empty buffer takes any record)"
 );
 const _: () = assert!(
     MESSAGE_BODY_BYTES_MAX as usize <= RECORD_PAYLOAD_BYTES_MAX,

@@ -3,6 +3,7 @@
 //! server, and shuts it down gracefully on SIGINT/SIGTERM (connections closed with 320, the
 //! process exits once everything acknowledged is durable). `anyhow` lives here, at the edge.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -36,6 +37,20 @@ struct Args {
     /// Log filter: error, warn, info, debug, trace, or a tracing directive list [default: info].
     #[arg(long, env = "WHARF_LOG")]
     log: Option<String>,
+    /// Free disk space below which publishers are blocked: bytes or with a unit (50MB, 1GiB)
+    /// [default: 50MB].
+    #[arg(long, env = "WHARF_DISK_FREE_LIMIT")]
+    disk_free_limit: Option<String>,
+    /// Memory use above which publishers are blocked: a fraction of RAM (0.4) or bytes with a
+    /// unit (2GiB) [default: 0.4].
+    #[arg(long, env = "WHARF_MEMORY_HIGH_WATERMARK")]
+    memory_high_watermark: Option<String>,
+    /// Open connections at most; more are refused at connection.open [default: 65536].
+    #[arg(long, env = "WHARF_CONNECTION_MAX")]
+    connection_max: Option<u32>,
+    /// Heartbeat interval proposed to clients, seconds (0: none) [default: 60].
+    #[arg(long, env = "WHARF_HEARTBEAT")]
+    heartbeat: Option<u16>,
 }
 
 fn load(args: Args) -> anyhow::Result<Config> {
@@ -53,6 +68,10 @@ fn load(args: Args) -> anyhow::Result<Config> {
         data_dir: args.data_dir,
         mgmt_port: args.mgmt_port,
         log: args.log,
+        disk_free_limit: args.disk_free_limit,
+        memory_high_watermark: args.memory_high_watermark,
+        connection_max: args.connection_max,
+        heartbeat_secs: args.heartbeat,
     };
     let origin = args
         .config
@@ -65,6 +84,10 @@ fn main() -> anyhow::Result<()> {
     let config = load(Args::parse())?;
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_new(&config.log).context("parsing log")?)
+        // Colour codes only for a person at a terminal, not in log files or journald. The
+        // logs go to stdout (tracing's default, which scripts may read), so that is the stream
+        // asked.
+        .with_ansi(std::io::stdout().is_terminal())
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -1,6 +1,7 @@
 //! Flow control and lifecycle: a consumer that stops reading its socket makes the server pause
 //! its deliveries (messages wait in the queue, so the server's memory stays bounded) and resume
-//! once it reads again; a graceful shutdown closes every connection with 320.
+//! once it reads again; a graceful shutdown closes every connection with 320; a resource alarm
+//! blocks (and tells) connections that publish.
 
 #![allow(
     clippy::unwrap_used,
@@ -115,19 +116,38 @@ async fn shutdown_closes_connections_with_320() {
 
 #[tokio::test]
 async fn resource_alarm_sends_connection_blocked_and_unblocked() {
+    // RabbitMQ's rule: a connection is blocked (and told so) when it publishes during the
+    // alarm, including one opened during it; both are told when it ends.
     let server = TestServer::start().await;
-    let conn = server.connect().await;
+    let (conn, ch) = server.channel().await;
     let mut events = conn.events_listener();
     server.handle.set_blocked(Some("low on disk".into())).await;
+    let publish = |ch: lapin::Channel| async move {
+        ch.basic_publish(
+            "".into(),
+            "nowhere".into(),
+            BasicPublishOptions::default(),
+            b"x",
+            lapin::BasicProperties::default(),
+        )
+        .await
+        .unwrap();
+    };
+    publish(ch).await;
     let blocked = loop {
         if let lapin::Event::ConnectionBlocked(reason) = within(5, events.next()).await.unwrap() {
             break reason;
         }
     };
     assert_eq!(blocked, "low on disk");
-    // A connection opened during the alarm is told when it ends, too.
-    let late = server.connect().await;
+    let (late, late_ch) = server.channel().await;
     let mut late_events = late.events_listener();
+    publish(late_ch).await;
+    loop {
+        if let lapin::Event::ConnectionBlocked(_) = within(5, late_events.next()).await.unwrap() {
+            break;
+        }
+    }
     server.handle.set_blocked(None).await;
     loop {
         if let lapin::Event::ConnectionUnblocked = within(5, events.next()).await.unwrap() {

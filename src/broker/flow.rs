@@ -448,6 +448,11 @@ impl Broker {
             && let Some(ch) = self.channels.get_mut(&chan)
         {
             ch.consumer_unacked -= 1;
+            // Leaving the cap frees room for every consumer of the channel (exactly once per
+            // crossing, however many messages one ack releases).
+            if ch.consumer_unacked + 1 == self.unacked_per_channel_max {
+                self.mark_channel_queues(chan);
+            }
         }
     }
 
@@ -469,7 +474,10 @@ impl Broker {
             let per_consumer = c.prefetch == 0 || c.unacked < u32::from(c.prefetch);
             let global =
                 ch.global_prefetch == 0 || ch.consumer_unacked < u32::from(ch.global_prefetch);
-            if per_consumer && global {
+            // The safety cap holds whatever the prefetch (prefetch 0 means "no limit" to the
+            // client, not to us: STYLE 3.2).
+            let capped = ch.consumer_unacked < self.unacked_per_channel_max;
+            if per_consumer && global && capped {
                 return Some(i);
             }
         }

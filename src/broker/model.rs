@@ -257,6 +257,9 @@ pub struct Broker {
     pub(crate) name_seq: u64,
     pub(crate) dirty: Vec<QueueId>,
     pub(crate) dead_letter_dropped: u64,
+    /// Unacked deliveries a channel may hold over all its consumers (the safety cap for
+    /// consumers without prefetch), `limits::UNACKED_PER_CHANNEL_MAX` or lower.
+    pub(crate) unacked_per_channel_max: u32,
 }
 
 impl Default for Broker {
@@ -351,6 +354,7 @@ impl Broker {
             name_seq: 0,
             dirty: Vec::new(),
             dead_letter_dropped: 0,
+            unacked_per_channel_max: crate::limits::UNACKED_PER_CHANNEL_MAX,
         };
         b.add_vhost("/");
         b
@@ -564,6 +568,12 @@ impl Broker {
             q.dirty = true;
             self.dirty.push(qid);
         }
+    }
+
+    /// Lowers the cap on unacknowledged deliveries per channel (consumers with prefetch 0
+    /// included) from `limits::UNACKED_PER_CHANNEL_MAX`; values above it, or 0, are clamped.
+    pub fn set_unacked_per_channel_max(&mut self, max: u32) {
+        self.unacked_per_channel_max = max.clamp(1, crate::limits::UNACKED_PER_CHANNEL_MAX);
     }
 
     pub(crate) fn mark_channel_queues(&mut self, chan: ChanRef) {

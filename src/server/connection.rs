@@ -5,12 +5,16 @@
 //!
 //! The reader sends one batch of operations per socket read; when the broker task's bounded
 //! channel is full the send waits, so the reader stops reading its socket and a publisher that
-//! outruns the broker is throttled by TCP, not buffered. Business rules stay in the broker;
+//! outruns the broker is throttled by TCP, not buffered. The same holds while a resource
+//! alarm is on (`alarm`): a batch holding a publish is kept back, and the socket not read,
+//! until the alarm clears (RabbitMQ's "blocked" state; a connection that does not publish is
+//! never held). Business rules stay in the broker;
 //! this file only checks the protocol (S-ERR-1: wrong state, bad frames).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use amq_protocol::protocol::{AMQPClass, basic, channel, confirm, connection, exchange, queue, tx};
@@ -45,6 +49,65 @@ pub struct ConnCtx {
     /// Held (never used to send) while a connection task lives, so shutdown can wait until
     /// every connection has flushed its close.
     pub alive: mpsc::Sender<()>,
+    /// The resource alarm's reason while one is on (see `alarm`).
+    pub alarm: watch::Receiver<Option<String>>,
+    /// The configured limits.
+    pub limits: ConnLimits,
+    /// Connections open now (past `connection.open`), against `limits.connection_max`.
+    pub open_connections: Arc<AtomicU32>,
+}
+
+/// The configured limits a connection applies (each at most its bound in `crate::limits`).
+#[derive(Debug, Clone, Copy)]
+#[expect(
+    clippy::struct_field_names,
+    reason = "named as the configuration keys they come from"
+)]
+pub struct ConnLimits {
+    /// Open connections at most.
+    pub connection_max: u32,
+    /// `channel_max` offered in `connection.tune`.
+    pub channel_max: u16,
+    /// `frame_max` offered in `connection.tune`.
+    pub frame_max: u32,
+    /// Largest message body accepted.
+    pub message_bytes_max: u32,
+}
+
+impl ConnLimits {
+    /// The limits of `config`, clamped to the hard bounds (config may lower them only).
+    pub fn from_config(config: &super::ServerConfig) -> Self {
+        ConnLimits {
+            connection_max: config.connection_max.min(limits::CONNECTIONS_MAX),
+            channel_max: config
+                .channel_max
+                .clamp(1, limits::CHANNELS_PER_CONNECTION_MAX),
+            frame_max: config
+                .frame_max
+                .clamp(limits::FRAME_BYTES_MIN, limits::FRAME_BYTES_MAX),
+            message_bytes_max: config.message_bytes_max.min(limits::MESSAGE_BODY_BYTES_MAX),
+        }
+    }
+}
+
+/// One place among `connection_max`, given back when dropped.
+struct Admission(Arc<AtomicU32>);
+
+impl Admission {
+    /// Takes a place, or `None` when all `max` are taken.
+    fn take(open: &Arc<AtomicU32>, max: u32) -> Option<Admission> {
+        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| Admission(open.clone()))
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +143,8 @@ struct Reader {
     ops: Vec<ChanOp>,
     /// The core already knows this connection (it must be told when it goes).
     registered: bool,
+    /// Its place among `connection_max` open connections, once open.
+    admission: Option<Admission>,
 }
 
 /// Serves one accepted socket until it closes.
@@ -120,6 +185,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: ConnCtx) {
             gathering_bytes: 0,
             ops: Vec::new(),
             registered: false,
+            admission: None,
         };
         debug!("accepted");
         let alive = reader.ctx.alive.clone();
@@ -141,6 +207,7 @@ impl Reader {
         let mut buf = BytesMut::with_capacity(64 * 1024);
         loop {
             self.process(&mut buf).await;
+            self.hold_while_alarm().await;
             if !self.ops.is_empty() {
                 let ops = std::mem::take(&mut self.ops);
                 let msg = CoreMsg::Ops { conn: self.id, ops };
@@ -175,6 +242,54 @@ impl Reader {
                     self.phase = Phase::Closing;
                 }
             }
+        }
+    }
+
+    /// RabbitMQ's resource alarm rule: a batch that holds a publish is not passed on while an
+    /// alarm is on, and the socket is not read meanwhile (the client's further publishes wait
+    /// in TCP; nothing is refused or lost). The client is told `connection.blocked` if it
+    /// advertised the capability, and `connection.unblocked` when the alarm clears. Batches
+    /// without a publish (acks, consumes, declares) always pass, so consumers drain queues.
+    /// Heartbeats are not awaited while held (RabbitMQ pauses its heartbeat monitor too).
+    async fn hold_while_alarm(&mut self) {
+        if !self.ops.iter().any(|op| matches!(op.op, Op::Publish(_))) {
+            return;
+        }
+        let mut alarm = self.ctx.alarm.clone();
+        let Some(reason) = alarm.borrow_and_update().clone() else {
+            return;
+        };
+        info!(%reason, "publisher blocked by a resource alarm");
+        if self.blocked_notify {
+            let blocked =
+                AMQPClass::Connection(connection::AMQPMethod::Blocked(connection::Blocked {
+                    reason: short(&reason),
+                }));
+            self.outbox
+                .send(|b| protocol::encode_method(b, ChannelId(0), &blocked));
+        }
+        loop {
+            tokio::select! {
+                changed = alarm.changed() => {
+                    if changed.is_err() || alarm.borrow_and_update().is_none() {
+                        break;
+                    }
+                }
+                () = self.outbox.closing() => {
+                    // The server closes this connection (shutdown): what was held was never
+                    // confirmed, and now never will be.
+                    self.ops.clear();
+                    self.phase = Phase::Closing;
+                    return;
+                }
+            }
+        }
+        info!("publisher unblocked");
+        if self.blocked_notify {
+            let unblocked =
+                AMQPClass::Connection(connection::AMQPMethod::Unblocked(connection::Unblocked {}));
+            self.outbox
+                .send(|b| protocol::encode_method(b, ChannelId(0), &unblocked));
         }
     }
 
@@ -396,8 +511,8 @@ impl Reader {
             return;
         }
         let tune = AMQPClass::Connection(connection::AMQPMethod::Tune(connection::Tune {
-            channel_max: limits::CHANNELS_PER_CONNECTION_MAX,
-            frame_max: limits::FRAME_BYTES_MAX,
+            channel_max: self.ctx.limits.channel_max,
+            frame_max: self.ctx.limits.frame_max,
             heartbeat: self.ctx.heartbeat_secs,
         }));
         self.outbox
@@ -407,10 +522,10 @@ impl Reader {
 
     fn on_tune_ok(&mut self, t: &connection::TuneOk) {
         self.channel_max = match t.channel_max {
-            0 => limits::CHANNELS_PER_CONNECTION_MAX,
-            n => n.min(limits::CHANNELS_PER_CONNECTION_MAX),
+            0 => self.ctx.limits.channel_max,
+            n => n.min(self.ctx.limits.channel_max),
         };
-        self.frame_max = protocol::effective_frame_max(t.frame_max);
+        self.frame_max = protocol::effective_frame_max(t.frame_max).min(self.ctx.limits.frame_max);
         self.heartbeat = (t.heartbeat > 0).then(|| Duration::from_secs(u64::from(t.heartbeat)));
         let _ = self.heartbeat_tx.send(self.heartbeat);
         self.phase = Phase::Open;
@@ -425,6 +540,15 @@ impl Reader {
             self.close_connection(Close::new(reply_code::NOT_ALLOWED, &text), (10, 40));
             return;
         }
+        let max = self.ctx.limits.connection_max;
+        let Some(admission) = Admission::take(&self.ctx.open_connections, max) else {
+            // RabbitMQ's answer to one connection over `connection_max`.
+            let text = format!("connection refused: node connection limit ({max}) is reached");
+            info!(max, "connection limit reached");
+            self.close_connection(Close::new(reply_code::NOT_ALLOWED, &text), (10, 40));
+            return;
+        };
+        self.admission = Some(admission);
         let (done, answer) = oneshot::channel();
         let open = OpenConn {
             conn: self.id,
@@ -432,7 +556,6 @@ impl Reader {
             outbox: self.outbox.clone(),
             frame_max: self.frame_max,
             cancel_notify: self.cancel_notify,
-            blocked_notify: self.blocked_notify,
             done,
         };
         if self
@@ -472,6 +595,25 @@ impl Reader {
             self.on_connection_frame(frame);
             return;
         }
+        let opens = matches!(
+            frame,
+            Frame::Method(_, AMQPClass::Channel(channel::AMQPMethod::Open(_)))
+        );
+        if opens
+            && !self.channels.contains_key(&ch)
+            && self.channels.len() >= usize::from(self.channel_max)
+        {
+            // RabbitMQ's answer to one channel too many (530, a connection error). It checks
+            // the count before anything else, so a client numbering its channels 1, 2, ...
+            // meets this rather than the channel-number check below.
+            let text = format!(
+                "number of channels opened ({}) has reached the negotiated channel_max ({})",
+                self.channels.len(),
+                self.channel_max
+            );
+            self.close_connection(Close::new(reply_code::NOT_ALLOWED, &text), (20, 10));
+            return;
+        }
         if ch > self.channel_max {
             let close = Close::new(
                 reply_code::CHANNEL_ERROR,
@@ -483,10 +625,9 @@ impl Reader {
         let Some(assembler) = self.channels.get_mut(&ch) else {
             match frame {
                 Frame::Method(_, AMQPClass::Channel(channel::AMQPMethod::Open(_))) => {
-                    self.channels.insert(
-                        ch,
-                        ContentAssembler::new(ChannelId(ch), limits::MESSAGE_BODY_BYTES_MAX),
-                    );
+                    let body_max = self.ctx.limits.message_bytes_max;
+                    self.channels
+                        .insert(ch, ContentAssembler::new(ChannelId(ch), body_max));
                     self.push(ch, Op::Open);
                 }
                 Frame::Method(_, AMQPClass::Channel(channel::AMQPMethod::CloseOk(_))) => {}

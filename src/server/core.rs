@@ -51,9 +51,6 @@ pub enum CoreMsg {
     Tick(oneshot::Sender<()>),
     /// Close every connection (320), make everything durable, stop.
     Shutdown,
-    /// A resource alarm went on (`Some(reason)`) or off (`None`): tell the clients that
-    /// advertised `connection.blocked`.
-    Blocked(Option<String>),
 }
 
 /// A connection asking to be opened.
@@ -69,8 +66,6 @@ pub struct OpenConn {
     pub frame_max: u32,
     /// The client advertised `consumer_cancel_notify`.
     pub cancel_notify: bool,
-    /// The client advertised `connection.blocked`.
-    pub blocked_notify: bool,
     /// The answer: `Ok` once open, or the refusal (530 for an unknown vhost).
     pub done: oneshot::Sender<Result<(), BrokerError>>,
 }
@@ -177,7 +172,6 @@ struct ConnState {
     outbox: Arc<Outbox>,
     frame_max: u32,
     cancel_notify: bool,
-    blocked_notify: bool,
     channels: HashMap<u16, ChanState>,
     /// Deliveries paused because the outbox is over the high mark.
     throttled: bool,
@@ -209,8 +203,6 @@ pub struct Core {
     stopping: bool,
     /// `Tick`s to answer once the batch is flushed.
     ticks: Vec<oneshot::Sender<()>>,
-    /// The reason of the resource alarm in force, if any.
-    blocked: Option<String>,
 }
 
 impl Core {
@@ -235,7 +227,6 @@ impl Core {
             armed: None,
             stopping: false,
             ticks: Vec::new(),
-            blocked: None,
         }
     }
 
@@ -336,38 +327,7 @@ impl Core {
                 self.ticks.push(done);
             }
             CoreMsg::Shutdown => self.shutdown(),
-            CoreMsg::Blocked(reason) => {
-                if reason != self.blocked {
-                    self.blocked = reason;
-                    let ids: Vec<u64> = self.conns.keys().copied().collect();
-                    for conn in ids {
-                        self.send_blocked(conn);
-                    }
-                }
-            }
         }
-    }
-
-    /// Sends `connection.blocked` or `unblocked` as the alarm state says, to a client that
-    /// advertised the capability.
-    fn send_blocked(&mut self, conn: u64) {
-        let Some(c) = self.conns.get(&conn) else {
-            return;
-        };
-        if !c.blocked_notify {
-            return;
-        }
-        let frame = match &self.blocked {
-            Some(reason) => {
-                AMQPClass::Connection(connection::AMQPMethod::Blocked(connection::Blocked {
-                    reason: short(reason),
-                }))
-            }
-            None => {
-                AMQPClass::Connection(connection::AMQPMethod::Unblocked(connection::Unblocked {}))
-            }
-        };
-        self.reply(conn, 0, &frame);
     }
 
     fn open_conn(&mut self, open: OpenConn) {
@@ -383,7 +343,6 @@ impl Core {
                         outbox: open.outbox,
                         frame_max: open.frame_max,
                         cancel_notify: open.cancel_notify,
-                        blocked_notify: open.blocked_notify,
                         channels: HashMap::new(),
                         throttled: false,
                     },
@@ -391,9 +350,6 @@ impl Core {
                 let ok =
                     AMQPClass::Connection(connection::AMQPMethod::OpenOk(connection::OpenOk {}));
                 self.reply(open.conn, 0, &ok);
-                if self.blocked.is_some() {
-                    self.send_blocked(open.conn);
-                }
                 self.apply_outcome(out, None);
                 let _ = open.done.send(Ok(()));
             }

@@ -10,6 +10,8 @@
 //! - `connection`: one task per client: handshake, frame decoding, channel states, methods to
 //!   broker commands.
 //! - `outbox`: a connection's outgoing buffer and the writer task (one write per batch).
+//! - [`alarm`]: disk and memory alarms; a connection that publishes while one is on stops
+//!   being read (RabbitMQ's resource alarms).
 //! - [`convert`]: wire values <-> broker values, broker errors -> AMQP closes (S-ERR-1).
 //!
 //! # Example
@@ -23,6 +25,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod alarm;
 mod connection;
 pub mod convert;
 mod core;
@@ -42,23 +45,14 @@ use crate::broker::Command;
 use crate::clock::{Clock, SystemClock};
 use crate::store::{Store, StoreConfig, StoreError};
 
-/// Bounds and waits of the server layer (the shared ones are in `crate::limits`).
+/// Bounds and waits of the server layer, kept in `crate::limits` with the others (these
+/// names stay for the code that uses them).
 pub mod limits_server {
-    use std::time::Duration;
-
-    /// Batches of operations queued towards the broker task before readers wait (and so
-    /// stop reading their sockets): the publisher backpressure bound.
-    pub const CORE_QUEUE_BATCHES_MAX: usize = 256;
-    /// How long a peer has to finish the handshake.
-    pub const HANDSHAKE_WAIT: Duration = Duration::from_secs(10);
-    /// How long we wait for `close-ok` after sending `connection.close`.
-    pub const CLOSE_OK_WAIT: Duration = Duration::from_secs(2);
-    /// Bytes of partly received message bodies one connection may hold over all its channels
-    /// (more than one maximal message, far less than `channel_max` of them).
-    pub const GATHERING_BYTES_PER_CONNECTION_MAX: usize =
-        2 * crate::limits::MESSAGE_BODY_BYTES_MAX as usize + 1024 * 1024;
-    /// The heartbeat interval proposed in `connection.tune`, in seconds (RabbitMQ's 60).
-    pub const HEARTBEAT_SECS_DEFAULT: u16 = 60;
+    pub use crate::limits::{
+        ALARM_HYSTERESIS_PERCENT, CLOSE_OK_WAIT, CORE_QUEUE_BATCHES_MAX,
+        GATHERING_BYTES_PER_CONNECTION_MAX, HANDSHAKE_WAIT, HEARTBEAT_SECS_DEFAULT,
+        RESOURCE_CHECK_INTERVAL,
+    };
 }
 
 /// Errors of starting or stopping the server.
@@ -176,6 +170,25 @@ pub struct ServerConfig {
     pub salvage: bool,
     /// Vhosts created at start if missing (before the listener opens).
     pub vhosts: Vec<String>,
+    /// The disk alarm goes on when the data directory's file system has less free space.
+    pub disk_free_limit_bytes: u64,
+    /// The memory alarm goes on when the process uses this much (see `alarm`).
+    pub memory_high_watermark: alarm::MemoryLimit,
+    /// Where free disk and memory use are read (`None`: the machine, [`alarm::SystemProbe`]).
+    pub resource_probe: Option<Arc<dyn alarm::ResourceProbe>>,
+    /// Open connections at most; one more is refused at `connection.open` (530).
+    pub connection_max: u32,
+    /// `channel_max` offered in `connection.tune` (at most
+    /// `limits::CHANNELS_PER_CONNECTION_MAX`).
+    pub channel_max: u16,
+    /// `frame_max` offered in `connection.tune` (between `limits::FRAME_BYTES_MIN` and
+    /// `limits::FRAME_BYTES_MAX`).
+    pub frame_max: u32,
+    /// Largest message body accepted (at most `limits::MESSAGE_BODY_BYTES_MAX`).
+    pub message_bytes_max: u32,
+    /// Unacknowledged deliveries one channel may hold, prefetch 0 included (at most
+    /// `limits::UNACKED_PER_CHANNEL_MAX`).
+    pub unacked_per_channel_max: u32,
 }
 
 impl ServerConfig {
@@ -189,6 +202,16 @@ impl ServerConfig {
             users: Users::default(),
             salvage: false,
             vhosts: Vec::new(),
+            disk_free_limit_bytes: crate::limits::DISK_FREE_LIMIT_BYTES_DEFAULT,
+            memory_high_watermark: alarm::MemoryLimit::Fraction(
+                crate::limits::MEMORY_HIGH_WATERMARK_DEFAULT,
+            ),
+            resource_probe: None,
+            connection_max: crate::limits::CONNECTIONS_MAX,
+            channel_max: crate::limits::CHANNELS_PER_CONNECTION_MAX,
+            frame_max: crate::limits::FRAME_BYTES_MAX,
+            message_bytes_max: crate::limits::MESSAGE_BODY_BYTES_MAX,
+            unacked_per_channel_max: crate::limits::UNACKED_PER_CHANNEL_MAX,
         }
     }
 }
@@ -208,6 +231,11 @@ pub struct ServerHandle {
     core_done: watch::Receiver<bool>,
     /// Yields `None` once every connection task (and the accept loop) has ended.
     connections_gone: mpsc::Receiver<()>,
+    /// The resource alarms (disk, memory, raised by hand).
+    alarms: Arc<alarm::Alarms>,
+    /// Asks the resource monitor for a check now.
+    monitor: mpsc::Sender<oneshot::Sender<()>>,
+    monitor_task: JoinHandle<()>,
 }
 
 /// Sets its flag when dropped.
@@ -236,6 +264,7 @@ impl Server {
             tokio::task::spawn_blocking(move || Store::open(&store_config))
                 .await
                 .map_err(|e| ServerError::Task(e.to_string()))??;
+        broker.set_unacked_per_channel_max(config.unacked_per_channel_max);
         let mut recovered = broker.recovered(clock.now_ms());
         // Configured vhosts exist before any client can connect; existing ones are kept
         // (VhostAdd of a known vhost changes nothing and logs nothing).
@@ -253,6 +282,8 @@ impl Server {
                 })?;
             recovered.events.extend(added.events);
         }
+        let alarms = Arc::new(alarm::Alarms::default());
+        let wal = store.wal_appender();
         let mut core = core::Core::new(broker, store, clock.clone());
         core.log_startup(recovered.events)?;
         let recovery_ms = clock.now_ms().saturating_sub(started_ms);
@@ -293,8 +324,12 @@ impl Server {
             users: Arc::new(config.users.clone()),
             heartbeat_secs: config.heartbeat_secs,
             alive,
+            alarm: alarms.subscribe(),
+            limits: connection::ConnLimits::from_config(&config),
+            open_connections: Arc::default(),
         };
         let accept_task = tokio::spawn(accept_loop(listener, ctx, stop_rx));
+        let (monitor, monitor_task) = start_monitor(&config, wal, alarms.clone());
         Ok(ServerHandle {
             local_addr,
             core: core_tx,
@@ -303,8 +338,42 @@ impl Server {
             core_task,
             core_done,
             connections_gone,
+            alarms,
+            monitor,
+            monitor_task,
         })
     }
+}
+
+/// Spawns the resource monitor (see `alarm`) over the configured probe and limits.
+fn start_monitor(
+    config: &ServerConfig,
+    wal: crate::wal::Appender,
+    alarms: Arc<alarm::Alarms>,
+) -> (mpsc::Sender<oneshot::Sender<()>>, JoinHandle<()>) {
+    let probe = config.resource_probe.clone().unwrap_or_else(|| {
+        Arc::new(alarm::SystemProbe {
+            dir: config.data_dir.clone(),
+        })
+    });
+    let thresholds = alarm::Thresholds {
+        disk_free_limit_bytes: config.disk_free_limit_bytes,
+        memory_limit_bytes: config.memory_high_watermark.bytes(alarm::total_ram_bytes()),
+    };
+    info!(
+        disk_free_limit_bytes = thresholds.disk_free_limit_bytes,
+        memory_limit_bytes = thresholds.memory_limit_bytes,
+        "resource alarms armed"
+    );
+    let monitor = alarm::Monitor {
+        probe,
+        thresholds,
+        alarms,
+        wal,
+        probe_failed: false,
+    };
+    let (tx, rx) = mpsc::channel(8);
+    (tx, tokio::spawn(alarm::monitor(monitor, rx)))
 }
 
 async fn accept_loop(
@@ -359,11 +428,32 @@ impl ServerHandle {
         let _ = done.wait_for(|d| *d).await;
     }
 
-    /// Raises (`Some(reason)`) or clears (`None`) a resource alarm: clients that advertised
-    /// `connection.blocked` get `connection.blocked` / `connection.unblocked` (the memory and
-    /// disk alarms will call this; publishers are not yet throttled by it).
+    /// Raises (`Some(reason)`) or clears (`None`) a resource alarm by hand, besides the disk
+    /// and memory alarms: while any is on, a connection that publishes stops being read (its
+    /// publishes wait in TCP; nothing is refused or lost) and, if it advertised the
+    /// capability, gets `connection.blocked`, then `connection.unblocked` when all clear.
+    /// Connections that only consume are not blocked (RabbitMQ's rule).
+    #[expect(
+        clippy::unused_async,
+        reason = "kept async: callers await it, as they did when it went through the broker task"
+    )]
     pub async fn set_blocked(&self, reason: Option<String>) {
-        let _ = self.core.send(core::CoreMsg::Blocked(reason)).await;
+        self.alarms.set_manual(reason);
+    }
+
+    /// The reason publishers are blocked now (`"low on disk"`, `"low on memory"`, ...), or
+    /// `None` when no alarm is on.
+    pub fn blocked_reason(&self) -> Option<String> {
+        self.alarms.reason()
+    }
+
+    /// Samples free disk and memory now (as the monitor does every second) and raises or
+    /// clears the alarms; resolves once done. For tests with an injected `resource_probe`.
+    pub async fn check_resources(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.monitor.send(done).await.is_ok() {
+            let _ = wait.await;
+        }
     }
 
     /// Graceful shutdown: stop accepting, close every connection (320 `CONNECTION_FORCED`),
@@ -372,6 +462,8 @@ impl ServerHandle {
     /// # Errors
     /// The final sync failed, or a server task panicked.
     pub async fn shutdown(mut self) -> Result<(), ServerError> {
+        // Connections held by an alarm wake on the 320 close below, not on the alarm.
+        self.monitor_task.abort();
         let _ = self.stop_accepting.send(true);
         let _ = self.accept_task.await;
         let _ = self.core.send(core::CoreMsg::Shutdown).await;

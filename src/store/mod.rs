@@ -292,6 +292,12 @@ impl Store {
         self.appender.durable_lsn().0
     }
 
+    /// A handle on the log for its state (`disk_full`, `stats`) and for nudging a writer paused
+    /// on a full disk (`retry_now`); the server's resource monitor holds one.
+    pub fn wal_appender(&self) -> Appender {
+        self.appender.clone()
+    }
+
     /// The log directory.
     pub fn dir(&self) -> &Path {
         self.wal.dir()

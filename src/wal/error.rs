@@ -158,6 +158,19 @@ pub enum WalError {
     },
 }
 
+impl WalError {
+    /// Whether this is a full disk met while creating a segment, before any record was
+    /// written into it: the writer pauses and retries instead of failing (S-DUR-3: nothing
+    /// confirmed is harmed, nothing held is dropped).
+    pub fn is_disk_full(&self) -> bool {
+        matches!(
+            self,
+            WalError::Failed { op: IoOp::CreateSegment, source, .. }
+                if source.kind() == std::io::ErrorKind::StorageFull
+        )
+    }
+}
+
 /// Errors of opening a log and of the recovery scan.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -107,8 +107,9 @@ pub struct Position {
     pub offset: u64,
 }
 
-/// Smallest segment size accepted (tests lower the size to exercise rolling).
-pub const SEGMENT_BYTES_MIN: u64 = 4096;
+/// Smallest segment size accepted (tests lower the size to exercise rolling); the bound
+/// lives in `limits` with the others.
+pub const SEGMENT_BYTES_MIN: u64 = limits::SEGMENT_BYTES_MIN;
 
 /// How a log is opened and run.
 #[derive(Debug, Clone)]
@@ -130,7 +131,7 @@ impl Default for WalConfig {
         Self {
             segment_bytes_max: limits::SEGMENT_BYTES_MAX,
             preallocate: true,
-            pending_bytes_max: 64 * 1024 * 1024,
+            pending_bytes_max: limits::WAL_PENDING_BYTES_MAX,
             recovery_mode: RecoveryMode::Strict,
         }
     }
@@ -147,6 +148,9 @@ impl WalConfig {
         }
         if self.pending_bytes_max == 0 {
             return bad("pending_bytes_max must be positive");
+        }
+        if self.pending_bytes_max > limits::WAL_PENDING_BYTES_MAX {
+            return bad("pending_bytes_max may lower limits::WAL_PENDING_BYTES_MAX, not raise it");
         }
         Ok(())
     }
@@ -182,9 +186,11 @@ impl Wal {
                 source,
             })?;
         let report = scan(&*storage, dir, config.recovery_mode, visit)?;
-        let active = prepare_active(&*storage, dir, config, &report).map_err(into_recovery)?;
+        let (active, active_unreserved) =
+            prepare_active(&*storage, dir, config, &report).map_err(into_recovery)?;
         let start = Start {
             active,
+            active_unreserved,
             next_lsn: report.next_lsn,
             segment_bytes_max: config.segment_bytes_max,
             pending_bytes_max: config.pending_bytes_max,
@@ -301,14 +307,15 @@ fn into_recovery(err: WalError) -> RecoveryError {
     }
 }
 
-/// Readies the segment to append to: the last one, its torn tail truncated (and re-zeroed
-/// when preallocating), or a new one.
+/// Readies the segment to append to: the last one, its torn tail truncated, the rest of its
+/// size reserved (and re-zeroed when preallocating), or a new one. The flag is set when the
+/// last one could not reserve its space (a full disk): nothing more is written into it.
 fn prepare_active(
     storage: &dyn Storage,
     dir: &Path,
     config: &WalConfig,
     report: &RecoveryReport,
-) -> Result<ActiveSegment, WalError> {
+) -> Result<(ActiveSegment, bool), WalError> {
     let max = config.segment_bytes_max;
     let Some(at) = report.append_at else {
         let id = match (report.unusable_last, report.segments.last()) {
@@ -329,7 +336,9 @@ fn prepare_active(
         let preallocate_to = config
             .preallocate
             .then(|| writer::preallocation_end(SEGMENT_HEADER_BYTES as u64, max));
-        return writer::create_segment_in(storage, dir, id, report.next_lsn, preallocate_to);
+        let sizes = (max, preallocate_to);
+        return writer::create_segment_in(storage, dir, id, report.next_lsn, sizes)
+            .map(|active| (active, false));
     };
     let path = dir.join(segment_file_name(at.segment));
     let err = |e| writer::failed(&path, IoOp::Write, e);
@@ -348,18 +357,27 @@ fn prepare_active(
         at.offset >= SEGMENT_HEADER_BYTES as u64,
         "append position inside the header"
     );
+    // The segment was reserved when created, but not necessarily by this build, and the
+    // reservation may not have survived a crash: reserve again (a no-op when it is there).
+    let unreserved = match file.reserve(max) {
+        Ok(()) => false,
+        Err(e) if e.kind() == std::io::ErrorKind::StorageFull => true,
+        Err(e) => return Err(err(e)),
+    };
     let preallocate_to = config
         .preallocate
-        .then(|| writer::preallocation_end(at.offset, max));
+        .then(|| writer::preallocation_end(at.offset, max))
+        .filter(|_| !unreserved);
     if let Some(to) = preallocate_to.filter(|&to| to > allocated) {
         writer::zero_fill(&*file, allocated, to).map_err(err)?;
         file.sync_all().map_err(err)?;
         allocated = to;
     }
-    Ok(ActiveSegment {
+    let active = ActiveSegment {
         id: at.segment,
         file,
         end: at.offset,
         allocated,
-    })
+    };
+    Ok((active, unreserved))
 }

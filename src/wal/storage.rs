@@ -1,7 +1,7 @@
 //! The disk behind the log, as a small trait ([`Storage`], [`StorageFile`]) with two
 //! implementations: [`FileStorage`] (real files through `std::fs`) and [`SimStorage`] (an
 //! in-memory, seeded disk that keeps written and synced bytes apart, can lose power and can fail
-//! the N-th write or sync). `SimStorage` is a product feature, not test-only code: services that
+//! the N-th write or sync, and can run out of space). `SimStorage` is a product feature, not test-only code: services that
 //! test themselves against wharf use it to simulate a power loss (DESIGN, "Injected time and
 //! disk"). Depends only on std and `wal::mmap`; knows nothing of records.
 
@@ -81,6 +81,18 @@ pub trait StorageFile: Send + Sync + Debug {
     /// # Errors
     /// The operating system's (or the simulation's) I/O error.
     fn sync_all(&self) -> io::Result<()>;
+    /// Reserves disk blocks for the first `len` bytes of the file without changing its length
+    /// (`fallocate` with `FALLOC_FL_KEEP_SIZE`), so that later writes below `len` cannot fail
+    /// for want of space. A full disk is an error of kind [`io::ErrorKind::StorageFull`]; a
+    /// storage that cannot reserve (a file system without `fallocate`) returns `Ok` and
+    /// reserves nothing. Truncating the file ([`StorageFile::set_len`]) drops the reservation
+    /// beyond the new length.
+    ///
+    /// # Errors
+    /// The operating system's (or the simulation's) I/O error.
+    fn reserve(&self, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
     /// A read-only map of the whole file when the storage can map (only for sealed segments,
     /// see `wal::mmap`); `None` when it cannot, and callers then read.
     ///
@@ -151,6 +163,16 @@ impl StorageFile for RealFile {
     fn sync_all(&self) -> io::Result<()> {
         self.0.sync_all()
     }
+    fn reserve(&self, len: u64) -> io::Result<()> {
+        use rustix::fs::{FallocateFlags, fallocate};
+        match fallocate(&self.0, FallocateFlags::KEEP_SIZE, 0, len) {
+            Ok(()) => Ok(()),
+            // No fallocate here (some network or FUSE file systems): nothing is reserved, and
+            // a full disk shows up as a write error instead (fail-stop, as before).
+            Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::NOSYS => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
     fn map_sealed(&self) -> io::Result<Option<ReadOnlyMap>> {
         if self.len_bytes()? == 0 {
             return Ok(None);
@@ -191,9 +213,16 @@ struct SimFile {
     dirty_from: Option<usize>,
     /// Whether the directory entry is durable (the directory was synced after creation).
     entry_durable: bool,
+    /// Bytes reserved by [`StorageFile::reserve`] (beyond `written.len()` they count as used
+    /// space without being part of the file).
+    reserved: usize,
 }
 
 impl SimFile {
+    /// Space the file takes on the simulated disk.
+    fn allocated(&self) -> usize {
+        self.written.len().max(self.reserved)
+    }
     fn mark_dirty(&mut self, from: usize) {
         self.dirty_from = Some(self.dirty_from.map_or(from, |d| d.min(from)));
     }
@@ -237,6 +266,31 @@ struct SimState {
     rng: SplitMix64,
     writes_until_failure: Option<u64>,
     syncs_until_failure: Option<u64>,
+    /// Total bytes the disk holds (`None`: unlimited); see [`SimStorage::set_capacity`].
+    capacity_bytes: Option<u64>,
+}
+
+impl SimState {
+    /// Bytes in use: every live file's allocation (written or reserved).
+    fn used_bytes(&self) -> u64 {
+        self.files.values().map(|f| f.allocated() as u64).sum()
+    }
+    /// Refuses to grow `path`'s allocation to `new_allocated` bytes when the disk would
+    /// overflow, with the error a full disk gives.
+    fn check_space(&self, path: &Path, new_allocated: usize) -> io::Result<()> {
+        let Some(capacity) = self.capacity_bytes else {
+            return Ok(());
+        };
+        let current = self.files.get(path).map_or(0, SimFile::allocated);
+        let growth = new_allocated.saturating_sub(current) as u64;
+        if growth > 0 && self.used_bytes().saturating_add(growth) > capacity {
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                "SimStorage: no space left on device",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// A simulated disk in memory. Cloning shares the same disk.
@@ -265,6 +319,7 @@ impl SimStorage {
                 rng: SplitMix64(seed),
                 writes_until_failure: None,
                 syncs_until_failure: None,
+                capacity_bytes: None,
             })),
             generation: 0,
         }
@@ -330,6 +385,7 @@ impl SimStorage {
             synced: bytes,
             dirty_from: None,
             entry_durable: true,
+            reserved: 0,
         }
     }
 
@@ -341,6 +397,19 @@ impl SimStorage {
     /// Makes the sync (file or directory) after the next `n` fail (`n = 0`: the very next).
     pub fn fail_sync_after(&self, n: u64) {
         self.lock().syncs_until_failure = Some(n);
+    }
+
+    /// Limits the disk to `capacity_bytes` in all (`None`: unlimited). Writes that would grow
+    /// a file past what is free, and reservations that do not fit, then fail with
+    /// [`io::ErrorKind::StorageFull`], as on a full disk. Lowering the capacity below what is
+    /// used loses nothing: it only refuses growth until space is freed or the capacity raised.
+    pub fn set_capacity(&self, capacity_bytes: Option<u64>) {
+        self.lock().capacity_bytes = capacity_bytes;
+    }
+
+    /// Bytes in use on the simulated disk (every file's written or reserved bytes).
+    pub fn used_bytes(&self) -> u64 {
+        self.lock().used_bytes()
     }
 
     /// The bytes a file holds now (written, synced or not), for tests and tools.
@@ -496,11 +565,13 @@ impl StorageFile for SimHandle {
             if countdown(&mut state.writes_until_failure) {
                 return Err(injected("write"));
             }
-            let file = file_mut(state, path)?;
             let start = to_usize(offset)?;
             let end = start
                 .checked_add(buf.len())
                 .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+            let written = file_mut(state, path)?.written.len();
+            state.check_space(path, end.max(written))?;
+            let file = file_mut(state, path)?;
             if file.written.len() < end {
                 file.written.resize(end, 0);
             }
@@ -517,6 +588,8 @@ impl StorageFile for SimHandle {
             let len = to_usize(len)?;
             let old = file.written.len();
             file.written.resize(len, 0);
+            // As on ext4: a truncation frees the blocks reserved beyond the new length.
+            file.reserved = file.reserved.min(len);
             file.mark_dirty(old.min(len));
             Ok(())
         })
@@ -532,6 +605,17 @@ impl StorageFile for SimHandle {
     }
     fn sync_all(&self) -> io::Result<()> {
         self.sync_data()
+    }
+    fn reserve(&self, len: u64) -> io::Result<()> {
+        self.with(|state, path| {
+            let len = to_usize(len)?;
+            let file = file_mut(state, path)?;
+            let new_allocated = file.allocated().max(len);
+            state.check_space(path, new_allocated)?;
+            let file = file_mut(state, path)?;
+            file.reserved = file.reserved.max(len);
+            Ok(())
+        })
     }
 }
 
@@ -569,5 +653,38 @@ mod tests {
         sim.fail_sync_after(0);
         assert!(f.sync_data().is_err());
         f.sync_data().unwrap();
+    }
+
+    #[test]
+    fn a_full_disk_refuses_growth_and_reservations_but_not_overwrites() {
+        let sim = SimStorage::new(3);
+        sim.set_capacity(Some(100));
+        let f = sim.create_new(Path::new("/d/f")).unwrap();
+        f.reserve(60).unwrap();
+        assert_eq!(sim.used_bytes(), 60);
+        f.write_all_at(&[1; 60], 0).unwrap();
+        assert_eq!(
+            sim.used_bytes(),
+            60,
+            "writes into reserved space take nothing more"
+        );
+        let g = sim.create_new(Path::new("/d/g")).unwrap();
+        let full = g.reserve(41).unwrap_err();
+        assert_eq!(full.kind(), io::ErrorKind::StorageFull);
+        assert_eq!(
+            g.write_all_at(&[2; 41], 0).unwrap_err().kind(),
+            io::ErrorKind::StorageFull
+        );
+        g.write_all_at(&[2; 40], 0).unwrap();
+        f.write_all_at(&[3; 10], 50).unwrap();
+        f.set_len(10).unwrap();
+        assert_eq!(
+            sim.used_bytes(),
+            50,
+            "truncation frees the reservation beyond it"
+        );
+        g.reserve(90).unwrap();
+        sim.set_capacity(None);
+        f.reserve(1 << 20).unwrap();
     }
 }

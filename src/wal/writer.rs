@@ -6,6 +6,14 @@
 //! sync the log latches its failure (fail-stop, STYLE 3.3): waiters of records not yet durable
 //! and every later append get [`WalError::Failed`], and nothing is retried.
 //!
+//! A full disk is the one exception, and only where it is safe: every segment reserves its
+//! whole size when it is created ([`StorageFile::reserve`], `fallocate`), so the disk runs out
+//! when a new segment cannot be created, before any record is written into it. The writer then
+//! keeps the records it holds (their Lsns and positions are already given out), reports
+//! [`Appender::disk_full`], and retries every [`limits::DISK_FULL_RETRY`] (or at
+//! [`Appender::retry_now`]) until space returns; nothing confirmed is touched (S-DUR-3). A write
+//! or sync error inside a segment stays fail-stop: nothing can be assumed about its bytes.
+//!
 //! Must not depend on tokio or any executor: the server bridges through the `Future` or the
 //! watermark.
 
@@ -13,7 +21,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
@@ -139,6 +147,10 @@ pub(crate) struct Shared {
     pub(crate) sealed_below: AtomicU64,
     /// Counters for operators and benches.
     counters: Counters,
+    /// The writer is paused because a new segment found no space (see the module doc).
+    disk_full: AtomicBool,
+    /// Wakes a writer paused on a full disk before its retry period ends.
+    retry: Condvar,
 }
 
 #[derive(Debug, Default)]
@@ -169,6 +181,9 @@ pub(crate) struct Start {
     pub(crate) segment_bytes_max: u64,
     pub(crate) pending_bytes_max: usize,
     pub(crate) preallocate: bool,
+    /// The resumed active segment could not reserve the rest of its size: no record goes
+    /// into it any more, the first one rolls to a new segment (which waits for space).
+    pub(crate) active_unreserved: bool,
 }
 
 /// The segment the writer appends to.
@@ -189,6 +204,12 @@ impl Shared {
         let payload_bytes_max =
             limits::RECORD_PAYLOAD_BYTES_MAX.min(usize::try_from(capacity).unwrap_or(usize::MAX));
         let durable = Lsn(start.next_lsn.0 - 1);
+        // An unreserved active segment counts as full, so that the next record rolls.
+        let tail_offset = if start.active_unreserved {
+            start.segment_bytes_max
+        } else {
+            start.active.end
+        };
         Self {
             dir,
             storage,
@@ -199,7 +220,7 @@ impl Shared {
                 next_lsn: start.next_lsn,
                 tail: Position {
                     segment: start.active.id,
-                    offset: start.active.end,
+                    offset: tail_offset,
                 },
                 chunks: Vec::new(),
                 bytes: 0,
@@ -222,6 +243,8 @@ impl Shared {
             },
             sealed_below: AtomicU64::new(start.active.id.0),
             counters: Counters::default(),
+            disk_full: AtomicBool::new(false),
+            retry: Condvar::new(),
         }
     }
 
@@ -244,6 +267,7 @@ impl Shared {
         lock(&self.pending).closed = true;
         self.work.notify_all();
         self.space.notify_all();
+        self.retry.notify_all();
     }
 }
 
@@ -379,6 +403,20 @@ impl Appender {
     pub fn failure(&self) -> Option<WalError> {
         lock(&self.shared.pending).failed.clone()
     }
+
+    /// Whether the writer is paused because the disk is full (a new segment could not be
+    /// reserved). Records appended meanwhile are kept, in order, and become durable once
+    /// space returns; appends block only when the pending buffer fills up.
+    pub fn disk_full(&self) -> bool {
+        self.shared.disk_full.load(Ordering::Acquire)
+    }
+
+    /// Asks a writer paused on a full disk to retry now (say, once the server saw free space
+    /// come back) instead of at the end of its retry period. Does nothing otherwise.
+    pub fn retry_now(&self) {
+        let _guard = lock(&self.shared.pending);
+        self.shared.retry.notify_all();
+    }
 }
 
 /// Assigns the next Lsn and position for a frame of `frame_len` bytes, rolling to a new
@@ -479,13 +517,29 @@ impl Writer {
     }
 
     /// The thread body: batch, write, sync, complete; until closed (after draining) or failed.
+    /// On a full disk it keeps the batch's remaining chunks and retries them.
     pub(crate) fn run(mut self) {
+        let mut held: Option<Vec<Chunk>> = None;
         let failure = loop {
-            let Some(chunks) = self.take_batch() else {
-                break None;
+            let chunks = match held.take() {
+                Some(chunks) => chunks,
+                None => match self.take_batch() {
+                    Some(chunks) => chunks,
+                    None => break None,
+                },
             };
-            if let Err(err) = self.commit(chunks) {
-                break Some(err);
+            match self.commit(chunks) {
+                Ok(()) => {}
+                Err(Stop::Failed(err)) => break Some(err),
+                Err(Stop::DiskFull { rest, err }) => {
+                    self.shared.disk_full.store(true, Ordering::Release);
+                    if !self.wait_for_space() {
+                        // Closing on a full disk: the held records can never be written; their
+                        // waiters learn it (they were never reported durable).
+                        break Some(err);
+                    }
+                    held = Some(rest);
+                }
             }
         };
         if let Some(err) = &failure {
@@ -515,10 +569,37 @@ impl Writer {
         Some(chunks)
     }
 
-    fn commit(&mut self, chunks: Vec<Chunk>) -> Result<(), WalError> {
-        for mut chunk in chunks {
+    /// Waits for the retry period (or [`Appender::retry_now`], or close). `false` when the log
+    /// was already closing: one retry after the close was asked has failed, so give up.
+    fn wait_for_space(&self) -> bool {
+        let shared = &*self.shared;
+        let pending = lock(&shared.pending);
+        if pending.closed {
+            return false;
+        }
+        let _ = shared
+            .retry
+            .wait_timeout(pending, limits::DISK_FULL_RETRY)
+            .unwrap_or_else(PoisonError::into_inner);
+        true
+    }
+
+    fn commit(&mut self, chunks: Vec<Chunk>) -> Result<(), Stop> {
+        let mut chunks = chunks.into_iter();
+        while let Some(mut chunk) = chunks.next() {
             if let Some(first_lsn) = chunk.creates_segment {
-                self.roll(chunk.segment, first_lsn)?;
+                match self.roll(chunk.segment, first_lsn) {
+                    // Cleared before any record of the retried batch is reported durable, so
+                    // a waiter woken by it never sees the flag still set.
+                    Ok(()) => self.shared.disk_full.store(false, Ordering::Release),
+                    Err(err) if err.is_disk_full() => {
+                        // Nothing of this chunk (or any later one) was written: keep them all.
+                        let mut rest = vec![chunk];
+                        rest.extend(chunks);
+                        return Err(Stop::DiskFull { rest, err });
+                    }
+                    Err(err) => return Err(Stop::Failed(err)),
+                }
             }
             assert_eq!(
                 chunk.segment, self.active.id,
@@ -535,16 +616,16 @@ impl Writer {
             self.active
                 .file
                 .write_all_at(&chunk.bytes, chunk.offset)
-                .map_err(|e| failed(&path, IoOp::Write, e))?;
+                .map_err(|e| Stop::Failed(failed(&path, IoOp::Write, e)))?;
             let end = chunk.offset + chunk.bytes.len() as u64;
             self.recent_batch_bytes =
                 smoothed_batch_bytes(self.recent_batch_bytes, chunk.bytes.len() as u64);
             self.preallocate_ahead(end)
-                .map_err(|e| failed(&path, IoOp::Write, e))?;
+                .map_err(|e| Stop::Failed(failed(&path, IoOp::Write, e)))?;
             self.active
                 .file
                 .sync_data()
-                .map_err(|e| failed(&path, IoOp::Sync, e))?;
+                .map_err(|e| Stop::Failed(failed(&path, IoOp::Sync, e)))?;
             let c = &self.shared.counters;
             c.writes.fetch_add(1, Ordering::Relaxed);
             c.syncs.fetch_add(1, Ordering::Relaxed);
@@ -589,15 +670,16 @@ impl Writer {
     fn roll(&mut self, id: SegmentId, first_lsn: Lsn) -> Result<(), WalError> {
         assert_eq!(id, self.active.id.next(), "segments roll one at a time");
         let old = self.shared.segment_path(self.active.id);
-        if self.active.allocated > self.active.end {
-            // Trim preallocated zeros so a sealed segment ends at its last record: recovery
-            // then treats any zeros in a sealed segment as damage.
-            let f = &self.active.file;
-            f.set_len(self.active.end)
-                .map_err(|e| failed(&old, IoOp::SealSegment, e))?;
-            f.sync_all()
-                .map_err(|e| failed(&old, IoOp::SealSegment, e))?;
-        }
+        // Trim preallocated zeros so a sealed segment ends at its last record (recovery then
+        // treats any zeros in a sealed segment as damage), and free the space reserved beyond
+        // it: always, since the reservation is invisible in the file's length. After a full
+        // disk this runs again at each retry, which is harmless (nothing failed here).
+        let f = &self.active.file;
+        f.set_len(self.active.end)
+            .map_err(|e| failed(&old, IoOp::SealSegment, e))?;
+        f.sync_all()
+            .map_err(|e| failed(&old, IoOp::SealSegment, e))?;
+        self.active.allocated = self.active.end;
         let preallocate_to = self
             .preallocate
             .then(|| preallocation_end(SEGMENT_HEADER_BYTES as u64, self.shared.segment_bytes_max));
@@ -605,6 +687,15 @@ impl Writer {
         self.shared.sealed_below.store(id.0, Ordering::Release);
         Ok(())
     }
+}
+
+/// Why [`Writer::commit`] stopped.
+enum Stop {
+    /// Fail-stop.
+    Failed(WalError),
+    /// A new segment found no space: `rest` (the chunk that needed it and every later one) was
+    /// not written and is retried.
+    DiskFull { rest: Vec<Chunk>, err: WalError },
 }
 
 /// Fills in every frame's group delta and CRC: the chunk is one write group.
@@ -633,24 +724,27 @@ pub(crate) fn failed(path: &Path, op: IoOp, e: std::io::Error) -> WalError {
     }
 }
 
-/// Creates a segment durably: header, optional zero-fill to `preallocate_to` bytes, fsync of
-/// the file, fsync of the directory (STYLE 3.8).
+/// Creates a segment durably: space reserved for `segment_bytes_max` bytes, header, optional
+/// zero-fill to `preallocate_to` bytes, fsync of the file, fsync of the directory (STYLE 3.8).
 pub(crate) fn create_segment(
     shared: &Shared,
     id: SegmentId,
     first_lsn: Lsn,
     preallocate_to: Option<u64>,
 ) -> Result<ActiveSegment, WalError> {
-    create_segment_in(&*shared.storage, &shared.dir, id, first_lsn, preallocate_to)
+    let sizes = (shared.segment_bytes_max, preallocate_to);
+    create_segment_in(&*shared.storage, &shared.dir, id, first_lsn, sizes)
 }
 
-/// [`create_segment`] without a `Shared` (used while opening).
+/// [`create_segment`] without a `Shared` (used while opening). `sizes` is (bytes to reserve,
+/// bytes to zero-fill). A full disk met before the segment is synced removes the file again
+/// and returns an error for which [`WalError::is_disk_full`] holds.
 pub(crate) fn create_segment_in(
     storage: &dyn Storage,
     dir: &Path,
     id: SegmentId,
     first_lsn: Lsn,
-    preallocate_to: Option<u64>,
+    (reserve_to, preallocate_to): (u64, Option<u64>),
 ) -> Result<ActiveSegment, WalError> {
     let path = dir.join(segment_file_name(id));
     let err = |e| failed(&path, IoOp::CreateSegment, e);
@@ -659,14 +753,27 @@ pub(crate) fn create_segment_in(
         segment_id: id,
         first_lsn,
     });
-    file.write_all_at(&header, 0).map_err(err)?;
     let end = SEGMENT_HEADER_BYTES as u64;
-    let allocated = match preallocate_to {
-        Some(to) => {
-            zero_fill(&*file, end, to).map_err(err)?;
-            to
+    let prepared = file
+        .reserve(reserve_to)
+        .and_then(|()| file.write_all_at(&header, 0))
+        .and_then(|()| match preallocate_to {
+            Some(to) => zero_fill(&*file, end, to).map(|()| to),
+            None => Ok(end),
+        });
+    let allocated = match prepared {
+        Ok(allocated) => allocated,
+        Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
+            // Nothing points into this segment yet: remove it so that a retry creates it
+            // afresh. Its creation was never made durable, so a crash may only leave an
+            // empty or partial file, which recovery removes (`unusable_last`).
+            drop(file);
+            storage
+                .remove(&path)
+                .map_err(|e| failed(&path, IoOp::Remove, e))?;
+            return Err(err(e));
         }
-        None => end,
+        Err(e) => return Err(err(e)),
     };
     file.sync_all().map_err(err)?;
     storage
@@ -680,8 +787,8 @@ pub(crate) fn create_segment_in(
     })
 }
 
-/// How far ahead of the write position a preallocating log keeps zeros.
-pub(crate) const PREALLOCATE_STEP_BYTES: u64 = 4 * 1024 * 1024;
+/// How far ahead of the write position a preallocating log keeps zeros (in `limits`).
+pub(crate) const PREALLOCATE_STEP_BYTES: u64 = limits::PREALLOCATE_STEP_BYTES;
 
 /// Recent write batches (smoothed) larger than this are not followed by zero-fill ahead.
 ///
