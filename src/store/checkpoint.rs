@@ -433,8 +433,8 @@ fn check_header(path: &Path, bytes: &[u8]) -> Result<CheckpointHeader, StoreErro
     })
 }
 
-/// Reads a checkpoint file, checking every byte, and hands each record to `visit` in order.
-/// Returns the header.
+/// Reads a checkpoint file, checking every byte, and hands each record to `visit` in order,
+/// with its frame's offset in the file and its size in bytes. Returns the header.
 ///
 /// # Errors
 /// [`StoreError::CorruptCheckpoint`] naming the file and offset for any damage (a bad CRC, a
@@ -443,7 +443,7 @@ fn check_header(path: &Path, bytes: &[u8]) -> Result<CheckpointHeader, StoreErro
 pub fn read(
     storage: &dyn Storage,
     path: &Path,
-    visit: &mut dyn FnMut(CheckpointRecord) -> Result<(), StoreError>,
+    visit: &mut dyn FnMut(CheckpointRecord, u64, u64) -> Result<(), StoreError>,
 ) -> Result<CheckpointHeader, StoreError> {
     let file = storage.open(path, false).map_err(io_err(path))?;
     let len = file.len_bytes().map_err(io_err(path))?;
@@ -477,8 +477,9 @@ pub fn read(
         };
         let decoded = decode_record(frame.kind, frame.payload)
             .map_err(|reason| corrupt(path, offset, reason))?;
-        offset += frame.len_bytes() as u64;
-        visit(decoded)?;
+        let frame_bytes = frame.len_bytes() as u64;
+        visit(decoded, offset, frame_bytes)?;
+        offset += frame_bytes;
     }
     if offset != len {
         return Err(corrupt(path, offset, "bytes after the last record"));
@@ -523,7 +524,7 @@ pub fn load(
 ) -> Result<(CheckpointHeader, u64), StoreError> {
     let mut carried = 0u64;
     let mut index = 0u64;
-    let header = read(storage, path, &mut |rec| {
+    let header = read(storage, path, &mut |rec, _, _| {
         index += 1;
         let refused = |e: crate::broker::BrokerError| {
             corrupt(path, 0, format!("record {index} does not fit the model: {e}"))
