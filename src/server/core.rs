@@ -303,8 +303,8 @@ impl Core {
                 }
                 store.close()
             })
-                .await
-                .unwrap_or_else(|e| Err(StoreError::Log(format!("close task failed: {e}")))),
+            .await
+            .unwrap_or_else(|e| Err(StoreError::Log(format!("close task failed: {e}")))),
             None => Ok(()),
         }
     }

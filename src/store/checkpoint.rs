@@ -12,8 +12,8 @@
 
 #![warn(clippy::indexing_slicing)]
 
-use std::collections::BinaryHeap;
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -93,7 +93,7 @@ pub fn list(storage: &dyn Storage, dir: &Path) -> Result<Vec<(Lsn, PathBuf)>, St
         .iter()
         .filter_map(|n| parse_file_name(n).map(|lsn| (lsn, dir.join(n))))
         .collect();
-    found.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    found.sort_unstable_by_key(|f| Reverse(f.0));
     Ok(found)
 }
 
@@ -213,10 +213,10 @@ fn encode_records(snapshot: &Snapshot, enc: &mut Encoder<'_>) -> Result<(), Stor
     let mut placements: Vec<Placement> = Vec::new();
     while let Some(Reverse((id, first))) = heap.pop() {
         let Some(q) = queues.get(first) else { break };
-        let Some(head) = q.messages.get(cursor.get(first).copied().unwrap_or(0)) else {
+        let Some(first_msg) = q.messages.get(cursor.get(first).copied().unwrap_or(0)) else {
             break;
         };
-        let message = Arc::clone(&head.message);
+        let message = Arc::clone(&first_msg.message);
         let vhost = q.vhost.as_str();
         placements.clear();
         let mut take = |i: usize, heap: &mut BinaryHeap<Reverse<(u64, usize)>>| {
@@ -313,7 +313,12 @@ pub fn write(
 ) -> Result<u64, StoreError> {
     let path = dir.join(file_name(lsn));
     let tmp = dir.join(format!("{:020}{TMP_SUFFIX}", lsn.0));
-    if storage.list(dir).map_err(io_err(dir))?.iter().any(|n| dir.join(n) == tmp) {
+    if storage
+        .list(dir)
+        .map_err(io_err(dir))?
+        .iter()
+        .any(|n| dir.join(n) == tmp)
+    {
         storage.remove(&tmp).map_err(io_err(&tmp))?;
     }
     let file = storage.create_new(&tmp).map_err(io_err(&tmp))?;
@@ -384,9 +389,7 @@ impl ChunkReader<'_> {
             self.start = offset;
         }
         let from = usize::try_from(offset - self.start).unwrap_or(usize::MAX);
-        Ok(from
-            .checked_add(n)
-            .and_then(|to| self.buf.get(from..to)))
+        Ok(from.checked_add(n).and_then(|to| self.buf.get(from..to)))
     }
 }
 
@@ -508,7 +511,9 @@ pub fn decode_record(kind: u8, payload: &[u8]) -> Result<CheckpointRecord, Strin
             | Event::PolicySet { .. }
             | Event::Scheduled { .. }),
         ) => Ok(CheckpointRecord::Event(e)),
-        _ => Err(format!("record kind {kind:#04x} is not allowed in a checkpoint")),
+        _ => Err(format!(
+            "record kind {kind:#04x} is not allowed in a checkpoint"
+        )),
     }
 }
 
@@ -527,7 +532,11 @@ pub fn load(
     let header = read(storage, path, &mut |rec, _, _| {
         index += 1;
         let refused = |e: crate::broker::BrokerError| {
-            corrupt(path, 0, format!("record {index} does not fit the model: {e}"))
+            corrupt(
+                path,
+                0,
+                format!("record {index} does not fit the model: {e}"),
+            )
         };
         match rec {
             CheckpointRecord::Event(event) => broker.apply(&event).map_err(refused),

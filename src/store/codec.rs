@@ -14,11 +14,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::broker::replay::Placement;
 use crate::broker::types::{
     ApplyTo, DelayedType, DestName, Event, ExchangeKind, Message, MessageId, MessageRecord,
     PolicySpec, Properties, SettleKind,
 };
-use crate::broker::replay::Placement;
 use crate::broker::value::{FieldTable, Value};
 use crate::limits;
 use crate::wal::record::le;

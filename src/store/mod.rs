@@ -35,8 +35,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use crate::broker::{Broker, Event, Snapshot};
 use crate::limits;
 use crate::wal::{
-    Appender, FileStorage, Lsn, Reclaimer, RecordRef, RecoveryError, RecoveryMode, RecoveryReport, Storage,
-    Wal, WalConfig, WalError, segment_file_name,
+    Appender, FileStorage, Lsn, Reclaimer, RecordRef, RecoveryError, RecoveryMode, RecoveryReport,
+    Storage, Wal, WalConfig, WalError, segment_file_name,
 };
 use codec::{DecodeError, EncodeError, STORE_FORMAT_VERSION, StoreRecord};
 
@@ -334,9 +334,12 @@ impl Store {
             tail_first: None,
             failure: None,
         };
-        let opened = Wal::open(&config.dir, Arc::clone(&storage), &wal_config, &mut |record| {
-            replay.visit(record)
-        });
+        let opened = Wal::open(
+            &config.dir,
+            Arc::clone(&storage),
+            &wal_config,
+            &mut |record| replay.visit(record),
+        );
         let (wal, report) = match opened {
             Ok(opened) => opened,
             Err(err) => return Err(replay.failure.take().unwrap_or_else(|| from_recovery(err))),
@@ -705,7 +708,10 @@ fn check_continues(
     salvage: bool,
 ) -> Result<(), StoreError> {
     let reason = if report.next_lsn.0 <= lsn.0 {
-        format!("the log ends at Lsn {}", report.next_lsn.0.saturating_sub(1))
+        format!(
+            "the log ends at Lsn {}",
+            report.next_lsn.0.saturating_sub(1)
+        )
     } else if tail_first.is_some_and(|first| first.0 != lsn.0 + 1) {
         format!(
             "the first log record after it is Lsn {}",

@@ -254,28 +254,30 @@ pub fn scan(
     findings.append(&mut gaps);
     let report = report_of(result, dir, &segments, &mut findings)?;
     findings.extend(report_findings(&segments, &report));
-    if let Some(c) = &checkpoint
-        && report.next_lsn.0 <= c.lsn
-    {
-        findings.push(Finding {
-            segment: 0,
-            offset: 0,
-            file: c.path.clone(),
-            lsn: None,
-            severity: "error",
-            what: format!(
-                "the log ends at Lsn {}, before the checkpoint's Lsn {}",
-                report.next_lsn.0.saturating_sub(1),
-                c.lsn
-            ),
-        });
-    }
+    findings.extend(behind_checkpoint(checkpoint.as_ref(), &report));
     Ok(ScanOutcome {
         segments,
         report,
         findings,
         checkpoint,
         covered_records,
+    })
+}
+
+/// The log must reach the checkpoint's Lsn (recovery refuses otherwise).
+fn behind_checkpoint(c: Option<&CheckpointInUse>, report: &RecoveryReport) -> Option<Finding> {
+    let c = c.filter(|c| report.next_lsn.0 <= c.lsn)?;
+    Some(Finding {
+        segment: 0,
+        offset: 0,
+        file: c.path.clone(),
+        lsn: None,
+        severity: "error",
+        what: format!(
+            "the log ends at Lsn {}, before the checkpoint's Lsn {}",
+            report.next_lsn.0.saturating_sub(1),
+            c.lsn
+        ),
     })
 }
 
@@ -295,31 +297,31 @@ fn read_checkpoint(
     // Checked whole first, so a damaged checkpoint feeds nothing half-way.
     let result = checkpoint::read(&FileStorage, &path, &mut |_, _, _| Ok(())).and_then(|_| {
         checkpoint::read(&FileStorage, &path, &mut |rec, offset, frame_bytes| {
-        let (kind, record, placements) = match rec {
-            CheckpointRecord::Event(e) => (codec::RecordKind::of(&e).byte(), e, None),
-            CheckpointRecord::Carried(c) => {
-                let queues = c.placements.iter().map(|p| p.queue.clone()).collect();
-                let published = Event::Published {
-                    vhost: c.vhost,
-                    message: MessageRecord { message: c.message },
-                    queues,
-                    scheduled: None,
-                };
-                (codec::CARRIED_KIND, published, Some(c.placements))
-            }
-        };
-        visit(&Scanned {
-            file: &file,
-            segment: 0,
-            offset,
-            lsn: lsn.0,
-            kind,
-            frame_bytes,
-            record: Ok(StoreRecord::Event(record)),
-            in_checkpoint: true,
-            placements,
-        });
-        Ok(())
+            let (kind, record, placements) = match rec {
+                CheckpointRecord::Event(e) => (codec::RecordKind::of(&e).byte(), e, None),
+                CheckpointRecord::Carried(c) => {
+                    let queues = c.placements.iter().map(|p| p.queue.clone()).collect();
+                    let published = Event::Published {
+                        vhost: c.vhost,
+                        message: MessageRecord { message: c.message },
+                        queues,
+                        scheduled: None,
+                    };
+                    (codec::CARRIED_KIND, published, Some(c.placements))
+                }
+            };
+            visit(&Scanned {
+                file: &file,
+                segment: 0,
+                offset,
+                lsn: lsn.0,
+                kind,
+                frame_bytes,
+                record: Ok(StoreRecord::Event(record)),
+                in_checkpoint: true,
+                placements,
+            });
+            Ok(())
         })
     });
     match result {
