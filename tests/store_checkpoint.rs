@@ -448,6 +448,62 @@ fn publish_and_take_queue(live: &mut Driver, q: usize) -> Vec<Event> {
     events
 }
 
+// ----- Store::log bounds its records -----
+
+#[test]
+fn a_purge_of_many_ids_is_logged_as_several_records_and_replays() {
+    // 200k ids are 1.6 MB: over one record's id limit, so the store splits it itself.
+    let sim = SimStorage::new(8);
+    let (store, _, _) = open_on(&sim, 1024 * 1024, false).unwrap();
+    let mut live = Driver::new();
+    let mut before = 0;
+    for op in &setup() {
+        before = before.max(log(&store, &live.apply(op)).unwrap());
+    }
+    let ids: Vec<MessageId> = (1..=200_000).map(MessageId).collect();
+    let purge = Event::Purged {
+        vhost: "/".into(),
+        queue: "q0".into(),
+        ids,
+    };
+    let ticket = log(&store, &[purge]).unwrap();
+    // ceil(200_000 / limits::RECORD_IDS_MAX (65,536)) records.
+    assert_eq!(ticket - before, 4, "one record per 64Ki ids");
+    store.wait_durable(ticket).unwrap();
+    drop(store);
+    let sim = sim.power_loss();
+    let (_store, recovered, _) = open_on(&sim, 1024 * 1024, false).unwrap();
+    assert_eq!(recovered.durable_state(), live.broker.durable_state());
+}
+
+#[test]
+fn a_publish_too_large_for_one_record_fails_cleanly_and_logs_nothing() {
+    // A message routed to so many long-named queues that its one record cannot hold them:
+    // the batch is refused before anything of it is appended.
+    let sim = SimStorage::new(9);
+    let (store, _, _) = open_on(&sim, 1024 * 1024, false).unwrap();
+    let mut live = Driver::new();
+    let setup_ticket = log(&store, &live.apply(&setup()[0])).unwrap();
+    store.wait_durable(setup_ticket).unwrap();
+    let message = golden_snapshot().queues[0].messages[0].message.clone();
+    let queues: Vec<String> = (0..70_000).map(|i| format!("{i:0>250}")).collect();
+    let too_large = Event::Published {
+        vhost: "/".into(),
+        message: wharf::broker::MessageRecord { message },
+        queues,
+        scheduled: None,
+    };
+    let small = Event::VhostAdded {
+        vhost: "other".into(),
+    };
+    let err = store.log(&[small, too_large]).unwrap_err();
+    assert!(matches!(err, StoreError::RecordTooLarge { .. }), "{err}");
+    drop(store);
+    let (_store, recovered, _) = open_on(&sim, 1024 * 1024, false).unwrap();
+    assert!(!recovered.vhost_names().contains(&"other".to_owned()));
+    assert_eq!(recovered.durable_state(), live.broker.durable_state());
+}
+
 // ----- the golden checkpoint (storage-format.md, "Checkpoints") -----
 
 /// The bytes of the fenced block after `<!-- golden:{name} -->` in storage-format.md; text
@@ -537,4 +593,81 @@ fn the_documented_checkpoint_loads_into_the_state_it_describes() {
     assert_eq!(msgs[0].delivery_count, 1);
     assert!(msgs[0].redelivered);
     assert_eq!(&broker.ready_messages("/", "q")[0].0.body[..], b"hi");
+}
+
+// ----- the server: a checkpoint at every clean shutdown -----
+
+mod support;
+
+fn checkpoints_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| checkpoint::parse_file_name(n).is_some())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn s_dur_2_a_clean_shutdown_writes_a_checkpoint_the_restart_starts_from() {
+    use lapin::BasicProperties;
+    use lapin::options::{
+        BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions,
+    };
+    use lapin::types::FieldTable as Table;
+    let server = support::TestServer::start().await;
+    assert!(checkpoints_in(server.dir.path()).is_empty());
+    {
+        let (conn, ch) = server.channel().await;
+        ch.confirm_select(ConfirmSelectOptions::default())
+            .await
+            .unwrap();
+        let durable = QueueDeclareOptions {
+            durable: true,
+            ..QueueDeclareOptions::default()
+        };
+        ch.queue_declare("kept".into(), durable, Table::default())
+            .await
+            .unwrap();
+        for i in 0..20u8 {
+            let props = BasicProperties::default().with_delivery_mode(2);
+            ch.basic_publish(
+                "".into(),
+                "kept".into(),
+                BasicPublishOptions::default(),
+                &[i],
+                props,
+            )
+            .await
+            .unwrap();
+        }
+        ch.wait_for_confirms().await.unwrap();
+        conn.close(200, "bye".into()).await.unwrap();
+    }
+    let server = server.restart().await;
+    let first = checkpoints_in(server.dir.path());
+    assert_eq!(first.len(), 1, "one checkpoint after a clean shutdown");
+    let (conn, ch) = server.channel().await;
+    let mut bodies = Vec::new();
+    while let Some(m) = ch
+        .basic_get("kept".into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+    {
+        bodies.push(m.delivery.data.clone());
+    }
+    assert_eq!(bodies, (0..20u8).map(|i| vec![i]).collect::<Vec<_>>());
+    conn.close(200, "bye".into()).await.unwrap();
+    // The next clean shutdown replaces it (the acks since are in the new one).
+    let server = server.restart().await;
+    let second = checkpoints_in(server.dir.path());
+    assert_eq!(second.len(), 1);
+    assert_ne!(second, first);
+    let (_conn, ch) = server.channel().await;
+    let left = ch
+        .basic_get("kept".into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap();
+    assert!(left.is_none(), "the queue stays empty across the restart");
 }

@@ -330,7 +330,7 @@ pub fn write(
     };
     let mut enc = Encoder {
         sink: &mut sink,
-        buf: Vec::with_capacity(CHUNK_BYTES + limits::RECORD_PAYLOAD_BYTES_MAX.min(CHUNK_BYTES)),
+        buf: Vec::new(),
         payload: Vec::new(),
         records: 0,
     };

@@ -1,7 +1,7 @@
-//! The store: broker events <-> write-ahead log records, and replay on start (checkpoints and
-//! compaction come later). Depends on `broker` (the events and `Broker::apply`) and `wal`;
-//! knows nothing of AMQP or tokio. The record layout is `codec.rs` and `storage-format.md`
-//! ("Store records").
+//! The store: broker events <-> write-ahead log records, checkpoints (`checkpoint.rs`) and the
+//! segment reclamation they allow, and recovery on start. Depends on `broker` (the events,
+//! `Broker::apply`, `Broker::snapshot`) and `wal`; knows nothing of AMQP or tokio. The record
+//! layout is `codec.rs` and `storage-format.md` ("Store records", "Checkpoints").
 //!
 //! # Contract with the server
 //!
@@ -15,11 +15,23 @@
 //! applied the events in memory, so the log and the model may differ from then on. The server
 //! stops confirming and exits; reopening (recovery) is the way on (STYLE 3.3).
 //!
+//! # Checkpoints
+//!
+//! After each batch the server calls [`Store::maybe_checkpoint`]: once the log written since
+//! the last checkpoint exceeds `max(limits::CHECKPOINT_LOG_BYTES_MIN, last checkpoint size)`
+//! it takes `Broker::snapshot` (cheap: shared `Arc`s) and a thread of its own waits until the
+//! log is durable through the snapshot's Lsn, writes the checkpoint atomically and deletes
+//! the segments it covers. At a clean shutdown [`Store::checkpoint_now`] does the same
+//! synchronously. A failed checkpoint is logged and retried later, never fail-stop: the log
+//! still holds everything.
+//!
 //! # Recovery
 //!
-//! [`Store::open`] opens the log, and the WAL streams every intact record, in Lsn order, to a
-//! visitor that decodes it and hands it to `Broker::apply` at once: memory holds one segment's
-//! bytes and the model, never the list of records. A torn tail is cut and reported; damage in
+//! [`Store::open`] removes temporary checkpoint files, loads the newest checkpoint into a
+//! fresh broker, then opens the log, and the WAL streams every intact record, in Lsn order,
+//! to a visitor that skips those the checkpoint covers and hands the others, decoded, to
+//! `Broker::apply` at once: memory holds one segment's bytes and the model, never the list of
+//! records. A torn tail is cut and reported; damage in
 //! the middle of the log, a record that does not decode and a record the model refuses (an
 //! event naming an entity that does not exist) stop recovery with the file and offset named
 //! (S-DUR-7), unless `salvage` is set, which skips and counts them.
