@@ -62,6 +62,14 @@ pub const DISK_FREE_LIMIT_BYTES_DEFAULT: u64 = 50_000_000;
 /// Default `memory_high_watermark`, a fraction of RAM: RabbitMQ's
 /// `vm_memory_high_watermark.relative` default.
 pub const MEMORY_HIGH_WATERMARK_DEFAULT: f64 = 0.4;
+/// Message ids per logged id-list record (settle, delivery, return, purge): a purge of a
+/// long queue is logged as several records of this many ids at most (8 bytes each: 512 KiB).
+pub const RECORD_IDS_MAX: usize = 64 * 1024;
+/// The floor of the periodic checkpoint threshold: a checkpoint is taken once the log
+/// written since the last one exceeds the larger of this and the last checkpoint's size (the
+/// live durable bytes), so checkpoints cost at most about as many bytes as the log, and the
+/// data directory stays near twice the live data plus a few segments.
+pub const CHECKPOINT_LOG_BYTES_MIN: u64 = 64 * 1024 * 1024;
 
 /// Largest `x-message-ttl`, `message-ttl` and per-message `expiration` value (S-TTL-1): 2^32-1 ms.
 pub const TTL_MS_MAX: u64 = u32::MAX as u64;
@@ -105,6 +113,10 @@ const _: () = assert!(
 const _: () = assert!(
     WAL_PENDING_BYTES_MAX >= RECORD_PAYLOAD_BYTES_MAX,
     "the pending buffer holds at least one maximal record (an empty buffer takes any record)"
+);
+const _: () = assert!(
+    RECORD_IDS_MAX * 8 + 2 * 1024 < RECORD_PAYLOAD_BYTES_MAX,
+    "an id-list record of RECORD_IDS_MAX ids plus its vhost and queue names must fit a record"
 );
 const _: () = assert!(
     MESSAGE_BODY_BYTES_MAX as usize <= RECORD_PAYLOAD_BYTES_MAX,

@@ -69,6 +69,8 @@ pub mod value;
 
 pub use error::{BrokerError, ErrorKind};
 pub use model::Broker;
-pub use replay::{DurableMessage, DurableState};
+pub use replay::{
+    DurableMessage, DurableState, Placement, QueueSnapshot, Snapshot, SnapshotMessage,
+};
 pub use types::*;
 pub use value::{FieldTable, Value};

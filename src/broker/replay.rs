@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::broker::args::{parse_policy, parse_queue_args};
 use crate::broker::error::BrokerError;
-use crate::broker::model::{Broker, Dest, Timer};
+use crate::broker::model::{Broker, Dest, QueueId, Timer};
 use crate::broker::queue::deadline_of;
 use crate::broker::types::{
     BindingInfo, ConsumerInfo, DestName, Event, ExchangeInfo, MessageId, Outcome, PolicyInfo,
@@ -49,6 +49,57 @@ pub struct DurableState {
     pub policies: Vec<PolicyInfo>,
     /// Durable scheduled messages: (id, due time).
     pub scheduled: Vec<(MessageId, u64)>,
+}
+
+/// A copy of the durable state taken for a checkpoint: cheap to take in the broker task (the
+/// messages are shared `Arc`s, not copied) and `Send`, so it can be encoded on another thread.
+/// Replaying `definitions`, then `scheduled`, then every message into its queues (in id order,
+/// which is queue order) rebuilds what replaying the log up to the snapshot would (S-DUR-1/2).
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Events that declare the durable definitions, in an order `Broker::apply` accepts:
+    /// vhosts a fresh broker has but this one deleted, vhosts, then per vhost its durable
+    /// exchanges, logged queues, policies and bindings between durable entities.
+    pub definitions: Vec<Event>,
+    /// `Event::Scheduled` for every durable scheduled message (S-SCHED-1).
+    pub scheduled: Vec<Event>,
+    /// Every logged queue with its persistent messages (ready and unacked) in queue order.
+    pub queues: Vec<QueueSnapshot>,
+    /// The id the next new message gets (so ids are never reused across a checkpoint).
+    pub next_message_id: u64,
+}
+
+/// The persistent messages of one logged queue, in queue (= id) order.
+#[derive(Debug, Clone)]
+pub struct QueueSnapshot {
+    /// Virtual host.
+    pub vhost: String,
+    /// Queue name.
+    pub queue: String,
+    /// Its messages, ids strictly increasing.
+    pub messages: Vec<SnapshotMessage>,
+}
+
+/// One persistent message in one queue, with the per-queue marks replay keeps.
+#[derive(Debug, Clone)]
+pub struct SnapshotMessage {
+    /// The message (shared with every queue it is in).
+    pub message: Arc<crate::broker::types::Message>,
+    /// Times it came back to this queue (x-delivery-count).
+    pub delivery_count: u32,
+    /// Delivered before; unacked messages count as delivered (S-DUR-6).
+    pub redelivered: bool,
+}
+
+/// Where a restored message sits: one queue and its marks there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// Queue name.
+    pub queue: String,
+    /// Times it came back to this queue.
+    pub delivery_count: u32,
+    /// Delivered before.
+    pub redelivered: bool,
 }
 
 fn corrupt(what: &str) -> BrokerError {
@@ -259,6 +310,153 @@ impl Broker {
         Ok(())
     }
 
+    /// Restores one message of a checkpoint into its queues with its marks: the same as its
+    /// `Published` followed by the deliveries and returns that gave it those marks. Messages
+    /// must come in id order (queue order).
+    ///
+    /// # Errors
+    /// A queue is unknown or the ids are out of order: the checkpoint does not fit.
+    pub fn restore_message(
+        &mut self,
+        vhost: &str,
+        message: &Arc<crate::broker::types::Message>,
+        placements: &[Placement],
+    ) -> Result<(), BrokerError> {
+        self.see_id(message.id);
+        for p in placements {
+            self.replay_push_marked(
+                vhost,
+                &p.queue,
+                Arc::clone(message),
+                p.delivery_count,
+                p.redelivered,
+            )?;
+        }
+        self.rearm_dirty();
+        Ok(())
+    }
+
+    /// Raises the next message id to at least `next` (a checkpoint carries it, so that ids
+    /// of messages settled before it are never handed out again).
+    pub fn restore_next_message_id(&mut self, next: u64) {
+        self.next_message = self.next_message.max(next);
+    }
+
+    /// Takes a [`Snapshot`] of the durable state: definitions as events, and every logged
+    /// queue's persistent messages (unacked ones included, marked redelivered, S-DUR-6) as
+    /// shared references. Costs one `Arc` clone per message, nothing per body byte.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut s = Snapshot {
+            next_message_id: self.next_message,
+            ..Snapshot::default()
+        };
+        for vhost in Broker::new().vhost_names() {
+            if !self.vhosts.contains_key(&vhost) {
+                s.definitions.push(Event::VhostDeleted { vhost });
+            }
+        }
+        let mut unacked: BTreeMap<QueueId, Vec<SnapshotMessage>> = BTreeMap::new();
+        for u in self.channels.values().flat_map(|c| c.unacked.values()) {
+            if u.taken.msg.is_persistent() {
+                unacked.entry(u.queue).or_default().push(SnapshotMessage {
+                    message: Arc::clone(&u.taken.msg),
+                    delivery_count: u.taken.delivery_count,
+                    redelivered: true,
+                });
+            }
+        }
+        for (vhost, v) in &self.vhosts {
+            s.definitions.push(Event::VhostAdded {
+                vhost: vhost.clone(),
+            });
+            self.snapshot_definitions(vhost, &mut s.definitions);
+            for &qid in v.queues.values() {
+                let q = &self.queues[&qid];
+                if !q.logged() {
+                    continue;
+                }
+                let ready = q
+                    .ready
+                    .iter()
+                    .filter(|(m, _)| m.is_persistent())
+                    .map(|(m, e)| SnapshotMessage {
+                        message: Arc::clone(m),
+                        delivery_count: e.delivery_count,
+                        redelivered: e.redelivered,
+                    });
+                let messages = match unacked.remove(&qid) {
+                    None => ready.collect(),
+                    Some(held) => merge_by_id(ready.collect(), held),
+                };
+                s.queues.push(QueueSnapshot {
+                    vhost: vhost.clone(),
+                    queue: q.name.to_string(),
+                    messages,
+                });
+            }
+        }
+        for sch in self.scheduled.values().filter(|sch| sch.durable) {
+            s.scheduled.push(Event::Scheduled {
+                vhost: sch.vhost.clone(),
+                exchange: sch.exchange.clone(),
+                message: crate::broker::types::MessageRecord {
+                    message: Arc::clone(&sch.msg),
+                },
+            });
+        }
+        s
+    }
+
+    /// The definition events of one vhost: durable exchanges, logged queues, policies, then
+    /// the bindings between durable entities (both ends exist by then).
+    fn snapshot_definitions(&self, vhost: &str, out: &mut Vec<Event>) {
+        for x in self.exchanges(vhost).into_iter().filter(|x| x.durable) {
+            out.push(Event::ExchangeDeclared {
+                vhost: vhost.to_owned(),
+                exchange: x.name,
+                kind: x.kind,
+                auto_delete: x.auto_delete,
+                internal: x.internal,
+                arguments: x.arguments,
+            });
+        }
+        let v = &self.vhosts[vhost];
+        for &qid in v.queues.values() {
+            let q = &self.queues[&qid];
+            if q.logged() {
+                out.push(Event::QueueDeclared {
+                    vhost: vhost.to_owned(),
+                    queue: q.name.to_string(),
+                    auto_delete: q.auto_delete,
+                    arguments: q.arguments.clone(),
+                });
+            }
+        }
+        for p in self.policies(vhost) {
+            out.push(Event::PolicySet {
+                vhost: vhost.to_owned(),
+                policy: p.policy,
+                operator: p.operator,
+            });
+        }
+        for x in v.exchanges.values().filter_map(|id| self.exchanges.get(id)) {
+            if !x.durable {
+                continue;
+            }
+            for b in &x.bindings {
+                if let Some((destination, true)) = self.dest_name(b.dest) {
+                    out.push(Event::Bound {
+                        vhost: vhost.to_owned(),
+                        source: x.name.to_string(),
+                        destination,
+                        routing_key: b.key.clone(),
+                        arguments: b.args.clone(),
+                    });
+                }
+            }
+        }
+    }
+
     fn see_id(&mut self, id: MessageId) {
         self.next_message = self.next_message.max(id.0.saturating_add(1));
     }
@@ -276,6 +474,17 @@ impl Broker {
         queue: &str,
         msg: Arc<crate::broker::types::Message>,
     ) -> Result<(), BrokerError> {
+        self.replay_push_marked(vhost, queue, msg, 0, false)
+    }
+
+    fn replay_push_marked(
+        &mut self,
+        vhost: &str,
+        queue: &str,
+        msg: Arc<crate::broker::types::Message>,
+        delivery_count: u32,
+        redelivered: bool,
+    ) -> Result<(), BrokerError> {
         let qid = *self
             .vhost(vhost)?
             .queues
@@ -291,7 +500,7 @@ impl Broker {
         {
             return Err(corrupt("message ids out of order"));
         }
-        q.ready.push_back(msg, 0, false);
+        q.ready.push_back(msg, delivery_count, redelivered);
         self.mark_dirty(qid);
         Ok(())
     }
@@ -733,5 +942,23 @@ impl Broker {
             }
         }
         s
+    }
+}
+
+/// Merges two lists sorted by message id (ready and unacked messages of one queue; an id is
+/// in at most one of them).
+fn merge_by_id(a: Vec<SnapshotMessage>, b: Vec<SnapshotMessage>) -> Vec<SnapshotMessage> {
+    let mut b = b;
+    b.sort_unstable_by_key(|m| m.message.id);
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+    loop {
+        let take_a = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => x.message.id < y.message.id,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => return out,
+        };
+        out.extend(if take_a { a.next() } else { b.next() });
     }
 }

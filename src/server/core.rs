@@ -282,10 +282,20 @@ impl Core {
             c.outbox.flush();
         }
         let store = self.store.take();
+        // A clean shutdown ends with a checkpoint, so the next start reads it and an almost
+        // empty log. Only when every event was logged (the snapshot must match the log).
+        let snapshot = self.events.is_empty().then(|| self.broker.snapshot());
         match store {
-            Some(store) => tokio::task::spawn_blocking(move || store.close())
-                .await
-                .unwrap_or_else(|e| Err(StoreError::Log(format!("close task failed: {e}")))),
+            Some(mut store) => tokio::task::spawn_blocking(move || {
+                if let Some(snapshot) = snapshot
+                    && let Err(e) = store.checkpoint_now(snapshot)
+                {
+                    warn!(error = %e, "checkpoint at shutdown failed; the log keeps everything");
+                }
+                store.close()
+            })
+            .await
+            .unwrap_or_else(|e| Err(StoreError::Log(format!("close task failed: {e}")))),
             None => Ok(()),
         }
     }
@@ -916,7 +926,6 @@ impl Core {
 
     fn log_batch(&mut self) -> Result<(), StoreError> {
         if !self.events.is_empty() {
-            split_large_events(&mut self.events);
             let store = self
                 .store
                 .as_ref()
@@ -931,6 +940,10 @@ impl Core {
 
     fn end_batch(&mut self) -> Result<(), StoreError> {
         self.log_batch()?;
+        // The broker now reflects the log exactly: a snapshot for a checkpoint fits here.
+        if let Some(store) = self.store.as_mut() {
+            store.maybe_checkpoint(&self.broker);
+        }
         let ticket = self.last_ticket;
         let mut need_wait = false;
         for key in std::mem::take(&mut self.batch_waiting) {
@@ -1048,76 +1061,6 @@ impl Core {
     }
 }
 
-/// Ids per logged id-list event. A purge or settle of a long queue comes from the broker as
-/// one event with every id; one record holds at most `limits::RECORD_PAYLOAD_BYTES_MAX`, so
-/// the server logs it as several events of the same kind over disjoint ids, which replay
-/// applies to the same effect (workaround: the broker or the store should bound these).
-const EVENT_IDS_MAX: usize = 64 * 1024;
-
-/// Splits id-list events (`Purged`, `Settled`, `Delivered`, `Returned`) longer than
-/// [`EVENT_IDS_MAX`] into consecutive events of the same kind, in order.
-fn split_large_events(events: &mut Vec<Event>) {
-    let too_long = |e: &Event| match e {
-        Event::Purged { ids, .. }
-        | Event::Settled { ids, .. }
-        | Event::Delivered { ids, .. }
-        | Event::Returned { ids, .. } => ids.len() > EVENT_IDS_MAX,
-        _ => false,
-    };
-    if !events.iter().any(too_long) {
-        return;
-    }
-    let mut out = Vec::with_capacity(events.len());
-    for event in events.drain(..) {
-        match event {
-            Event::Purged { vhost, queue, ids } if ids.len() > EVENT_IDS_MAX => {
-                for chunk in ids.chunks(EVENT_IDS_MAX) {
-                    out.push(Event::Purged {
-                        vhost: vhost.clone(),
-                        queue: queue.clone(),
-                        ids: chunk.to_vec(),
-                    });
-                }
-            }
-            Event::Settled {
-                vhost,
-                queue,
-                ids,
-                kind,
-            } if ids.len() > EVENT_IDS_MAX => {
-                for chunk in ids.chunks(EVENT_IDS_MAX) {
-                    out.push(Event::Settled {
-                        vhost: vhost.clone(),
-                        queue: queue.clone(),
-                        ids: chunk.to_vec(),
-                        kind,
-                    });
-                }
-            }
-            Event::Delivered { vhost, queue, ids } if ids.len() > EVENT_IDS_MAX => {
-                for chunk in ids.chunks(EVENT_IDS_MAX) {
-                    out.push(Event::Delivered {
-                        vhost: vhost.clone(),
-                        queue: queue.clone(),
-                        ids: chunk.to_vec(),
-                    });
-                }
-            }
-            Event::Returned { vhost, queue, ids } if ids.len() > EVENT_IDS_MAX => {
-                for chunk in ids.chunks(EVENT_IDS_MAX) {
-                    out.push(Event::Returned {
-                        vhost: vhost.clone(),
-                        queue: queue.clone(),
-                        ids: chunk.to_vec(),
-                    });
-                }
-            }
-            other => out.push(other),
-        }
-    }
-    *events = out;
-}
-
 /// Awaits the store's durability futures in ticket order and publishes the durable ticket
 /// (or the failure) to the broker task. Never waits on the broker task, so the bounded channel
 /// between them cannot deadlock.
@@ -1193,42 +1136,4 @@ fn reply_method(method: (u16, u16), reply: &Reply) -> Option<AMQPClass> {
         ((60, 110), _) => C::Basic(basic::AMQPMethod::RecoverOk(basic::RecoverOk {})),
         _ => return None,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::broker::{MessageId, SettleKind};
-
-    #[test]
-    fn long_id_lists_are_split_in_order_and_short_ones_kept() {
-        let ids: Vec<MessageId> = (0..(EVENT_IDS_MAX as u64 * 2 + 5)).map(MessageId).collect();
-        let mut events = vec![
-            Event::VhostAdded { vhost: "/".into() },
-            Event::Settled {
-                vhost: "/".into(),
-                queue: "q".into(),
-                ids: ids.clone(),
-                kind: SettleKind::Ack,
-            },
-            Event::Purged {
-                vhost: "/".into(),
-                queue: "q".into(),
-                ids: vec![MessageId(1)],
-            },
-        ];
-        split_large_events(&mut events);
-        assert_eq!(events.len(), 1 + 3 + 1);
-        let mut rejoined = Vec::new();
-        for e in &events[1..4] {
-            let Event::Settled { ids, kind, .. } = e else {
-                panic!("{e:?}");
-            };
-            assert!(ids.len() <= EVENT_IDS_MAX);
-            assert_eq!(*kind, SettleKind::Ack);
-            rejoined.extend_from_slice(ids);
-        }
-        assert_eq!(rejoined, ids);
-        assert!(matches!(events[4], Event::Purged { .. }));
-    }
 }

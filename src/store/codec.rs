@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::broker::replay::Placement;
 use crate::broker::types::{
     ApplyTo, DelayedType, DestName, Event, ExchangeKind, Message, MessageId, MessageRecord,
     PolicySpec, Properties, SettleKind,
@@ -25,7 +26,7 @@ use crate::wal::record::le;
 /// The store record format this build writes and the newest it reads. Written in a
 /// [`RecordKind::Format`] record each time a store is opened; a log announcing a newer
 /// version is refused rather than guessed at.
-pub const STORE_FORMAT_VERSION: u16 = 1;
+pub const STORE_FORMAT_VERSION: u16 = 2;
 
 /// The WAL record kind of each store record (the frame's `kind` byte). Values are part of the
 /// format: never reuse or renumber one.
@@ -1247,5 +1248,82 @@ fn get_message_event(d: &mut Dec<'_>, k: RecordKind, vhost: String) -> Result<Ev
                 targets,
             }
         }
+    })
+}
+
+// ----- checkpoint-only records (storage-format.md, "Checkpoints") -----
+
+/// The kind byte of a [`Carried`] record. Checkpoint-only kinds live in `0x30..=0x3F`; they
+/// never appear in the log, where [`decode`] refuses them as unknown.
+pub const CARRIED_KIND: u8 = 0x30;
+
+const FLAG_REDELIVERED: u8 = 1 << 0;
+
+/// One live persistent message as a checkpoint carries it: the message once, and each
+/// durable queue it sits in with its marks there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Carried {
+    /// Virtual host.
+    pub vhost: String,
+    /// Its queues, in the order written.
+    pub placements: Vec<Placement>,
+    /// The message.
+    pub message: Arc<Message>,
+}
+
+/// Appends the payload of a [`Carried`] record to `out`.
+///
+/// # Errors
+/// [`EncodeError`] when a name does not fit the format.
+pub fn encode_carried(
+    vhost: &str,
+    placements: &[Placement],
+    message: &Message,
+    out: &mut Vec<u8>,
+) -> Result<(), EncodeError> {
+    let e = &mut Enc { out };
+    e.name("vhost", vhost)?;
+    e.count("placements", placements.len())?;
+    for p in placements {
+        e.name("queue", &p.queue)?;
+        e.u32(p.delivery_count);
+        e.u8(if p.redelivered { FLAG_REDELIVERED } else { 0 });
+    }
+    put_message(e, message)
+}
+
+/// Decodes the payload of a [`Carried`] record.
+///
+/// # Errors
+/// [`DecodeError`] as for [`decode`]; also no placement at all.
+pub fn decode_carried(payload: &[u8]) -> Result<Carried, DecodeError> {
+    let d = &mut Dec {
+        buf: payload,
+        at: 0,
+        kind: CARRIED_KIND,
+    };
+    let vhost = d.name("vhost")?;
+    // A placement is at least a `name` length, a count and a flags byte.
+    let n = d.count(size_of::<u16>() + size_of::<u32>() + 1, "placements")?;
+    if n == 0 {
+        return Err(d.err("carried message in no queue"));
+    }
+    let mut placements = Vec::with_capacity(n);
+    for _ in 0..n {
+        let queue = d.name("queue")?;
+        let delivery_count = d.u32("delivery count")?;
+        let flags = d.flags(FLAG_REDELIVERED, "placement flags")?;
+        placements.push(Placement {
+            queue,
+            delivery_count,
+            redelivered: flags & FLAG_REDELIVERED != 0,
+        });
+    }
+    let message = get_message(d)?.message;
+    d.finish()?;
+    Ok(Carried {
+        vhost,
+        placements,
+        message,
     })
 }

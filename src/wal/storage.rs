@@ -47,6 +47,19 @@ pub trait Storage: Send + Sync + Debug {
     /// # Errors
     /// The operating system's (or the simulation's) I/O error.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Renames `from` to `to` atomically, replacing `to` if it exists (durable only after
+    /// [`Storage::sync_dir`]). Used to install a checkpoint written to a temporary file. The
+    /// default refuses, so a storage that cannot rename simply never installs a checkpoint.
+    ///
+    /// # Errors
+    /// The operating system's (or the simulation's) I/O error.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let _ = (from, to);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this storage cannot rename",
+        ))
+    }
 }
 
 /// One open file.
@@ -141,6 +154,9 @@ impl Storage for FileStorage {
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
     }
 }
 
@@ -512,6 +528,26 @@ impl Storage for SimStorage {
             }
         }
         state.removed.retain(|path, _| path.parent() != Some(dir));
+        Ok(())
+    }
+    /// Until the directory is synced, a power loss may keep the old entries (a durable `from`
+    /// or a replaced durable `to` may come back) or drop the new one, as a real file system
+    /// may; the file's bytes move with it, synced or not.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut state = self.live()?;
+        let file = state.files.remove(from).ok_or_else(|| not_found(from))?;
+        if file.entry_durable {
+            state.removed.insert(from.to_owned(), file.clone());
+        }
+        let moved = SimFile {
+            entry_durable: false,
+            ..file
+        };
+        if let Some(old) = state.files.insert(to.to_owned(), moved)
+            && old.entry_durable
+        {
+            state.removed.insert(to.to_owned(), old);
+        }
         Ok(())
     }
 }

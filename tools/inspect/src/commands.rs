@@ -221,9 +221,14 @@ pub fn summary(ctx: &Ctx<'_>, now_ms: u64, out: &mut dyn Write) -> Exit {
         .map(|r| json!({ "vhost": r["vhost"], "queue": r["queue"], "messages": r["ready"], "bytes": r["bytes"] }))
         .collect();
     let problems = outcome.findings.len() + replay.findings.len();
+    let checkpoint = outcome.checkpoint.as_ref().map(|c| {
+        json!({ "file": c.path, "lsn": c.lsn, "records": c.records, "bytes": c.bytes,
+            "covered_log_records": outcome.covered_records })
+    });
     let report = json!({
         "directory": ctx.dir.display().to_string(),
         "note": LIVE_NOTE,
+        "checkpoint": checkpoint,
         "segments": { "count": outcome.segments.len(), "bytes": file_bytes,
             "oldest_record_ms": replay.time_range_ms.map(|t| t.0),
             "newest_record_ms": replay.time_range_ms.map(|t| t.1) },
@@ -275,6 +280,17 @@ fn summary_text(r: &Json) -> String {
         v(&r["directory"]),
         r["note"].as_str().unwrap_or_default()
     ));
+    s.push(match &r["checkpoint"] {
+        Json::Null => "checkpoint   none: recovery replays the whole log".to_owned(),
+        c => format!(
+            "checkpoint   {} in use: covers the log through Lsn {} ({} records, {} bytes); {} log records it covers are still on disk",
+            v(&c["file"]),
+            c["lsn"],
+            c["records"],
+            c["bytes"],
+            c["covered_log_records"]
+        ),
+    });
     let seg = &r["segments"];
     s.push(format!(
         "segments     {} files, {} bytes; record times {} .. {} (ms since the epoch)",

@@ -1,10 +1,14 @@
 //! Reads a data directory through the recovery scan (`wal::scan`, read-only, salvage mode so
-//! that every problem is seen, not only the first) and the store's codec. Every command is
-//! built on [`scan`]; there is no second parser. Must not write to the directory.
+//! that every problem is seen, not only the first) and the store's codec, starting, as
+//! recovery does, with the newest checkpoint (`store::checkpoint::read`) and then only the log
+//! records after it. Every command is built on [`scan`]; there is no second parser. Must not
+//! write to the directory.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
+use wharf::broker::{Event, MessageRecord, Placement};
+use wharf::store::checkpoint::{self, CheckpointRecord};
 use wharf::store::codec::{self, DecodeError, STORE_FORMAT_VERSION, StoreRecord};
 use wharf::wal::record::FRAME_HEADER_BYTES;
 use wharf::wal::{
@@ -80,8 +84,26 @@ pub struct Scanned<'a> {
     pub kind: u8,
     /// Frame bytes (header and payload).
     pub frame_bytes: u64,
-    /// The decoded record.
+    /// The decoded record. A message carried in a checkpoint reads as the `Published` that
+    /// puts it in its queues, with `placements` giving its marks there.
     pub record: Result<StoreRecord, DecodeError>,
+    /// The record is in the checkpoint in use (`file` names it; `lsn` is the checkpoint's).
+    pub in_checkpoint: bool,
+    /// For a carried message: its queues with delivery counts and redelivered flags.
+    pub placements: Option<Vec<Placement>>,
+}
+
+/// The checkpoint recovery starts from: the newest one in the directory.
+#[derive(Debug, Clone)]
+pub struct CheckpointInUse {
+    /// Its path.
+    pub path: String,
+    /// The Lsn it covers: log records up to it are not replayed.
+    pub lsn: u64,
+    /// Its size.
+    pub bytes: u64,
+    /// Its records.
+    pub records: u64,
 }
 
 /// What a scan saw besides the records.
@@ -93,6 +115,10 @@ pub struct ScanOutcome {
     pub report: RecoveryReport,
     /// Problems of the log itself: damaged frames, missing segments, a scan that stopped.
     pub findings: Vec<Finding>,
+    /// The checkpoint in use, if any.
+    pub checkpoint: Option<CheckpointInUse>,
+    /// Log records still on disk but covered by the checkpoint (checked, not replayed).
+    pub covered_records: u64,
 }
 
 /// Lists the segment files of `dir`, or says why it is not a data directory.
@@ -146,12 +172,19 @@ pub fn scan(
         .collect();
     let total_bytes: u64 = segments.iter().map(|s| s.bytes).sum();
     let mut findings = missing_segments(&segments, &names);
+    let checkpoint = read_checkpoint(dir, &mut findings, visit)?;
+    let covered = checkpoint.as_ref().map_or(0, |c| c.lsn);
+    let mut covered_records = 0u64;
     let mut fatal: Option<Fatal> = None;
     let mut current: Option<(u64, usize)> = None;
     let mut done_bytes = 0u64;
-    let mut previous_lsn: Option<u64> = None;
+    let mut previous_lsn: Option<u64> = checkpoint.as_ref().map(|c| c.lsn);
     let mut gaps: Vec<Finding> = Vec::new();
     let mut visitor = |r: RecordRef<'_>| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        if r.lsn.0 <= covered {
+            covered_records += 1;
+            return Ok(());
+        }
         let seg = r.position.segment.0;
         let index = match current {
             Some((id, index)) if id == seg => index,
@@ -200,6 +233,8 @@ pub fn scan(
             kind: r.kind,
             frame_bytes: (FRAME_HEADER_BYTES + r.payload.len()) as u64,
             record,
+            in_checkpoint: false,
+            placements: None,
         };
         visit(&scanned);
         Ok(())
@@ -219,11 +254,98 @@ pub fn scan(
     findings.append(&mut gaps);
     let report = report_of(result, dir, &segments, &mut findings)?;
     findings.extend(report_findings(&segments, &report));
+    findings.extend(behind_checkpoint(checkpoint.as_ref(), &report));
     Ok(ScanOutcome {
         segments,
         report,
         findings,
+        checkpoint,
+        covered_records,
     })
+}
+
+/// The log must reach the checkpoint's Lsn (recovery refuses otherwise).
+fn behind_checkpoint(c: Option<&CheckpointInUse>, report: &RecoveryReport) -> Option<Finding> {
+    let c = c.filter(|c| report.next_lsn.0 <= c.lsn)?;
+    Some(Finding {
+        segment: 0,
+        offset: 0,
+        file: c.path.clone(),
+        lsn: None,
+        severity: "error",
+        what: format!(
+            "the log ends at Lsn {}, before the checkpoint's Lsn {}",
+            report.next_lsn.0.saturating_sub(1),
+            c.lsn
+        ),
+    })
+}
+
+/// Reads the newest checkpoint (temporary files are a write cut short and are ignored, as
+/// recovery does) and hands its records to `visit` as [`Scanned`] records of that file. A
+/// damaged checkpoint is a finding (recovery refuses it) and the log is then read whole.
+fn read_checkpoint(
+    dir: &Path,
+    findings: &mut Vec<Finding>,
+    visit: &mut dyn FnMut(&Scanned<'_>),
+) -> Result<Option<CheckpointInUse>, Fatal> {
+    let listed = checkpoint::list(&FileStorage, dir).map_err(|e| Fatal(e.to_string()))?;
+    let Some((lsn, path)) = listed.into_iter().next() else {
+        return Ok(None);
+    };
+    let file = path.display().to_string();
+    // Checked whole first, so a damaged checkpoint feeds nothing half-way.
+    let result = checkpoint::read(&FileStorage, &path, &mut |_, _, _| Ok(())).and_then(|_| {
+        checkpoint::read(&FileStorage, &path, &mut |rec, offset, frame_bytes| {
+            let (kind, record, placements) = match rec {
+                CheckpointRecord::Event(e) => (codec::RecordKind::of(&e).byte(), e, None),
+                CheckpointRecord::Carried(c) => {
+                    let queues = c.placements.iter().map(|p| p.queue.clone()).collect();
+                    let published = Event::Published {
+                        vhost: c.vhost,
+                        message: MessageRecord { message: c.message },
+                        queues,
+                        scheduled: None,
+                    };
+                    (codec::CARRIED_KIND, published, Some(c.placements))
+                }
+            };
+            visit(&Scanned {
+                file: &file,
+                segment: 0,
+                offset,
+                lsn: lsn.0,
+                kind,
+                frame_bytes,
+                record: Ok(StoreRecord::Event(record)),
+                in_checkpoint: true,
+                placements,
+            });
+            Ok(())
+        })
+    });
+    match result {
+        Ok(header) => Ok(Some(CheckpointInUse {
+            bytes: std::fs::metadata(&path).map_or(0, |m| m.len()),
+            path: file,
+            lsn: header.lsn.0,
+            records: header.records,
+        })),
+        Err(err @ wharf::store::StoreError::UnsupportedVersion { .. }) => {
+            Err(Fatal(err.to_string()))
+        }
+        Err(err) => {
+            findings.push(Finding {
+                segment: 0,
+                offset: 0,
+                file,
+                lsn: None,
+                severity: "error",
+                what: format!("{err}; recovery refuses to start (--salvage reads the log alone)"),
+            });
+            Ok(None)
+        }
+    }
 }
 
 /// The scan's report; a scan stopped by corruption (a header naming another segment, which
@@ -258,8 +380,8 @@ fn show_progress(index: usize, count: usize, done: u64, total: u64) {
     let _ = std::io::stderr().flush();
 }
 
-/// Gaps between segment ids: nothing deletes segments yet (checkpoints and compaction come
-/// later), so a gap is a file lost by hand or by the file system.
+/// Gaps between segment ids: garbage collection only deletes the oldest segments (those a
+/// checkpoint covers), so a gap in the middle is a file lost by hand or by the file system.
 fn missing_segments(segments: &[SegmentFile], names: &[String]) -> Vec<Finding> {
     let mut out = Vec::new();
     for (i, pair) in segments.windows(2).enumerate() {

@@ -75,6 +75,9 @@ pub fn is_definition(kind: u8) -> bool {
 
 /// The name of a kind byte (`Published`, ...), or `unknown(0x..)`.
 pub fn kind_name(kind: u8) -> String {
+    if kind == wharf::store::codec::CARRIED_KIND {
+        return "Carried".to_owned();
+    }
     RecordKind::from_byte(kind)
         .map_or_else(|| format!("unknown(0x{kind:02x})"), |k| format!("{k:?}"))
 }
@@ -134,7 +137,14 @@ impl Replay {
             });
         }
         self.check(s, event);
-        if let Err(err) = self.broker.apply(event) {
+        // A message carried in a checkpoint is restored with its marks, as recovery does.
+        let applied = match (&s.placements, event) {
+            (Some(p), Event::Published { vhost, message, .. }) => {
+                self.broker.restore_message(vhost, &message.message, p)
+            }
+            _ => self.broker.apply(event),
+        };
+        if let Err(err) = applied {
             self.find(s, format!("recovery refuses this record: {err}"));
         }
     }

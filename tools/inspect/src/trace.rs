@@ -183,17 +183,27 @@ impl Tracer {
                 let was_scheduled = scheduled.is_some_and(|id| self.ids.contains(&id));
                 if was_scheduled || sel.matches(m) {
                     self.ids.insert(m.id);
-                    self.enter(s, vhost, m, queues, "published", body);
+                    let event = if s.in_checkpoint {
+                        format!("carried in checkpoint at Lsn {}", s.lsn)
+                    } else {
+                        "published".to_owned()
+                    };
+                    self.enter(s, vhost, m, queues, &event, body);
                 }
             }
             Event::Scheduled { vhost, message, .. } => {
                 let m = &message.message;
                 if sel.matches(m) {
                     self.ids.insert(m.id);
+                    let event = if s.in_checkpoint {
+                        format!("scheduled, carried in checkpoint at Lsn {}", s.lsn)
+                    } else {
+                        "scheduled".to_owned()
+                    };
                     self.step(
                         s,
                         m.id,
-                        "scheduled",
+                        &event,
                         json!({ "vhost": vhost, "due_ms": m.enqueued_at_ms }),
                     );
                 }
