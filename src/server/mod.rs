@@ -10,6 +10,8 @@
 //! - `connection`: one task per client: handshake, frame decoding, channel states, methods to
 //!   broker commands.
 //! - `outbox`: a connection's outgoing buffer and the writer task (one write per batch).
+//! - [`admin`]: what the management API (`crate::mgmt`) asks the broker task; the listener
+//!   starts with the server when [`ServerConfig::mgmt_bind`] is set.
 //! - [`convert`]: wire values <-> broker values, broker errors -> AMQP closes (S-ERR-1).
 //!
 //! # Example
@@ -23,10 +25,13 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admin;
 mod connection;
 pub mod convert;
 mod core;
 mod outbox;
+
+pub(crate) use core::CoreMsg;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -176,6 +181,12 @@ pub struct ServerConfig {
     pub salvage: bool,
     /// Vhosts created at start if missing (before the listener opens).
     pub vhosts: Vec<String>,
+    /// Where the management HTTP API listens (`host:port`, port 0 picks one); `None`: not
+    /// served.
+    pub mgmt_bind: Option<String>,
+    /// The users the management API treats as administrators; `None`: every user (until
+    /// users carry tags).
+    pub mgmt_admins: Option<Vec<String>>,
 }
 
 impl ServerConfig {
@@ -189,6 +200,8 @@ impl ServerConfig {
             users: Users::default(),
             salvage: false,
             vhosts: Vec::new(),
+            mgmt_bind: None,
+            mgmt_admins: None,
         }
     }
 }
@@ -208,6 +221,8 @@ pub struct ServerHandle {
     core_done: watch::Receiver<bool>,
     /// Yields `None` once every connection task (and the accept loop) has ended.
     connections_gone: mpsc::Receiver<()>,
+    /// The management API's address and task, when served.
+    mgmt: Option<(SocketAddr, JoinHandle<()>)>,
 }
 
 /// Sets its flag when dropped.
@@ -294,7 +309,20 @@ impl Server {
             heartbeat_secs: config.heartbeat_secs,
             alive,
         };
-        let accept_task = tokio::spawn(accept_loop(listener, ctx, stop_rx));
+        let accept_task = tokio::spawn(accept_loop(listener, ctx, stop_rx.clone()));
+        let mgmt = match &config.mgmt_bind {
+            Some(bind) => {
+                let mgmt_config = crate::mgmt::MgmtConfig {
+                    bind: bind.clone(),
+                    users: Arc::new(config.users.clone()),
+                    admins: config.mgmt_admins.clone(),
+                    recovery_ms,
+                    amqp_addr: local_addr,
+                };
+                Some(crate::mgmt::serve(mgmt_config, core_tx.clone(), stop_rx).await?)
+            }
+            None => None,
+        };
         Ok(ServerHandle {
             local_addr,
             core: core_tx,
@@ -303,6 +331,7 @@ impl Server {
             core_task,
             core_done,
             connections_gone,
+            mgmt,
         })
     }
 }
@@ -336,6 +365,18 @@ impl ServerHandle {
     /// The address the server listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The address of the management HTTP API, when served ([`ServerConfig::mgmt_bind`]).
+    pub fn mgmt_addr(&self) -> Option<SocketAddr> {
+        self.mgmt.as_ref().map(|(addr, _)| *addr)
+    }
+
+    /// Sends a management request to the broker task (the embedded Rust API's way to the
+    /// same commands the HTTP API uses). Dropped if the broker task has stopped: the
+    /// request's answer channel then closes.
+    pub async fn admin(&self, req: admin::AdminRequest) {
+        let _ = self.core.send(core::CoreMsg::Admin(req)).await;
     }
 
     /// An `amqp://` URL for the default user and vhost.
@@ -374,6 +415,10 @@ impl ServerHandle {
     pub async fn shutdown(mut self) -> Result<(), ServerError> {
         let _ = self.stop_accepting.send(true);
         let _ = self.accept_task.await;
+        if let Some((_, task)) = self.mgmt.take() {
+            // Bounded: a client holding a request open must not hold up the shutdown.
+            let _ = tokio::time::timeout(limits_server::CLOSE_OK_WAIT, task).await;
+        }
         let _ = self.core.send(core::CoreMsg::Shutdown).await;
         drop(self.core);
         let stored = self

@@ -139,6 +139,8 @@ pub(crate) struct Shared {
     pub(crate) sealed_below: AtomicU64,
     /// Counters for operators and benches.
     counters: Counters,
+    /// Sync latency and batch-size histograms (the metrics endpoint's).
+    sync_stats: crate::wal::sync_stats::SyncStats,
 }
 
 #[derive(Debug, Default)]
@@ -222,6 +224,7 @@ impl Shared {
             },
             sealed_below: AtomicU64::new(start.active.id.0),
             counters: Counters::default(),
+            sync_stats: crate::wal::sync_stats::SyncStats::default(),
         }
     }
 
@@ -373,6 +376,11 @@ impl Appender {
     /// Counters of the writer since the log was opened.
     pub fn stats(&self) -> WalStats {
         self.shared.stats()
+    }
+
+    /// The histograms of sync latency and records per sync since the log was opened.
+    pub fn sync_stats(&self) -> crate::wal::sync_stats::SyncSnapshot {
+        self.shared.sync_stats.snapshot()
     }
 
     /// The latched failure, if the log has failed.
@@ -541,6 +549,7 @@ impl Writer {
                 smoothed_batch_bytes(self.recent_batch_bytes, chunk.bytes.len() as u64);
             self.preallocate_ahead(end)
                 .map_err(|e| failed(&path, IoOp::Write, e))?;
+            let sync_started = std::time::Instant::now();
             self.active
                 .file
                 .sync_data()
@@ -552,6 +561,8 @@ impl Writer {
                 .fetch_add(chunk.bytes.len() as u64, Ordering::Relaxed);
             c.records
                 .fetch_add(chunk.frames.len() as u64, Ordering::Relaxed);
+            let frames = chunk.frames.len() as u64;
+            self.shared.sync_stats.record(sync_started.elapsed(), frames);
             self.active.end += chunk.bytes.len() as u64;
             self.active.allocated = self.active.allocated.max(self.active.end);
             self.shared.durability.advance(chunk.last_lsn);
