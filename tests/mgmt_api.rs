@@ -501,7 +501,7 @@ async fn invalid_policies_are_refused_with_a_text_naming_the_problem() {
 
 #[tokio::test]
 async fn exchanges_bindings_and_vhosts() {
-    let (server, client) = start().await;
+    let (_server, client) = start().await;
     let a = call(
         &client,
         "PUT",
@@ -719,6 +719,18 @@ async fn metrics_need_no_auth_and_follow_traffic() {
     let a = call(&anon, "GET", "/metrics", None).await;
     assert_eq!(a.status, 200);
     let text = a.body;
+    // Three persistent messages into a durable queue: at least one fsync, each counted in
+    // both histograms, and the +Inf bucket holds them all.
+    let count_of = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    let syncs = count_of("wharf_wal_fsync_seconds_count");
+    assert!(syncs >= 1, "{text}");
+    assert_eq!(count_of("wharf_wal_records_per_fsync_count"), syncs);
+    assert_eq!(count_of("wharf_wal_fsync_seconds_bucket{le=\"+Inf\"}"), syncs);
+    assert!(count_of("wharf_wal_records_per_fsync_sum") >= 3, "{text}");
     for line in [
         "wharf_queue_messages_ready{vhost=\"/\",queue=\"m\"} 1",
         "wharf_queue_messages_unacked{vhost=\"/\",queue=\"m\"} 1",

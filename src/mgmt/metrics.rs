@@ -10,6 +10,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 use super::{Api, ApiError};
+use crate::wal::sync_stats::{SYNC_LATENCY_BOUNDS_US, SYNC_RECORDS_BOUNDS, SyncSnapshot};
 
 /// Escapes a label value (backslash, quote, newline).
 fn label(value: &str) -> String {
@@ -22,6 +23,54 @@ fn label(value: &str) -> String {
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// Writes one histogram: cumulative buckets with `le` bounds, then `_sum` and `_count`.
+fn histogram(out: &mut String, name: &str, bounds: &[String], buckets: &[u64], sum: &str) {
+    let mut cumulative = 0u64;
+    for (i, n) in buckets.iter().enumerate() {
+        cumulative = cumulative.saturating_add(*n);
+        let le = bounds.get(i).map_or("+Inf", String::as_str);
+        let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
+    }
+    let _ = writeln!(out, "{name}_sum {sum}");
+    let _ = writeln!(out, "{name}_count {cumulative}");
+}
+
+fn sync_histograms(out: &mut String, sync: &SyncSnapshot) {
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "bucket bounds and sums of microseconds are far below 2^52"
+    )]
+    let seconds = |us: u64| format!("{}", us as f64 / 1e6);
+    family(
+        out,
+        "wharf_wal_fsync_seconds",
+        "histogram",
+        "Latency of the write-ahead log's fdatasync calls.",
+    );
+    let bounds: Vec<String> = SYNC_LATENCY_BOUNDS_US.iter().map(|&b| seconds(b)).collect();
+    histogram(
+        out,
+        "wharf_wal_fsync_seconds",
+        &bounds,
+        &sync.latency_buckets,
+        &seconds(sync.latency_sum_us),
+    );
+    family(
+        out,
+        "wharf_wal_records_per_fsync",
+        "histogram",
+        "Records made durable by one fdatasync (group commit's batch size).",
+    );
+    let bounds: Vec<String> = SYNC_RECORDS_BOUNDS.iter().map(u64::to_string).collect();
+    histogram(
+        out,
+        "wharf_wal_records_per_fsync",
+        &bounds,
+        &sync.records_buckets,
+        &sync.records_sum.to_string(),
+    );
 }
 
 pub(crate) async fn metrics(State(api): State<Api>) -> Result<Response, ApiError> {
@@ -94,6 +143,9 @@ pub(crate) async fn metrics(State(api): State<Api>) -> Result<Response, ApiError
             for (name, help, value) in counters {
                 family(&mut out, name, "counter", help);
                 let _ = writeln!(out, "{name} {value}");
+            }
+            if let Some(sync) = &view.sync {
+                sync_histograms(&mut out, sync);
             }
             family(&mut out, "wharf_connections", "gauge", "Open AMQP connections.");
             let _ = writeln!(out, "wharf_connections {}", view.connections.len());

@@ -150,4 +150,6 @@ pub struct AdminView<'a> {
     pub counters: MessageCounters,
     /// The server's clock, ms since the epoch.
     pub now_ms: u64,
+    /// The log's sync histograms (`None` once the store is closed).
+    pub sync: Option<crate::wal::sync_stats::SyncSnapshot>,
 }

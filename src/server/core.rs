@@ -398,6 +398,7 @@ impl Core {
                     connections: self.connection_infos(),
                     counters: self.counters,
                     now_ms: self.now(),
+                    sync: self.store.as_ref().map(Store::sync_stats),
                 };
                 query(&view);
             }
