@@ -119,7 +119,10 @@ async fn missing_or_wrong_credentials_get_401_with_a_challenge() {
     let wrong = Client::new(&base(&server), "guest", "nope");
     assert_eq!(call(&wrong, "GET", "/api/overview", None).await.status, 401);
     let unknown = Client::new(&base(&server), "who", "guest");
-    assert_eq!(call(&unknown, "GET", "/api/overview", None).await.status, 401);
+    assert_eq!(
+        call(&unknown, "GET", "/api/overview", None).await.status,
+        401
+    );
 }
 
 #[tokio::test]
@@ -203,10 +206,7 @@ async fn overview_and_healthcheck_have_rabbitmq_shapes() {
     assert_eq!(o["queue_totals"]["messages_ready"], 1);
     assert_eq!(o["message_stats"]["publish"], 1);
     assert_eq!(o["product_name"], "wharf");
-    assert_eq!(
-        o["listeners"][0]["port"],
-        server.handle.local_addr().port()
-    );
+    assert_eq!(o["listeners"][0]["port"], server.handle.local_addr().port());
     assert_eq!(
         get_json(&client, "/api/healthchecks/node").await,
         json!({"status": "ok"})
@@ -307,7 +307,13 @@ async fn purge_and_conditional_delete_are_seen_through_amqp() {
         publish(&ch, "work", &[i]).await;
     }
     assert_eq!(ready_via_amqp(&ch, "work").await, 3);
-    let a = call(&client, "DELETE", "/api/queues/%2F/work?if-empty=true", None).await;
+    let a = call(
+        &client,
+        "DELETE",
+        "/api/queues/%2F/work?if-empty=true",
+        None,
+    )
+    .await;
     assert_eq!(a.status, 400, "{}", a.body);
     assert_eq!(ready_via_amqp(&ch, "work").await, 3);
 
@@ -324,9 +330,21 @@ async fn purge_and_conditional_delete_are_seen_through_amqp() {
         )
         .await
         .unwrap();
-    let a = call(&client, "DELETE", "/api/queues/%2F/work?if-unused=true", None).await;
+    let a = call(
+        &client,
+        "DELETE",
+        "/api/queues/%2F/work?if-unused=true",
+        None,
+    )
+    .await;
     assert_eq!(a.status, 400, "{}", a.body);
-    let a = call(&client, "DELETE", "/api/queues/%2F/work?if-empty=true", None).await;
+    let a = call(
+        &client,
+        "DELETE",
+        "/api/queues/%2F/work?if-empty=true",
+        None,
+    )
+    .await;
     assert_eq!(a.status, 204, "{}", a.body);
     let (_c2, ch2) = server.channel().await;
     let err = ch2
@@ -352,7 +370,8 @@ async fn get_with_requeue_peeks_and_without_takes() {
     publish(&ch, "peek", &[0xff, 0x00, 0x01]).await;
     publish(&ch, "peek", b"third").await;
 
-    let peek = json!({"count": 2, "ackmode": "ack_requeue_true", "encoding": "auto", "truncate": 50000});
+    let peek =
+        json!({"count": 2, "ackmode": "ack_requeue_true", "encoding": "auto", "truncate": 50000});
     let a = call(&client, "POST", "/api/queues/%2F/peek/get", Some(peek)).await;
     assert_eq!(a.status, 200, "{}", a.body);
     let msgs = a.json();
@@ -365,9 +384,14 @@ async fn get_with_requeue_peeks_and_without_takes() {
     assert_eq!(msgs[0]["properties"]["delivery_mode"], 2);
     assert_eq!(msgs[1]["payload"], "/wAB");
     assert_eq!(msgs[1]["payload_encoding"], "base64");
-    assert_eq!(ready_via_amqp(&ch, "peek").await, 3, "peek changed the queue");
+    assert_eq!(
+        ready_via_amqp(&ch, "peek").await,
+        3,
+        "peek changed the queue"
+    );
 
-    let truncated = json!({"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto", "truncate": 2});
+    let truncated =
+        json!({"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto", "truncate": 2});
     let a = call(&client, "POST", "/api/queues/%2F/peek/get", Some(truncated)).await;
     assert_eq!(a.json()[0]["payload"], "he");
     assert_eq!(a.json()[0]["payload_bytes"], 5);
@@ -414,7 +438,10 @@ async fn policies_set_list_clear_and_apply() {
     assert_eq!(get_json(&client, "/api/policies/%2F").await, json!([p]));
     let q = get_json(&client, "/api/queues/%2F/ttl.q").await;
     assert_eq!(q["policy"], "TTL");
-    assert_eq!(q["effective_policy_definition"], json!({"message-ttl": 1000}));
+    assert_eq!(
+        q["effective_policy_definition"],
+        json!({"message-ttl": 1000})
+    );
 
     // Operator policies are a separate list and may only lower numeric limits.
     let op = json!({"pattern": ".*", "definition": {"message-ttl": 500}, "apply-to": "queues"});
@@ -423,14 +450,31 @@ async fn policies_set_list_clear_and_apply() {
     let ops = get_json(&client, "/api/operator-policies").await;
     assert_eq!(ops.as_array().unwrap().len(), 1);
     assert_eq!(ops[0]["name"], "cap");
-    assert_eq!(get_json(&client, "/api/policies").await.as_array().unwrap().len(), 1);
+    assert_eq!(
+        get_json(&client, "/api/policies")
+            .await
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
     let q = get_json(&client, "/api/queues/%2F/ttl.q").await;
     assert_eq!(q["operator_policy"], "cap");
     assert_eq!(q["effective_message_ttl"], 500);
     let bad_op = json!({"pattern": ".*", "definition": {"dead-letter-exchange": "x"}});
-    let a = call(&client, "PUT", "/api/operator-policies/%2F/dlx", Some(bad_op)).await;
+    let a = call(
+        &client,
+        "PUT",
+        "/api/operator-policies/%2F/dlx",
+        Some(bad_op),
+    )
+    .await;
     assert_eq!(a.status, 400);
-    assert!(a.reason().contains("dead-letter-exchange"), "{}", a.reason());
+    assert!(
+        a.reason().contains("dead-letter-exchange"),
+        "{}",
+        a.reason()
+    );
 
     assert_eq!(
         call(&client, "DELETE", "/api/operator-policies/%2F/cap", None)
@@ -542,12 +586,16 @@ async fn exchanges_bindings_and_vhosts() {
     assert_eq!(a.status, 201, "{}", a.body);
     let bindings = get_json(&client, "/api/bindings/%2F").await;
     let list = bindings.as_array().unwrap();
-    assert!(list.contains(&json!({"source": "", "vhost": "/", "destination": "audit",
+    assert!(
+        list.contains(&json!({"source": "", "vhost": "/", "destination": "audit",
         "destination_type": "queue", "routing_key": "audit", "arguments": {},
-        "properties_key": "audit"})));
-    assert!(list.contains(&json!({"source": "events", "vhost": "/", "destination": "audit",
+        "properties_key": "audit"}))
+    );
+    assert!(list.contains(
+        &json!({"source": "events", "vhost": "/", "destination": "audit",
         "destination_type": "queue", "routing_key": "order.*", "arguments": {},
-        "properties_key": "order.*"})));
+        "properties_key": "order.*"})
+    ));
     let a = call(
         &client,
         "DELETE",
@@ -563,8 +611,14 @@ async fn exchanges_bindings_and_vhosts() {
         204
     );
 
-    assert_eq!(call(&client, "PUT", "/api/vhosts/prod", None).await.status, 201);
-    assert_eq!(call(&client, "PUT", "/api/vhosts/prod", None).await.status, 204);
+    assert_eq!(
+        call(&client, "PUT", "/api/vhosts/prod", None).await.status,
+        201
+    );
+    assert_eq!(
+        call(&client, "PUT", "/api/vhosts/prod", None).await.status,
+        204
+    );
     let v = get_json(&client, "/api/vhosts/prod").await;
     assert_eq!(v["name"], "prod");
     assert_eq!(v["messages"], 0);
@@ -581,8 +635,18 @@ async fn exchanges_bindings_and_vhosts() {
         perms,
         json!([{"user": "guest", "vhost": "/", "configure": ".*", "write": ".*", "read": ".*"}])
     );
-    assert_eq!(call(&client, "DELETE", "/api/vhosts/prod", None).await.status, 204);
-    assert_eq!(call(&client, "DELETE", "/api/vhosts/prod", None).await.status, 404);
+    assert_eq!(
+        call(&client, "DELETE", "/api/vhosts/prod", None)
+            .await
+            .status,
+        204
+    );
+    assert_eq!(
+        call(&client, "DELETE", "/api/vhosts/prod", None)
+            .await
+            .status,
+        404
+    );
 }
 
 #[tokio::test]
@@ -668,23 +732,45 @@ async fn definitions_export_and_import_round_trip() {
     )
     .await;
     let defs = get_json(&client, "/api/definitions").await;
-    assert_eq!(defs["queues"], json!([{"name": "audit", "vhost": "prod", "durable": true,
-        "auto_delete": false, "arguments": {"x-max-length": 10}}]));
-    assert_eq!(defs["exchanges"], json!([{"name": "events", "vhost": "prod", "type": "fanout",
-        "durable": true, "auto_delete": false, "internal": false, "arguments": {}}]));
-    assert_eq!(defs["bindings"], json!([{"source": "events", "vhost": "prod",
+    assert_eq!(
+        defs["queues"],
+        json!([{"name": "audit", "vhost": "prod", "durable": true,
+        "auto_delete": false, "arguments": {"x-max-length": 10}}])
+    );
+    assert_eq!(
+        defs["exchanges"],
+        json!([{"name": "events", "vhost": "prod", "type": "fanout",
+        "durable": true, "auto_delete": false, "internal": false, "arguments": {}}])
+    );
+    assert_eq!(
+        defs["bindings"],
+        json!([{"source": "events", "vhost": "prod",
         "destination": "audit", "destination_type": "queue", "routing_key": "k",
-        "arguments": {}}]));
+        "arguments": {}}])
+    );
     assert_eq!(defs["policies"][0]["name"], "TTL");
     assert_eq!(defs["parameters"][0]["component"], "operator_policy");
     assert_eq!(defs["users"][0]["name"], "guest");
 
     let (other, other_client) = start().await;
-    let a = call(&other_client, "POST", "/api/definitions", Some(defs.clone())).await;
+    let a = call(
+        &other_client,
+        "POST",
+        "/api/definitions",
+        Some(defs.clone()),
+    )
+    .await;
     assert_eq!(a.status, 200, "{}", a.body);
     assert!(a.json()["warnings"][0].as_str().unwrap().contains("users"));
     let again = get_json(&other_client, "/api/definitions").await;
-    for key in ["vhosts", "queues", "exchanges", "bindings", "policies", "parameters"] {
+    for key in [
+        "vhosts",
+        "queues",
+        "exchanges",
+        "bindings",
+        "policies",
+        "parameters",
+    ] {
         assert_eq!(again[key], defs[key], "{key}");
     }
     let bad = json!({"queues": [{"name": "q", "vhost": "/", "arguments": {"x-expires": 0}}]});
@@ -698,6 +784,10 @@ async fn definitions_export_and_import_round_trip() {
 async fn metrics_need_no_auth_and_follow_traffic() {
     let (server, _) = start().await;
     let (_conn, ch) = server.channel().await;
+    // Confirms come after the fsync, so every record below is counted before the scrape.
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
     declare(&ch, "m").await;
     for _ in 0..3 {
         publish(&ch, "m", b"abcd").await;
@@ -729,7 +819,10 @@ async fn metrics_need_no_auth_and_follow_traffic() {
     let syncs = count_of("wharf_wal_fsync_seconds_count");
     assert!(syncs >= 1, "{text}");
     assert_eq!(count_of("wharf_wal_records_per_fsync_count"), syncs);
-    assert_eq!(count_of("wharf_wal_fsync_seconds_bucket{le=\"+Inf\"}"), syncs);
+    assert_eq!(
+        count_of("wharf_wal_fsync_seconds_bucket{le=\"+Inf\"}"),
+        syncs
+    );
     assert!(count_of("wharf_wal_records_per_fsync_sum") >= 3, "{text}");
     for line in [
         "wharf_queue_messages_ready{vhost=\"/\",queue=\"m\"} 1",
@@ -743,6 +836,9 @@ async fn metrics_need_no_auth_and_follow_traffic() {
         "# TYPE wharf_messages_published_total counter",
         "# TYPE wharf_recovery_seconds gauge",
     ] {
-        assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
     }
 }

@@ -228,12 +228,19 @@ async fn set_list_and_clear_policies_with_options_anywhere() {
         "vhost\tname\tpattern\tapply-to\tdefinition\tpriority\n\
          prod\tlim\t^orders\tqueues\t{\"max-length\":10}\t5\n"
     );
-    let r = ctl(&server, &["list_policies", "-p", "prod", "--formatter", "json"]).await;
+    let r = ctl(
+        &server,
+        &["list_policies", "-p", "prod", "--formatter", "json"],
+    )
+    .await;
     let rows: Value = serde_json::from_str(r.out.lines().last().unwrap()).unwrap();
     assert_eq!(rows[0]["definition"], json!({"max-length": 10}));
     // The default vhost has none.
     let r = ctl(&server, &["list_policies", "-q"]).await;
-    assert_eq!(r.out, "vhost\tname\tpattern\tapply-to\tdefinition\tpriority\n");
+    assert_eq!(
+        r.out,
+        "vhost\tname\tpattern\tapply-to\tdefinition\tpriority\n"
+    );
     let r = ctl(&server, &["clear_policy", "lim", "-p", "prod"]).await;
     assert_eq!(r.code, 0, "{}", r.err);
     assert_eq!(api_get(&server, "/api/policies").await, json!([]));
@@ -245,7 +252,10 @@ async fn set_list_and_clear_policies_with_options_anywhere() {
 async fn every_policy_validation_error_is_refused_with_its_reason_and_exit_65() {
     let server = start().await;
     let cases: &[(&[&str], &str)] = &[
-        (&["set_policy", "p", ".*", r#"{"message-tll":1}"#], "message-tll"),
+        (
+            &["set_policy", "p", ".*", r#"{"message-tll":1}"#],
+            "message-tll",
+        ),
         (
             &["set_policy", "p", ".*", r#"{"message-ttl":"60s"}"#],
             "'message-ttl' must be a non-negative integer",
@@ -254,16 +264,34 @@ async fn every_policy_validation_error_is_refused_with_its_reason_and_exit_65() 
             &["set_policy", "p", ".*", r#"{"max-length":-1}"#],
             "'max-length' must be a non-negative integer",
         ),
-        (&["set_policy", "p", ".*", r#"{"expires":0}"#], "'expires' must be between 1"),
-        (&["set_policy", "p", "(", r#"{"message-ttl":1}"#], "invalid regular expression '('"),
         (
-            &["set_policy", "p", ".*", r#"{"message-ttl":1}"#, "--apply-to", "topics"],
+            &["set_policy", "p", ".*", r#"{"expires":0}"#],
+            "'expires' must be between 1",
+        ),
+        (
+            &["set_policy", "p", "(", r#"{"message-ttl":1}"#],
+            "invalid regular expression '('",
+        ),
+        (
+            &[
+                "set_policy",
+                "p",
+                ".*",
+                r#"{"message-ttl":1}"#,
+                "--apply-to",
+                "topics",
+            ],
             "'apply-to' must be one of queues, exchanges, all, got 'topics'",
         ),
         (&["set_policy", "p", ".*", "{message-ttl:1}"], "not JSON"),
         (&["set_policy", "p", ".*", "{}"], "the definition is empty"),
         (
-            &["set_operator_policy", "p", ".*", r#"{"dead-letter-exchange":"x"}"#],
+            &[
+                "set_operator_policy",
+                "p",
+                ".*",
+                r#"{"dead-letter-exchange":"x"}"#,
+            ],
             "not allowed in an operator policy",
         ),
         (
@@ -275,9 +303,24 @@ async fn every_policy_validation_error_is_refused_with_its_reason_and_exit_65() 
         let r = ctl(&server, args).await;
         assert_eq!(r.code, 65, "{args:?}: {}{}", r.out, r.err);
         assert!(r.err.starts_with("Error:\n"), "{args:?}: {}", r.err);
-        assert!(r.err.contains(needle), "{args:?} should name {needle:?}: {}", r.err);
+        assert!(
+            r.err.contains(needle),
+            "{args:?} should name {needle:?}: {}",
+            r.err
+        );
     }
-    let r = ctl(&server, &["set_policy", "p", ".*", r#"{"message-ttl":1}"#, "--priority", "x"]).await;
+    let r = ctl(
+        &server,
+        &[
+            "set_policy",
+            "p",
+            ".*",
+            r#"{"message-ttl":1}"#,
+            "--priority",
+            "x",
+        ],
+    )
+    .await;
     assert_eq!(r.code, 65, "{}", r.err);
     assert_eq!(api_get(&server, "/api/policies").await, json!([]));
     assert_eq!(api_get(&server, "/api/operator-policies").await, json!([]));
@@ -288,7 +331,14 @@ async fn operator_policies_have_their_own_commands() {
     let server = start().await;
     let r = ctl(
         &server,
-        &["set_operator_policy", "cap", ".*", r#"{"max-length":100}"#, "--apply-to", "queues"],
+        &[
+            "set_operator_policy",
+            "cap",
+            ".*",
+            r#"{"max-length":100}"#,
+            "--apply-to",
+            "queues",
+        ],
     )
     .await;
     assert_eq!(r.code, 0, "{}", r.err);
@@ -298,7 +348,12 @@ async fn operator_policies_have_their_own_commands() {
         "vhost\tname\tpattern\tapply-to\tdefinition\tpriority\n\
          /\tcap\t.*\tqueues\t{\"max-length\":100}\t0\n"
     );
-    assert_eq!(ctl(&server, &["list_policies", "-q", "--no-table-headers"]).await.out, "");
+    assert_eq!(
+        ctl(&server, &["list_policies", "-q", "--no-table-headers"])
+            .await
+            .out,
+        ""
+    );
     let r = ctl(&server, &["clear_operator_policy", "cap"]).await;
     assert_eq!(r.code, 0, "{}", r.err);
     assert_eq!(api_get(&server, "/api/operator-policies").await, json!([]));
@@ -312,7 +367,11 @@ async fn list_queues_with_columns_and_formats() {
     declare(&ch, "b").await;
     publish(&ch, "a", b"1").await;
     publish(&ch, "a", b"2").await;
-    ctl(&server, &["set_policy", "ttl", "^a$", r#"{"message-ttl":5000}"#]).await;
+    ctl(
+        &server,
+        &["set_policy", "ttl", "^a$", r#"{"message-ttl":5000}"#],
+    )
+    .await;
     let r = ctl(&server, &["list_queues", "-q"]).await;
     assert_eq!(r.code, 0, "{}", r.err);
     assert_eq!(r.out, "name\tmessages\na\t2\nb\t0\n");
@@ -338,12 +397,30 @@ async fn list_queues_with_columns_and_formats() {
          a\t2\t0\t0\ttrue\tttl\t5000\t{}\n\
          b\t0\t0\t0\ttrue\t\t\t{}\n"
     );
-    let r = ctl(&server, &["list_queues", "name", "messages", "--formatter", "json", "-q"]).await;
+    let r = ctl(
+        &server,
+        &[
+            "list_queues",
+            "name",
+            "messages",
+            "--formatter",
+            "json",
+            "-q",
+        ],
+    )
+    .await;
     let rows: Value = serde_json::from_str(&r.out).unwrap();
-    assert_eq!(rows, json!([{"name": "a", "messages": 2}, {"name": "b", "messages": 0}]));
+    assert_eq!(
+        rows,
+        json!([{"name": "a", "messages": 2}, {"name": "b", "messages": 0}])
+    );
     // Without -q the informational line comes first, as with rabbitmqctl.
     let r = ctl(&server, &["list_queues"]).await;
-    assert!(r.out.contains("Listing queues for vhost / ..."), "{}", r.out);
+    assert!(
+        r.out.contains("Listing queues for vhost / ..."),
+        "{}",
+        r.out
+    );
     let r = ctl(&server, &["list_queues", "name", "colour"]).await;
     assert_eq!(r.code, 64, "{}", r.err);
     assert!(r.err.contains("colour"), "{}", r.err);
@@ -355,19 +432,24 @@ async fn list_exchanges_bindings_connections_channels_consumers() {
     let (_conn, ch) = server.channel().await;
     declare(&ch, "jobs").await;
     // Kept alive: dropping lapin's consumer cancels it.
-    let _consumer = ch.basic_consume(
-        "jobs".into(),
-        "w1".into(),
-        BasicConsumeOptions::default(),
-        LapinTable::default(),
-    )
-    .await
-    .unwrap();
+    let _consumer = ch
+        .basic_consume(
+            "jobs".into(),
+            "w1".into(),
+            BasicConsumeOptions::default(),
+            LapinTable::default(),
+        )
+        .await
+        .unwrap();
     let r = ctl(&server, &["list_exchanges", "-q"]).await;
     assert_eq!(r.code, 0, "{}", r.err);
     assert!(r.out.starts_with("name\ttype\n"), "{}", r.out);
     assert!(r.out.contains("amq.topic\ttopic\n"), "{}", r.out);
-    assert!(r.out.contains("\tdirect\n"), "the default exchange: {}", r.out);
+    assert!(
+        r.out.contains("\tdirect\n"),
+        "the default exchange: {}",
+        r.out
+    );
 
     let r = ctl(&server, &["list_bindings", "-q"]).await;
     assert_eq!(
@@ -384,10 +466,19 @@ async fn list_exchanges_bindings_connections_channels_consumers() {
     assert_eq!(r.out, "user\tconsumer_count\nguest\t1\n");
     let r = ctl(
         &server,
-        &["list_consumers", "queue_name", "consumer_tag", "ack_required", "-q"],
+        &[
+            "list_consumers",
+            "queue_name",
+            "consumer_tag",
+            "ack_required",
+            "-q",
+        ],
     )
     .await;
-    assert_eq!(r.out, "queue_name\tconsumer_tag\tack_required\njobs\tw1\ttrue\n");
+    assert_eq!(
+        r.out,
+        "queue_name\tconsumer_tag\tack_required\njobs\tw1\ttrue\n"
+    );
 }
 
 #[tokio::test]
@@ -403,7 +494,12 @@ async fn purge_delete_and_vhost_commands() {
     assert_eq!(api_get(&server, "/api/queues/%2F/q").await["messages"], 0);
     let r = ctl(&server, &["delete_queue", "q", "--if-empty"]).await;
     assert_eq!(r.code, 0, "{}", r.err);
-    assert!(r.out.contains("Queue was successfully deleted with 0 messages"), "{}", r.out);
+    assert!(
+        r.out
+            .contains("Queue was successfully deleted with 0 messages"),
+        "{}",
+        r.out
+    );
     let r = ctl(&server, &["delete_queue", "q"]).await;
     assert_eq!(r.code, 65, "{}", r.err);
     let r = ctl(&server, &["purge_queue", "nope"]).await;
@@ -423,7 +519,11 @@ async fn status_and_definitions_export_import() {
     let (_conn, ch) = server.channel().await;
     declare(&ch, "keep").await;
     publish(&ch, "keep", b"x").await;
-    ctl(&server, &["set_policy", "TTL", ".*", r#"{"message-ttl":60000}"#]).await;
+    ctl(
+        &server,
+        &["set_policy", "TTL", ".*", r#"{"message-ttl":60000}"#],
+    )
+    .await;
     let r = ctl(&server, &["status", "-q"]).await;
     assert_eq!(r.code, 0, "{}", r.err);
     assert!(r.out.contains("Queues: 1\n"), "{}", r.out);
@@ -444,14 +544,23 @@ async fn status_and_definitions_export_import() {
     let r = ctl(&other, &["import_definitions", file.to_str().unwrap()]).await;
     assert_eq!(r.code, 0, "{}", r.err);
     assert!(r.err.contains("Warning: 1 users not applied"), "{}", r.err);
-    assert_eq!(api_get(&other, "/api/queues/%2F/keep").await["durable"], true);
-    assert_eq!(api_get(&other, "/api/policies/%2F/TTL").await["definition"], json!({"message-ttl": 60000}));
+    assert_eq!(
+        api_get(&other, "/api/queues/%2F/keep").await["durable"],
+        true
+    );
+    assert_eq!(
+        api_get(&other, "/api/policies/%2F/TTL").await["definition"],
+        json!({"message-ttl": 60000})
+    );
 
     let third = start().await;
     let text = std::fs::read_to_string(&file).unwrap();
     let r = ctl_in(&third, &["import_definitions", "-"], &text).await;
     assert_eq!(r.code, 0, "{}", r.err);
-    assert_eq!(api_get(&third, "/api/queues/%2F/keep").await["name"], "keep");
+    assert_eq!(
+        api_get(&third, "/api/queues/%2F/keep").await["name"],
+        "keep"
+    );
     let r = ctl_in(&third, &["import_definitions", "-"], "{not json").await;
     assert_eq!(r.code, 65, "{}", r.err);
 }
@@ -477,16 +586,29 @@ async fn usage_unreachable_and_credential_errors_have_rabbitmqctl_exit_codes() {
         l.local_addr().unwrap()
     };
     let r = run(
-        vec!["list_queues".into(), "--url".into(), format!("http://{closed}")],
+        vec![
+            "list_queues".into(),
+            "--url".into(),
+            format!("http://{closed}"),
+        ],
         None,
         String::new(),
     )
     .await;
     assert_eq!(r.code, 69, "{}", r.err);
-    let r = ctl(&server, &["list_queues", "--username", "guest", "--password", "wrong"]).await;
+    let r = ctl(
+        &server,
+        &["list_queues", "--username", "guest", "--password", "wrong"],
+    )
+    .await;
     assert_eq!(r.code, 77, "{}", r.err);
     // WHARF_URL is used when --url is absent.
-    let r = run(vec!["list_vhosts".into(), "-q".into()], Some(url(&server)), String::new()).await;
+    let r = run(
+        vec!["list_vhosts".into(), "-q".into()],
+        Some(url(&server)),
+        String::new(),
+    )
+    .await;
     assert_eq!(r.code, 0, "{}", r.err);
     assert_eq!(r.out, "name\n/\n");
 }

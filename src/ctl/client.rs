@@ -2,6 +2,8 @@
 //! every status returned as data (a 404 is an answer, not an error). Used by `wharfctl` and by
 //! the tests. Depends on nothing of the broker.
 
+use std::fmt::Write as _;
+
 use base64::Engine as _;
 use serde_json::Value as JsonValue;
 
@@ -84,20 +86,15 @@ impl Client {
             Some(a) => builder.header("authorization", a),
             None => builder,
         };
-        let result = match body {
-            Some(b) => {
-                let req = builder
-                    .header("content-type", "application/json")
-                    .body(b.to_string())
-                    .map_err(|e| Unreachable(format!("bad request to {url}: {e}")))?;
-                self.agent.run(req)
-            }
-            None => {
-                let req = builder
-                    .body(())
-                    .map_err(|e| Unreachable(format!("bad request to {url}: {e}")))?;
-                self.agent.run(req)
-            }
+        let bad = |e: ureq::http::Error| Unreachable(format!("bad request to {url}: {e}"));
+        let result = if let Some(b) = body {
+            let req = builder
+                .header("content-type", "application/json")
+                .body(b.to_string())
+                .map_err(bad)?;
+            self.agent.run(req)
+        } else {
+            self.agent.run(builder.body(()).map_err(bad)?)
         };
         let mut resp = result.map_err(|e| Unreachable(format!("{url}: {e}")))?;
         let status = resp.status().as_u16();
@@ -134,7 +131,7 @@ pub fn segment(s: &str) -> String {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
             out.push(char::from(b));
         } else {
-            out.push_str(&format!("%{b:02X}"));
+            let _ = write!(out, "%{b:02X}");
         }
     }
     out

@@ -45,6 +45,10 @@ pub struct Io<'a> {
 
 /// Options parsed from anywhere on the command line.
 #[derive(Debug, Default)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "one field per rabbitmqctl flag, each independent"
+)]
 struct Opts {
     url: Option<String>,
     username: Option<String>,
@@ -125,7 +129,6 @@ fn parse(args: &[String]) -> Result<(Opts, Vec<String>), Fail> {
                 "table" | "tsv" => o.json = false,
                 other => return Err(usage(format!("unknown formatter '{other}'"))),
             },
-            ("--timeout" | "-t", _) => {}
             ("--quiet" | "-q", None) => o.quiet = true,
             ("--silent" | "-s", None) => {
                 o.silent = true;
@@ -134,7 +137,8 @@ fn parse(args: &[String]) -> Result<(Opts, Vec<String>), Fail> {
             ("--no-table-headers", None) => o.no_headers = true,
             ("--if-empty", None) => o.if_empty = true,
             ("--if-unused", None) => o.if_unused = true,
-            ("--online" | "--local" | "--offline", None) => {}
+            // Accepted for rabbitmqctl compatibility; meaningless over HTTP.
+            ("--timeout" | "-t" | "--online" | "--local" | "--offline", _) => {}
             (other, _) => return Err(usage(format!("unknown option {other}"))),
         }
     }
@@ -153,7 +157,7 @@ pub fn run(args: &[String], env_url: Option<String>, io: &mut Io<'_>) -> i32 {
     let (opts, pos) = match parse(args) {
         Ok(p) => p,
         Err(Fail(code, text)) => {
-            let _ = writeln!(io.err, "Error: {text}\n\n{}", USAGE);
+            let _ = writeln!(io.err, "Error: {text}\n\n{USAGE}");
             return code;
         }
     };
@@ -294,14 +298,20 @@ impl Ctl<'_, '_> {
             pos,
             3,
             3,
-            &format!("{} NAME PATTERN DEFINITION [--priority N] [--apply-to A]", pos[0]),
+            &format!(
+                "{} NAME PATTERN DEFINITION [--priority N] [--apply-to A]",
+                pos[0]
+            ),
         )?;
         let (name, pattern, definition) = (arg(pos, 1), arg(pos, 2), arg(pos, 3));
         let priority = match &self.opts.priority {
             None => 0,
-            Some(p) => p
-                .parse::<i64>()
-                .map_err(|_| Fail(EXIT_DATAERR, format!("priority must be an integer, got '{p}'")))?,
+            Some(p) => p.parse::<i64>().map_err(|_| {
+                Fail(
+                    EXIT_DATAERR,
+                    format!("priority must be an integer, got '{p}'"),
+                )
+            })?,
         };
         // The definition goes as text when it is not JSON, so the broker's own validation
         // names what is wrong with it.
@@ -353,7 +363,14 @@ impl Ctl<'_, '_> {
             if operator { "operator " } else { "" },
             self.vhost()
         ));
-        let cols = ["vhost", "name", "pattern", "apply-to", "definition", "priority"];
+        let cols = [
+            "vhost",
+            "name",
+            "pattern",
+            "apply-to",
+            "definition",
+            "priority",
+        ];
         self.table(&items, &cols.map(str::to_owned))
     }
 
@@ -549,7 +566,9 @@ impl Ctl<'_, '_> {
                 format!("{base}?{}", query.join("&"))
             };
             self.call("DELETE", &path, None)?;
-            self.info(&format!("Queue was successfully deleted with {messages} messages"));
+            self.info(&format!(
+                "Queue was successfully deleted with {messages} messages"
+            ));
         }
         Ok(())
     }
@@ -594,7 +613,10 @@ impl Ctl<'_, '_> {
             format!("Exchanges: {}", get(&["object_totals", "exchanges"])),
             format!("Consumers: {}", get(&["object_totals", "consumers"])),
             format!("Messages: {}", get(&["queue_totals", "messages"])),
-            format!("Messages ready: {}", get(&["queue_totals", "messages_ready"])),
+            format!(
+                "Messages ready: {}",
+                get(&["queue_totals", "messages_ready"])
+            ),
             format!(
                 "Messages unacknowledged: {}",
                 get(&["queue_totals", "messages_unacknowledged"])
@@ -610,12 +632,14 @@ impl Ctl<'_, '_> {
         check_args(pos, 1, 1, "export_definitions FILE|-")?;
         let target = arg(pos, 1);
         let defs = self.call("GET", "/api/definitions", None)?.json();
-        let text = serde_json::to_string_pretty(&defs)
-            .map_err(|e| Fail(EXIT_SOFTWARE, e.to_string()))?;
+        let text =
+            serde_json::to_string_pretty(&defs).map_err(|e| Fail(EXIT_SOFTWARE, e.to_string()))?;
         if target == "-" {
             let _ = writeln!(self.io.out, "{text}");
         } else {
-            self.info(&format!("Exporting definitions in JSON to a file at \"{target}\" ..."));
+            self.info(&format!(
+                "Exporting definitions in JSON to a file at \"{target}\" ..."
+            ));
             std::fs::write(target, text + "\n")
                 .map_err(|e| Fail(EXIT_DATAERR, format!("cannot write {target}: {e}")))?;
         }
@@ -638,7 +662,9 @@ impl Ctl<'_, '_> {
         };
         let defs: JsonValue = serde_json::from_str(&text)
             .map_err(|e| Fail(EXIT_DATAERR, format!("the definitions are not JSON: {e}")))?;
-        self.info(&format!("Importing definitions in JSON from a file at \"{source}\" ..."));
+        self.info(&format!(
+            "Importing definitions in JSON from a file at \"{source}\" ..."
+        ));
         let answer = self.call("POST", "/api/definitions", Some(&defs))?;
         if let Some(warnings) = answer.json().get("warnings").and_then(JsonValue::as_array) {
             for w in warnings {

@@ -125,7 +125,9 @@ fn text<'a>(item: &'a JsonValue, key: &str, what: &str) -> Result<&'a str, ApiEr
 }
 
 fn flag(item: &JsonValue, key: &str, default: bool) -> bool {
-    item.get(key).and_then(JsonValue::as_bool).unwrap_or(default)
+    item.get(key)
+        .and_then(JsonValue::as_bool)
+        .unwrap_or(default)
 }
 
 fn object(item: &JsonValue) -> Map<String, JsonValue> {

@@ -15,29 +15,27 @@ use serde_json::{Value as JsonValue, json};
 use super::json::{self as j, NODE};
 use super::{Api, ApiError};
 use crate::broker::args::{QueueSettings, parse_policy, parse_queue_args};
-use crate::broker::{
-    Command, ExchangeDeclare, PolicyInfo, PolicySpec, QueueDeclare, QueueInfo,
-};
+use crate::broker::{Command, ExchangeDeclare, PolicyInfo, PolicySpec, QueueDeclare, QueueInfo};
 use crate::server::admin::AdminView;
 
 type Peer = ConnectInfo<SocketAddr>;
 type ApiResult = Result<Response, ApiError>;
 
-fn ok_json(value: JsonValue) -> ApiResult {
-    Ok(Json(value).into_response())
+fn ok_json(value: JsonValue) -> Response {
+    Json(value).into_response()
 }
 
-fn created_or_updated(created: bool) -> ApiResult {
-    Ok(if created {
+fn created_or_updated(created: bool) -> Response {
+    if created {
         StatusCode::CREATED
     } else {
         StatusCode::NO_CONTENT
     }
-    .into_response())
+    .into_response()
 }
 
-fn no_content() -> ApiResult {
-    Ok(StatusCode::NO_CONTENT.into_response())
+fn no_content() -> Response {
+    StatusCode::NO_CONTENT.into_response()
 }
 
 /// A request body as a JSON object (an empty body is an empty object).
@@ -151,7 +149,7 @@ pub(crate) async fn overview(
     if let (Some(out), JsonValue::Object(t)) = (out.as_object_mut(), totals) {
         out.extend(t);
     }
-    ok_json(out)
+    Ok(ok_json(out))
 }
 
 pub(crate) async fn healthcheck(
@@ -162,7 +160,7 @@ pub(crate) async fn healthcheck(
     api.user(&headers, peer)?;
     // Answered by the broker task itself: a stuck or stopped task fails the check.
     api.query(|_| ()).await?;
-    ok_json(json!({ "status": "ok" }))
+    Ok(ok_json(json!({ "status": "ok" })))
 }
 
 // ----- vhosts -----
@@ -200,7 +198,7 @@ pub(crate) async fn vhosts(
             list
         })
         .await?;
-    ok_json(JsonValue::Array(list))
+    Ok(ok_json(JsonValue::Array(list)))
 }
 
 pub(crate) async fn vhost_get(
@@ -213,7 +211,7 @@ pub(crate) async fn vhost_get(
     let found = api
         .query(move |view| known_vhost(view, &vhost).then(|| vhost_json(view, &vhost)))
         .await?;
-    ok_json(found.ok_or(ApiError::NotFound)?)
+    Ok(ok_json(found.ok_or(ApiError::NotFound)?))
 }
 
 pub(crate) async fn vhost_put(
@@ -226,7 +224,7 @@ pub(crate) async fn vhost_put(
     let v = vhost.clone();
     let existed = api.query(move |view| known_vhost(view, &v)).await?;
     api.command(Command::VhostAdd { vhost }).await?;
-    created_or_updated(!existed)
+    Ok(created_or_updated(!existed))
 }
 
 pub(crate) async fn vhost_delete(
@@ -241,7 +239,7 @@ pub(crate) async fn vhost_delete(
         return Err(ApiError::NotFound);
     }
     api.command(Command::VhostDelete { vhost }).await?;
-    no_content()
+    Ok(no_content())
 }
 
 // ----- queues -----
@@ -258,11 +256,14 @@ pub(crate) fn queue_json(q: &QueueInfo, policies: &[PolicyInfo]) -> JsonValue {
     };
     let policy = settings(&q.policy, false);
     let operator = settings(&q.operator_policy, true);
-    let from_policies =
-        QueueSettings::effective(&QueueSettings::default(), policy.as_ref(), operator.as_ref());
+    let from_policies = QueueSettings::effective(
+        &QueueSettings::default(),
+        policy.as_ref(),
+        operator.as_ref(),
+    );
     let args = parse_queue_args(&q.vhost, &q.name, &q.arguments).unwrap_or_default();
     let all = QueueSettings::effective(&args, policy.as_ref(), operator.as_ref());
-    let mut out = j::queue(q, settings_json(&from_policies));
+    let mut out = j::queue(q, &settings_json(&from_policies));
     if let Some(map) = out.as_object_mut() {
         map.insert(
             "effective_message_ttl".to_owned(),
@@ -321,7 +322,7 @@ async fn queue_list(api: &Api, vhost: Option<String>) -> ApiResult {
             list
         })
         .await?;
-    ok_json(JsonValue::Array(list))
+    Ok(ok_json(JsonValue::Array(list)))
 }
 
 pub(crate) async fn queues_all(
@@ -363,7 +364,7 @@ pub(crate) async fn queue_get(
     Path((vhost, name)): Path<(String, String)>,
 ) -> ApiResult {
     api.admin(&headers, peer)?;
-    ok_json(find_queue(&api, vhost, name).await?)
+    Ok(ok_json(find_queue(&api, vhost, name).await?))
 }
 
 pub(crate) async fn queue_put(
@@ -389,7 +390,7 @@ pub(crate) async fn queue_put(
     };
     let existed = find_queue(&api, vhost, name).await.is_ok();
     api.command(Command::QueueDeclare(declare)).await?;
-    created_or_updated(!existed)
+    Ok(created_or_updated(!existed))
 }
 
 pub(crate) async fn queue_delete(
@@ -410,7 +411,7 @@ pub(crate) async fn queue_delete(
         owner: None,
     })
     .await?;
-    no_content()
+    Ok(no_content())
 }
 
 pub(crate) async fn queue_purge(
@@ -426,7 +427,7 @@ pub(crate) async fn queue_purge(
         owner: None,
     })
     .await?;
-    no_content()
+    Ok(no_content())
 }
 
 /// RabbitMQ's "get messages": `ack_requeue_true` (and `reject_requeue_true`) peek without
@@ -466,7 +467,10 @@ pub(crate) async fn queue_get_messages(
     }
     let truncate = map
         .get("truncate")
-        .and_then(|v| v.as_u64().or_else(|| v.as_str().and_then(|s| s.parse().ok())))
+        .and_then(|v| {
+            v.as_u64()
+                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        })
         .and_then(|n| usize::try_from(n).ok());
     let out: Vec<JsonValue> = match ackmode.as_str() {
         "ack_requeue_true" | "reject_requeue_true" => {
@@ -513,7 +517,7 @@ pub(crate) async fn queue_get_messages(
             )));
         }
     };
-    ok_json(JsonValue::Array(out))
+    Ok(ok_json(JsonValue::Array(out)))
 }
 
 // ----- exchanges -----
@@ -529,7 +533,7 @@ async fn exchange_list(api: &Api, vhost: Option<String>) -> ApiResult {
             list
         })
         .await?;
-    ok_json(JsonValue::Array(list))
+    Ok(ok_json(JsonValue::Array(list)))
 }
 
 pub(crate) async fn exchanges_all(
@@ -570,7 +574,7 @@ pub(crate) async fn exchange_get(
     Path((vhost, name)): Path<(String, String)>,
 ) -> ApiResult {
     api.admin(&headers, peer)?;
-    ok_json(find_exchange(&api, vhost, name).await?)
+    Ok(ok_json(find_exchange(&api, vhost, name).await?))
 }
 
 pub(crate) async fn exchange_put(
@@ -601,7 +605,7 @@ pub(crate) async fn exchange_put(
     };
     let existed = find_exchange(&api, vhost, name).await.is_ok();
     api.command(Command::ExchangeDeclare(declare)).await?;
-    created_or_updated(!existed)
+    Ok(created_or_updated(!existed))
 }
 
 pub(crate) async fn exchange_delete(
@@ -620,7 +624,7 @@ pub(crate) async fn exchange_delete(
         if_unused: query_flag(&q, "if-unused"),
     })
     .await?;
-    no_content()
+    Ok(no_content())
 }
 
 // ----- bindings -----
@@ -664,7 +668,7 @@ async fn binding_list(api: &Api, vhost: Option<String>) -> ApiResult {
             list
         })
         .await?;
-    ok_json(JsonValue::Array(list))
+    Ok(ok_json(JsonValue::Array(list)))
 }
 
 pub(crate) async fn bindings_all(
@@ -734,7 +738,7 @@ async fn policy_list(api: &Api, vhost: Option<String>, operator: bool) -> ApiRes
             list
         })
         .await?;
-    ok_json(JsonValue::Array(list))
+    Ok(ok_json(JsonValue::Array(list)))
 }
 
 async fn find_policy(
@@ -820,7 +824,7 @@ async fn policy_put_inner(
         operator,
     })
     .await?;
-    created_or_updated(!existed)
+    Ok(created_or_updated(!existed))
 }
 
 async fn policy_delete_inner(api: &Api, vhost: String, name: String, operator: bool) -> ApiResult {
@@ -831,7 +835,7 @@ async fn policy_delete_inner(api: &Api, vhost: String, name: String, operator: b
         operator,
     })
     .await?;
-    no_content()
+    Ok(no_content())
 }
 
 pub(crate) async fn policies_all(
@@ -860,7 +864,7 @@ pub(crate) async fn policy_get(
     Path((vhost, name)): Path<(String, String)>,
 ) -> ApiResult {
     api.admin(&headers, peer)?;
-    ok_json(find_policy(&api, vhost, name, false).await?)
+    Ok(ok_json(find_policy(&api, vhost, name, false).await?))
 }
 
 pub(crate) async fn policy_put(
@@ -910,7 +914,7 @@ pub(crate) async fn op_policy_get(
     Path((vhost, name)): Path<(String, String)>,
 ) -> ApiResult {
     api.admin(&headers, peer)?;
-    ok_json(find_policy(&api, vhost, name, true).await?)
+    Ok(ok_json(find_policy(&api, vhost, name, true).await?))
 }
 
 pub(crate) async fn op_policy_put(
@@ -953,7 +957,7 @@ pub(crate) async fn connections(
             list
         })
         .await?;
-    ok_json(JsonValue::Array(list))
+    Ok(ok_json(JsonValue::Array(list)))
 }
 
 pub(crate) async fn channels(
@@ -980,7 +984,7 @@ pub(crate) async fn channels(
             list
         })
         .await?;
-    ok_json(JsonValue::Array(list))
+    Ok(ok_json(JsonValue::Array(list)))
 }
 
 async fn consumer_list(api: &Api, vhost: Option<String>) -> ApiResult {
@@ -1026,7 +1030,7 @@ async fn consumer_list(api: &Api, vhost: Option<String>) -> ApiResult {
             list
         })
         .await?;
-    ok_json(JsonValue::Array(list))
+    Ok(ok_json(JsonValue::Array(list)))
 }
 
 pub(crate) async fn consumers_all(
@@ -1070,7 +1074,7 @@ pub(crate) async fn users(
             json!({ "name": u.name, "tags": tags, "limits": {} })
         })
         .collect();
-    ok_json(JsonValue::Array(list))
+    Ok(ok_json(JsonValue::Array(list)))
 }
 
 pub(crate) async fn permissions(
@@ -1091,7 +1095,7 @@ pub(crate) async fn permissions(
             }
         }
     }
-    ok_json(JsonValue::Array(list))
+    Ok(ok_json(JsonValue::Array(list)))
 }
 
 /// The seam for user management: users are configured in the file for now; the access work

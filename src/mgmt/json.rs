@@ -102,7 +102,7 @@ pub fn apply_to_parse(s: &str) -> Option<ApplyTo> {
 }
 
 /// A queue as `/api/queues` shows it.
-pub fn queue(q: &QueueInfo, effective: Json) -> Json {
+pub fn queue(q: &QueueInfo, effective: &Json) -> Json {
     json!({
         "name": q.name,
         "vhost": q.vhost,

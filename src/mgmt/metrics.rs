@@ -10,6 +10,8 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 use super::{Api, ApiError};
+use crate::broker::QueueInfo;
+use crate::server::admin::{AdminView, MessageCounters};
 use crate::wal::sync_stats::{SYNC_LATENCY_BOUNDS_US, SYNC_RECORDS_BOUNDS, SyncSnapshot};
 
 /// Escapes a label value (backslash, quote, newline).
@@ -73,89 +75,107 @@ fn sync_histograms(out: &mut String, sync: &SyncSnapshot) {
     );
 }
 
+/// A per-queue gauge: its name, help text and how to read it.
+type QueueGauge = (&'static str, &'static str, fn(&QueueInfo) -> u64);
+
+const QUEUE_GAUGES: [QueueGauge; 4] = [
+    (
+        "wharf_queue_messages_ready",
+        "Ready messages per queue.",
+        |q| q.ready,
+    ),
+    (
+        "wharf_queue_messages_unacked",
+        "Delivered, unacknowledged messages per queue.",
+        |q| q.unacked,
+    ),
+    (
+        "wharf_queue_messages_ready_bytes",
+        "Body bytes of the ready messages per queue.",
+        |q| q.ready_bytes,
+    ),
+    ("wharf_queue_consumers", "Consumers per queue.", |q| {
+        u64::from(q.consumers)
+    }),
+];
+
+fn queue_gauges(out: &mut String, view: &AdminView<'_>) {
+    let mut queues = Vec::new();
+    for v in view.broker.vhost_names() {
+        queues.extend(view.broker.queues(&v));
+    }
+    for (name, help, get) in QUEUE_GAUGES {
+        family(out, name, "gauge", help);
+        for q in &queues {
+            let _ = writeln!(
+                out,
+                "{name}{{vhost=\"{}\",queue=\"{}\"}} {}",
+                label(&q.vhost),
+                label(&q.name),
+                get(q)
+            );
+        }
+    }
+}
+
+fn message_counters(out: &mut String, c: &MessageCounters) {
+    let counters = [
+        (
+            "wharf_messages_published_total",
+            "basic.publish methods handled.",
+            c.published,
+        ),
+        (
+            "wharf_messages_delivered_total",
+            "Messages handed to clients (deliver and get).",
+            c.delivered,
+        ),
+        (
+            "wharf_messages_acked_total",
+            "basic.ack methods handled (a multiple ack counts once).",
+            c.acked,
+        ),
+        (
+            "wharf_messages_expired_total",
+            "Messages that expired in a queue.",
+            c.expired,
+        ),
+        (
+            "wharf_messages_dead_lettered_total",
+            "Messages dead-lettered into at least one queue.",
+            c.dead_lettered,
+        ),
+    ];
+    for (name, help, value) in counters {
+        family(out, name, "counter", help);
+        let _ = writeln!(out, "{name} {value}");
+    }
+}
+
+/// Everything read inside the broker task (copying and formatting only).
+fn scrape(view: &AdminView<'_>) -> String {
+    let mut out = String::new();
+    queue_gauges(&mut out, view);
+    message_counters(&mut out, &view.counters);
+    if let Some(sync) = &view.sync {
+        sync_histograms(&mut out, sync);
+    }
+    family(
+        &mut out,
+        "wharf_connections",
+        "gauge",
+        "Open AMQP connections.",
+    );
+    let _ = writeln!(out, "wharf_connections {}", view.connections.len());
+    let channels: usize = view.connections.iter().map(|c| c.channels.len()).sum();
+    family(&mut out, "wharf_channels", "gauge", "Open AMQP channels.");
+    let _ = writeln!(out, "wharf_channels {channels}");
+    out
+}
+
 pub(crate) async fn metrics(State(api): State<Api>) -> Result<Response, ApiError> {
     let recovery_ms = api.config().recovery_ms;
-    let text = api
-        .query(move |view| {
-            let mut out = String::new();
-            let mut queues = Vec::new();
-            for v in view.broker.vhost_names() {
-                queues.extend(view.broker.queues(&v));
-            }
-            let gauges: [(&str, &str, fn(&crate::broker::QueueInfo) -> u64); 4] = [
-                ("wharf_queue_messages_ready", "Ready messages per queue.", |q| {
-                    q.ready
-                }),
-                (
-                    "wharf_queue_messages_unacked",
-                    "Delivered, unacknowledged messages per queue.",
-                    |q| q.unacked,
-                ),
-                (
-                    "wharf_queue_messages_ready_bytes",
-                    "Body bytes of the ready messages per queue.",
-                    |q| q.ready_bytes,
-                ),
-                ("wharf_queue_consumers", "Consumers per queue.", |q| {
-                    u64::from(q.consumers)
-                }),
-            ];
-            for (name, help, get) in gauges {
-                family(&mut out, name, "gauge", help);
-                for q in &queues {
-                    let _ = writeln!(
-                        out,
-                        "{name}{{vhost=\"{}\",queue=\"{}\"}} {}",
-                        label(&q.vhost),
-                        label(&q.name),
-                        get(q)
-                    );
-                }
-            }
-            let c = view.counters;
-            let counters = [
-                (
-                    "wharf_messages_published_total",
-                    "basic.publish methods handled.",
-                    c.published,
-                ),
-                (
-                    "wharf_messages_delivered_total",
-                    "Messages handed to clients (deliver and get).",
-                    c.delivered,
-                ),
-                (
-                    "wharf_messages_acked_total",
-                    "basic.ack methods handled (a multiple ack counts once).",
-                    c.acked,
-                ),
-                (
-                    "wharf_messages_expired_total",
-                    "Messages that expired in a queue.",
-                    c.expired,
-                ),
-                (
-                    "wharf_messages_dead_lettered_total",
-                    "Messages dead-lettered into at least one queue.",
-                    c.dead_lettered,
-                ),
-            ];
-            for (name, help, value) in counters {
-                family(&mut out, name, "counter", help);
-                let _ = writeln!(out, "{name} {value}");
-            }
-            if let Some(sync) = &view.sync {
-                sync_histograms(&mut out, sync);
-            }
-            family(&mut out, "wharf_connections", "gauge", "Open AMQP connections.");
-            let _ = writeln!(out, "wharf_connections {}", view.connections.len());
-            let channels: usize = view.connections.iter().map(|c| c.channels.len()).sum();
-            family(&mut out, "wharf_channels", "gauge", "Open AMQP channels.");
-            let _ = writeln!(out, "wharf_channels {channels}");
-            out
-        })
-        .await?;
-    let mut text = text;
+    let mut text = api.query(scrape).await?;
     family(
         &mut text,
         "wharf_recovery_seconds",
@@ -166,10 +186,13 @@ pub(crate) async fn metrics(State(api): State<Api>) -> Result<Response, ApiError
         clippy::cast_precision_loss,
         reason = "milliseconds of a recovery are far below 2^52"
     )]
-    let recovery_s = recovery_ms as f64 / 1000.0;
-    let _ = writeln!(text, "wharf_recovery_seconds {recovery_s}");
+    let seconds = recovery_ms as f64 / 1000.0;
+    let _ = writeln!(text, "wharf_recovery_seconds {seconds}");
     Ok((
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         text,
     )
         .into_response())

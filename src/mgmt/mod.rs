@@ -124,7 +124,10 @@ fn router(api: Api) -> Router {
             "/api/queues/{vhost}/{name}/contents",
             axum::routing::delete(h::queue_purge),
         )
-        .route("/api/queues/{vhost}/{name}/get", post(h::queue_get_messages))
+        .route(
+            "/api/queues/{vhost}/{name}/get",
+            post(h::queue_get_messages),
+        )
         .route("/api/exchanges", get(h::exchanges_all))
         .route("/api/exchanges/{vhost}", get(h::exchanges_vhost))
         .route(
@@ -288,7 +291,11 @@ pub fn authenticate(
 
 impl Api {
     /// The caller, who must be an administrator.
-    pub(crate) fn admin(&self, headers: &HeaderMap, peer: SocketAddr) -> Result<Principal, ApiError> {
+    pub(crate) fn admin(
+        &self,
+        headers: &HeaderMap,
+        peer: SocketAddr,
+    ) -> Result<Principal, ApiError> {
         let who = authenticate(
             headers,
             peer,
@@ -303,7 +310,11 @@ impl Api {
     }
 
     /// The caller, any user.
-    pub(crate) fn user(&self, headers: &HeaderMap, peer: SocketAddr) -> Result<Principal, ApiError> {
+    pub(crate) fn user(
+        &self,
+        headers: &HeaderMap,
+        peer: SocketAddr,
+    ) -> Result<Principal, ApiError> {
         authenticate(
             headers,
             peer,
@@ -326,7 +337,11 @@ impl Api {
     /// Runs a broker command through the broker task; answered once durable.
     pub(crate) async fn command(&self, cmd: Command) -> Result<Reply, ApiError> {
         let (done, answer) = oneshot::channel();
-        self.send(AdminRequest::Command { cmd, done }).await?;
+        self.send(AdminRequest::Command {
+            cmd: Box::new(cmd),
+            done,
+        })
+        .await?;
         Ok(answer.await.map_err(|_| ApiError::Unavailable)??)
     }
 

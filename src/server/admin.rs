@@ -23,8 +23,9 @@ pub enum AdminRequest {
     /// A definition command (vhost, exchange, queue, binding, policy). The answer is sent
     /// once the events it produced are durable.
     Command {
-        /// The command.
-        cmd: Command,
+        /// The command (boxed: a command is large, and this message travels the same
+        /// channel as every connection's operations).
+        cmd: Box<Command>,
         /// The broker's reply or refusal.
         done: oneshot::Sender<Result<Reply, BrokerError>>,
     },

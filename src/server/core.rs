@@ -21,7 +21,9 @@ use bytes::BytesMut;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
 
-use super::admin::{AdminDone, AdminRequest, AdminView, ChannelInfo, ConnectionInfo, MessageCounters};
+use super::admin::{
+    AdminDone, AdminRequest, AdminView, ChannelInfo, ConnectionInfo, MessageCounters,
+};
 use super::convert::{Close, broker_error_close, properties_to_wire, short};
 use super::outbox::{OUTBOX_HIGH_BYTES, Outbox};
 use crate::broker::{
@@ -370,7 +372,7 @@ impl Core {
 
     fn admin(&mut self, req: AdminRequest) {
         match req {
-            AdminRequest::Command { cmd, done } => match self.broker.handle(cmd, self.now()) {
+            AdminRequest::Command { cmd, done } => match self.broker.handle(*cmd, self.now()) {
                 Ok(mut out) => {
                     let reply = std::mem::take(&mut out.reply);
                     let durable = !out.events.is_empty();
@@ -386,7 +388,7 @@ impl Core {
                 queue,
                 count,
                 done,
-            } => match self.admin_take(vhost, queue, count) {
+            } => match self.admin_take(&vhost, &queue, count) {
                 Ok((taken, durable)) => self.admin_answer(AdminDone::Take(done, taken), durable),
                 Err(e) => {
                     let _ = done.send(Err(e));
@@ -420,8 +422,8 @@ impl Core {
     /// the accept loop counts up from 1), closed again before returning.
     fn admin_take(
         &mut self,
-        vhost: String,
-        queue: String,
+        vhost: &str,
+        queue: &str,
         count: u32,
     ) -> Result<(Vec<GetOk>, bool), BrokerError> {
         const ADMIN_CONN: u64 = u64::MAX;
@@ -431,7 +433,7 @@ impl Core {
         let opened = self.broker.handle(
             Command::ConnectionOpen {
                 conn,
-                vhost: vhost.clone(),
+                vhost: vhost.to_owned(),
             },
             now,
         )?;
@@ -445,7 +447,7 @@ impl Core {
         while result.is_ok() && taken.len() < count as usize {
             let get = Command::Get {
                 chan,
-                queue: queue.clone(),
+                queue: queue.to_owned(),
                 no_ack: true,
             };
             match self.broker.handle(get, now) {
@@ -1004,10 +1006,26 @@ impl Core {
         }
     }
 
+    /// Bumps the metrics counters an effect stands for.
+    fn count(&mut self, effect: &Effect) {
+        match effect {
+            Effect::Deliver(_) => self.counters.delivered += 1,
+            Effect::MessageDied { reason, fate, .. } => {
+                if *reason == DeathReason::Expired {
+                    self.counters.expired += 1;
+                }
+                if matches!(fate, DeathFate::DeadLettered { targets } if *targets > 0) {
+                    self.counters.dead_lettered += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn effect(&mut self, effect: Effect, origin: Option<(u64, u16)>) {
+        self.count(&effect);
         match effect {
             Effect::Deliver(d) => {
-                self.counters.delivered += 1;
                 let conn = d.chan.conn.0;
                 let Some(c) = self.conns.get(&conn) else {
                     return;
@@ -1093,12 +1111,6 @@ impl Core {
                 reason,
                 fate,
             } => {
-                if reason == DeathReason::Expired {
-                    self.counters.expired += 1;
-                }
-                if matches!(fate, DeathFate::DeadLettered { targets } if targets > 0) {
-                    self.counters.dead_lettered += 1;
-                }
                 if fate == DeathFate::ExchangeMissing {
                     warn!(%vhost, %queue, id = id.0, reason = reason.name(),
                         "dead-letter exchange missing; message dropped (S-DLX-4)");

@@ -41,7 +41,10 @@ pub struct SyncSnapshot {
 }
 
 fn bucket(bounds: &[u64], value: u64) -> usize {
-    bounds.iter().position(|&b| value <= b).unwrap_or(bounds.len())
+    bounds
+        .iter()
+        .position(|&b| value <= b)
+        .unwrap_or(bounds.len())
 }
 
 impl SyncStats {
@@ -87,7 +90,11 @@ mod tests {
         assert_eq!(snap.count, 3);
         assert_eq!(snap.latency_buckets[0], 1, "100 us is <= 100");
         assert_eq!(snap.latency_buckets[1], 1, "101 us is <= 250");
-        assert_eq!(snap.latency_buckets[SYNC_LATENCY_BOUNDS_US.len()], 1, "+Inf");
+        assert_eq!(
+            snap.latency_buckets[SYNC_LATENCY_BOUNDS_US.len()],
+            1,
+            "+Inf"
+        );
         assert_eq!(snap.records_buckets[0], 1);
         assert_eq!(snap.records_buckets[2], 1, "3 records is <= 4");
         assert_eq!(snap.records_buckets[SYNC_RECORDS_BOUNDS.len()], 1);

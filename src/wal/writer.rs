@@ -549,7 +549,7 @@ impl Writer {
                 smoothed_batch_bytes(self.recent_batch_bytes, chunk.bytes.len() as u64);
             self.preallocate_ahead(end)
                 .map_err(|e| failed(&path, IoOp::Write, e))?;
-            let sync_started = std::time::Instant::now();
+            let sync_started = crate::clock::Stopwatch::start();
             self.active
                 .file
                 .sync_data()
@@ -562,7 +562,9 @@ impl Writer {
             c.records
                 .fetch_add(chunk.frames.len() as u64, Ordering::Relaxed);
             let frames = chunk.frames.len() as u64;
-            self.shared.sync_stats.record(sync_started.elapsed(), frames);
+            self.shared
+                .sync_stats
+                .record(sync_started.elapsed(), frames);
             self.active.end += chunk.bytes.len() as u64;
             self.active.allocated = self.active.allocated.max(self.active.end);
             self.shared.durability.advance(chunk.last_lsn);
