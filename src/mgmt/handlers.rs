@@ -244,18 +244,34 @@ pub(crate) async fn vhost_delete(
 
 // ----- queues -----
 
+/// A vhost's policies parsed once per listing (by the broker's own `parse_policy`), keyed by
+/// (operator, name).
+pub(crate) struct ParsedPolicies(HashMap<(bool, String), QueueSettings>);
+
+impl ParsedPolicies {
+    pub(crate) fn new(policies: &[PolicyInfo]) -> Self {
+        ParsedPolicies(
+            policies
+                .iter()
+                .filter_map(|p| {
+                    let parsed = parse_policy(&p.policy, p.operator).ok()?;
+                    Some(((p.operator, p.policy.name.clone()), parsed.settings))
+                })
+                .collect(),
+        )
+    }
+
+    fn get(&self, name: Option<&String>, operator: bool) -> Option<QueueSettings> {
+        self.0.get(&(operator, name?.clone())).cloned()
+    }
+}
+
 /// A queue's JSON with its effective policy definition and effective message TTL, both
 /// resolved by the broker's own functions (`parse_policy`, `QueueSettings::effective`).
-pub(crate) fn queue_json(q: &QueueInfo, policies: &[PolicyInfo]) -> JsonValue {
-    let settings = |name: &Option<String>, operator: bool| {
-        let name = name.as_ref()?;
-        let p = policies
-            .iter()
-            .find(|p| p.operator == operator && &p.policy.name == name)?;
-        parse_policy(&p.policy, operator).ok().map(|p| p.settings)
-    };
-    let policy = settings(&q.policy, false);
-    let operator = settings(&q.operator_policy, true);
+/// Built outside the broker task: only the listings are copied out of it.
+pub(crate) fn queue_json(q: &QueueInfo, policies: &ParsedPolicies) -> JsonValue {
+    let policy = policies.get(q.policy.as_ref(), false);
+    let operator = policies.get(q.operator_policy.as_ref(), true);
     let from_policies = QueueSettings::effective(
         &QueueSettings::default(),
         policy.as_ref(),
@@ -308,21 +324,41 @@ fn settings_json(s: &QueueSettings) -> JsonValue {
     JsonValue::Object(map)
 }
 
+/// The queues of each vhost (all of them, or the one named `only`) with the vhost's
+/// policies, copied out of the broker task.
+async fn queue_rows(
+    api: &Api,
+    vhosts: Vec<String>,
+    only: Option<String>,
+) -> Result<Vec<(Vec<QueueInfo>, Vec<PolicyInfo>)>, ApiError> {
+    api.query(move |view| {
+        vhosts
+            .iter()
+            .map(|v| {
+                let mut queues = view.broker.queues(v);
+                if let Some(name) = &only {
+                    queues.retain(|q| &q.name == name);
+                }
+                (queues, view.broker.policies(v))
+            })
+            .collect()
+    })
+    .await
+}
+
+fn queues_json(rows: &[(Vec<QueueInfo>, Vec<PolicyInfo>)]) -> Vec<JsonValue> {
+    let mut list = Vec::new();
+    for (queues, policies) in rows {
+        let parsed = ParsedPolicies::new(policies);
+        list.extend(queues.iter().map(|q| queue_json(q, &parsed)));
+    }
+    list
+}
+
 async fn queue_list(api: &Api, vhost: Option<String>) -> ApiResult {
     let vhosts = vhosts_of(api, vhost).await?;
-    let list = api
-        .query(move |view| {
-            let mut list = Vec::new();
-            for v in &vhosts {
-                let policies = view.broker.policies(v);
-                for q in view.broker.queues(v) {
-                    list.push(queue_json(&q, &policies));
-                }
-            }
-            list
-        })
-        .await?;
-    Ok(ok_json(JsonValue::Array(list)))
+    let rows = queue_rows(api, vhosts, None).await?;
+    Ok(ok_json(JsonValue::Array(queues_json(&rows))))
 }
 
 pub(crate) async fn queues_all(
@@ -345,16 +381,11 @@ pub(crate) async fn queues_vhost(
 }
 
 async fn find_queue(api: &Api, vhost: String, name: String) -> Result<JsonValue, ApiError> {
-    api.query(move |view| {
-        let policies = view.broker.policies(&vhost);
-        view.broker
-            .queues(&vhost)
-            .into_iter()
-            .find(|q| q.name == name)
-            .map(|q| queue_json(&q, &policies))
-    })
-    .await?
-    .ok_or(ApiError::NotFound)
+    let rows = queue_rows(api, vec![vhost], Some(name)).await?;
+    queues_json(&rows)
+        .into_iter()
+        .next()
+        .ok_or(ApiError::NotFound)
 }
 
 pub(crate) async fn queue_get(
