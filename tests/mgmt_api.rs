@@ -842,3 +842,59 @@ async fn metrics_need_no_auth_and_follow_traffic() {
         );
     }
 }
+
+#[tokio::test]
+async fn metrics_count_expired_and_dead_lettered_messages() {
+    let (server, _) = start().await;
+    let (_conn, ch) = server.channel().await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    declare(&ch, "dead").await;
+    let mut dlx = LapinTable::default();
+    dlx.insert(
+        "x-message-ttl".into(),
+        lapin::types::AMQPValue::LongInt(1000),
+    );
+    dlx.insert(
+        "x-dead-letter-exchange".into(),
+        lapin::types::AMQPValue::LongString("".into()),
+    );
+    dlx.insert(
+        "x-dead-letter-routing-key".into(),
+        lapin::types::AMQPValue::LongString("dead".into()),
+    );
+    let mut plain = LapinTable::default();
+    plain.insert(
+        "x-message-ttl".into(),
+        lapin::types::AMQPValue::LongInt(1000),
+    );
+    for (name, args) in [("with-dlx", dlx), ("plain", plain)] {
+        ch.queue_declare(
+            name.into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..QueueDeclareOptions::default()
+            },
+            args,
+        )
+        .await
+        .unwrap();
+        publish(&ch, name, b"m").await;
+    }
+    // S-TTL: both expire at 1000 ms on the manual clock; one of them is dead-lettered.
+    server.advance(1001).await;
+    let anon = Client::anonymous(&base(&server));
+    let text = call(&anon, "GET", "/metrics", None).await.body;
+    for line in [
+        "wharf_messages_expired_total 2",
+        "wharf_messages_dead_lettered_total 1",
+        "wharf_queue_messages_ready{vhost=\"/\",queue=\"dead\"} 1",
+        "wharf_queue_messages_ready{vhost=\"/\",queue=\"plain\"} 0",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
+}

@@ -612,3 +612,62 @@ async fn usage_unreachable_and_credential_errors_have_rabbitmqctl_exit_codes() {
     assert_eq!(r.code, 0, "{}", r.err);
     assert_eq!(r.out, "name\n/\n");
 }
+
+/// The `wharf` binary serves the API on `--mgmt-port`, on the `--bind` address; SIGTERM to the
+/// pid we spawned stops it.
+#[cfg(unix)]
+#[tokio::test]
+async fn the_binary_serves_the_api_on_its_mgmt_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let free_port = || {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let (amqp, mgmt) = (free_port(), free_port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["--bind", "127.0.0.1", "--log", "warn"])
+        .args([
+            "--port",
+            &amqp.to_string(),
+            "--mgmt-port",
+            &mgmt.to_string(),
+        ])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env_remove("WHARF_CONFIG")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{mgmt}");
+    let mut ok = None;
+    // Bounded retries of a real request while the process starts.
+    for _ in 0..200 {
+        let r = run(
+            vec!["status".into(), "-q".into(), "--url".into(), url.clone()],
+            None,
+            String::new(),
+        )
+        .await;
+        if r.code == 0 {
+            ok = Some(r);
+            break;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("wharf exited early: {status}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let r = ok.expect("the management API never answered");
+    assert!(r.out.contains("Product name: wharf"), "{}", r.out);
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "{exit}");
+}
