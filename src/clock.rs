@@ -31,6 +31,27 @@ impl Clock for SystemClock {
     }
 }
 
+/// Measures how long something took on the monotonic clock, for metrics only (the WAL's
+/// fsync latency): never for a deadline or a lease, which come from a [`Clock`].
+#[derive(Debug, Clone, Copy)]
+pub struct Stopwatch(std::time::Instant);
+
+impl Stopwatch {
+    /// Starts measuring now.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "this is the one place that reads the clock"
+    )]
+    pub fn start() -> Self {
+        Stopwatch(std::time::Instant::now())
+    }
+
+    /// Time since [`Stopwatch::start`].
+    pub fn elapsed(&self) -> Duration {
+        self.0.elapsed()
+    }
+}
+
 /// A clock that moves only when told to. Clones share the same time.
 #[derive(Debug, Clone, Default)]
 pub struct ManualClock {

@@ -235,7 +235,7 @@ pub struct Config {
     pub port: u32,
     /// Data directory.
     pub data_dir: PathBuf,
-    /// Management port (reserved).
+    /// Management HTTP API port (0 picks a free one; the log says which).
     pub mgmt_port: u32,
     /// Log filter.
     pub log: String,
@@ -470,12 +470,18 @@ impl Config {
         let port = u16::try_from(self.port).map_err(|_| invalid("port", "above 65535"))?;
         let heartbeat = u16::try_from(self.heartbeat_secs)
             .map_err(|_| invalid("heartbeat_secs", "above 65535"))?;
-        let bind = if self.bind.contains(':') {
-            format!("[{}]:{port}", self.bind)
-        } else {
-            format!("{}:{port}", self.bind)
+        let mgmt_port =
+            u16::try_from(self.mgmt_port).map_err(|_| invalid("mgmt_port", "above 65535"))?;
+        let address = |port: u16| {
+            if self.bind.contains(':') {
+                format!("[{}]:{port}", self.bind)
+            } else {
+                format!("{}:{port}", self.bind)
+            }
         };
-        let mut server = ServerConfig::new(bind, self.data_dir.clone());
+        let mut server = ServerConfig::new(address(port), self.data_dir.clone());
+        // The management API listens on the same address as AMQP.
+        server.mgmt_bind = Some(address(mgmt_port));
         server.heartbeat_secs = heartbeat;
         server.users = Users(self.users.clone());
         server.vhosts.clone_from(&self.vhosts);

@@ -24,13 +24,17 @@
 //! - [`protocol`]: AMQP 0-9-1 framing.
 //! - [`store`]: broker events <-> log records, replay.
 //! - [`config`]: the broker's TOML configuration file, merged with its flags.
+//! - [`mgmt`]: the management HTTP API and `/metrics` (a sibling of `server`, over its admin
+//!   path); [`ctl`]: the logic of the `wharfctl` binary (an HTTP client of that API).
 //! - [`server`]: tokio glue from sockets to the broker; for now the conversions between wire
 //!   values and broker values.
 
 pub mod broker;
 pub mod clock;
 pub mod config;
+pub mod ctl;
 pub mod limits;
+pub mod mgmt;
 pub mod protocol;
 pub mod server;
 pub mod store;

@@ -28,7 +28,7 @@ struct Args {
     /// Directory holding the write-ahead log (created if missing) [default: ./wharf-data].
     #[arg(long, env = "WHARF_DATA_DIR")]
     data_dir: Option<PathBuf>,
-    /// Port reserved for the management HTTP API (not served yet) [default: 15672].
+    /// Port of the management HTTP API and /metrics, on the same address [default: 15672].
     #[arg(long, env = "WHARF_MGMT_PORT")]
     mgmt_port: Option<u16>,
     /// Configuration file (TOML): users, vhosts, and every setting above.

@@ -13,6 +13,8 @@ const RULES: &[(&str, &[&str])] = &[
             "crate::wal",
             "crate::store",
             "crate::server",
+            "crate::mgmt",
+            "crate::ctl",
             "crate::clock",
             "tokio",
             "std::fs",
@@ -28,6 +30,8 @@ const RULES: &[(&str, &[&str])] = &[
             "crate::broker",
             "crate::store",
             "crate::server",
+            "crate::mgmt",
+            "crate::ctl",
             "tokio",
             "amq_protocol",
         ],
@@ -39,12 +43,35 @@ const RULES: &[(&str, &[&str])] = &[
             "crate::wal",
             "crate::store",
             "crate::server",
+            "crate::mgmt",
+            "crate::ctl",
             "tokio",
         ],
     ),
     (
         "store",
-        &["crate::protocol", "crate::server", "tokio", "amq_protocol"],
+        &[
+            "crate::protocol",
+            "crate::server",
+            "crate::mgmt",
+            "crate::ctl",
+            "tokio",
+            "amq_protocol",
+        ],
+    ),
+    // The management API sits beside `server` (it uses its admin path); `server` reaches it
+    // only to start it. `ctl` (wharfctl's logic) is a plain HTTP client of that API.
+    (
+        "ctl",
+        &[
+            "crate::broker",
+            "crate::server",
+            "crate::mgmt",
+            "crate::store",
+            "crate::wal",
+            "crate::protocol",
+            "tokio",
+        ],
     ),
 ];
 

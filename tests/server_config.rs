@@ -146,6 +146,10 @@ async fn the_binary_reads_its_config_file() {
         .arg(&file)
         .arg("--port")
         .arg(port.to_string())
+        // The management API would take 15672 by default; any free port will do here.
+        .arg("--mgmt-port")
+        .arg("0")
+        .env_remove("WHARF_MGMT_PORT")
         .env_remove("WHARF_BIND")
         .env_remove("WHARF_PORT")
         .env_remove("WHARF_DATA_DIR")

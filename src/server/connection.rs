@@ -553,6 +553,8 @@ impl Reader {
         let open = OpenConn {
             conn: self.id,
             vhost: vhost.clone(),
+            user: self.user.clone(),
+            peer: self.peer,
             outbox: self.outbox.clone(),
             frame_max: self.frame_max,
             cancel_notify: self.cancel_notify,

@@ -21,11 +21,14 @@ use bytes::BytesMut;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
 
+use super::admin::{
+    AdminDone, AdminRequest, AdminView, ChannelInfo, ConnectionInfo, MessageCounters,
+};
 use super::convert::{Close, broker_error_close, properties_to_wire, short};
 use super::outbox::{OUTBOX_HIGH_BYTES, Outbox};
 use crate::broker::{
-    Broker, BrokerError, ChanRef, Command, DeathFate, Effect, Event, Outcome, Publish,
-    QueueDeletedReason, Reply,
+    Broker, BrokerError, ChanRef, Command, DeathFate, DeathReason, Effect, Event, GetOk, Outcome,
+    Publish, QueueDeletedReason, Reply,
 };
 use crate::clock::Clock;
 use crate::protocol::{self, ChannelId, DeliverRef, reply_code};
@@ -51,6 +54,8 @@ pub enum CoreMsg {
     Tick(oneshot::Sender<()>),
     /// Close every connection (320), make everything durable, stop.
     Shutdown,
+    /// A request of the management API (`server::admin`).
+    Admin(AdminRequest),
 }
 
 /// A connection asking to be opened.
@@ -60,6 +65,10 @@ pub struct OpenConn {
     pub conn: u64,
     /// The virtual host from `connection.open`.
     pub vhost: String,
+    /// The user it logged in as (for the management API's listings).
+    pub user: String,
+    /// The client's address.
+    pub peer: std::net::SocketAddr,
     /// Where its frames go.
     pub outbox: Arc<Outbox>,
     /// The negotiated `frame_max`.
@@ -169,6 +178,10 @@ struct ChanState {
 
 #[derive(Debug)]
 struct ConnState {
+    vhost: String,
+    user: String,
+    peer: std::net::SocketAddr,
+    opened_at_ms: u64,
     outbox: Arc<Outbox>,
     frame_max: u32,
     cancel_notify: bool,
@@ -203,6 +216,10 @@ pub struct Core {
     stopping: bool,
     /// `Tick`s to answer once the batch is flushed.
     ticks: Vec<oneshot::Sender<()>>,
+    /// Management answers waiting for their records to be durable, in order.
+    admin_waiting: VecDeque<(Ticket, AdminDone)>,
+    /// Message counters for the metrics endpoint.
+    counters: MessageCounters,
 }
 
 impl Core {
@@ -227,6 +244,8 @@ impl Core {
             armed: None,
             stopping: false,
             ticks: Vec::new(),
+            admin_waiting: VecDeque::new(),
+            counters: MessageCounters::default(),
         }
     }
 
@@ -337,19 +356,163 @@ impl Core {
                 self.ticks.push(done);
             }
             CoreMsg::Shutdown => self.shutdown(),
+            CoreMsg::Admin(req) => self.admin(req),
         }
+    }
+
+    // ----- the management API's requests (server::admin) -----
+
+    fn admin(&mut self, req: AdminRequest) {
+        match req {
+            AdminRequest::Command { cmd, done } => match self.broker.handle(*cmd, self.now()) {
+                Ok(mut out) => {
+                    let reply = std::mem::take(&mut out.reply);
+                    let durable = !out.events.is_empty();
+                    self.apply_outcome(out, None);
+                    self.admin_answer(AdminDone::Command(done, reply), durable);
+                }
+                Err(e) => {
+                    let _ = done.send(Err(e));
+                }
+            },
+            AdminRequest::Take {
+                vhost,
+                queue,
+                count,
+                done,
+            } => match self.admin_take(&vhost, &queue, count) {
+                Ok((taken, durable)) => self.admin_answer(AdminDone::Take(done, taken), durable),
+                Err(e) => {
+                    let _ = done.send(Err(e));
+                }
+            },
+            AdminRequest::Query(query) => {
+                let view = AdminView {
+                    broker: &self.broker,
+                    connections: self.connection_infos(),
+                    counters: self.counters,
+                    now_ms: self.now(),
+                    sync: self.store.as_ref().map(Store::sync_stats),
+                };
+                query(&view);
+            }
+        }
+    }
+
+    /// Answers now when nothing was logged, else once this batch's records are durable.
+    fn admin_answer(&mut self, answer: AdminDone, durable: bool) {
+        if durable || !self.admin_waiting.is_empty() {
+            // Behind earlier durable answers too, so answers keep their order.
+            let ticket = if durable { TICKET_THIS_BATCH } else { 0 };
+            self.admin_waiting.push_back((ticket, answer));
+        } else {
+            answer.send();
+        }
+    }
+
+    /// `basic.get` with `no_ack` on a private connection and channel (the id no client gets:
+    /// the accept loop counts up from 1), closed again before returning.
+    fn admin_take(
+        &mut self,
+        vhost: &str,
+        queue: &str,
+        count: u32,
+    ) -> Result<(Vec<GetOk>, bool), BrokerError> {
+        const ADMIN_CONN: u64 = u64::MAX;
+        let now = self.now();
+        let conn = crate::broker::ConnId(ADMIN_CONN);
+        let chan = ChanRef::new(ADMIN_CONN, 1);
+        let opened = self.broker.handle(
+            Command::ConnectionOpen {
+                conn,
+                vhost: vhost.to_owned(),
+            },
+            now,
+        )?;
+        self.apply_outcome(opened, None);
+        let mut result = self
+            .broker
+            .handle(Command::ChannelOpen { chan }, now)
+            .map(|out| self.apply_outcome(out, None));
+        let mut taken = Vec::new();
+        let mut durable = false;
+        while result.is_ok() && taken.len() < count as usize {
+            let get = Command::Get {
+                chan,
+                queue: queue.to_owned(),
+                no_ack: true,
+            };
+            match self.broker.handle(get, now) {
+                Ok(mut out) => {
+                    durable |= !out.events.is_empty();
+                    let reply = std::mem::take(&mut out.reply);
+                    self.apply_outcome(out, None);
+                    match reply {
+                        Reply::GetOk(g) => {
+                            self.counters.delivered += 1;
+                            taken.push(g);
+                        }
+                        _ => break,
+                    }
+                }
+                Err(e) => result = Err(e),
+            }
+        }
+        if let Ok(out) = self.broker.handle(Command::ConnectionClose { conn }, now) {
+            durable |= !out.events.is_empty();
+            self.apply_outcome(out, None);
+        }
+        result.map(|()| (taken, durable))
+    }
+
+    fn connection_infos(&self) -> Vec<ConnectionInfo> {
+        let mut out: Vec<ConnectionInfo> = self
+            .conns
+            .iter()
+            .map(|(&id, c)| {
+                let mut channels: Vec<ChannelInfo> = c
+                    .channels
+                    .iter()
+                    .filter(|(_, s)| !s.closing)
+                    .map(|(&number, s)| ChannelInfo {
+                        number,
+                        confirm: s.confirm_next.is_some(),
+                        transactional: s.tx.is_some(),
+                        pending_confirms: s.pending.len(),
+                    })
+                    .collect();
+                channels.sort_by_key(|ch| ch.number);
+                ConnectionInfo {
+                    id,
+                    vhost: c.vhost.clone(),
+                    user: c.user.clone(),
+                    peer: c.peer,
+                    opened_at_ms: c.opened_at_ms,
+                    frame_max: c.frame_max,
+                    throttled: c.throttled,
+                    channels,
+                }
+            })
+            .collect();
+        out.sort_by_key(|c| c.id);
+        out
     }
 
     fn open_conn(&mut self, open: OpenConn) {
         let cmd = Command::ConnectionOpen {
             conn: crate::broker::ConnId(open.conn),
-            vhost: open.vhost,
+            vhost: open.vhost.clone(),
         };
+        let opened_at_ms = self.now();
         match self.broker.handle(cmd, self.now()) {
             Ok(out) => {
                 self.conns.insert(
                     open.conn,
                     ConnState {
+                        vhost: open.vhost,
+                        user: open.user,
+                        peer: open.peer,
+                        opened_at_ms,
                         outbox: open.outbox,
                         frame_max: open.frame_max,
                         cancel_notify: open.cancel_notify,
@@ -665,6 +828,7 @@ impl Core {
     fn publish(&mut self, conn: u64, ch: u16, p: Publish) {
         match self.broker.handle(Command::Publish(p), self.now()) {
             Ok(out) => {
+                self.counters.published += 1;
                 let result = out.published().unwrap_or_default();
                 self.apply_outcome(out, Some((conn, ch)));
                 let seq = self.chan_mut(conn, ch).and_then(|s| {
@@ -686,8 +850,10 @@ impl Core {
     }
 
     fn command(&mut self, conn: u64, ch: u16, cmd: Command, method: (u16, u16), nowait: bool) {
+        let ack = matches!(cmd, Command::Ack { .. });
         match self.broker.handle(cmd, self.now()) {
             Ok(out) => {
+                self.counters.acked += u64::from(ack);
                 // exchange.* and queue.* replies that changed durable state wait for the
                 // store, like confirms; everything else (consume-ok before its deliveries,
                 // get-ok) goes at once.
@@ -709,6 +875,7 @@ impl Core {
     /// first delivery, get-ok with its content).
     fn send_reply(&mut self, conn: u64, ch: u16, method: (u16, u16), reply: &Reply) {
         if let Reply::GetOk(g) = reply {
+            self.counters.delivered += 1;
             let Some(c) = self.conns.get(&conn) else {
                 return;
             };
@@ -805,7 +972,24 @@ impl Core {
         }
     }
 
+    /// Bumps the metrics counters an effect stands for.
+    fn count(&mut self, effect: &Effect) {
+        match effect {
+            Effect::Deliver(_) => self.counters.delivered += 1,
+            Effect::MessageDied { reason, fate, .. } => {
+                if *reason == DeathReason::Expired {
+                    self.counters.expired += 1;
+                }
+                if matches!(fate, DeathFate::DeadLettered { targets } if *targets > 0) {
+                    self.counters.dead_lettered += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn effect(&mut self, effect: Effect, origin: Option<(u64, u16)>) {
+        self.count(&effect);
         match effect {
             Effect::Deliver(d) => {
                 let conn = d.chan.conn.0;
@@ -962,6 +1146,16 @@ impl Core {
                 }
             }
         }
+        for entry in self.admin_waiting.iter_mut().rev() {
+            match entry.0 {
+                0 => {}
+                TICKET_THIS_BATCH => {
+                    entry.0 = ticket;
+                    need_wait = true;
+                }
+                _ => break,
+            }
+        }
         let watermark = self.watermark();
         if need_wait
             && ticket > watermark
@@ -976,6 +1170,15 @@ impl Core {
             }
         }
         self.release(watermark);
+        while self
+            .admin_waiting
+            .front()
+            .is_some_and(|&(t, _)| t <= watermark)
+        {
+            if let Some((_, answer)) = self.admin_waiting.pop_front() {
+                answer.send();
+            }
+        }
         let dirty: Vec<u64> = self.dirty.drain().collect();
         for conn in dirty {
             if let Some(c) = self.conns.get(&conn) {

@@ -12,6 +12,8 @@
 //! - `outbox`: a connection's outgoing buffer and the writer task (one write per batch).
 //! - [`alarm`]: disk and memory alarms; a connection that publishes while one is on stops
 //!   being read (RabbitMQ's resource alarms).
+//! - [`admin`]: what the management API (`crate::mgmt`) asks the broker task; the listener
+//!   starts with the server when [`ServerConfig::mgmt_bind`] is set.
 //! - [`convert`]: wire values <-> broker values, broker errors -> AMQP closes (S-ERR-1).
 //!
 //! # Example
@@ -26,10 +28,13 @@
 //! ```
 
 pub mod alarm;
+pub mod admin;
 mod connection;
 pub mod convert;
 mod core;
 mod outbox;
+
+pub(crate) use core::CoreMsg;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -189,6 +194,12 @@ pub struct ServerConfig {
     /// Unacknowledged deliveries one channel may hold, prefetch 0 included (at most
     /// `limits::UNACKED_PER_CHANNEL_MAX`).
     pub unacked_per_channel_max: u32,
+    /// Where the management HTTP API listens (`host:port`, port 0 picks one); `None`: not
+    /// served.
+    pub mgmt_bind: Option<String>,
+    /// The users the management API treats as administrators; `None`: every user (until
+    /// users carry tags).
+    pub mgmt_admins: Option<Vec<String>>,
 }
 
 impl ServerConfig {
@@ -212,6 +223,8 @@ impl ServerConfig {
             frame_max: crate::limits::FRAME_BYTES_MAX,
             message_bytes_max: crate::limits::MESSAGE_BODY_BYTES_MAX,
             unacked_per_channel_max: crate::limits::UNACKED_PER_CHANNEL_MAX,
+            mgmt_bind: None,
+            mgmt_admins: None,
         }
     }
 }
@@ -236,6 +249,8 @@ pub struct ServerHandle {
     /// Asks the resource monitor for a check now.
     monitor: mpsc::Sender<oneshot::Sender<()>>,
     monitor_task: JoinHandle<()>,
+    /// The management API's address and task, when served.
+    mgmt: Option<(SocketAddr, JoinHandle<()>)>,
 }
 
 /// Sets its flag when dropped.
@@ -328,8 +343,21 @@ impl Server {
             limits: connection::ConnLimits::from_config(&config),
             open_connections: Arc::default(),
         };
-        let accept_task = tokio::spawn(accept_loop(listener, ctx, stop_rx));
+        let accept_task = tokio::spawn(accept_loop(listener, ctx, stop_rx.clone()));
         let (monitor, monitor_task) = start_monitor(&config, wal, alarms.clone());
+        let mgmt = match &config.mgmt_bind {
+            Some(bind) => {
+                let mgmt_config = crate::mgmt::MgmtConfig {
+                    bind: bind.clone(),
+                    users: Arc::new(config.users.clone()),
+                    admins: config.mgmt_admins.clone(),
+                    recovery_ms,
+                    amqp_addr: local_addr,
+                };
+                Some(crate::mgmt::serve(mgmt_config, core_tx.clone(), stop_rx).await?)
+            }
+            None => None,
+        };
         Ok(ServerHandle {
             local_addr,
             core: core_tx,
@@ -341,6 +369,7 @@ impl Server {
             alarms,
             monitor,
             monitor_task,
+            mgmt,
         })
     }
 }
@@ -407,6 +436,18 @@ impl ServerHandle {
         self.local_addr
     }
 
+    /// The address of the management HTTP API, when served ([`ServerConfig::mgmt_bind`]).
+    pub fn mgmt_addr(&self) -> Option<SocketAddr> {
+        self.mgmt.as_ref().map(|(addr, _)| *addr)
+    }
+
+    /// Sends a management request to the broker task (the embedded Rust API's way to the
+    /// same commands the HTTP API uses). Dropped if the broker task has stopped: the
+    /// request's answer channel then closes.
+    pub async fn admin(&self, req: admin::AdminRequest) {
+        let _ = self.core.send(core::CoreMsg::Admin(req)).await;
+    }
+
     /// An `amqp://` URL for the default user and vhost.
     pub fn amqp_url(&self) -> String {
         format!("amqp://guest:guest@{}/%2f", self.local_addr)
@@ -466,6 +507,10 @@ impl ServerHandle {
         self.monitor_task.abort();
         let _ = self.stop_accepting.send(true);
         let _ = self.accept_task.await;
+        if let Some((_, task)) = self.mgmt.take() {
+            // Bounded: a client holding a request open must not hold up the shutdown.
+            let _ = tokio::time::timeout(limits_server::CLOSE_OK_WAIT, task).await;
+        }
         let _ = self.core.send(core::CoreMsg::Shutdown).await;
         drop(self.core);
         let stored = self

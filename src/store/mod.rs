@@ -457,6 +457,11 @@ impl Store {
         Ok(self.appender.wait_durable(Lsn(ticket))?)
     }
 
+    /// The log's sync latency and records-per-sync histograms (for metrics).
+    pub fn sync_stats(&self) -> crate::wal::sync_stats::SyncSnapshot {
+        self.appender.sync_stats()
+    }
+
     /// The highest ticket known durable.
     pub fn durable_watermark(&self) -> Ticket {
         self.appender.durable_lsn().0

@@ -41,6 +41,7 @@ pub mod reader;
 pub mod record;
 pub mod recovery;
 pub mod storage;
+pub mod sync_stats;
 pub mod writer;
 
 use std::path::{Path, PathBuf};

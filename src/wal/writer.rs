@@ -151,6 +151,8 @@ pub(crate) struct Shared {
     disk_full: AtomicBool,
     /// Wakes a writer paused on a full disk before its retry period ends.
     retry: Condvar,
+    /// Sync latency and batch-size histograms (the metrics endpoint's).
+    sync_stats: crate::wal::sync_stats::SyncStats,
 }
 
 #[derive(Debug, Default)]
@@ -245,6 +247,7 @@ impl Shared {
             counters: Counters::default(),
             disk_full: AtomicBool::new(false),
             retry: Condvar::new(),
+            sync_stats: crate::wal::sync_stats::SyncStats::default(),
         }
     }
 
@@ -397,6 +400,11 @@ impl Appender {
     /// Counters of the writer since the log was opened.
     pub fn stats(&self) -> WalStats {
         self.shared.stats()
+    }
+
+    /// The histograms of sync latency and records per sync since the log was opened.
+    pub fn sync_stats(&self) -> crate::wal::sync_stats::SyncSnapshot {
+        self.shared.sync_stats.snapshot()
     }
 
     /// The latched failure, if the log has failed.
@@ -622,6 +630,7 @@ impl Writer {
                 smoothed_batch_bytes(self.recent_batch_bytes, chunk.bytes.len() as u64);
             self.preallocate_ahead(end)
                 .map_err(|e| Stop::Failed(failed(&path, IoOp::Write, e)))?;
+            let sync_started = crate::clock::Stopwatch::start();
             self.active
                 .file
                 .sync_data()
@@ -633,6 +642,10 @@ impl Writer {
                 .fetch_add(chunk.bytes.len() as u64, Ordering::Relaxed);
             c.records
                 .fetch_add(chunk.frames.len() as u64, Ordering::Relaxed);
+            let frames = chunk.frames.len() as u64;
+            self.shared
+                .sync_stats
+                .record(sync_started.elapsed(), frames);
             self.active.end += chunk.bytes.len() as u64;
             self.active.allocated = self.active.allocated.max(self.active.end);
             self.shared.durability.advance(chunk.last_lsn);

@@ -1,0 +1,138 @@
+//! A small blocking HTTP client of the management API (ureq): basic auth, JSON bodies, and
+//! every status returned as data (a 404 is an answer, not an error). Used by `wharfctl` and by
+//! the tests. Depends on nothing of the broker.
+
+use std::fmt::Write as _;
+
+use base64::Engine as _;
+use serde_json::Value as JsonValue;
+
+/// One answer of the API.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// The HTTP status.
+    pub status: u16,
+    /// The body as text.
+    pub body: String,
+    /// The `WWW-Authenticate` header, if any.
+    pub www_authenticate: Option<String>,
+}
+
+impl Answer {
+    /// The body as JSON (`Null` when empty or not JSON).
+    pub fn json(&self) -> JsonValue {
+        serde_json::from_str(&self.body).unwrap_or(JsonValue::Null)
+    }
+
+    /// RabbitMQ's `reason` of an error answer, or the body.
+    pub fn reason(&self) -> String {
+        match self.json().get("reason").and_then(JsonValue::as_str) {
+            Some(r) => r.to_owned(),
+            None => self.body.clone(),
+        }
+    }
+}
+
+/// The transport failed: nothing answered (refused, unreachable, timed out).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Unreachable(pub String);
+
+/// A client bound to one API root and one set of credentials.
+#[derive(Debug, Clone)]
+pub struct Client {
+    agent: ureq::Agent,
+    base: String,
+    auth: Option<String>,
+}
+
+impl Client {
+    /// A client of the API at `base` (e.g. `http://127.0.0.1:15672`), logging in as
+    /// `user`/`password`.
+    pub fn new(base: &str, user: &str, password: &str) -> Client {
+        let mut client = Client::anonymous(base);
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        client.auth = Some(format!("Basic {token}"));
+        client
+    }
+
+    /// A client that sends no credentials.
+    pub fn anonymous(base: &str) -> Client {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(std::time::Duration::from_secs(30)))
+            .build()
+            .into();
+        Client {
+            agent,
+            base: base.trim_end_matches('/').to_owned(),
+            auth: None,
+        }
+    }
+
+    /// Sends `method` to `path` (starting with `/`), with `body` as JSON when given.
+    ///
+    /// # Errors
+    /// Nothing answered.
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&JsonValue>,
+    ) -> Result<Answer, Unreachable> {
+        let url = format!("{}{}", self.base, path);
+        let builder = ureq::http::Request::builder().method(method).uri(&url);
+        let builder = match &self.auth {
+            Some(a) => builder.header("authorization", a),
+            None => builder,
+        };
+        let bad = |e: ureq::http::Error| Unreachable(format!("bad request to {url}: {e}"));
+        let result = if let Some(b) = body {
+            let req = builder
+                .header("content-type", "application/json")
+                .body(b.to_string())
+                .map_err(bad)?;
+            self.agent.run(req)
+        } else {
+            self.agent.run(builder.body(()).map_err(bad)?)
+        };
+        let mut resp = result.map_err(|e| Unreachable(format!("{url}: {e}")))?;
+        let status = resp.status().as_u16();
+        let www_authenticate = resp
+            .headers()
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = resp
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| Unreachable(format!("{url}: reading the answer: {e}")))?;
+        Ok(Answer {
+            status,
+            body,
+            www_authenticate,
+        })
+    }
+
+    /// `GET path`.
+    ///
+    /// # Errors
+    /// Nothing answered.
+    pub fn get(&self, path: &str) -> Result<Answer, Unreachable> {
+        self.request("GET", path, None)
+    }
+}
+
+/// Percent-encodes one path segment (a vhost or object name), as the API expects (`/` is
+/// `%2F`).
+pub fn segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
