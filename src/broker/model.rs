@@ -257,6 +257,8 @@ pub struct Broker {
     pub(crate) name_seq: u64,
     pub(crate) dirty: Vec<QueueId>,
     pub(crate) dead_letter_dropped: u64,
+    /// Users and permissions (`access.rs`).
+    pub(crate) access: crate::broker::access::Access,
 }
 
 impl Default for Broker {
@@ -351,6 +353,7 @@ impl Broker {
             name_seq: 0,
             dirty: Vec::new(),
             dead_letter_dropped: 0,
+            access: crate::broker::access::Access::default(),
         };
         b.add_vhost("/");
         b
@@ -493,6 +496,38 @@ impl Broker {
                 name,
                 operator,
             } => self.clear_policy(&vhost, &name, operator, now, out),
+            Command::UserPut {
+                name,
+                password_hash,
+                tags,
+            } => self.put_user(
+                crate::broker::access::UserInfo {
+                    name,
+                    password_hash,
+                    tags,
+                },
+                out,
+            ),
+            Command::UserDelete { name } => self.delete_user(&name, out),
+            Command::PermissionSet {
+                user,
+                vhost,
+                configure,
+                write,
+                read,
+            } => self.set_permission(
+                crate::broker::access::PermissionInfo {
+                    user,
+                    vhost,
+                    configure,
+                    write,
+                    read,
+                },
+                out,
+            ),
+            Command::PermissionClear { user, vhost } => {
+                self.clear_permission(&user, &vhost, out)
+            }
             other => self.dispatch_flow(other, now, out),
         }
     }
@@ -638,6 +673,7 @@ impl Broker {
         self.timers
             .retain(|(_, t)| !matches!(t, Timer::Scheduled(id) if !sched.contains(id)));
         self.vhosts.remove(name);
+        self.forget_vhost_permissions(name);
     }
 
     fn open_connection(&mut self, conn: ConnId, vhost: String) -> Result<(), BrokerError> {

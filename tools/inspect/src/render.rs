@@ -269,6 +269,24 @@ pub fn event_json(e: &Event, mode: BodyMode) -> Map<String, Json> {
             }
             v
         }
+        // The hash is not the password, but a dump is no place for it either: show only
+        // whether one is set and how long it is.
+        Event::UserPut {
+            name,
+            password_hash,
+            tags,
+        } => json!({ "user": name, "tags": tags,
+            "password_hash": format!("<{} chars>", password_hash.len()) }),
+        Event::UserDeleted { name } => json!({ "user": name }),
+        Event::PermissionSet {
+            user,
+            vhost,
+            configure,
+            write,
+            read,
+        } => json!({ "vhost": vhost, "user": user, "configure": configure, "write": write,
+            "read": read }),
+        Event::PermissionCleared { user, vhost } => json!({ "vhost": vhost, "user": user }),
     };
     match v {
         Json::Object(m) => m,
