@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use crate::server::tls::TlsListener;
 use crate::server::{ServerConfig, User, Users, limits_server};
 
 /// Defaults of every setting (the binary's flags have no defaults of their own, so that a
@@ -27,6 +28,8 @@ pub mod defaults {
     pub const LOG: &str = "info";
     /// `loopback_users` (RabbitMQ's default).
     pub const LOOPBACK_USERS: &[&str] = &["guest"];
+    /// `tls.port` / `--tls-port` (RabbitMQ's AMQPS port).
+    pub const TLS_PORT: u16 = 5671;
 }
 
 /// A vhost or user name longer than this cannot travel in a short string.
@@ -82,6 +85,20 @@ pub struct FileConfig {
     /// Vhosts to create at start.
     #[serde(default)]
     pub vhosts: Vec<FileVhost>,
+    /// The AMQPS listener (`[tls]`).
+    pub tls: Option<FileTls>,
+}
+
+/// The `[tls]` table: AMQPS is served when both files are named.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileTls {
+    /// PEM certificate chain, leaf first.
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key.
+    pub key_file: Option<PathBuf>,
+    /// AMQPS port (default 5671; wider than `u16` so that 70000 is refused by name).
+    pub port: Option<u32>,
 }
 
 /// A `[[users]]` table.
@@ -94,6 +111,8 @@ pub struct FileUser {
     pub password: String,
     /// Vhosts the user may open (`"*"`: all); default `["/"]`.
     pub vhosts: Option<Vec<String>>,
+    /// Tags (`administrator`, `management`, `monitoring`, `policymaker`); default none.
+    pub tags: Option<Vec<String>>,
 }
 
 /// A `[[vhosts]]` table.
@@ -127,6 +146,19 @@ pub struct Overrides {
     pub mgmt_port: Option<u16>,
     /// `--log`.
     pub log: Option<String>,
+    /// `--tls-port`.
+    pub tls_port: Option<u16>,
+}
+
+/// The resolved AMQPS settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// AMQPS port.
+    pub port: u32,
+    /// PEM certificate chain.
+    pub cert_file: PathBuf,
+    /// PEM private key.
+    pub key_file: PathBuf,
 }
 
 /// The resolved configuration, checked by [`Config::validate`].
@@ -148,6 +180,10 @@ pub struct Config {
     pub users: Vec<User>,
     /// Vhosts created at start.
     pub vhosts: Vec<String>,
+    /// Names that may log in only from loopback.
+    pub loopback_users: Vec<String>,
+    /// AMQPS, when `tls.cert_file` and `tls.key_file` are both given.
+    pub tls: Option<TlsConfig>,
 }
 
 /// Merges flags over the file over the defaults, then validates.
@@ -172,6 +208,8 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
             password: u.password,
             loopback_only: false,
             vhosts: u.vhosts.unwrap_or_else(|| vec!["/".to_owned()]),
+            tags: u.tags.unwrap_or_default(),
+            initial_only: false,
         })
         .collect();
     if file.default_user.unwrap_or(true) && !listed_guest {
@@ -208,9 +246,33 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
             .unwrap_or(u32::from(limits_server::HEARTBEAT_SECS_DEFAULT)),
         users,
         vhosts: file.vhosts.into_iter().map(|v| v.name).collect(),
+        tls: merge_tls(file.tls, flags.tls_port)?,
+        loopback_users: loopback.into_iter().collect(),
     };
     config.validate()?;
     Ok(config)
+}
+
+/// `[tls]` with both files gives AMQPS on `--tls-port`, else `tls.port`, else 5671; one file
+/// without the other is refused by name.
+fn merge_tls(file: Option<FileTls>, port: Option<u16>) -> Result<Option<TlsConfig>, ConfigError> {
+    let Some(t) = file else {
+        return Ok(None);
+    };
+    let port = port
+        .map(u32::from)
+        .or(t.port)
+        .unwrap_or(u32::from(defaults::TLS_PORT));
+    match (t.cert_file, t.key_file) {
+        (Some(cert_file), Some(key_file)) => Ok(Some(TlsConfig {
+            port,
+            cert_file,
+            key_file,
+        })),
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(invalid("tls.key_file", "missing (tls.cert_file is given)")),
+        (None, Some(_)) => Err(invalid("tls.cert_file", "missing (tls.key_file is given)")),
+    }
 }
 
 fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
@@ -237,6 +299,7 @@ impl Config {
             ("port", self.port),
             ("mgmt_port", self.mgmt_port),
             ("heartbeat_secs", self.heartbeat_secs),
+            ("tls.port", self.tls.as_ref().map_or(0, |t| t.port)),
         ] {
             if u16::try_from(value).is_err() {
                 return Err(invalid(key, format!("{value} is above 65535")));
@@ -272,15 +335,26 @@ impl Config {
         let port = u16::try_from(self.port).map_err(|_| invalid("port", "above 65535"))?;
         let heartbeat = u16::try_from(self.heartbeat_secs)
             .map_err(|_| invalid("heartbeat_secs", "above 65535"))?;
-        let bind = if self.bind.contains(':') {
-            format!("[{}]:{port}", self.bind)
-        } else {
-            format!("{}:{port}", self.bind)
+        let address = |port: u16| {
+            if self.bind.contains(':') {
+                format!("[{}]:{port}", self.bind)
+            } else {
+                format!("{}:{port}", self.bind)
+            }
         };
-        let mut server = ServerConfig::new(bind, self.data_dir.clone());
+        let mut server = ServerConfig::new(address(port), self.data_dir.clone());
         server.heartbeat_secs = heartbeat;
         server.users = Users(self.users.clone());
         server.vhosts.clone_from(&self.vhosts);
+        server.loopback_users.clone_from(&self.loopback_users);
+        if let Some(t) = &self.tls {
+            let port = u16::try_from(t.port).map_err(|_| invalid("tls.port", "above 65535"))?;
+            server.tls = Some(TlsListener {
+                bind: address(port),
+                cert_file: t.cert_file.clone(),
+                key_file: t.key_file.clone(),
+            });
+        }
         Ok(server)
     }
 }
@@ -398,6 +472,7 @@ name = "prod"
             data_dir: Some("/tmp/x".into()),
             mgmt_port: None,
             log: Some("warn".into()),
+            tls_port: None,
         };
         let c = merge(file, flags).unwrap();
         assert_eq!(c.bind, "127.0.0.2");

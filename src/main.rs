@@ -30,7 +30,11 @@ struct Args {
     /// Port reserved for the management HTTP API (not served yet) [default: 15672].
     #[arg(long, env = "WHARF_MGMT_PORT")]
     mgmt_port: Option<u16>,
-    /// Configuration file (TOML): users, vhosts, and every setting above.
+    /// AMQPS port, served when the configuration file names `tls.cert_file` and
+    /// `tls.key_file` [default: 5671].
+    #[arg(long, env = "WHARF_TLS_PORT")]
+    tls_port: Option<u16>,
+    /// Configuration file (TOML): users, vhosts, TLS files, and every setting above.
     #[arg(long, env = "WHARF_CONFIG")]
     config: Option<PathBuf>,
     /// Log filter: error, warn, info, debug, trace, or a tracing directive list [default: info].
@@ -53,6 +57,7 @@ fn load(args: Args) -> anyhow::Result<Config> {
         data_dir: args.data_dir,
         mgmt_port: args.mgmt_port,
         log: args.log,
+        tls_port: args.tls_port,
     };
     let origin = args
         .config

@@ -54,6 +54,14 @@ pub enum CoreMsg {
     /// A resource alarm went on (`Some(reason)`) or off (`None`): tell the clients that
     /// advertised `connection.blocked`.
     Blocked(Option<String>),
+    /// A definition command from the operator (users, permissions, vhosts, policies, ...):
+    /// applied, its events logged with this batch, the user registry refreshed, answered.
+    Admin {
+        /// The command.
+        cmd: Command,
+        /// The answer.
+        done: oneshot::Sender<Result<(), BrokerError>>,
+    },
 }
 
 /// A connection asking to be opened.
@@ -211,9 +219,17 @@ pub struct Core {
     ticks: Vec<oneshot::Sender<()>>,
     /// The reason of the resource alarm in force, if any.
     blocked: Option<String>,
+    /// The users and permissions connections check against, refreshed after admin commands.
+    registry: Option<Arc<super::auth::UserRegistry>>,
 }
 
 impl Core {
+    /// Keeps `registry` in step with the broker's users, permissions and vhosts.
+    pub fn set_registry(&mut self, registry: Arc<super::auth::UserRegistry>) {
+        registry.refresh(&self.broker);
+        self.registry = Some(registry);
+    }
+
     /// A broker task over a recovered broker and its store.
     pub fn new(broker: Broker, store: Store, clock: Arc<dyn Clock>) -> Self {
         let (to_waiter, from_core) = mpsc::channel(4096);
@@ -236,6 +252,7 @@ impl Core {
             stopping: false,
             ticks: Vec::new(),
             blocked: None,
+            registry: None,
         }
     }
 
@@ -336,6 +353,16 @@ impl Core {
                 self.ticks.push(done);
             }
             CoreMsg::Shutdown => self.shutdown(),
+            CoreMsg::Admin { cmd, done } => {
+                let result = self.broker.handle(cmd, self.now());
+                let answer = result.map(|out| self.apply_outcome(out, None));
+                // Users, permissions and vhosts may have changed: connections see the new
+                // definitions from their next operation on (the generation moves).
+                if let Some(registry) = &self.registry {
+                    registry.refresh(&self.broker);
+                }
+                let _ = done.send(answer);
+            }
             CoreMsg::Blocked(reason) => {
                 if reason != self.blocked {
                     self.blocked = reason;
