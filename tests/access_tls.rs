@@ -134,7 +134,10 @@ async fn a_client_that_does_not_trust_the_certificate_gets_no_amqp() {
     let refused = client(None)
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await;
-    assert!(refused.is_err(), "an unknown issuer must fail the handshake");
+    assert!(
+        refused.is_err(),
+        "an unknown issuer must fail the handshake"
+    );
     // The plain listener still serves.
     let (_conn, ch) = server.channel().await;
     ch.queue_declare(

@@ -37,7 +37,13 @@ async fn put_user(server: &TestServer, name: &str, password_hash: String) {
         .unwrap();
 }
 
-async fn set_permissions(server: &TestServer, user: &str, configure: &str, write: &str, read: &str) {
+async fn set_permissions(
+    server: &TestServer,
+    user: &str,
+    configure: &str,
+    write: &str,
+    read: &str,
+) {
     server
         .handle
         .admin(Command::PermissionSet {
@@ -99,9 +105,13 @@ async fn users_persist_across_a_restart_and_the_log_holds_only_a_salted_hash() {
 
     let server = server.restart().await;
     let conn = connect(&server, "alice:Wonderland-42").await.unwrap();
-    declare(&conn.create_channel().await.unwrap(), "q", FieldTable::default())
-        .await
-        .unwrap();
+    declare(
+        &conn.create_channel().await.unwrap(),
+        "q",
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
     let err = connect(&server, "alice:wonderland-42").await.unwrap_err();
     assert_eq!(reply_code(&err), Some(403), "{err:?}");
 
@@ -171,7 +181,9 @@ async fn without_configure_queue_declare_is_refused_403() {
     user(&server, "app", "^app\\.", ".*", ".*").await;
     let conn = connect(&server, "app:pw").await.unwrap();
     let ch = conn.create_channel().await.unwrap();
-    declare(&ch, "app.jobs", FieldTable::default()).await.unwrap();
+    declare(&ch, "app.jobs", FieldTable::default())
+        .await
+        .unwrap();
     let err = declare(&ch, "jobs", FieldTable::default())
         .await
         .unwrap_err();
@@ -231,10 +243,13 @@ async fn without_write_on_an_exchange_publish_is_refused_and_the_connection_surv
     )
     .await
     .unwrap();
-    let got = within(5, ch2.basic_get("inbox".into(), BasicGetOptions { no_ack: true }))
-        .await
-        .unwrap()
-        .expect("the message");
+    let got = within(
+        5,
+        ch2.basic_get("inbox".into(), BasicGetOptions { no_ack: true }),
+    )
+    .await
+    .unwrap()
+    .expect("the message");
     assert_eq!(got.delivery.data, b"hi");
 }
 
@@ -316,7 +331,7 @@ fn configured_user() -> wharf::server::User {
     }
 }
 
-/// UserPut records of `cfg` in the log: its name followed by a 48-byte hash length.
+/// `UserPut` records of `cfg` in the log: its name followed by a 48-byte hash length.
 fn cfg_user_records(log: &[u8]) -> usize {
     let needle = b"\x03\x00cfg\x30\x00\x00\x00";
     log.windows(needle.len()).filter(|w| w == needle).count()

@@ -90,7 +90,11 @@ impl Broker {
     }
 
     /// `UserPut`: creates or replaces a user (its permissions stay).
-    pub(crate) fn put_user(&mut self, user: UserInfo, out: &mut Outcome) -> Result<(), BrokerError> {
+    pub(crate) fn put_user(
+        &mut self,
+        user: UserInfo,
+        out: &mut Outcome,
+    ) -> Result<(), BrokerError> {
         if user.name.is_empty() {
             return Err(BrokerError::precondition("a user name must not be empty"));
         }
@@ -256,11 +260,18 @@ mod tests {
         let mut b = Broker::new();
         assert!(!b.users_ever_defined());
         assert_eq!(put(&mut b, "u").events.len(), 1);
-        assert!(put(&mut b, "u").events.is_empty(), "same definition: no event");
+        assert!(
+            put(&mut b, "u").events.is_empty(),
+            "same definition: no event"
+        );
         let set = b.handle(perm("u", "/"), 0).unwrap();
         assert_eq!(set.events.len(), 1);
         let mut replayed = Broker::new();
-        for e in put(&mut Broker::new(), "u").events.iter().chain(&set.events) {
+        for e in put(&mut Broker::new(), "u")
+            .events
+            .iter()
+            .chain(&set.events)
+        {
             replayed.apply(e).unwrap();
         }
         assert_eq!(replayed.users(), b.users());
@@ -306,10 +317,7 @@ mod tests {
         let out = b
             .handle(Command::UserDelete { name: "u".into() }, 0)
             .unwrap();
-        assert_eq!(
-            out.events,
-            vec![Event::UserDeleted { name: "u".into() }]
-        );
+        assert_eq!(out.events, vec![Event::UserDeleted { name: "u".into() }]);
         assert!(b.permissions().is_empty());
         assert!(b.users_ever_defined(), "a delete is history too");
         assert_eq!(

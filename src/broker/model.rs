@@ -525,9 +525,7 @@ impl Broker {
                 },
                 out,
             ),
-            Command::PermissionClear { user, vhost } => {
-                self.clear_permission(&user, &vhost, out)
-            }
+            Command::PermissionClear { user, vhost } => self.clear_permission(&user, &vhost, out),
             other => self.dispatch_flow(other, now, out),
         }
     }

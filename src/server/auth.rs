@@ -176,7 +176,11 @@ pub fn required_permissions(cmd: &Command) -> Vec<Need> {
     match cmd {
         Command::ExchangeDeclare(d) if !d.passive => {
             let mut needs = vec![need(Exchange, &d.exchange, Configure)];
-            if let Some(ae) = d.arguments.get("alternate-exchange").and_then(|v| v.as_str()) {
+            if let Some(ae) = d
+                .arguments
+                .get("alternate-exchange")
+                .and_then(|v| v.as_str())
+            {
                 needs.push(need(Exchange, &d.exchange, Read));
                 needs.push(need(Exchange, ae, Write));
             }
@@ -187,7 +191,10 @@ pub fn required_permissions(cmd: &Command) -> Vec<Need> {
             destination,
             source,
             ..
-        } => vec![need(Exchange, destination, Write), need(Exchange, source, Read)],
+        } => vec![
+            need(Exchange, destination, Write),
+            need(Exchange, source, Read),
+        ],
         Command::QueueDeclare(d) if !d.passive => {
             let name = if d.queue.is_empty() {
                 SERVER_NAMED_QUEUE_SHAPE
@@ -406,19 +413,18 @@ impl PermissionCache {
             self.decided.clear();
         }
         for n in needs {
-            let allowed = match self.decided.get(n) {
-                Some(&a) => a,
-                None => {
-                    let a = self
-                        .snapshot
-                        .as_ref()
-                        .is_some_and(|s| s.permits(user, vhost, n));
-                    if self.decided.len() >= PERM_CACHE_ENTRIES_MAX {
-                        self.decided.clear();
-                    }
-                    self.decided.insert(n.clone(), a);
-                    a
+            let allowed = if let Some(&a) = self.decided.get(n) {
+                a
+            } else {
+                let a = self
+                    .snapshot
+                    .as_ref()
+                    .is_some_and(|s| s.permits(user, vhost, n));
+                if self.decided.len() >= PERM_CACHE_ENTRIES_MAX {
+                    self.decided.clear();
                 }
+                self.decided.insert(n.clone(), a);
+                a
             };
             if !allowed {
                 let kind = match n.kind {
@@ -571,7 +577,11 @@ mod tests {
             properties: crate::broker::Properties::default(),
             body: bytes::Bytes::new(),
         };
-        assert!(cache.authorize(&r, "u", "/", &publish_permissions(&p)).is_ok());
+        assert!(
+            cache
+                .authorize(&r, "u", "/", &publish_permissions(&p))
+                .is_ok()
+        );
         let p = Publish {
             exchange: "amq.topic".into(),
             ..p
@@ -594,7 +604,10 @@ mod tests {
             no_ack: true,
         };
         let needs = required_permissions(&get);
-        assert!(cache.authorize(&r, "u", "/", &needs).is_err(), "empty read regex");
+        assert!(
+            cache.authorize(&r, "u", "/", &needs).is_err(),
+            "empty read regex"
+        );
         b.handle(
             Command::PermissionSet {
                 user: "u".into(),
@@ -606,7 +619,10 @@ mod tests {
             0,
         )
         .unwrap();
-        assert!(cache.authorize(&r, "u", "/", &needs).is_err(), "not refreshed yet");
+        assert!(
+            cache.authorize(&r, "u", "/", &needs).is_err(),
+            "not refreshed yet"
+        );
         r.refresh(&b);
         assert!(cache.authorize(&r, "u", "/", &needs).is_ok());
     }

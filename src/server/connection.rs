@@ -21,9 +21,9 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{Instrument, debug, info, info_span};
 
+use super::auth::{PermissionCache, UserRegistry, publish_permissions, required_permissions};
 use super::convert::{Close, broker_error_close, properties_from_wire, short, table_from_wire};
 use super::core::{ChanOp, CoreMsg, Op, OpenConn};
-use super::auth::{PermissionCache, UserRegistry, publish_permissions, required_permissions};
 use super::limits_server;
 use super::outbox::{OUTBOX_HARD_BYTES, Outbox, WriterCtx, run_writer};
 use crate::broker::{self, ChanRef, Command, ConnId, Publish};

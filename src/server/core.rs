@@ -58,7 +58,7 @@ pub enum CoreMsg {
     /// applied, its events logged with this batch, the user registry refreshed, answered.
     Admin {
         /// The command.
-        cmd: Command,
+        cmd: Box<Command>,
         /// The answer.
         done: oneshot::Sender<Result<(), BrokerError>>,
     },
@@ -354,7 +354,7 @@ impl Core {
             }
             CoreMsg::Shutdown => self.shutdown(),
             CoreMsg::Admin { cmd, done } => {
-                let result = self.broker.handle(cmd, self.now());
+                let result = self.broker.handle(*cmd, self.now());
                 let answer = result.map(|out| self.apply_outcome(out, None));
                 // Users, permissions and vhosts may have changed: connections see the new
                 // definitions from their next operation on (the generation moves).

@@ -294,16 +294,7 @@ impl Server {
         recovered
             .events
             .extend(put_configured_users(&mut broker, &config, clock.now_ms())?);
-        let registry = Arc::new(auth::UserRegistry::new(
-            config.loopback_users.iter().cloned().chain(
-                config
-                    .users
-                    .0
-                    .iter()
-                    .filter(|u| u.loopback_only)
-                    .map(|u| u.name.clone()),
-            ),
-        ));
+        let registry = Arc::new(registry_for(&config));
         let mut core = core::Core::new(broker, store, clock.clone());
         core.set_registry(registry.clone());
         core.log_startup(recovered.events)?;
@@ -352,18 +343,12 @@ impl Server {
             heartbeat_secs: config.heartbeat_secs,
             alive,
         };
-        let (tls_local_addr, tls_accept_task) = match tls_listener {
-            Some((listener, addr, acceptor)) => {
-                let task = tokio::spawn(tls_accept_loop(
-                    listener,
-                    acceptor,
-                    ctx.clone(),
-                    stop_rx.clone(),
-                ));
-                (Some(addr), Some(task))
-            }
-            None => (None, None),
-        };
+        let (tls_local_addr, tls_accept_task) = tls_listener
+            .map(|(listener, addr, acceptor)| {
+                let loop_ = tls_accept_loop(listener, acceptor, ctx.clone(), stop_rx.clone());
+                (addr, tokio::spawn(loop_))
+            })
+            .unzip();
         let accept_task = tokio::spawn(accept_loop(listener, ctx, stop_rx));
         Ok(ServerHandle {
             local_addr,
@@ -378,6 +363,18 @@ impl Server {
             connections_gone,
         })
     }
+}
+
+/// The registry of a server: `loopback_users` plus every configured `loopback_only` user may
+/// log in from loopback only (filled from the broker by the broker task).
+fn registry_for(config: &ServerConfig) -> auth::UserRegistry {
+    let loopback_only = config
+        .users
+        .0
+        .iter()
+        .filter(|u| u.loopback_only)
+        .map(|u| u.name.clone());
+    auth::UserRegistry::new(config.loopback_users.iter().cloned().chain(loopback_only))
 }
 
 /// Puts the configured users into the broker (their passwords hashed), with full
@@ -545,7 +542,10 @@ impl ServerHandle {
         };
         let (done, answer) = oneshot::channel();
         self.core
-            .send(core::CoreMsg::Admin { cmd, done })
+            .send(core::CoreMsg::Admin {
+                cmd: Box::new(cmd),
+                done,
+            })
             .await
             .map_err(|_| gone())?;
         answer.await.map_err(|_| gone())?

@@ -43,7 +43,7 @@ pub enum TlsError {
     },
 }
 
-fn pem_error(path: &Path, reason: impl ToString) -> TlsError {
+fn pem_error(path: &Path, reason: &dyn std::fmt::Display) -> TlsError {
     TlsError::Pem {
         path: path.to_owned(),
         reason: reason.to_string(),
@@ -55,15 +55,18 @@ fn pem_error(path: &Path, reason: impl ToString) -> TlsError {
 ///
 /// # Errors
 /// A file is unreadable, holds no certificate or key, or the key does not fit.
-pub fn server_config(cert_file: &Path, key_file: &Path) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+pub fn server_config(
+    cert_file: &Path,
+    key_file: &Path,
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert_file)
-        .map_err(|e| pem_error(cert_file, e))?
+        .map_err(|e| pem_error(cert_file, &e))?
         .collect::<Result<_, _>>()
-        .map_err(|e| pem_error(cert_file, e))?;
+        .map_err(|e| pem_error(cert_file, &e))?;
     if certs.is_empty() {
-        return Err(pem_error(cert_file, "no certificate in the file"));
+        return Err(pem_error(cert_file, &"no certificate in the file"));
     }
-    let key = PrivateKeyDer::from_pem_file(key_file).map_err(|e| pem_error(key_file, e))?;
+    let key = PrivateKeyDer::from_pem_file(key_file).map_err(|e| pem_error(key_file, &e))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config_error = |reason: String| TlsError::Config {
         cert: cert_file.to_owned(),
