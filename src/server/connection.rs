@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{Instrument, debug, info, info_span};
 
-use super::auth::{PermissionCache, UserRegistry, publish_permissions, required_permissions};
+use super::auth::{PermissionCache, UserRegistry, required_permissions};
 use super::convert::{Close, broker_error_close, properties_from_wire, short, table_from_wire};
 use super::core::{ChanOp, CoreMsg, Op, OpenConn};
 use super::limits_server;
@@ -651,7 +651,18 @@ impl Reader {
             properties: properties_from_wire(&c.header.properties),
             body: c.body,
         };
-        if !self.authorized(ch, &publish_permissions(&publish), (60, 40)) {
+        let allowed = self.permissions.authorize_publish(
+            &self.ctx.users,
+            &self.user,
+            &self.vhost,
+            &publish.exchange,
+        );
+        if let Err(text) = allowed {
+            debug!(user = %self.user, %text, "access refused");
+            self.push(
+                ch,
+                Op::Fail(Close::new(reply_code::ACCESS_REFUSED, &text), (60, 40)),
+            );
             return;
         }
         self.push(ch, Op::Publish(Box::new(publish)));
