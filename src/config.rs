@@ -508,6 +508,57 @@ name = "prod"
     }
 
     #[test]
+    fn tls_needs_both_files_and_the_flag_beats_the_file_port() {
+        let text = "[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"\n";
+        let c = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap();
+        let tls = c.tls.clone().unwrap();
+        assert_eq!(tls.port, 5671);
+        assert_eq!(tls.cert_file, PathBuf::from("c.pem"));
+        let s = c.server_config().unwrap();
+        assert_eq!(s.tls.unwrap().bind, "127.0.0.1:5671");
+        let flags = Overrides {
+            tls_port: Some(5000),
+            ..Overrides::default()
+        };
+        let with_port = format!("{text}port = 6000\n");
+        let c = merge(FileConfig::parse(&with_port).unwrap(), flags).unwrap();
+        assert_eq!(c.tls.unwrap().port, 5000);
+        let e = merge(
+            FileConfig::parse("[tls]\ncert_file = \"c.pem\"\n").unwrap(),
+            Overrides::default(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            invalid("tls.key_file", "missing (tls.cert_file is given)")
+        );
+        let e = merge(
+            FileConfig::parse(&format!("{text}port = 70000\n")).unwrap(),
+            Overrides::default(),
+        )
+        .unwrap_err();
+        assert!(matches!(e, ConfigError::Invalid { key, .. } if key == "tls.port"));
+        let c = merge(FileConfig::default(), Overrides::default()).unwrap();
+        assert_eq!(c.tls, None, "no [tls]: no AMQPS");
+    }
+
+    #[test]
+    fn user_tags_and_loopback_users_reach_the_server_config() {
+        let text = "loopback_users = [\"ops\"]\n                    [[users]]\nname = \"ops\"\npassword = \"pw\"\ntags = [\"administrator\"]\n";
+        let c = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap();
+        let s = c.server_config().unwrap();
+        assert_eq!(s.loopback_users, ["ops"]);
+        let ops = s.users.0.iter().find(|u| u.name == "ops").unwrap();
+        assert_eq!(ops.tags, ["administrator"]);
+        assert!(!ops.initial_only, "a listed user is put at every start");
+        let guest = s.users.0.iter().find(|u| u.name == "guest").unwrap();
+        assert!(
+            guest.initial_only,
+            "the default guest only on a fresh data dir"
+        );
+    }
+
+    #[test]
     fn duplicate_users_are_refused() {
         let text = "[[users]]\nname = \"a\"\npassword = \"x\"\n\
                     [[users]]\nname = \"a\"\npassword = \"y\"\n";

@@ -377,6 +377,30 @@ mod tests {
     }
 
     #[test]
+    fn user_records_show_tags_and_permissions_but_not_the_hash() {
+        let e = Event::UserPut {
+            name: "u".into(),
+            password_hash: "BMfxN8drrYcIqXZMr+pWTpDT0nMcOagMduLX0bjr4jwud/pN".into(),
+            tags: vec!["administrator".into()],
+        };
+        let m = event_json(&e, BodyMode::Auto);
+        assert_eq!(m["user"], json!("u"));
+        assert_eq!(m["tags"], json!(["administrator"]));
+        assert_eq!(m["password_hash"], json!("<48 chars>"));
+        let e = Event::PermissionSet {
+            user: "u".into(),
+            vhost: "/".into(),
+            configure: ".*".into(),
+            write: "^amq\\.default$".into(),
+            read: String::new(),
+        };
+        let m = event_json(&e, BodyMode::Auto);
+        assert_eq!(m["vhost"], json!("/"));
+        assert_eq!(m["write"], json!("^amq\\.default$"));
+        assert_eq!(m["read"], json!(""));
+    }
+
+    #[test]
     fn printable_bodies_are_text_and_others_hex() {
         let mut m = Map::new();
         put_body(&mut m, b"hello\n", BodyMode::Auto);
