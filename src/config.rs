@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use crate::limits;
 use crate::server::alarm::MemoryLimit;
+use crate::server::tls::TlsListener;
 use crate::server::{ServerConfig, User, Users, limits_server};
 
 /// Defaults of every setting (the binary's flags have no defaults of their own, so that a
@@ -102,6 +103,8 @@ fn memory_limit(setting: &SizeSetting) -> Result<MemoryLimit, ConfigError> {
             .map(MemoryLimit::Bytes)
             .map_err(|e| invalid("memory_high_watermark", e)),
     }
+    /// `tls.port` / `--tls-port` (RabbitMQ's AMQPS port).
+    pub const TLS_PORT: u16 = 5671;
 }
 
 /// A vhost or user name longer than this cannot travel in a short string.
@@ -171,6 +174,20 @@ pub struct FileConfig {
     /// Vhosts to create at start.
     #[serde(default)]
     pub vhosts: Vec<FileVhost>,
+    /// The AMQPS listener (`[tls]`).
+    pub tls: Option<FileTls>,
+}
+
+/// The `[tls]` table: AMQPS is served when both files are named.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileTls {
+    /// PEM certificate chain, leaf first.
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key.
+    pub key_file: Option<PathBuf>,
+    /// AMQPS port (default 5671; wider than `u16` so that 70000 is refused by name).
+    pub port: Option<u32>,
 }
 
 /// A `[[users]]` table.
@@ -183,6 +200,8 @@ pub struct FileUser {
     pub password: String,
     /// Vhosts the user may open (`"*"`: all); default `["/"]`.
     pub vhosts: Option<Vec<String>>,
+    /// Tags (`administrator`, `management`, `monitoring`, `policymaker`); default none.
+    pub tags: Option<Vec<String>>,
 }
 
 /// A `[[vhosts]]` table.
@@ -224,6 +243,19 @@ pub struct Overrides {
     pub connection_max: Option<u32>,
     /// `--heartbeat` (seconds).
     pub heartbeat_secs: Option<u16>,
+    /// `--tls-port`.
+    pub tls_port: Option<u16>,
+}
+
+/// The resolved AMQPS settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// AMQPS port.
+    pub port: u32,
+    /// PEM certificate chain.
+    pub cert_file: PathBuf,
+    /// PEM private key.
+    pub key_file: PathBuf,
 }
 
 /// The resolved configuration, checked by [`Config::validate`].
@@ -259,6 +291,10 @@ pub struct Config {
     pub max_message_size: u64,
     /// Unacked deliveries per channel at most.
     pub unacked_per_channel_max: u64,
+    /// Names that may log in only from loopback.
+    pub loopback_users: Vec<String>,
+    /// AMQPS, when `tls.cert_file` and `tls.key_file` are both given.
+    pub tls: Option<TlsConfig>,
 }
 
 /// Merges flags over the file over the defaults, then validates.
@@ -283,6 +319,8 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
             password: u.password,
             loopback_only: false,
             vhosts: u.vhosts.unwrap_or_else(|| vec!["/".to_owned()]),
+            tags: u.tags.unwrap_or_default(),
+            initial_only: false,
         })
         .collect();
     if file.default_user.unwrap_or(true) && !listed_guest {
@@ -352,9 +390,33 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
         unacked_per_channel_max: file
             .unacked_per_channel_max
             .unwrap_or(u64::from(limits::UNACKED_PER_CHANNEL_MAX)),
+        tls: merge_tls(file.tls, flags.tls_port)?,
+        loopback_users: loopback.into_iter().collect(),
     };
     config.validate()?;
     Ok(config)
+}
+
+/// `[tls]` with both files gives AMQPS on `--tls-port`, else `tls.port`, else 5671; one file
+/// without the other is refused by name.
+fn merge_tls(file: Option<FileTls>, port: Option<u16>) -> Result<Option<TlsConfig>, ConfigError> {
+    let Some(t) = file else {
+        return Ok(None);
+    };
+    let port = port
+        .map(u32::from)
+        .or(t.port)
+        .unwrap_or(u32::from(defaults::TLS_PORT));
+    match (t.cert_file, t.key_file) {
+        (Some(cert_file), Some(key_file)) => Ok(Some(TlsConfig {
+            port,
+            cert_file,
+            key_file,
+        })),
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(invalid("tls.key_file", "missing (tls.cert_file is given)")),
+        (None, Some(_)) => Err(invalid("tls.cert_file", "missing (tls.key_file is given)")),
+    }
 }
 
 fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
@@ -381,6 +443,7 @@ impl Config {
             ("port", self.port),
             ("mgmt_port", self.mgmt_port),
             ("heartbeat_secs", self.heartbeat_secs),
+            ("tls.port", self.tls.as_ref().map_or(0, |t| t.port)),
         ] {
             if u16::try_from(value).is_err() {
                 return Err(invalid(key, format!("{value} is above 65535")));
@@ -497,6 +560,15 @@ impl Config {
             u32::try_from(self.max_message_size).map_err(|_| out_of_range("max_message_size"))?;
         server.unacked_per_channel_max = u32::try_from(self.unacked_per_channel_max)
             .map_err(|_| out_of_range("unacked_per_channel_max"))?;
+        server.loopback_users.clone_from(&self.loopback_users);
+        if let Some(t) = &self.tls {
+            let port = u16::try_from(t.port).map_err(|_| invalid("tls.port", "above 65535"))?;
+            server.tls = Some(TlsListener {
+                bind: address(port),
+                cert_file: t.cert_file.clone(),
+                key_file: t.key_file.clone(),
+            });
+        }
         Ok(server)
     }
 }
@@ -765,6 +837,57 @@ name = "prod"
         assert!(parse_bytes("MB").is_err());
         assert!(parse_bytes("-5MB").is_err());
         assert!(parse_bytes("99999999999999999999").is_err());
+    }
+
+    #[test]
+    fn tls_needs_both_files_and_the_flag_beats_the_file_port() {
+        let text = "[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"\n";
+        let c = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap();
+        let tls = c.tls.clone().unwrap();
+        assert_eq!(tls.port, 5671);
+        assert_eq!(tls.cert_file, PathBuf::from("c.pem"));
+        let s = c.server_config().unwrap();
+        assert_eq!(s.tls.unwrap().bind, "127.0.0.1:5671");
+        let flags = Overrides {
+            tls_port: Some(5000),
+            ..Overrides::default()
+        };
+        let with_port = format!("{text}port = 6000\n");
+        let c = merge(FileConfig::parse(&with_port).unwrap(), flags).unwrap();
+        assert_eq!(c.tls.unwrap().port, 5000);
+        let e = merge(
+            FileConfig::parse("[tls]\ncert_file = \"c.pem\"\n").unwrap(),
+            Overrides::default(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            invalid("tls.key_file", "missing (tls.cert_file is given)")
+        );
+        let e = merge(
+            FileConfig::parse(&format!("{text}port = 70000\n")).unwrap(),
+            Overrides::default(),
+        )
+        .unwrap_err();
+        assert!(matches!(e, ConfigError::Invalid { key, .. } if key == "tls.port"));
+        let c = merge(FileConfig::default(), Overrides::default()).unwrap();
+        assert_eq!(c.tls, None, "no [tls]: no AMQPS");
+    }
+
+    #[test]
+    fn user_tags_and_loopback_users_reach_the_server_config() {
+        let text = "loopback_users = [\"ops\"]\n                    [[users]]\nname = \"ops\"\npassword = \"pw\"\ntags = [\"administrator\"]\n";
+        let c = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap();
+        let s = c.server_config().unwrap();
+        assert_eq!(s.loopback_users, ["ops"]);
+        let ops = s.users.0.iter().find(|u| u.name == "ops").unwrap();
+        assert_eq!(ops.tags, ["administrator"]);
+        assert!(!ops.initial_only, "a listed user is put at every start");
+        let guest = s.users.0.iter().find(|u| u.name == "guest").unwrap();
+        assert!(
+            guest.initial_only,
+            "the default guest only on a fresh data dir"
+        );
     }
 
     #[test]

@@ -31,7 +31,11 @@ struct Args {
     /// Port of the management HTTP API and /metrics, on the same address [default: 15672].
     #[arg(long, env = "WHARF_MGMT_PORT")]
     mgmt_port: Option<u16>,
-    /// Configuration file (TOML): users, vhosts, and every setting above.
+    /// AMQPS port, served when the configuration file names `tls.cert_file` and
+    /// `tls.key_file` [default: 5671].
+    #[arg(long, env = "WHARF_TLS_PORT")]
+    tls_port: Option<u16>,
+    /// Configuration file (TOML): users, vhosts, TLS files, and every setting above.
     #[arg(long, env = "WHARF_CONFIG")]
     config: Option<PathBuf>,
     /// Log filter: error, warn, info, debug, trace, or a tracing directive list [default: info].
@@ -72,6 +76,7 @@ fn load(args: Args) -> anyhow::Result<Config> {
         memory_high_watermark: args.memory_high_watermark,
         connection_max: args.connection_max,
         heartbeat_secs: args.heartbeat,
+        tls_port: args.tls_port,
     };
     let origin = args
         .config

@@ -102,6 +102,74 @@ fn golden_published_record_matches_storage_format_md() {
     assert_eq!(doc_bytes, bytes, "storage-format.md example differs");
 }
 
+/// The bytes of the `storage-format.md` example block that opens with `title`
+/// ("Store records" section; `|` starts a comment).
+fn doc_example(title: &str) -> Vec<u8> {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/storage-format.md")).unwrap();
+    let section = doc.split("## Store records").nth(1).unwrap();
+    let example = section
+        .split(&format!("```text\n{title}"))
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .unwrap_or_else(|| panic!("example {title} in storage-format.md"));
+    example
+        .lines()
+        .skip(1)
+        .flat_map(|l| l.split('|').next().unwrap_or("").split_whitespace())
+        .map(|b| u8::from_str_radix(b, 16).expect("hex byte"))
+        .collect()
+}
+
+#[test]
+fn golden_user_put_and_permission_set_match_storage_format_md() {
+    let user = Event::UserPut {
+        name: "u".into(),
+        password_hash: "aGFzaA==".into(),
+        tags: vec!["management".into()],
+    };
+    let (kind, bytes) = encode(&user);
+    assert_eq!(kind, 0x1a);
+    assert_eq!(
+        bytes,
+        hex("01 00 75  08 00 00 00 61 47 46 7a 61 41 3d 3d
+             01 00 00 00  0a 00 6d 61 6e 61 67 65 6d 65 6e 74")
+    );
+    assert_eq!(bytes, doc_example("UserPut, kind 0x1a"));
+    assert_eq!(decode(kind, &bytes).unwrap(), StoreRecord::Event(user));
+
+    let perm = Event::PermissionSet {
+        user: "u".into(),
+        vhost: "/".into(),
+        configure: ".*".into(),
+        write: ".*".into(),
+        read: String::new(),
+    };
+    let (kind, bytes) = encode(&perm);
+    assert_eq!(kind, 0x1c);
+    assert_eq!(
+        bytes,
+        hex("01 00 2f  01 00 75  02 00 00 00 2e 2a  02 00 00 00 2e 2a  00 00 00 00")
+    );
+    assert_eq!(bytes, doc_example("PermissionSet, kind 0x1c"));
+    assert_eq!(decode(kind, &bytes).unwrap(), StoreRecord::Event(perm));
+}
+
+#[test]
+fn golden_user_deleted_and_permission_cleared() {
+    let e = Event::UserDeleted { name: "u".into() };
+    let (kind, bytes) = encode(&e);
+    assert_eq!((kind, bytes.clone()), (0x1b, hex("01 00 75")));
+    assert_eq!(decode(kind, &bytes).unwrap(), StoreRecord::Event(e));
+    let e = Event::PermissionCleared {
+        user: "u".into(),
+        vhost: "/".into(),
+    };
+    let (kind, bytes) = encode(&e);
+    assert_eq!((kind, bytes.clone()), (0x1d, hex("01 00 2f  01 00 75")));
+    assert_eq!(decode(kind, &bytes).unwrap(), StoreRecord::Event(e));
+}
+
 #[test]
 fn golden_settled_record() {
     let e = Event::Settled {
@@ -557,6 +625,24 @@ fn event() -> impl Strategy<Value = Event> {
                 targets,
             }),
         (name(), name(), ids()).prop_map(|(vhost, queue, ids)| Event::Purged { vhost, queue, ids }),
+        (name(), name(), prop::collection::vec(name(), 0..4)).prop_map(
+            |(name, password_hash, tags)| Event::UserPut {
+                name,
+                password_hash,
+                tags
+            }
+        ),
+        name().prop_map(|name| Event::UserDeleted { name }),
+        (name(), name(), name(), name(), name()).prop_map(
+            |(user, vhost, configure, write, read)| Event::PermissionSet {
+                user,
+                vhost,
+                configure,
+                write,
+                read
+            }
+        ),
+        (name(), name()).prop_map(|(user, vhost)| Event::PermissionCleared { user, vhost }),
     ]
 }
 

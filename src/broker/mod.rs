@@ -36,7 +36,11 @@
 //!   and `expire_due` call it in debug builds).
 //! - Queries for management: [`Broker::queues`], [`Broker::exchanges`], [`Broker::bindings`],
 //!   [`Broker::policies`], [`Broker::consumers`], [`Broker::ready_messages`],
-//!   [`Broker::vhost_names`], [`Broker::dead_letter_dropped`].
+//!   [`Broker::vhost_names`], [`Broker::dead_letter_dropped`], [`Broker::users`],
+//!   [`Broker::permissions`].
+//! - Users and permissions (`Command::UserPut` / `UserDelete` / `PermissionSet` /
+//!   `PermissionClear`) are durable definitions like vhosts; the broker keeps them, the
+//!   server decides with them (authentication, permission regexes).
 //!
 //! Messages are stored once (`Arc<Message>`) however many queues they enter; a queue entry is
 //! 24 bytes (id, pointer, delivery count, flags). Each queue keeps an index of its ready
@@ -54,9 +58,11 @@
 //! - `flow.rs`: publish, routing, delivery, acks, requeue, expiry, dead-lettering, length
 //!   limits, leases, scheduled messages, timers.
 //! - `queue.rs`: one queue's ready messages and deadline index.
+//! - `access.rs`: users and permissions (definitions only; no hashing, no decisions).
 //! - `replay.rs`: `apply`, `recovered`, `check_invariants`, queries.
 //! - `routing/`: topic and headers matching (owned by the routing work).
 
+pub mod access;
 pub mod args;
 pub mod error;
 mod flow;
@@ -67,6 +73,7 @@ pub mod routing;
 pub mod types;
 pub mod value;
 
+pub use access::{PermissionInfo, UserInfo};
 pub use error::{BrokerError, ErrorKind};
 pub use model::Broker;
 pub use replay::{

@@ -260,6 +260,8 @@ pub struct Broker {
     /// Unacked deliveries a channel may hold over all its consumers (the safety cap for
     /// consumers without prefetch), `limits::UNACKED_PER_CHANNEL_MAX` or lower.
     pub(crate) unacked_per_channel_max: u32,
+    /// Users and permissions (`access.rs`).
+    pub(crate) access: crate::broker::access::Access,
 }
 
 impl Default for Broker {
@@ -355,6 +357,7 @@ impl Broker {
             dirty: Vec::new(),
             dead_letter_dropped: 0,
             unacked_per_channel_max: crate::limits::UNACKED_PER_CHANNEL_MAX,
+            access: crate::broker::access::Access::default(),
         };
         b.add_vhost("/");
         b
@@ -497,6 +500,36 @@ impl Broker {
                 name,
                 operator,
             } => self.clear_policy(&vhost, &name, operator, now, out),
+            Command::UserPut {
+                name,
+                password_hash,
+                tags,
+            } => self.put_user(
+                crate::broker::access::UserInfo {
+                    name,
+                    password_hash,
+                    tags,
+                },
+                out,
+            ),
+            Command::UserDelete { name } => self.delete_user(&name, out),
+            Command::PermissionSet {
+                user,
+                vhost,
+                configure,
+                write,
+                read,
+            } => self.set_permission(
+                crate::broker::access::PermissionInfo {
+                    user,
+                    vhost,
+                    configure,
+                    write,
+                    read,
+                },
+                out,
+            ),
+            Command::PermissionClear { user, vhost } => self.clear_permission(&user, &vhost, out),
             other => self.dispatch_flow(other, now, out),
         }
     }
@@ -648,6 +681,7 @@ impl Broker {
         self.timers
             .retain(|(_, t)| !matches!(t, Timer::Scheduled(id) if !sched.contains(id)));
         self.vhosts.remove(name);
+        self.forget_vhost_permissions(name);
     }
 
     fn open_connection(&mut self, conn: ConnId, vhost: String) -> Result<(), BrokerError> {

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::broker::access::{PermissionInfo, UserInfo};
 use crate::broker::args::{parse_policy, parse_queue_args};
 use crate::broker::error::BrokerError;
 use crate::broker::model::{Broker, Dest, QueueId, Timer};
@@ -49,6 +50,10 @@ pub struct DurableState {
     pub policies: Vec<PolicyInfo>,
     /// Durable scheduled messages: (id, due time).
     pub scheduled: Vec<(MessageId, u64)>,
+    /// Users, by name.
+    pub users: Vec<UserInfo>,
+    /// Permissions, by (user, vhost).
+    pub permissions: Vec<PermissionInfo>,
 }
 
 /// A copy of the durable state taken for a checkpoint: cheap to take in the broker task (the
@@ -305,6 +310,34 @@ impl Broker {
                         self.replay_push(vhost, t, m.message.clone())?;
                     }
                 }
+            }
+            Event::UserPut {
+                name,
+                password_hash,
+                tags,
+            } => self.apply_user_put(UserInfo {
+                name: name.clone(),
+                password_hash: password_hash.clone(),
+                tags: tags.clone(),
+            }),
+            Event::UserDeleted { name } => self.apply_user_deleted(name),
+            Event::PermissionSet {
+                user,
+                vhost,
+                configure,
+                write,
+                read,
+            } => self.apply_permission_set(&PermissionInfo {
+                user: user.clone(),
+                vhost: vhost.clone(),
+                configure: configure.clone(),
+                write: write.clone(),
+                read: read.clone(),
+            })?,
+            Event::PermissionCleared { user, vhost } => {
+                self.access
+                    .permissions
+                    .remove(&(user.clone(), vhost.clone()));
             }
         }
         Ok(())
@@ -589,6 +622,7 @@ impl Broker {
     /// When an invariant is broken: that is a bug in the broker.
     #[expect(clippy::too_many_lines, reason = "one flat walk over every structure")]
     pub fn check_invariants(&self) {
+        self.check_access_invariants();
         let mut armed = 0usize;
         for (qid, q) in &self.queues {
             assert_eq!(*qid, q.id, "queue keyed under another id");
@@ -941,6 +975,8 @@ impl Broker {
                 s.scheduled.push((*id, sch.msg.enqueued_at_ms));
             }
         }
+        s.users = self.users();
+        s.permissions = self.permissions();
         s
     }
 }

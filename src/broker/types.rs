@@ -459,6 +459,41 @@ pub enum Command {
         /// Operator policy.
         operator: bool,
     },
+    /// `add_user` / `change_password` / `set_user_tags`: creates or replaces a user. The
+    /// password arrives hashed (`broker::access`); the broker never sees it in clear.
+    UserPut {
+        /// Name.
+        name: String,
+        /// RabbitMQ's `password_hash` (base64 of salt ++ SHA-256).
+        password_hash: String,
+        /// Tags.
+        tags: Vec<String>,
+    },
+    /// `delete_user`: the user and its permissions go (404 if unknown).
+    UserDelete {
+        /// Name.
+        name: String,
+    },
+    /// `set_permissions`: the user and vhost must exist, each regex must compile (406).
+    PermissionSet {
+        /// User.
+        user: String,
+        /// Virtual host.
+        vhost: String,
+        /// Configure regex.
+        configure: String,
+        /// Write regex.
+        write: String,
+        /// Read regex.
+        read: String,
+    },
+    /// `clear_permissions`.
+    PermissionClear {
+        /// User.
+        user: String,
+        /// Virtual host.
+        vhost: String,
+    },
 }
 
 /// A message handed to a consumer (`basic.deliver`).
@@ -869,6 +904,40 @@ pub enum Event {
         queue: String,
         /// Messages removed.
         ids: Vec<MessageId>,
+    },
+    /// A user was created or replaced (never a clear password: its RabbitMQ hash).
+    UserPut {
+        /// Name.
+        name: String,
+        /// `base64(salt ++ sha256(salt ++ password))`.
+        password_hash: String,
+        /// Tags.
+        tags: Vec<String>,
+    },
+    /// A user was deleted with its permissions.
+    UserDeleted {
+        /// Name.
+        name: String,
+    },
+    /// A user's permissions on a vhost were set or replaced.
+    PermissionSet {
+        /// User.
+        user: String,
+        /// Virtual host.
+        vhost: String,
+        /// Configure regex.
+        configure: String,
+        /// Write regex.
+        write: String,
+        /// Read regex.
+        read: String,
+    },
+    /// A user's permissions on a vhost were cleared.
+    PermissionCleared {
+        /// User.
+        user: String,
+        /// Virtual host.
+        vhost: String,
     },
 }
 

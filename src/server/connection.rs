@@ -20,16 +20,16 @@ use std::time::Duration;
 use amq_protocol::protocol::{AMQPClass, basic, channel, confirm, connection, exchange, queue, tx};
 use amq_protocol::types::{AMQPValue, FieldTable as WireTable, LongString};
 use bytes::{Buf, BytesMut};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{Instrument, debug, info, info_span};
 
+use super::auth::{PermissionCache, UserRegistry, required_permissions};
 use super::convert::{Close, broker_error_close, properties_from_wire, short, table_from_wire};
 use super::core::{ChanOp, CoreMsg, Op, OpenConn};
+use super::limits_server;
 use super::outbox::{OUTBOX_HARD_BYTES, Outbox, WriterCtx, run_writer};
-use super::{Users, limits_server};
 use crate::broker::{self, ChanRef, Command, ConnId, Publish};
 use crate::limits;
 use crate::protocol::{
@@ -42,8 +42,10 @@ use crate::protocol::{
 pub struct ConnCtx {
     /// The broker task.
     pub core: mpsc::Sender<CoreMsg>,
-    /// Who may log in.
-    pub users: Arc<Users>,
+    /// Who may log in, and what they may do (shared with the broker task, which refreshes it).
+    pub users: Arc<UserRegistry>,
+    /// Connection ids, shared by every listener (AMQP and AMQPS).
+    pub next_id: Arc<std::sync::atomic::AtomicU64>,
     /// The heartbeat interval we propose, in seconds (0: none).
     pub heartbeat_secs: u16,
     /// Held (never used to send) while a connection task lives, so shutdown can wait until
@@ -135,6 +137,8 @@ struct Reader {
     vhost: String,
     /// The user who logged in (checked against each `connection.open`'s vhost).
     user: String,
+    /// This connection's permission decisions (dropped when permissions change).
+    permissions: PermissionCache,
     cancel_notify: bool,
     blocked_notify: bool,
     channels: HashMap<u16, ContentAssembler>,
@@ -147,12 +151,29 @@ struct Reader {
     admission: Option<Admission>,
 }
 
-/// Serves one accepted socket until it closes.
+/// Serves one accepted TCP socket until it closes.
 pub async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: ConnCtx) {
+    let _ = stream.set_nodelay(true);
+    let (read, write) = stream.into_split();
+    serve_halves(read, write, peer, id, ctx).await;
+}
+
+/// Serves any byte stream (a TLS session over TCP) until it closes.
+pub async fn serve_stream<S>(stream: S, peer: SocketAddr, id: u64, ctx: ConnCtx)
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (read, write) = tokio::io::split(stream);
+    serve_halves(read, write, peer, id, ctx).await;
+}
+
+async fn serve_halves<R, W>(read: R, write: W, peer: SocketAddr, id: u64, ctx: ConnCtx)
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let span = info_span!("conn", id, peer = %peer);
     async move {
-        let _ = stream.set_nodelay(true);
-        let (read, write) = stream.into_split();
         let outbox = Arc::new(Outbox::default());
         let (heartbeat_tx, heartbeat_rx) = watch::channel(None);
         let writer = tokio::spawn(
@@ -179,6 +200,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: ConnCtx) {
             channel_max: limits::CHANNELS_PER_CONNECTION_MAX,
             vhost: String::new(),
             user: String::new(),
+            permissions: PermissionCache::default(),
             cancel_notify: false,
             blocked_notify: false,
             channels: HashMap::new(),
@@ -203,7 +225,7 @@ pub async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: ConnCtx) {
 }
 
 impl Reader {
-    async fn run(&mut self, mut sock: OwnedReadHalf) {
+    async fn run<R: AsyncRead + Unpin>(&mut self, mut sock: R) {
         let mut buf = BytesMut::with_capacity(64 * 1024);
         loop {
             self.process(&mut buf).await;
@@ -498,7 +520,7 @@ impl Reader {
                  For details see the broker logfile."
             )),
             Some((user, password)) => {
-                let refusal = self.ctx.users.check(&user, &password, self.peer);
+                let refusal = self.ctx.users.check(&user, &password, self.peer).err();
                 self.user = user;
                 refusal
             }
@@ -532,10 +554,15 @@ impl Reader {
     }
 
     async fn on_open(&mut self, vhost: String) {
-        if !self.ctx.users.may_open(&self.user, &vhost) {
-            // RabbitMQ's text. It checks that the vhost exists first; we check the user's
-            // list first, so an unknown vhost the user may not open gets this text (530 too).
-            let text = format!("access to vhost '{vhost}' refused for user '{}'", self.user);
+        let snapshot = self.ctx.users.snapshot();
+        if !snapshot.may_open(&self.user, &vhost) {
+            // RabbitMQ's texts (`rabbit_access_control:check_vhost_access`): an unknown vhost
+            // first, then "some permission on the vhost".
+            let text = if snapshot.has_vhost(&vhost) {
+                format!("access to vhost '{vhost}' refused for user '{}'", self.user)
+            } else {
+                format!("vhost {vhost} not found")
+            };
             info!(%vhost, user = %self.user, "vhost access refused");
             self.close_connection(Close::new(reply_code::NOT_ALLOWED, &text), (10, 40));
             return;
@@ -714,7 +741,30 @@ impl Reader {
         self.ops.push(ChanOp { channel, op });
     }
 
+    /// Checks the user's permissions for `needs` (RabbitMQ's configure/write/read regexes,
+    /// re-checked per operation through the connection's cache): on refusal the channel is
+    /// closed with 403 `ACCESS_REFUSED` and RabbitMQ's text, after everything sent before.
+    fn authorized(&mut self, ch: u16, needs: &[super::auth::Need], method: (u16, u16)) -> bool {
+        match self
+            .permissions
+            .authorize(&self.ctx.users, &self.user, &self.vhost, needs)
+        {
+            Ok(()) => true,
+            Err(text) => {
+                debug!(user = %self.user, %text, "access refused");
+                self.push(
+                    ch,
+                    Op::Fail(Close::new(reply_code::ACCESS_REFUSED, &text), method),
+                );
+                false
+            }
+        }
+    }
+
     fn cmd(&mut self, ch: u16, cmd: Command, method: (u16, u16), nowait: bool) {
+        if !self.authorized(ch, &required_permissions(&cmd), method) {
+            return;
+        }
         self.push(
             ch,
             Op::Cmd {
@@ -744,6 +794,20 @@ impl Reader {
             properties: properties_from_wire(&c.header.properties),
             body: c.body,
         };
+        let allowed = self.permissions.authorize_publish(
+            &self.ctx.users,
+            &self.user,
+            &self.vhost,
+            &publish.exchange,
+        );
+        if let Err(text) = allowed {
+            debug!(user = %self.user, %text, "access refused");
+            self.push(
+                ch,
+                Op::Fail(Close::new(reply_code::ACCESS_REFUSED, &text), (60, 40)),
+            );
+            return;
+        }
         self.push(ch, Op::Publish(Box::new(publish)));
     }
 

@@ -220,9 +220,17 @@ pub struct Core {
     admin_waiting: VecDeque<(Ticket, AdminDone)>,
     /// Message counters for the metrics endpoint.
     counters: MessageCounters,
+    /// The users and permissions connections check against, refreshed after admin commands.
+    registry: Option<Arc<super::auth::UserRegistry>>,
 }
 
 impl Core {
+    /// Keeps `registry` in step with the broker's users, permissions and vhosts.
+    pub fn set_registry(&mut self, registry: Arc<super::auth::UserRegistry>) {
+        registry.refresh(&self.broker);
+        self.registry = Some(registry);
+    }
+
     /// A broker task over a recovered broker and its store.
     pub fn new(broker: Broker, store: Store, clock: Arc<dyn Clock>) -> Self {
         let (to_waiter, from_core) = mpsc::channel(4096);
@@ -246,6 +254,7 @@ impl Core {
             ticks: Vec::new(),
             admin_waiting: VecDeque::new(),
             counters: MessageCounters::default(),
+            registry: None,
         }
     }
 
@@ -369,6 +378,11 @@ impl Core {
                     let reply = std::mem::take(&mut out.reply);
                     let durable = !out.events.is_empty();
                     self.apply_outcome(out, None);
+                    // Users, permissions and vhosts may have changed: connections see the
+                    // new definitions from their next operation on (the generation moves).
+                    if let Some(registry) = &self.registry {
+                        registry.refresh(&self.broker);
+                    }
                     self.admin_answer(AdminDone::Command(done, reply), durable);
                 }
                 Err(e) => {

@@ -15,6 +15,10 @@
 //! - [`admin`]: what the management API (`crate::mgmt`) asks the broker task; the listener
 //!   starts with the server when [`ServerConfig::mgmt_bind`] is set.
 //! - [`convert`]: wire values <-> broker values, broker errors -> AMQP closes (S-ERR-1).
+//! - [`auth`]: password hashes (RabbitMQ's format), the shared [`auth::UserRegistry`] that
+//!   connections and the management API log in through, and the permissions each command
+//!   needs (checked by the connection before a method becomes a broker command).
+//! - [`tls`]: the AMQPS listener's `rustls::ServerConfig` (reusable by the management API).
 //!
 //! # Example
 //!
@@ -29,16 +33,19 @@
 
 pub mod alarm;
 pub mod admin;
+pub mod auth;
 mod connection;
 pub mod convert;
 mod core;
 mod outbox;
+pub mod tls;
 
 pub(crate) use core::CoreMsg;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -46,7 +53,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::broker::Command;
+use crate::broker::{Broker, BrokerError, Command};
 use crate::clock::{Clock, SystemClock};
 use crate::store::{Store, StoreConfig, StoreError};
 
@@ -83,22 +90,40 @@ pub enum ServerError {
         /// Why.
         reason: String,
     },
+    /// A configured user could not be put into the broker.
+    #[error("cannot create user '{name}': {reason}")]
+    User {
+        /// The user.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// The TLS certificate or key could not be loaded.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
     /// A task of the server failed.
     #[error("server task failed: {0}")]
     Task(String),
 }
 
-/// A user who may log in.
+/// A user from the configuration: put into the broker at start (its password hashed; the
+/// log never holds it in clear) with full permissions on its vhosts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
     /// Name.
     pub name: String,
-    /// Password (plain; compared in full).
+    /// Password (plain in the configuration only; hashed before it reaches the broker).
     pub password: String,
     /// Only from a loopback address (RabbitMQ's rule for `guest`).
     pub loopback_only: bool,
-    /// The vhosts this user may open; `"*"` stands for every vhost.
+    /// The vhosts this user gets full permissions on at start; `"*"` stands for every vhost
+    /// that exists then.
     pub vhosts: Vec<String>,
+    /// Tags (`administrator`, `management`, `monitoring`, `policymaker`).
+    pub tags: Vec<String>,
+    /// Put only on a broker whose log never defined a user (RabbitMQ's default user on a
+    /// fresh node): once an operator deleted it, it stays deleted.
+    pub initial_only: bool,
 }
 
 /// The users of the server.
@@ -113,12 +138,15 @@ impl Default for Users {
             password: "guest".to_owned(),
             loopback_only: true,
             vhosts: vec!["/".to_owned()],
+            tags: vec!["administrator".to_owned()],
+            initial_only: true,
         }])
     }
 }
 
 impl Users {
-    /// `None` if `name`/`password` may log in from `peer`, else RabbitMQ's refusal text.
+    /// `None` if `name`/`password` may log in from `peer` by this list alone, else RabbitMQ's
+    /// refusal text. A running server checks its [`auth::UserRegistry`] instead.
     pub fn check(&self, name: &str, password: &str, peer: SocketAddr) -> Option<String> {
         let refused = || {
             Some(
@@ -200,6 +228,11 @@ pub struct ServerConfig {
     /// The users the management API treats as administrators; `None`: every user (until
     /// users carry tags).
     pub mgmt_admins: Option<Vec<String>>,
+    /// RabbitMQ's `loopback_users`: these names may log in from a loopback address only
+    /// (besides every `User` with `loopback_only`).
+    pub loopback_users: Vec<String>,
+    /// The AMQPS listener, if any.
+    pub tls: Option<tls::TlsListener>,
 }
 
 impl ServerConfig {
@@ -225,6 +258,8 @@ impl ServerConfig {
             unacked_per_channel_max: crate::limits::UNACKED_PER_CHANNEL_MAX,
             mgmt_bind: None,
             mgmt_admins: None,
+            loopback_users: vec!["guest".to_owned()],
+            tls: None,
         }
     }
 }
@@ -240,6 +275,9 @@ pub struct ServerHandle {
     core: mpsc::Sender<core::CoreMsg>,
     stop_accepting: watch::Sender<bool>,
     accept_task: JoinHandle<()>,
+    tls_local_addr: Option<SocketAddr>,
+    tls_accept_task: Option<JoinHandle<()>>,
+    registry: Arc<auth::UserRegistry>,
     core_task: JoinHandle<Result<(), StoreError>>,
     core_done: watch::Receiver<bool>,
     /// Yields `None` once every connection task (and the accept loop) has ended.
@@ -297,9 +335,14 @@ impl Server {
                 })?;
             recovered.events.extend(added.events);
         }
+        recovered
+            .events
+            .extend(put_configured_users(&mut broker, &config, clock.now_ms())?);
+        let registry = Arc::new(registry_for(&config));
         let alarms = Arc::new(alarm::Alarms::default());
         let wal = store.wal_appender();
         let mut core = core::Core::new(broker, store, clock.clone());
+        core.set_registry(registry.clone());
         core.log_startup(recovered.events)?;
         let recovery_ms = clock.now_ms().saturating_sub(started_ms);
 
@@ -314,8 +357,13 @@ impl Server {
             addr: config.bind.clone(),
             source,
         })?;
+        let tls_listener = match &config.tls {
+            Some(t) => Some(bind_tls(t).await?),
+            None => None,
+        };
         info!(
             addr = %local_addr,
+            tls_addr = ?tls_listener.as_ref().map(|(_, a, _)| *a),
             data_dir = %config.data_dir.display(),
             recovery_ms,
             records = summary.records,
@@ -336,13 +384,20 @@ impl Server {
         let (alive, connections_gone) = mpsc::channel(1);
         let ctx = connection::ConnCtx {
             core: core_tx.clone(),
-            users: Arc::new(config.users.clone()),
+            users: registry.clone(),
+            next_id: Arc::new(AtomicU64::new(1)),
             heartbeat_secs: config.heartbeat_secs,
             alive,
             alarm: alarms.subscribe(),
             limits: connection::ConnLimits::from_config(&config),
             open_connections: Arc::default(),
         };
+        let (tls_local_addr, tls_accept_task) = tls_listener
+            .map(|(listener, addr, acceptor)| {
+                let loop_ = tls_accept_loop(listener, acceptor, ctx.clone(), stop_rx.clone());
+                (addr, tokio::spawn(loop_))
+            })
+            .unzip();
         let accept_task = tokio::spawn(accept_loop(listener, ctx, stop_rx.clone()));
         let (monitor, monitor_task) = start_monitor(&config, wal, alarms.clone());
         let mgmt = match &config.mgmt_bind {
@@ -363,6 +418,9 @@ impl Server {
             core: core_tx,
             stop_accepting,
             accept_task,
+            tls_local_addr,
+            tls_accept_task,
+            registry,
             core_task,
             core_done,
             connections_gone,
@@ -403,6 +461,126 @@ fn start_monitor(
     };
     let (tx, rx) = mpsc::channel(8);
     (tx, tokio::spawn(alarm::monitor(monitor, rx)))
+/// The registry of a server: `loopback_users` plus every configured `loopback_only` user may
+/// log in from loopback only (filled from the broker by the broker task).
+fn registry_for(config: &ServerConfig) -> auth::UserRegistry {
+    let loopback_only = config
+        .users
+        .0
+        .iter()
+        .filter(|u| u.loopback_only)
+        .map(|u| u.name.clone());
+    auth::UserRegistry::new(config.loopback_users.iter().cloned().chain(loopback_only))
+}
+
+/// Puts the configured users into the broker (their passwords hashed), with full
+/// permissions on their vhosts, as configured vhosts are created: before any client can
+/// connect. A user whose stored hash already matches its configured password and tags is
+/// left alone (no new salt, no log record at every start); the default user
+/// (`initial_only`) only on a broker whose log never defined a user.
+fn put_configured_users(
+    broker: &mut Broker,
+    config: &ServerConfig,
+    now_ms: u64,
+) -> Result<Vec<crate::broker::Event>, ServerError> {
+    let mut events = Vec::new();
+    let never_defined = !broker.users_ever_defined();
+    for u in &config.users.0 {
+        if u.initial_only && !never_defined {
+            continue;
+        }
+        let failed = |reason: String| ServerError::User {
+            name: u.name.clone(),
+            reason,
+        };
+        let unchanged = broker.user(&u.name).is_some_and(|stored| {
+            stored.tags == u.tags && auth::verify_password(&stored.password_hash, &u.password)
+        });
+        let mut cmds = Vec::new();
+        if !unchanged {
+            cmds.push(Command::UserPut {
+                name: u.name.clone(),
+                password_hash: auth::hash_password(&u.password).map_err(failed)?,
+                tags: u.tags.clone(),
+            });
+        }
+        let vhosts: Vec<String> = if u.vhosts.iter().any(|v| v == "*") {
+            broker.vhost_names()
+        } else {
+            u.vhosts.clone()
+        };
+        for vhost in vhosts {
+            if !broker.vhost_names().contains(&vhost) {
+                warn!(user = %u.name, %vhost, "configured vhost of a user does not exist; skipped");
+                continue;
+            }
+            cmds.push(Command::PermissionSet {
+                user: u.name.clone(),
+                vhost,
+                configure: ".*".to_owned(),
+                write: ".*".to_owned(),
+                read: ".*".to_owned(),
+            });
+        }
+        for cmd in cmds {
+            let out = broker
+                .handle(cmd, now_ms)
+                .map_err(|e: BrokerError| failed(e.text))?;
+            events.extend(out.events);
+        }
+    }
+    Ok(events)
+}
+
+async fn bind_tls(
+    t: &tls::TlsListener,
+) -> Result<(TcpListener, SocketAddr, tokio_rustls::TlsAcceptor), ServerError> {
+    let config = tls::server_config(&t.cert_file, &t.key_file)?;
+    let bind_error = |source| ServerError::Bind {
+        addr: t.bind.clone(),
+        source,
+    };
+    let listener = TcpListener::bind(&t.bind).await.map_err(bind_error)?;
+    let addr = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, addr, tokio_rustls::TlsAcceptor::from(config)))
+}
+
+/// The AMQPS listener: each accepted socket does its TLS handshake (bounded by
+/// `HANDSHAKE_WAIT`) in its own task, then is served like a plain one.
+async fn tls_accept_loop(
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    ctx: connection::ConnCtx,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let id = ctx.next_id.fetch_add(1, Ordering::Relaxed);
+                    let acceptor = acceptor.clone();
+                    let ctx = ctx.clone();
+                    tokio::spawn(async move {
+                        let handshake = tokio::time::timeout(
+                            limits_server::HANDSHAKE_WAIT,
+                            acceptor.accept(stream),
+                        );
+                        match handshake.await {
+                            Ok(Ok(tls)) => connection::serve_stream(tls, peer, id, ctx).await,
+                            Ok(Err(e)) => info!(%peer, error = %e, "TLS handshake failed"),
+                            Err(_) => info!(%peer, "TLS handshake timed out"),
+                        }
+                    });
+                }
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
 }
 
 async fn accept_loop(
@@ -410,14 +588,12 @@ async fn accept_loop(
     ctx: connection::ConnCtx,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut next_id: u64 = 1;
     loop {
         tokio::select! {
             _ = stop.changed() => return,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let id = next_id;
-                    next_id += 1;
+                    let id = ctx.next_id.fetch_add(1, Ordering::Relaxed);
                     tokio::spawn(connection::serve(stream, peer, id, ctx.clone()));
                 }
                 Err(e) => {
@@ -444,8 +620,41 @@ impl ServerHandle {
     /// Sends a management request to the broker task (the embedded Rust API's way to the
     /// same commands the HTTP API uses). Dropped if the broker task has stopped: the
     /// request's answer channel then closes.
-    pub async fn admin(&self, req: admin::AdminRequest) {
+    pub async fn admin_request(&self, req: admin::AdminRequest) {
         let _ = self.core.send(core::CoreMsg::Admin(req)).await;
+    /// The AMQPS listener's address, if TLS is configured.
+    pub fn tls_local_addr(&self) -> Option<SocketAddr> {
+        self.tls_local_addr
+    }
+
+    /// The user registry connections log in through (for the management API: one
+    /// [`auth::UserRegistry::check`] per request, no broker round trip).
+    pub fn user_registry(&self) -> Arc<auth::UserRegistry> {
+        self.registry.clone()
+    }
+
+    /// Applies a definition command as an operator (users, permissions, vhosts, policies):
+    /// its events are logged like a client's, and connections see changed users and
+    /// permissions from their next operation on.
+    ///
+    /// # Errors
+    /// The broker's refusal, or an internal error if the broker task is gone.
+    pub async fn admin(&self, cmd: Command) -> Result<(), BrokerError> {
+        let gone = || {
+            BrokerError::new(
+                crate::broker::ErrorKind::InternalError,
+                "the broker task is not running",
+            )
+        };
+        let (done, answer) = oneshot::channel();
+        self.core
+            .send(core::CoreMsg::Admin(admin::AdminRequest::Command {
+                cmd: Box::new(cmd),
+                done,
+            }))
+            .await
+            .map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?.map(|_reply| ())
     }
 
     /// An `amqp://` URL for the default user and vhost.
@@ -510,6 +719,8 @@ impl ServerHandle {
         if let Some((_, task)) = self.mgmt.take() {
             // Bounded: a client holding a request open must not hold up the shutdown.
             let _ = tokio::time::timeout(limits_server::CLOSE_OK_WAIT, task).await;
+        if let Some(task) = self.tls_accept_task.take() {
+            let _ = task.await;
         }
         let _ = self.core.send(core::CoreMsg::Shutdown).await;
         drop(self.core);

@@ -13,8 +13,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 
 use super::core::CoreMsg;
@@ -146,10 +145,14 @@ pub struct WriterCtx {
     pub heartbeat: tokio::sync::watch::Receiver<Option<Duration>>,
 }
 
-/// The writer task: flushes the outbox to the socket, one `write_all` per batch, and sends
+/// The writer task: flushes the outbox to the socket (TCP or TLS), one `write_all` per batch, and sends
 /// heartbeats when idle. Ends when the outbox is finished and empty, or on a write error
 /// (then the reader notices the closed socket).
-pub async fn run_writer(outbox: std::sync::Arc<Outbox>, mut sock: OwnedWriteHalf, ctx: WriterCtx) {
+pub async fn run_writer<W: AsyncWrite + Unpin>(
+    outbox: std::sync::Arc<Outbox>,
+    mut sock: W,
+    ctx: WriterCtx,
+) {
     loop {
         let (chunk, finished) = {
             let mut s = outbox.lock();

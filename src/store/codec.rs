@@ -55,6 +55,14 @@ pub enum RecordKind {
     PolicySet = 0x18,
     /// [`Event::PolicyCleared`].
     PolicyCleared = 0x19,
+    /// [`Event::UserPut`] (format 2).
+    UserPut = 0x1A,
+    /// [`Event::UserDeleted`] (format 2).
+    UserDeleted = 0x1B,
+    /// [`Event::PermissionSet`] (format 2).
+    PermissionSet = 0x1C,
+    /// [`Event::PermissionCleared`] (format 2).
+    PermissionCleared = 0x1D,
     /// [`Event::Published`].
     Published = 0x20,
     /// [`Event::Scheduled`].
@@ -75,7 +83,7 @@ pub enum RecordKind {
 
 impl RecordKind {
     /// Every kind, for tests and the inspector.
-    pub const ALL: [RecordKind; 19] = [
+    pub const ALL: [RecordKind; 23] = [
         RecordKind::Format,
         RecordKind::VhostAdded,
         RecordKind::VhostDeleted,
@@ -87,6 +95,10 @@ impl RecordKind {
         RecordKind::Unbound,
         RecordKind::PolicySet,
         RecordKind::PolicyCleared,
+        RecordKind::UserPut,
+        RecordKind::UserDeleted,
+        RecordKind::PermissionSet,
+        RecordKind::PermissionCleared,
         RecordKind::Published,
         RecordKind::Scheduled,
         RecordKind::Unscheduled,
@@ -128,6 +140,10 @@ impl RecordKind {
             Event::Returned { .. } => RecordKind::Returned,
             Event::DeadLettered { .. } => RecordKind::DeadLettered,
             Event::Purged { .. } => RecordKind::Purged,
+            Event::UserPut { .. } => RecordKind::UserPut,
+            Event::UserDeleted { .. } => RecordKind::UserDeleted,
+            Event::PermissionSet { .. } => RecordKind::PermissionSet,
+            Event::PermissionCleared { .. } => RecordKind::PermissionCleared,
         }
     }
 }
@@ -910,8 +926,59 @@ pub fn encode_event(event: &Event, out: &mut Vec<u8>) -> Result<RecordKind, Enco
             e.name("queue", queue)?;
             e.ids(ids)?;
         }
+        Event::UserPut { .. }
+        | Event::UserDeleted { .. }
+        | Event::PermissionSet { .. }
+        | Event::PermissionCleared { .. } => put_access(e, event)?,
     }
     Ok(RecordKind::of(event))
+}
+
+/// Users and permissions (format 2). User records carry no vhost; permission records start
+/// with theirs, like every other record.
+fn put_access(e: &mut Enc<'_>, event: &Event) -> Result<(), EncodeError> {
+    match event {
+        Event::UserPut {
+            name,
+            password_hash,
+            tags,
+        } => {
+            e.name("user", name)?;
+            e.bytes32("password hash", password_hash.as_bytes())?;
+            e.names("tag", tags)
+        }
+        Event::UserDeleted { name } => e.name("user", name),
+        Event::PermissionSet {
+            user,
+            vhost,
+            configure,
+            write,
+            read,
+        } => {
+            e.name("vhost", vhost)?;
+            e.name("user", user)?;
+            e.bytes32("configure regex", configure.as_bytes())?;
+            e.bytes32("write regex", write.as_bytes())?;
+            e.bytes32("read regex", read.as_bytes())
+        }
+        Event::PermissionCleared { user, vhost } => {
+            e.name("vhost", vhost)?;
+            e.name("user", user)
+        }
+        _ => unreachable!("encode_event sends only users and permissions here"),
+    }
+}
+
+fn get_user_event(d: &mut Dec<'_>, k: RecordKind) -> Result<Event, DecodeError> {
+    let name = d.name("user")?;
+    Ok(match k {
+        RecordKind::UserPut => Event::UserPut {
+            name,
+            password_hash: d.text("password hash")?,
+            tags: d.names("tag")?,
+        },
+        _ => Event::UserDeleted { name },
+    })
 }
 
 fn put_declared(e: &mut Enc<'_>, event: &Event) -> Result<(), EncodeError> {
@@ -1075,6 +1142,7 @@ fn decode_with(
         RecordKind::Format => StoreRecord::Format {
             version: d.u16("format version")?,
         },
+        RecordKind::UserPut | RecordKind::UserDeleted => StoreRecord::Event(get_user_event(d, k)?),
         _ => StoreRecord::Event(get_event(d, k)?),
     };
     d.finish()?;
@@ -1084,7 +1152,20 @@ fn decode_with(
 fn get_event(d: &mut Dec<'_>, k: RecordKind) -> Result<Event, DecodeError> {
     let vhost = d.name("vhost")?;
     Ok(match k {
-        RecordKind::Format => unreachable!("decode handles the format marker"),
+        RecordKind::Format | RecordKind::UserPut | RecordKind::UserDeleted => {
+            unreachable!("decode handles the format marker and user records")
+        }
+        RecordKind::PermissionSet => Event::PermissionSet {
+            user: d.name("user")?,
+            vhost,
+            configure: d.text("configure regex")?,
+            write: d.text("write regex")?,
+            read: d.text("read regex")?,
+        },
+        RecordKind::PermissionCleared => Event::PermissionCleared {
+            user: d.name("user")?,
+            vhost,
+        },
         RecordKind::VhostAdded => Event::VhostAdded { vhost },
         RecordKind::VhostDeleted => Event::VhostDeleted { vhost },
         RecordKind::ExchangeDeclared => get_exchange_declared(d, vhost)?,

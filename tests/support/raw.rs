@@ -1,25 +1,26 @@
-//! A raw AMQP client over a plain TCP socket, for the tests that must send what no client
-//! library would: garbage, cut frames, methods in the wrong state, no heartbeats. Frames are
-//! encoded and decoded with wharf's own `protocol` module.
+//! A raw AMQP client over a plain TCP socket (or any byte stream, e.g. a TLS session), for
+//! the tests that must send what no client library would: garbage, cut frames, methods in the
+//! wrong state, no heartbeats. Frames are encoded and decoded with wharf's own `protocol`
+//! module.
 
 use std::time::Duration;
 
 use amq_protocol::protocol::{AMQPClass, channel, connection};
 use amq_protocol::types::{FieldTable, LongString};
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use wharf::protocol::{self, ChannelId, Frame};
 
 /// A raw connection.
-pub struct Raw {
+pub struct Raw<S = TcpStream> {
     /// The socket.
-    pub sock: TcpStream,
+    pub sock: S,
     /// Bytes read and not yet decoded.
     pub buf: BytesMut,
 }
 
-impl Raw {
+impl Raw<TcpStream> {
     /// Connects without sending anything.
     pub async fn connect(addr: std::net::SocketAddr) -> Raw {
         Raw {
@@ -30,7 +31,17 @@ impl Raw {
 
     /// Connects and completes the handshake (PLAIN guest/guest) with `heartbeat_secs`.
     pub async fn open(addr: std::net::SocketAddr, heartbeat_secs: u16) -> Raw {
-        let mut raw = Raw::connect(addr).await;
+        Raw::handshake(TcpStream::connect(addr).await.unwrap(), heartbeat_secs).await
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Raw<S> {
+    /// Completes the handshake (PLAIN guest/guest) with `heartbeat_secs` over `sock`.
+    pub async fn handshake(sock: S, heartbeat_secs: u16) -> Raw<S> {
+        let mut raw = Raw {
+            sock,
+            buf: BytesMut::new(),
+        };
         raw.send(&protocol::frame::PROTOCOL_HEADER).await;
         let start = raw.method().await;
         assert!(matches!(

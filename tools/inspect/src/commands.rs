@@ -558,7 +558,11 @@ fn facts(e: &Event) -> Facts<'_> {
         Event::VhostAdded { .. }
         | Event::VhostDeleted { .. }
         | Event::PolicySet { .. }
-        | Event::PolicyCleared { .. } => {}
+        | Event::PolicyCleared { .. }
+        | Event::UserPut { .. }
+        | Event::UserDeleted { .. }
+        | Event::PermissionSet { .. }
+        | Event::PermissionCleared { .. } => {}
     }
     f
 }
@@ -582,7 +586,11 @@ fn event_vhost(e: &Event) -> &str {
         | Event::Delivered { vhost, .. }
         | Event::Returned { vhost, .. }
         | Event::DeadLettered { vhost, .. }
-        | Event::Purged { vhost, .. } => vhost,
+        | Event::Purged { vhost, .. }
+        | Event::PermissionSet { vhost, .. }
+        | Event::PermissionCleared { vhost, .. } => vhost,
+        // A user belongs to no vhost: a vhost filter never selects it.
+        Event::UserPut { .. } | Event::UserDeleted { .. } => "",
     }
 }
 

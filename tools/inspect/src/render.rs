@@ -269,6 +269,24 @@ pub fn event_json(e: &Event, mode: BodyMode) -> Map<String, Json> {
             }
             v
         }
+        // The hash is not the password, but a dump is no place for it either: show only
+        // whether one is set and how long it is.
+        Event::UserPut {
+            name,
+            password_hash,
+            tags,
+        } => json!({ "user": name, "tags": tags,
+            "password_hash": format!("<{} chars>", password_hash.len()) }),
+        Event::UserDeleted { name } => json!({ "user": name }),
+        Event::PermissionSet {
+            user,
+            vhost,
+            configure,
+            write,
+            read,
+        } => json!({ "vhost": vhost, "user": user, "configure": configure, "write": write,
+            "read": read }),
+        Event::PermissionCleared { user, vhost } => json!({ "vhost": vhost, "user": user }),
     };
     match v {
         Json::Object(m) => m,
@@ -356,6 +374,30 @@ mod tests {
         assert_eq!(base64(b"fo"), "Zm8=");
         assert_eq!(base64(b"foo"), "Zm9v");
         assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+    }
+
+    #[test]
+    fn user_records_show_tags_and_permissions_but_not_the_hash() {
+        let e = Event::UserPut {
+            name: "u".into(),
+            password_hash: "BMfxN8drrYcIqXZMr+pWTpDT0nMcOagMduLX0bjr4jwud/pN".into(),
+            tags: vec!["administrator".into()],
+        };
+        let m = event_json(&e, BodyMode::Auto);
+        assert_eq!(m["user"], json!("u"));
+        assert_eq!(m["tags"], json!(["administrator"]));
+        assert_eq!(m["password_hash"], json!("<48 chars>"));
+        let e = Event::PermissionSet {
+            user: "u".into(),
+            vhost: "/".into(),
+            configure: ".*".into(),
+            write: "^amq\\.default$".into(),
+            read: String::new(),
+        };
+        let m = event_json(&e, BodyMode::Auto);
+        assert_eq!(m["vhost"], json!("/"));
+        assert_eq!(m["write"], json!("^amq\\.default$"));
+        assert_eq!(m["read"], json!(""));
     }
 
     #[test]

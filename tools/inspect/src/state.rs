@@ -54,7 +54,8 @@ impl Default for Replay {
     }
 }
 
-/// Whether a record kind is a definition (vhost, exchange, queue, binding, policy).
+/// Whether a record kind is a definition (vhost, exchange, queue, binding, policy, user,
+/// permission).
 pub fn is_definition(kind: u8) -> bool {
     matches!(
         RecordKind::from_byte(kind),
@@ -69,6 +70,10 @@ pub fn is_definition(kind: u8) -> bool {
                 | RecordKind::Unbound
                 | RecordKind::PolicySet
                 | RecordKind::PolicyCleared
+                | RecordKind::UserPut
+                | RecordKind::UserDeleted
+                | RecordKind::PermissionSet
+                | RecordKind::PermissionCleared
         )
     )
 }
