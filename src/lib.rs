@@ -26,6 +26,9 @@
 //! - [`config`]: the broker's TOML configuration file, merged with its flags.
 //! - [`server`]: tokio glue from sockets to the broker; for now the conversions between wire
 //!   values and broker values.
+//! - [`testing`]: wharf inside other services' tests: [`testing::TestBroker`] (a manual clock,
+//!   crash and power-loss simulation, restart through the real recovery) and the protocol of
+//!   the fixture binary (`wharf --test-mode`).
 
 pub mod broker;
 pub mod clock;
@@ -34,4 +37,5 @@ pub mod limits;
 pub mod protocol;
 pub mod server;
 pub mod store;
+pub mod testing;
 pub mod wal;

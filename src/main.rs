@@ -2,6 +2,10 @@
 //! `--config` file (`wharf::config`: a flag beats the file), starts the
 //! server, and shuts it down gracefully on SIGINT/SIGTERM (connections closed with 320, the
 //! process exits once everything acknowledged is durable). `anyhow` lives here, at the edge.
+//! `--test-mode` and `--test-clock` (the fixture for tests in other languages) are
+//! `test_mode.rs`.
+
+mod test_mode;
 
 use std::path::PathBuf;
 
@@ -36,6 +40,8 @@ struct Args {
     /// Log filter: error, warn, info, debug, trace, or a tracing directive list [default: info].
     #[arg(long, env = "WHARF_LOG")]
     log: Option<String>,
+    #[command(flatten)]
+    test: test_mode::TestArgs,
 }
 
 fn load(args: Args) -> anyhow::Result<Config> {
@@ -62,25 +68,39 @@ fn load(args: Args) -> anyhow::Result<Config> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let config = load(Args::parse())?;
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_new(&config.log).context("parsing log")?)
-        .init();
+    let mut args = Args::parse();
+    let test = args.test.clone();
+    // Removed when main returns, after the graceful shutdown.
+    let _temp_dir = test.fixture_defaults(&mut args.bind, &mut args.port, &mut args.data_dir)?;
+    let config = load(args)?;
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_new(&config.log).context("parsing log")?);
+    if test.test_mode {
+        // Stdout carries the fixture protocol only.
+        logs.with_writer(std::io::stderr).init();
+    } else {
+        logs.init();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(run(config))
+    runtime.block_on(run(config, &test))
 }
 
-async fn run(config: Config) -> anyhow::Result<()> {
-    let server_config = config.server_config()?;
+async fn run(config: Config, test: &test_mode::TestArgs) -> anyhow::Result<()> {
+    let mut server_config = config.server_config()?;
+    test.apply(&mut server_config);
     let server = Server::start(server_config)
         .await
         .with_context(|| format!("starting wharf with data in {}", config.data_dir.display()))?;
+    if test.test_mode {
+        test_mode::announce(&server, &config.data_dir);
+    }
     tokio::select! {
         r = wait_for_signal() => r?,
         () = server.stopped() => tracing::error!("the broker task stopped; exiting"),
+        () = test_mode::serve_stdin(&server), if test.test_mode => {}
     }
     tracing::info!("shutting down");
     server.shutdown().await.context("shutting down")?;

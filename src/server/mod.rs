@@ -23,10 +23,13 @@
 //! # Ok(()) }
 //! ```
 
+mod clock_control;
 mod connection;
 pub mod convert;
 mod core;
 mod outbox;
+
+pub use clock_control::ClockControlError;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -39,8 +42,9 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::broker::Command;
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, ManualClock, SystemClock};
 use crate::store::{Store, StoreConfig, StoreError};
+use crate::wal::{FileStorage, Storage, WalConfig};
 
 /// Bounds and waits of the server layer (the shared ones are in `crate::limits`).
 pub mod limits_server {
@@ -176,6 +180,13 @@ pub struct ServerConfig {
     pub salvage: bool,
     /// Vhosts created at start if missing (before the listener opens).
     pub vhosts: Vec<String>,
+    /// The disk the log lives on: `None` for real files in `data_dir`; `Some` for another
+    /// [`Storage`], e.g. a `wal::SimStorage` that can lose power (`crate::testing`).
+    pub storage: Option<Arc<dyn Storage>>,
+    /// Clock control (`--test-clock`): when set, the server runs on this clock (the `clock`
+    /// field is then ignored) and [`ServerHandle::clock_advance`] and friends may move it.
+    /// `None` (the default): they are refused.
+    pub clock_control: Option<ManualClock>,
 }
 
 impl ServerConfig {
@@ -189,6 +200,8 @@ impl ServerConfig {
             users: Users::default(),
             salvage: false,
             vhosts: Vec::new(),
+            storage: None,
+            clock_control: None,
         }
     }
 }
@@ -201,6 +214,8 @@ pub struct Server;
 #[derive(Debug)]
 pub struct ServerHandle {
     local_addr: SocketAddr,
+    /// The manual clock that clock control moves, when enabled.
+    clock_control: Option<ManualClock>,
     core: mpsc::Sender<core::CoreMsg>,
     stop_accepting: watch::Sender<bool>,
     accept_task: JoinHandle<()>,
@@ -226,16 +241,24 @@ impl Server {
     /// # Errors
     /// The store cannot be opened (corrupt log, unusable directory); the address is taken.
     pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
-        let clock = config.clock.clone();
+        let clock: Arc<dyn Clock> = match &config.clock_control {
+            Some(manual) => Arc::new(manual.clone()),
+            None => config.clock.clone(),
+        };
         let started_ms = clock.now_ms();
         let store_config = StoreConfig {
             dir: config.data_dir.clone(),
             salvage: config.salvage,
         };
-        let (store, mut broker, summary) =
-            tokio::task::spawn_blocking(move || Store::open(&store_config))
-                .await
-                .map_err(|e| ServerError::Task(e.to_string()))??;
+        let storage = config
+            .storage
+            .clone()
+            .unwrap_or_else(|| Arc::new(FileStorage));
+        let (store, mut broker, summary) = tokio::task::spawn_blocking(move || {
+            Store::open_with(&store_config, storage, &WalConfig::default())
+        })
+        .await
+        .map_err(|e| ServerError::Task(e.to_string()))??;
         let mut recovered = broker.recovered(clock.now_ms());
         // Configured vhosts exist before any client can connect; existing ones are kept
         // (VhostAdd of a known vhost changes nothing and logs nothing).
@@ -297,6 +320,7 @@ impl Server {
         let accept_task = tokio::spawn(accept_loop(listener, ctx, stop_rx));
         Ok(ServerHandle {
             local_addr,
+            clock_control: config.clock_control.clone(),
             core: core_tx,
             stop_accepting,
             accept_task,
