@@ -287,6 +287,17 @@ impl TestBroker {
         &self.config.data_dir
     }
 
+    /// The simulated disk (`None` on real files): for injecting faults, e.g.
+    /// [`SimStorage::fail_sync_after`] to make the disk stop syncing (the broker then stops
+    /// confirming and stops, fail-stop), or to look at the files. After a power loss this is
+    /// the disk as the next boot sees it.
+    pub fn simulated_disk(&self) -> Option<&SimStorage> {
+        match &self.disk {
+            Disk::Simulated(sim) => Some(sim),
+            Disk::Files => None,
+        }
+    }
+
     /// Whether the broker is running (not stopped, crashed or powered off).
     pub fn is_running(&self) -> bool {
         self.running.is_some()
