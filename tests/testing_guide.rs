@@ -119,3 +119,30 @@ async fn guide_power_cut_in_a_publish_batch_keeps_every_confirmed_message()
     );
     Ok(())
 }
+
+/// The Python example, through the fixture binary. Skipped (with the reason printed) when
+/// python3 or pika is missing: CI may have only Rust.
+#[test]
+fn guide_python_example_through_the_fixture_binary() {
+    let pika = std::process::Command::new("python3")
+        .args(["-c", "import pika"])
+        .output();
+    if !pika.is_ok_and(|o| o.status.success()) {
+        println!("skipped: python3 with pika is not installed (pip install pika)");
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/guide_example.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .env("WHARF_BIN", env!("CARGO_BIN_EXE_wharf"))
+        .env("WHARF_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+}
