@@ -6,7 +6,7 @@
 //! tests cover them).
 //!
 //! Probing whether a queue exists with `queue.declare` would renew its lease (S-QEXP-2), so
-//! the lease tests probe with a mandatory publish instead: returned (NO_ROUTE) means gone.
+//! the lease tests probe with a mandatory publish instead: returned (`NO_ROUTE`) means gone.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -160,7 +160,7 @@ async fn ready(ch: &Channel, queue: &str) -> u32 {
 }
 
 /// Whether `queue` exists, without renewing its lease: a mandatory publish comes back
-/// (NO_ROUTE) once the queue is gone.
+/// (`NO_ROUTE`) once the queue is gone.
 async fn exists(ch: &Channel, queue: &str) -> bool {
     match publish(ch, queue, b"probe", BasicProperties::default()).await {
         Confirmation::Ack(None) => true,
@@ -278,7 +278,7 @@ async fn s_ttl_5_an_expired_message_is_never_handed_out_even_before_the_timer_ru
     work_and_dlq(&ch, &[("x-message-ttl", AMQPValue::LongInt(1_000))]).await;
     publish(&ch, "work", b"a", BasicProperties::default()).await;
     publish(&ch, "work", b"b", BasicProperties::default()).await;
-    clock.advance(Duration::from_millis(1_000));
+    clock.advance(Duration::from_secs(1));
     assert_eq!(get(&ch, "work").await, None, "basic.get");
     let mut consumer = ch
         .basic_consume(
@@ -625,6 +625,20 @@ async fn s_sched_1_a_delayed_message_is_invisible_until_due_even_across_a_restar
         assert_eq!(ready(&ch, "later").await, 0, "invisible before its time");
         advance_ms(&b, 1).await;
         assert_eq!(drain(&ch, "later").await, vec![b"in-5s".to_vec()]);
+        // Acks are logged, not synced, before they take effect; a confirmed persistent
+        // publish after them makes them durable (one log), so "in-5s" stays taken.
+        ch.queue_declare(
+            "barrier".into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+        let persistent = BasicProperties::default().with_delivery_mode(2);
+        publish(&ch, "barrier", b"sync", persistent).await;
     }
     b.crash().await.unwrap();
     advance_ms(&b, 1_800_000).await; // half an hour passes while the broker is down
@@ -681,6 +695,10 @@ async fn clock_control_is_refused_without_a_manual_clock_and_never_goes_back() {
     assert_eq!(b.clock().now_ms(), T0_MS);
     assert_eq!(b.clock().set(T0_MS + 5).await.unwrap(), T0_MS + 5);
     assert!(b.clock().set(T0_MS).await.is_err(), "backwards");
+    assert!(
+        b.clock().advance(Duration::MAX).await.is_err(),
+        "past u64::MAX ms"
+    );
     assert_eq!(b.clock().now_ms(), T0_MS + 5);
     // A consumer waiting on the dead-letter queue has its delivery when advance returns.
     let (_conn, ch) = channel(&b).await;

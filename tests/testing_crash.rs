@@ -94,7 +94,7 @@ async fn recovered_view(broker: &TestBroker, queue: &str) -> Vec<String> {
     for _ in 0..count {
         let d = within(5, consumer.next()).await.unwrap().unwrap();
         assert!(
-            d.redelivered == false,
+            !d.redelivered,
             "never delivered before the power loss, so not redelivered"
         );
         bodies.push(String::from_utf8(d.data.clone()).unwrap());
@@ -324,4 +324,32 @@ async fn s_dur_5_time_passing_while_down_expires_messages_during_recovery() {
         .unwrap()
         .expect("dead-lettered before any consumer could see it");
     assert_eq!(dead.delivery.data, b"stale");
+}
+
+#[tokio::test]
+async fn temp_data_dir_holds_the_log_across_restarts_and_goes_with_the_broker() {
+    let mut b = TestBroker::builder().temp_data_dir().start().await.unwrap();
+    let dir = b.data_dir().to_owned();
+    assert!(b.simulated_disk().is_none());
+    let (conn, ch) = channel(&b).await;
+    ch.queue_declare("q".into(), durable(), FieldTable::default())
+        .await
+        .unwrap();
+    assert!(acked(send(&ch, "q", "m").await).await);
+    drop((ch, conn));
+    b.crash().await.unwrap();
+    assert!(
+        std::fs::read_dir(&dir).unwrap().count() > 0,
+        "the log is in {dir:?}"
+    );
+    b.restart().await.unwrap();
+    let (_conn, ch) = channel(&b).await;
+    let count = ch
+        .queue_declare("q".into(), durable(), FieldTable::default())
+        .await
+        .unwrap()
+        .message_count();
+    assert_eq!(count, 1);
+    drop(b);
+    assert!(!dir.exists(), "removed with the broker");
 }
