@@ -5,8 +5,9 @@
 //!
 //! This is the server layer's public face for tests (DESIGN.md, "Injected time and disk are
 //! product features"): it starts a [`Server`] on a `ManualClock` and on a [`Storage`] it can
-//! cut off (crash) or power down ([`SimStorage::power_loss`]), then restarts it through the
-//! real recovery. It holds no rule: every expiry decision is the broker's, reached through
+//! cut off (crash) or power down ([`SimStorage::power_loss`] in memory; on real files, a
+//! journal of what each unsynced write overwrote), then restarts it through the real
+//! recovery. It holds no rule: every expiry decision is the broker's, reached through
 //! [`ServerHandle::clock_advance`]. The broker layers below must not depend on it.
 //!
 //! # A message that must be dead-lettered after 30 minutes, checked in milliseconds
@@ -83,12 +84,15 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::clock::{Clock, ManualClock, SystemClock};
@@ -115,9 +119,6 @@ pub enum TestBrokerError {
     /// The operation needs a running broker, and it is stopped (call `restart`).
     #[error("the test broker is not running")]
     NotRunning,
-    /// [`TestBroker::power_loss`] needs the simulated disk; this broker runs on real files.
-    #[error("power_loss needs the simulated disk (a broker built without data_dir)")]
-    PowerLossNeedsSimulatedDisk,
     /// The broker's runtime or a directory could not be set up.
     #[error("test broker setup failed: {0}")]
     Setup(#[from] io::Error),
@@ -132,8 +133,8 @@ enum Disk {
     /// In memory; can lose power. The instance is replaced by the one
     /// [`SimStorage::power_loss`] returns.
     Simulated(SimStorage),
-    /// Real files in the configured data directory.
-    Files,
+    /// Real files in the configured data directory, with what a power cut would undo.
+    Files(PowerCut),
 }
 
 /// Builds a [`TestBroker`]: disk, clock and server settings.
@@ -146,12 +147,12 @@ pub struct TestBrokerBuilder {
 
 impl TestBrokerBuilder {
     /// Keeps the log in real files in `dir` (created if missing, kept afterwards), so it
-    /// survives the test and can be inspected (`wharf-inspect`). [`TestBroker::crash`] works
-    /// on it; [`TestBroker::power_loss`] needs the simulated disk and is refused.
+    /// survives the test and can be inspected (`wharf-inspect`). [`TestBroker::power_loss`]
+    /// then undoes every write not yet synced, exactly (the files are journaled for it).
     #[must_use]
     pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.config.data_dir = dir.into();
-        self.disk = Disk::Files;
+        self.disk = Disk::Files(PowerCut::default());
         self.temp_dir = false;
         self
     }
@@ -160,7 +161,7 @@ impl TestBrokerBuilder {
     /// [`TestBroker`] is dropped.
     #[must_use]
     pub fn temp_data_dir(mut self) -> Self {
-        self.disk = Disk::Files;
+        self.disk = Disk::Files(PowerCut::default());
         self.temp_dir = true;
         self
     }
@@ -226,7 +227,7 @@ impl TestBrokerBuilder {
 /// user `guest`/`guest`.
 ///
 /// By default it runs on the real clock and on a simulated in-memory disk (nothing is written
-/// to the real disk; [`TestBroker::power_loss`] works). [`TestBroker::builder`] chooses a manual
+/// to the real disk). [`TestBroker::builder`] chooses a manual
 /// clock, real files, or other settings. Each broker runs on its own small tokio runtime, so
 /// [`TestBroker::crash`] can drop every task and connection at once, as a killed process
 /// would; the methods may be called from any tokio runtime (`#[tokio::test]` included).
@@ -294,7 +295,7 @@ impl TestBroker {
     pub fn simulated_disk(&self) -> Option<&SimStorage> {
         match &self.disk {
             Disk::Simulated(sim) => Some(sim),
-            Disk::Files => None,
+            Disk::Files(_) => None,
         }
     }
 
@@ -335,21 +336,26 @@ impl TestBroker {
     }
 
     /// As [`TestBroker::crash`], and the disk also loses power: whatever the log wrote but
-    /// had not made durable (synced) is lost, except that a random (seeded) prefix of it may
-    /// survive, possibly garbled, as on a real disk. Every confirmed message survives
-    /// (S-DUR-3); recovery cuts the torn tail.
+    /// had not made durable (synced) is lost. On the simulated disk a random (seeded) prefix
+    /// of it may survive, possibly garbled, as on a real disk; on real files all of it is
+    /// undone (files created since their directory's last sync are removed). Every confirmed
+    /// message survives (S-DUR-3); recovery cuts a torn tail.
     ///
     /// # Errors
-    /// [`TestBrokerError::NotRunning`]; [`TestBrokerError::PowerLossNeedsSimulatedDisk`] for a
-    /// broker on real files (it keeps running then).
+    /// [`TestBrokerError::NotRunning`]; on real files, an I/O error while undoing.
     pub async fn power_loss(&mut self) -> Result<(), TestBrokerError> {
-        let Disk::Simulated(disk) = &self.disk else {
-            return Err(TestBrokerError::PowerLossNeedsSimulatedDisk);
-        };
         let running = self.running.take().ok_or(TestBrokerError::NotRunning)?;
         // The process is gone first (no write after this point), then the power.
         running.fence.cut();
-        self.disk = Disk::Simulated(disk.power_loss());
+        match &self.disk {
+            Disk::Simulated(disk) => self.disk = Disk::Simulated(disk.power_loss()),
+            Disk::Files(cut) => {
+                let cut = cut.clone();
+                tokio::task::spawn_blocking(move || cut.power_loss())
+                    .await
+                    .map_err(|e| TestBrokerError::Task(e.to_string()))??;
+            }
+        }
         running.kill().await
     }
 
@@ -453,7 +459,7 @@ impl Running {
     async fn start(config: &ServerConfig, disk: &Disk) -> Result<Running, TestBrokerError> {
         let inner: Arc<dyn Storage> = match disk {
             Disk::Simulated(sim) => Arc::new(sim.clone()),
-            Disk::Files => Arc::new(FileStorage),
+            Disk::Files(cut) => Arc::new(cut.storage()),
         };
         let fence = Fence::default();
         let mut config = config.clone();
@@ -611,6 +617,216 @@ impl StorageFile for FencedFile {
     }
     fn map_sealed(&self) -> io::Result<Option<ReadOnlyMap>> {
         self.fence.check()?;
+        self.inner.map_sealed()
+    }
+}
+
+/// What a power cut would undo in a directory of real files: per file written since its last
+/// sync, the bytes it overwrote and its length at that sync; per file created since its
+/// directory's last sync, that it may not exist. Shared by every run of one [`TestBroker`] (what
+/// a crashed run wrote and did not sync stays undoable), and its power cut is exact: every
+/// unsynced write is undone, none survives (the simulated disk keeps a random part).
+///
+/// Removals are taken as durable at once (the log does not remove files yet).
+#[derive(Debug, Clone, Default)]
+struct PowerCut(Arc<Mutex<CutState>>);
+
+#[derive(Debug, Default)]
+struct CutState {
+    /// Bumped by every power cut: storages and files of an earlier run then fail.
+    generation: u64,
+    files: BTreeMap<PathBuf, Unsynced>,
+}
+
+#[derive(Debug)]
+struct Unsynced {
+    /// Created since its directory was last synced: a power cut removes it.
+    created: bool,
+    /// Its length at the last sync.
+    synced_len: u64,
+    /// (offset, old bytes) of synced bytes overwritten or cut off since, oldest first.
+    undo: Vec<(u64, Vec<u8>)>,
+}
+
+impl PowerCut {
+    fn lock(&self) -> MutexGuard<'_, CutState> {
+        // Plain bookkeeping: consistent enough after a panic elsewhere.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A storage for the next run.
+    fn storage(&self) -> CutStorage {
+        CutStorage {
+            cut: self.clone(),
+            generation: self.lock().generation,
+        }
+    }
+
+    /// Undoes every unsynced change, and fails every storage and file handed out so far.
+    fn power_loss(&self) -> io::Result<()> {
+        let mut state = self.lock();
+        state.generation += 1;
+        for (path, file) in std::mem::take(&mut state.files) {
+            if file.created {
+                std::fs::remove_file(&path)?;
+                continue;
+            }
+            let f = std::fs::OpenOptions::new().write(true).open(&path)?;
+            for (offset, bytes) in file.undo.iter().rev() {
+                f.write_all_at(bytes, *offset)?;
+            }
+            f.set_len(file.synced_len)?;
+            f.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
+/// Real files, journaled for a [`PowerCut`]. Every change holds the journal's lock, so a cut
+/// never races with a write.
+#[derive(Debug)]
+struct CutStorage {
+    cut: PowerCut,
+    generation: u64,
+}
+
+impl CutStorage {
+    fn live(&self) -> io::Result<MutexGuard<'_, CutState>> {
+        let state = self.cut.lock();
+        if state.generation == self.generation {
+            Ok(state)
+        } else {
+            Err(io::Error::other("test broker: the power went"))
+        }
+    }
+
+    fn file(&self, path: &Path, inner: Box<dyn StorageFile>) -> Box<dyn StorageFile> {
+        Box::new(CutFile {
+            inner,
+            path: path.to_owned(),
+            cut: self.cut.clone(),
+            generation: self.generation,
+        })
+    }
+}
+
+impl Storage for CutStorage {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        let _state = self.live()?;
+        FileStorage.create_dir_all(dir)
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        FileStorage.list(dir)
+    }
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        let mut state = self.live()?;
+        let inner = FileStorage.create_new(path)?;
+        let unsynced = Unsynced {
+            created: true,
+            synced_len: 0,
+            undo: Vec::new(),
+        };
+        state.files.insert(path.to_owned(), unsynced);
+        Ok(self.file(path, inner))
+    }
+    fn open(&self, path: &Path, writable: bool) -> io::Result<Box<dyn StorageFile>> {
+        let inner = FileStorage.open(path, writable)?;
+        Ok(self.file(path, inner))
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.live()?;
+        FileStorage.remove(path)?;
+        state.files.remove(path);
+        Ok(())
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        let mut state = self.live()?;
+        FileStorage.sync_dir(dir)?;
+        for (path, file) in &mut state.files {
+            if path.parent() == Some(dir) {
+                file.created = false;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A file of a [`CutStorage`].
+#[derive(Debug)]
+struct CutFile {
+    inner: Box<dyn StorageFile>,
+    path: PathBuf,
+    cut: PowerCut,
+    generation: u64,
+}
+
+impl CutFile {
+    /// Runs `change` under the journal's lock, after saving the synced bytes from `from` to
+    /// `to` (clamped to the synced length) that it will overwrite or cut off.
+    fn changing(
+        &self,
+        from: u64,
+        to: u64,
+        change: impl FnOnce(&dyn StorageFile) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let mut state = self.cut.lock();
+        if state.generation != self.generation {
+            return Err(io::Error::other("test broker: the power went"));
+        }
+        let file = match state.files.entry(self.path.clone()) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => e.insert(Unsynced {
+                created: false,
+                synced_len: self.inner.len_bytes()?,
+                undo: Vec::new(),
+            }),
+        };
+        let to = to.min(file.synced_len);
+        if from < to {
+            let len = usize::try_from(to - from)
+                .map_err(|_| io::Error::other("test broker: undo range too large"))?;
+            let mut old = vec![0; len];
+            self.inner.read_exact_at(&mut old, from)?;
+            file.undo.push((from, old));
+        }
+        change(&*self.inner)
+    }
+
+    fn synced(&self, sync: impl FnOnce(&dyn StorageFile) -> io::Result<()>) -> io::Result<()> {
+        let mut state = self.cut.lock();
+        if state.generation != self.generation {
+            return Err(io::Error::other("test broker: the power went"));
+        }
+        sync(&*self.inner)?;
+        if let Some(file) = state.files.get_mut(&self.path) {
+            file.synced_len = self.inner.len_bytes()?;
+            file.undo.clear();
+        }
+        Ok(())
+    }
+}
+
+impl StorageFile for CutFile {
+    fn len_bytes(&self) -> io::Result<u64> {
+        self.inner.len_bytes()
+    }
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_exact_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let end = offset.saturating_add(buf.len() as u64);
+        self.changing(offset, end, |f| f.write_all_at(buf, offset))
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.changing(len, u64::MAX, |f| f.set_len(len))
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.synced(|f| f.sync_data())
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        self.synced(|f| f.sync_all())
+    }
+    fn map_sealed(&self) -> io::Result<Option<ReadOnlyMap>> {
         self.inner.map_sealed()
     }
 }
@@ -838,6 +1054,41 @@ mod tests {
         ] {
             assert!(ClockCommand::parse(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn power_cut_on_real_files_undoes_exactly_what_was_not_synced() {
+        let dir = TempDataDir::create().unwrap();
+        let cut = PowerCut::default();
+        let disk = cut.storage();
+        let kept = dir.path().join("kept");
+        let f = disk.create_new(&kept).unwrap();
+        f.write_all_at(b"synced--", 0).unwrap();
+        f.sync_data().unwrap();
+        disk.sync_dir(dir.path()).unwrap();
+        f.write_all_at(b"SYNCED", 0).unwrap(); // overwrites synced bytes
+        f.write_all_at(b"+tail", 8).unwrap(); // grows the file
+        let fresh = dir.path().join("fresh"); // its directory entry is never synced
+        disk.create_new(&fresh)
+            .unwrap()
+            .write_all_at(b"x", 0)
+            .unwrap();
+        cut.power_loss().unwrap();
+        assert_eq!(std::fs::read(&kept).unwrap(), b"synced--");
+        assert!(!fresh.exists());
+        assert!(
+            f.write_all_at(b"late", 0).is_err(),
+            "the dead run cannot write"
+        );
+        assert!(disk.create_new(&fresh).is_err());
+        // The next run works, and a second cut keeps what it synced.
+        let next = cut.storage();
+        let g = next.open(&kept, true).unwrap();
+        g.set_len(4).unwrap();
+        g.sync_all().unwrap();
+        g.write_all_at(b"more", 4).unwrap();
+        cut.power_loss().unwrap();
+        assert_eq!(std::fs::read(&kept).unwrap(), b"sync");
     }
 
     #[test]
