@@ -28,6 +28,9 @@
 //!   path); [`ctl`]: the logic of the `wharfctl` binary (an HTTP client of that API).
 //! - [`server`]: tokio glue from sockets to the broker; for now the conversions between wire
 //!   values and broker values.
+//! - [`testing`]: wharf inside other services' tests: [`testing::TestBroker`] (a manual clock,
+//!   crash and power-loss simulation, restart through the real recovery) and the protocol of
+//!   the fixture binary (`wharf --test-mode`).
 
 pub mod broker;
 pub mod clock;
@@ -38,4 +41,5 @@ pub mod mgmt;
 pub mod protocol;
 pub mod server;
 pub mod store;
+pub mod testing;
 pub mod wal;

@@ -2,6 +2,10 @@
 //! `--config` file (`wharf::config`: a flag beats the file), starts the
 //! server, and shuts it down gracefully on SIGINT/SIGTERM (connections closed with 320, the
 //! process exits once everything acknowledged is durable). `anyhow` lives here, at the edge.
+//! `--test-mode` and `--test-clock` (the fixture for tests in other languages) are
+//! `test_mode.rs`.
+
+mod test_mode;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -55,6 +59,8 @@ struct Args {
     /// Heartbeat interval proposed to clients, seconds (0: none) [default: 60].
     #[arg(long, env = "WHARF_HEARTBEAT")]
     heartbeat: Option<u16>,
+    #[command(flatten)]
+    test: test_mode::TestArgs,
 }
 
 fn load(args: Args) -> anyhow::Result<Config> {
@@ -86,29 +92,44 @@ fn load(args: Args) -> anyhow::Result<Config> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let config = load(Args::parse())?;
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_new(&config.log).context("parsing log")?)
+    let mut args = Args::parse();
+    let test = args.test.clone();
+    // Removed when main returns, after the graceful shutdown.
+    let _temp_dir = test.fixture_defaults(&mut args.bind, &mut args.port, &mut args.data_dir)?;
+    let config = load(args)?;
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_new(&config.log).context("parsing log")?);
+    if test.test_mode {
+        // Stdout carries the fixture protocol only.
+        logs.with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
+            .init();
+    } else {
         // Colour codes only for a person at a terminal, not in log files or journald. The
-        // logs go to stdout (tracing's default, which scripts may read), so that is the stream
-        // asked.
-        .with_ansi(std::io::stdout().is_terminal())
-        .init();
+        // logs go to stdout (tracing's default, which scripts may read), so that is the
+        // stream asked.
+        logs.with_ansi(std::io::stdout().is_terminal()).init();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(run(config))
+    runtime.block_on(run(config, &test))
 }
 
-async fn run(config: Config) -> anyhow::Result<()> {
-    let server_config = config.server_config()?;
+async fn run(config: Config, test: &test_mode::TestArgs) -> anyhow::Result<()> {
+    let mut server_config = config.server_config()?;
+    test.apply(&mut server_config);
     let server = Server::start(server_config)
         .await
         .with_context(|| format!("starting wharf with data in {}", config.data_dir.display()))?;
+    if test.test_mode {
+        test_mode::announce(&server, &config.data_dir);
+    }
     tokio::select! {
         r = wait_for_signal() => r?,
         () = server.stopped() => tracing::error!("the broker task stopped; exiting"),
+        () = test_mode::serve_stdin(&server), if test.test_mode => {}
     }
     tracing::info!("shutting down");
     server.shutdown().await.context("shutting down")?;

@@ -34,6 +34,7 @@
 pub mod alarm;
 pub mod admin;
 pub mod auth;
+mod clock_control;
 mod connection;
 pub mod convert;
 mod core;
@@ -41,6 +42,8 @@ mod outbox;
 pub mod tls;
 
 pub(crate) use core::CoreMsg;
+
+pub use clock_control::ClockControlError;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -54,8 +57,9 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::broker::{Broker, BrokerError, Command};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, ManualClock, SystemClock};
 use crate::store::{Store, StoreConfig, StoreError};
+use crate::wal::{FileStorage, Storage, WalConfig};
 
 /// Bounds and waits of the server layer, kept in `crate::limits` with the others (these
 /// names stay for the code that uses them).
@@ -233,6 +237,13 @@ pub struct ServerConfig {
     pub loopback_users: Vec<String>,
     /// The AMQPS listener, if any.
     pub tls: Option<tls::TlsListener>,
+    /// The disk the log lives on: `None` for real files in `data_dir`; `Some` for another
+    /// [`Storage`], e.g. a `wal::SimStorage` that can lose power (`crate::testing`).
+    pub storage: Option<Arc<dyn Storage>>,
+    /// Clock control (`--test-clock`): when set, the server runs on this clock (the `clock`
+    /// field is then ignored) and [`ServerHandle::clock_advance`] and friends may move it.
+    /// `None` (the default): they are refused.
+    pub clock_control: Option<ManualClock>,
 }
 
 impl ServerConfig {
@@ -260,6 +271,8 @@ impl ServerConfig {
             mgmt_admins: None,
             loopback_users: vec!["guest".to_owned()],
             tls: None,
+            storage: None,
+            clock_control: None,
         }
     }
 }
@@ -272,6 +285,8 @@ pub struct Server;
 #[derive(Debug)]
 pub struct ServerHandle {
     local_addr: SocketAddr,
+    /// The manual clock that clock control moves, when enabled.
+    clock_control: Option<ManualClock>,
     core: mpsc::Sender<core::CoreMsg>,
     stop_accepting: watch::Sender<bool>,
     accept_task: JoinHandle<()>,
@@ -307,16 +322,24 @@ impl Server {
     /// # Errors
     /// The store cannot be opened (corrupt log, unusable directory); the address is taken.
     pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
-        let clock = config.clock.clone();
+        let clock: Arc<dyn Clock> = match &config.clock_control {
+            Some(manual) => Arc::new(manual.clone()),
+            None => config.clock.clone(),
+        };
         let started_ms = clock.now_ms();
         let store_config = StoreConfig {
             dir: config.data_dir.clone(),
             salvage: config.salvage,
         };
-        let (store, mut broker, summary) =
-            tokio::task::spawn_blocking(move || Store::open(&store_config))
-                .await
-                .map_err(|e| ServerError::Task(e.to_string()))??;
+        let storage = config
+            .storage
+            .clone()
+            .unwrap_or_else(|| Arc::new(FileStorage));
+        let (store, mut broker, summary) = tokio::task::spawn_blocking(move || {
+            Store::open_with(&store_config, storage, &WalConfig::default())
+        })
+        .await
+        .map_err(|e| ServerError::Task(e.to_string()))??;
         broker.set_unacked_per_channel_max(config.unacked_per_channel_max);
         let mut recovered = broker.recovered(clock.now_ms());
         // Configured vhosts exist before any client can connect; existing ones are kept
@@ -415,6 +438,7 @@ impl Server {
         };
         Ok(ServerHandle {
             local_addr,
+            clock_control: config.clock_control.clone(),
             core: core_tx,
             stop_accepting,
             accept_task,
