@@ -34,6 +34,8 @@ pub mod defaults {
     pub const DISK_FREE_LIMIT_BYTES: u64 = crate::limits::DISK_FREE_LIMIT_BYTES_DEFAULT;
     /// `memory_high_watermark`, a fraction of RAM (RabbitMQ's 0.4).
     pub const MEMORY_HIGH_WATERMARK: f64 = crate::limits::MEMORY_HIGH_WATERMARK_DEFAULT;
+    /// `tls.port` / `--tls-port` (RabbitMQ's AMQPS port).
+    pub const TLS_PORT: u16 = 5671;
 }
 
 /// A size as written in the file: bytes, a string with RabbitMQ's units (`"50MB"`,
@@ -103,8 +105,6 @@ fn memory_limit(setting: &SizeSetting) -> Result<MemoryLimit, ConfigError> {
             .map(MemoryLimit::Bytes)
             .map_err(|e| invalid("memory_high_watermark", e)),
     }
-    /// `tls.port` / `--tls-port` (RabbitMQ's AMQPS port).
-    pub const TLS_PORT: u16 = 5671;
 }
 
 /// A vhost or user name longer than this cannot travel in a short string.

@@ -135,9 +135,10 @@ async fn a_user_who_is_not_an_administrator_gets_403() {
             password: "pw".to_owned(),
             loopback_only: false,
             vhosts: vec!["/".to_owned()],
+            tags: Vec::new(),
+            initial_only: false,
         });
         c.users = users;
-        c.mgmt_admins = Some(vec!["guest".to_owned()]);
     })
     .await;
     let app = Client::new(&base(&server), "app", "pw");

@@ -1,11 +1,12 @@
 //! `/api/definitions`: export and import in RabbitMQ's definitions JSON (`vhosts`,
 //! `policies`, `queues`, `exchanges`, `bindings`; operator policies as `parameters` of
-//! component `operator_policy`, as RabbitMQ writes them). `users` and `permissions` are
-//! exported as configured and accepted on import but not applied (users come from the
-//! configuration file for now): the answer says so.
+//! component `operator_policy`, as RabbitMQ writes them). `users` (with RabbitMQ's
+//! `password_hash`, never a clear password) and `permissions` too; `topic_permissions` are
+//! accepted and reported as not applied.
 //!
 //! Import applies each definition as the broker command a client would send, in dependency
-//! order (vhosts, policies, exchanges, queues, bindings), stopping at the first refusal.
+//! order (vhosts, policies, exchanges, queues, bindings, users, permissions), stopping at the
+//! first refusal.
 
 use std::net::SocketAddr;
 
@@ -91,19 +92,40 @@ pub(crate) async fn export(
             })
         })
         .await?;
-    let users: Vec<JsonValue> = api
-        .config()
-        .users
-        .0
-        .iter()
-        .map(|u| json!({ "name": u.name, "tags": ["administrator"], "limits": {} }))
-        .collect();
+    let (users, permissions) = api
+        .query(|v| {
+            let users: Vec<JsonValue> = v
+                .broker
+                .users()
+                .iter()
+                .map(|u| {
+                    json!({
+                        "name": u.name, "password_hash": u.password_hash,
+                        "hashing_algorithm": "rabbit_password_hashing_sha256",
+                        "tags": u.tags, "limits": {},
+                    })
+                })
+                .collect();
+            let permissions: Vec<JsonValue> = v
+                .broker
+                .permissions()
+                .iter()
+                .map(|p| {
+                    json!({
+                        "user": p.user, "vhost": p.vhost,
+                        "configure": p.configure, "write": p.write, "read": p.read,
+                    })
+                })
+                .collect();
+            (users, permissions)
+        })
+        .await?;
     if let Some(map) = defs.as_object_mut() {
         map.insert("rabbitmq_version".into(), json!("3.13.0"));
         map.insert("product_name".into(), json!("wharf"));
         map.insert("product_version".into(), json!(env!("CARGO_PKG_VERSION")));
         map.insert("users".into(), JsonValue::Array(users));
-        map.insert("permissions".into(), json!([]));
+        map.insert("permissions".into(), JsonValue::Array(permissions));
     }
     Ok(Json(defs).into_response())
 }
@@ -251,22 +273,66 @@ pub(crate) async fn import(
         }
     };
     // Everything is checked for shape before anything is applied.
-    let cmds = commands(&defs)?;
+    let mut cmds = commands(&defs)?;
+    cmds.extend(access_commands(&defs)?);
     for cmd in cmds {
         api.command(cmd).await?;
     }
     let mut not_applied = Vec::new();
-    for key in ["users", "permissions", "topic_permissions"] {
-        let n = list(&defs, key)?.len();
-        if n > 0 {
-            not_applied.push(format!(
-                "{n} {key} not applied: users and permissions come from the configuration file for now"
-            ));
-        }
+    let n = list(&defs, "topic_permissions")?.len();
+    if n > 0 {
+        not_applied.push(format!(
+            "{n} topic_permissions not applied: wharf has no topic permissions"
+        ));
     }
     if not_applied.is_empty() {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
         Ok(Json(json!({ "warnings": not_applied })).into_response())
     }
+}
+
+/// The `users` and `permissions` of a definitions document as broker commands. A user needs
+/// a `password_hash` (RabbitMQ's export form; wharf never takes a clear password here).
+fn access_commands(defs: &Map<String, JsonValue>) -> Result<Vec<Command>, ApiError> {
+    let text = |o: &JsonValue, key: &str, what: &str| {
+        o.get(key)
+            .and_then(JsonValue::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| ApiError::BadRequest(format!("{what} without a string '{key}'")))
+    };
+    let mut out = Vec::new();
+    for u in list(defs, "users")? {
+        let name = text(u, "name", "a user")?;
+        let password_hash = text(u, "password_hash", &format!("user '{name}'"))?;
+        let tags = match u.get("tags") {
+            Some(JsonValue::Array(a)) => a
+                .iter()
+                .filter_map(JsonValue::as_str)
+                .map(str::to_owned)
+                .collect(),
+            Some(JsonValue::String(s)) => s
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            _ => Vec::new(),
+        };
+        out.push(Command::UserPut {
+            name,
+            password_hash,
+            tags,
+        });
+    }
+    for p in list(defs, "permissions")? {
+        out.push(Command::PermissionSet {
+            user: text(p, "user", "a permission")?,
+            vhost: text(p, "vhost", "a permission")?,
+            configure: text(p, "configure", "a permission")?,
+            write: text(p, "write", "a permission")?,
+            read: text(p, "read", "a permission")?,
+        });
+    }
+    Ok(out)
 }

@@ -1083,7 +1083,24 @@ pub(crate) async fn consumers_vhost(
     consumer_list(&api, Some(vhost)).await
 }
 
-// ----- users and permissions (read-only until users live in the log) -----
+// ----- users and permissions (broker definitions in the log, `broker::access`) -----
+
+fn user_json(u: &crate::broker::UserInfo) -> JsonValue {
+    json!({
+        "name": u.name,
+        "password_hash": u.password_hash,
+        "hashing_algorithm": "rabbit_password_hashing_sha256",
+        "tags": u.tags,
+        "limits": {},
+    })
+}
+
+fn permission_json(p: &crate::broker::PermissionInfo) -> JsonValue {
+    json!({
+        "user": p.user, "vhost": p.vhost,
+        "configure": p.configure, "write": p.write, "read": p.read,
+    })
+}
 
 pub(crate) async fn users(
     State(api): State<Api>,
@@ -1091,20 +1108,9 @@ pub(crate) async fn users(
     headers: HeaderMap,
 ) -> ApiResult {
     api.admin(&headers, peer)?;
-    let config = api.config();
-    let list: Vec<JsonValue> = config
-        .users
-        .0
-        .iter()
-        .map(|u| {
-            let admin = config
-                .admins
-                .as_ref()
-                .is_none_or(|a| a.iter().any(|n| n == &u.name));
-            let tags: Vec<&str> = if admin { vec!["administrator"] } else { vec![] };
-            json!({ "name": u.name, "tags": tags, "limits": {} })
-        })
-        .collect();
+    let list = api
+        .query(|v| v.broker.users().iter().map(user_json).collect::<Vec<_>>())
+        .await?;
     Ok(ok_json(JsonValue::Array(list)))
 }
 
@@ -1114,42 +1120,127 @@ pub(crate) async fn permissions(
     headers: HeaderMap,
 ) -> ApiResult {
     api.admin(&headers, peer)?;
-    let names = api.query(|v| v.broker.vhost_names()).await?;
-    let mut list = Vec::new();
-    for u in &api.config().users.0 {
-        for v in &names {
-            if api.config().users.may_open(&u.name, v) {
-                list.push(json!({
-                    "user": u.name, "vhost": v,
-                    "configure": ".*", "write": ".*", "read": ".*",
-                }));
-            }
-        }
-    }
+    let list = api
+        .query(|v| {
+            v.broker
+                .permissions()
+                .iter()
+                .map(permission_json)
+                .collect::<Vec<_>>()
+        })
+        .await?;
     Ok(ok_json(JsonValue::Array(list)))
 }
 
-/// The seam for user management: users are configured in the file for now; the access work
-/// turns these into broker commands.
+/// The tags of a user body: RabbitMQ takes a comma-separated string or (newer) a list.
+fn tags_of(body: &serde_json::Map<String, JsonValue>) -> Result<Vec<String>, ApiError> {
+    match body.get("tags") {
+        None | Some(JsonValue::Null) => Ok(Vec::new()),
+        Some(JsonValue::String(s)) => Ok(s
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect()),
+        Some(JsonValue::Array(a)) => a
+            .iter()
+            .map(|t| {
+                t.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| ApiError::BadRequest("tags must be strings".to_owned()))
+            })
+            .collect(),
+        Some(other) => Err(ApiError::BadRequest(format!(
+            "tags must be a string or a list, got {other}"
+        ))),
+    }
+}
+
+/// `PUT /api/users/{name}` with `password` (hashed here, never stored in clear) or
+/// `password_hash` (RabbitMQ's `rabbit_password_hashing_sha256` form), and `tags`.
 pub(crate) async fn user_put(
     State(api): State<Api>,
     ConnectInfo(peer): Peer,
     headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Bytes,
 ) -> ApiResult {
     api.admin(&headers, peer)?;
-    Err(ApiError::NotImplemented(
-        "users are configured in the configuration file ([[users]]) for now".to_owned(),
-    ))
+    let body = body_object(&body)?;
+    let tags = tags_of(&body)?;
+    let password_hash = match (body.get("password"), body.get("password_hash")) {
+        (Some(JsonValue::String(p)), _) => {
+            crate::server::auth::hash_password(p).map_err(ApiError::BadRequest)?
+        }
+        (None, Some(JsonValue::String(h))) => h.clone(),
+        _ => {
+            return Err(ApiError::BadRequest(
+                "a user needs a password or a password_hash (a string)".to_owned(),
+            ));
+        }
+    };
+    let n = name.clone();
+    let existed = api.query(move |v| v.broker.user(&n).is_some()).await?;
+    api.command(Command::UserPut {
+        name,
+        password_hash,
+        tags,
+    })
+    .await?;
+    Ok(created_or_updated(!existed))
 }
 
-/// See [`user_put`].
 pub(crate) async fn user_delete(
     State(api): State<Api>,
     ConnectInfo(peer): Peer,
     headers: HeaderMap,
+    Path(name): Path<String>,
 ) -> ApiResult {
     api.admin(&headers, peer)?;
-    Err(ApiError::NotImplemented(
-        "users are configured in the configuration file ([[users]]) for now".to_owned(),
-    ))
+    let n = name.clone();
+    if !api.query(move |v| v.broker.user(&n).is_some()).await? {
+        return Err(ApiError::NotFound);
+    }
+    api.command(Command::UserDelete { name }).await?;
+    Ok(no_content())
+}
+
+/// `PUT /api/permissions/{vhost}/{user}` with `configure`, `write`, `read` regexes.
+pub(crate) async fn permission_put(
+    State(api): State<Api>,
+    ConnectInfo(peer): Peer,
+    headers: HeaderMap,
+    Path((vhost, user)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult {
+    api.admin(&headers, peer)?;
+    let body = body_object(&body)?;
+    let regex = |key: &str| match body.get(key) {
+        Some(JsonValue::String(s)) => Ok(s.clone()),
+        _ => Err(ApiError::BadRequest(format!(
+            "'{key}' must be a string (a regex)"
+        ))),
+    };
+    let (configure, write, read) = (regex("configure")?, regex("write")?, regex("read")?);
+    api.command(Command::PermissionSet {
+        user,
+        vhost,
+        configure,
+        write,
+        read,
+    })
+    .await?;
+    Ok(created_or_updated(true))
+}
+
+pub(crate) async fn permission_delete(
+    State(api): State<Api>,
+    ConnectInfo(peer): Peer,
+    headers: HeaderMap,
+    Path((vhost, user)): Path<(String, String)>,
+) -> ApiResult {
+    api.admin(&headers, peer)?;
+    api.command(Command::PermissionClear { user, vhost })
+        .await?;
+    Ok(no_content())
 }

@@ -37,17 +37,16 @@ use tracing::{info, warn};
 
 use crate::broker::{BrokerError, Command, ErrorKind, GetOk, Reply};
 use crate::server::admin::{AdminRequest, AdminView};
-use crate::server::{CoreMsg, ServerError, Users};
+use crate::server::auth::UserRegistry;
+use crate::server::{CoreMsg, ServerError};
 
 /// How to run the management API.
 #[derive(Debug, Clone)]
 pub struct MgmtConfig {
     /// `host:port` to listen on (port 0 picks a free one).
     pub bind: String,
-    /// Who may log in.
-    pub users: Arc<Users>,
-    /// The administrators; `None`: every user.
-    pub admins: Option<Vec<String>>,
+    /// Who may log in, and their tags (the same registry AMQP logins use).
+    pub users: Arc<UserRegistry>,
     /// How long recovery took at start, ms (a metric).
     pub recovery_ms: u64,
     /// The AMQP listener's address (for `/api/overview`'s listeners).
@@ -169,6 +168,10 @@ fn router(api: Api) -> Router {
         .route("/api/users", get(h::users))
         .route("/api/users/{name}", put(h::user_put).delete(h::user_delete))
         .route("/api/permissions", get(h::permissions))
+        .route(
+            "/api/permissions/{vhost}/{user}",
+            put(h::permission_put).delete(h::permission_delete),
+        )
         .fallback(|| async { ApiError::NotFound })
         .with_state(api)
 }
@@ -254,17 +257,16 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Checks the request's HTTP basic credentials against the server's users (loopback-only
-/// users only from a loopback address, as for AMQP). The one place that decides who a request
-/// is: the access work will rewire it to hashed passwords and tags.
+/// Checks the request's HTTP basic credentials against the server's user registry (the one
+/// AMQP logins use: salted hashes, loopback-only users only from a loopback address); the
+/// `administrator` tag makes an administrator. The one place that decides who a request is.
 ///
 /// # Errors
 /// [`ApiError::Unauthorized`] for missing, malformed or wrong credentials.
 pub fn authenticate(
     headers: &HeaderMap,
     peer: SocketAddr,
-    users: &Users,
-    admins: Option<&[String]>,
+    users: &UserRegistry,
 ) -> Result<Principal, ApiError> {
     let value = headers
         .get(header::AUTHORIZATION)
@@ -279,13 +281,12 @@ pub fn authenticate(
         .map_err(|_| ApiError::Unauthorized)?;
     let text = String::from_utf8(decoded).map_err(|_| ApiError::Unauthorized)?;
     let (name, password) = text.split_once(':').ok_or(ApiError::Unauthorized)?;
-    if users.check(name, password, peer).is_some() {
-        return Err(ApiError::Unauthorized);
-    }
-    let administrator = admins.is_none_or(|list| list.iter().any(|a| a == name));
+    let who = users
+        .check(name, password, peer)
+        .map_err(|_| ApiError::Unauthorized)?;
     Ok(Principal {
-        name: name.to_owned(),
-        administrator,
+        administrator: who.has_tag("administrator"),
+        name: who.name,
     })
 }
 
@@ -296,12 +297,7 @@ impl Api {
         headers: &HeaderMap,
         peer: SocketAddr,
     ) -> Result<Principal, ApiError> {
-        let who = authenticate(
-            headers,
-            peer,
-            &self.config.users,
-            self.config.admins.as_deref(),
-        )?;
+        let who = authenticate(headers, peer, &self.config.users)?;
         if who.administrator {
             Ok(who)
         } else {
@@ -315,12 +311,7 @@ impl Api {
         headers: &HeaderMap,
         peer: SocketAddr,
     ) -> Result<Principal, ApiError> {
-        authenticate(
-            headers,
-            peer,
-            &self.config.users,
-            self.config.admins.as_deref(),
-        )
+        authenticate(headers, peer, &self.config.users)
     }
 
     pub(crate) fn config(&self) -> &MgmtConfig {

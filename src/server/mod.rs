@@ -31,8 +31,8 @@
 //! # Ok(()) }
 //! ```
 
-pub mod alarm;
 pub mod admin;
+pub mod alarm;
 pub mod auth;
 mod clock_control;
 mod connection;
@@ -229,9 +229,6 @@ pub struct ServerConfig {
     /// Where the management HTTP API listens (`host:port`, port 0 picks one); `None`: not
     /// served.
     pub mgmt_bind: Option<String>,
-    /// The users the management API treats as administrators; `None`: every user (until
-    /// users carry tags).
-    pub mgmt_admins: Option<Vec<String>>,
     /// RabbitMQ's `loopback_users`: these names may log in from a loopback address only
     /// (besides every `User` with `loopback_only`).
     pub loopback_users: Vec<String>,
@@ -268,7 +265,6 @@ impl ServerConfig {
             message_bytes_max: crate::limits::MESSAGE_BODY_BYTES_MAX,
             unacked_per_channel_max: crate::limits::UNACKED_PER_CHANNEL_MAX,
             mgmt_bind: None,
-            mgmt_admins: None,
             loopback_users: vec!["guest".to_owned()],
             tls: None,
             storage: None,
@@ -427,8 +423,7 @@ impl Server {
             Some(bind) => {
                 let mgmt_config = crate::mgmt::MgmtConfig {
                     bind: bind.clone(),
-                    users: Arc::new(config.users.clone()),
-                    admins: config.mgmt_admins.clone(),
+                    users: registry.clone(),
                     recovery_ms,
                     amqp_addr: local_addr,
                 };
@@ -485,6 +480,8 @@ fn start_monitor(
     };
     let (tx, rx) = mpsc::channel(8);
     (tx, tokio::spawn(alarm::monitor(monitor, rx)))
+}
+
 /// The registry of a server: `loopback_users` plus every configured `loopback_only` user may
 /// log in from loopback only (filled from the broker by the broker task).
 fn registry_for(config: &ServerConfig) -> auth::UserRegistry {
@@ -646,6 +643,8 @@ impl ServerHandle {
     /// request's answer channel then closes.
     pub async fn admin_request(&self, req: admin::AdminRequest) {
         let _ = self.core.send(core::CoreMsg::Admin(req)).await;
+    }
+
     /// The AMQPS listener's address, if TLS is configured.
     pub fn tls_local_addr(&self) -> Option<SocketAddr> {
         self.tls_local_addr
@@ -743,6 +742,7 @@ impl ServerHandle {
         if let Some((_, task)) = self.mgmt.take() {
             // Bounded: a client holding a request open must not hold up the shutdown.
             let _ = tokio::time::timeout(limits_server::CLOSE_OK_WAIT, task).await;
+        }
         if let Some(task) = self.tls_accept_task.take() {
             let _ = task.await;
         }

@@ -1379,6 +1379,7 @@ pub fn encode_carried(
 /// [`DecodeError`] as for [`decode`]; also no placement at all.
 pub fn decode_carried(payload: &[u8]) -> Result<Carried, DecodeError> {
     let d = &mut Dec {
+        owner: None,
         buf: payload,
         at: 0,
         kind: CARRIED_KIND,
