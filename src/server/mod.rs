@@ -38,8 +38,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::broker::Command;
-use crate::clock::{Clock, SystemClock};
+use crate::broker::{Broker, Command, DeathFate, Effect, Outcome};
+use crate::clock::{Clock, Stopwatch, SystemClock};
 use crate::store::{Store, StoreConfig, StoreError};
 
 /// Bounds and waits of the server layer (the shared ones are in `crate::limits`).
@@ -227,7 +227,7 @@ impl Server {
     /// The store cannot be opened (corrupt log, unusable directory); the address is taken.
     pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         let clock = config.clock.clone();
-        let started_ms = clock.now_ms();
+        let stopwatch = Stopwatch::start();
         let store_config = StoreConfig {
             dir: config.data_dir.clone(),
             salvage: config.salvage,
@@ -237,6 +237,7 @@ impl Server {
                 .await
                 .map_err(|e| ServerError::Task(e.to_string()))??;
         let mut recovered = broker.recovered(clock.now_ms());
+        let downtime = DowntimeDeaths::of(&recovered);
         // Configured vhosts exist before any client can connect; existing ones are kept
         // (VhostAdd of a known vhost changes nothing and logs nothing).
         for vhost in &config.vhosts {
@@ -253,9 +254,10 @@ impl Server {
                 })?;
             recovered.events.extend(added.events);
         }
+        let live = LiveCounts::of(&broker);
         let mut core = core::Core::new(broker, store, clock.clone());
         core.log_startup(recovered.events)?;
-        let recovery_ms = clock.now_ms().saturating_sub(started_ms);
+        let recovery_ms = stopwatch.elapsed_ms();
 
         let listener =
             TcpListener::bind(&config.bind)
@@ -268,11 +270,18 @@ impl Server {
             addr: config.bind.clone(),
             source,
         })?;
+        // The one recovery summary line (STYLE 3.5): what came back, what died while the
+        // broker was down (S-DUR-5), how long it took in real time.
         info!(
             addr = %local_addr,
             data_dir = %config.data_dir.display(),
             recovery_ms,
             records = summary.records,
+            queues = live.queues,
+            messages = live.messages,
+            expired_in_downtime = downtime.died,
+            dead_lettered = downtime.dead_lettered,
+            dropped = downtime.died - downtime.dead_lettered,
             torn_tail_bytes = summary.torn_tail_bytes,
             salvaged_records = summary.salvaged_records,
             "wharf listening"
@@ -304,6 +313,53 @@ impl Server {
             core_done,
             connections_gone,
         })
+    }
+}
+
+/// What the broker holds after recovery, for the start line.
+struct LiveCounts {
+    queues: usize,
+    messages: u64,
+}
+
+impl LiveCounts {
+    fn of(broker: &Broker) -> Self {
+        let mut counts = LiveCounts {
+            queues: 0,
+            messages: 0,
+        };
+        for vhost in broker.vhost_names() {
+            for q in broker.queues(&vhost) {
+                counts.queues += 1;
+                counts.messages = counts.messages.saturating_add(q.ready);
+            }
+        }
+        counts
+    }
+}
+
+/// Messages whose deadline passed while the broker was down, from `recovered(now)`'s outcome
+/// (S-DUR-5): how many died, and how many of them reached a dead-letter queue.
+struct DowntimeDeaths {
+    died: u64,
+    dead_lettered: u64,
+}
+
+impl DowntimeDeaths {
+    fn of(recovered: &Outcome) -> Self {
+        let mut deaths = DowntimeDeaths {
+            died: 0,
+            dead_lettered: 0,
+        };
+        for effect in &recovered.effects {
+            if let Effect::MessageDied { fate, .. } = effect {
+                deaths.died += 1;
+                if matches!(fate, DeathFate::DeadLettered { targets } if *targets > 0) {
+                    deaths.dead_lettered += 1;
+                }
+            }
+        }
+        deaths
     }
 }
 
