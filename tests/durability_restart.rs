@@ -121,61 +121,65 @@ fn stop(broker: Broker, how: Stop) {
     }
 }
 
+/// Durable exchange `dx` bound to durable queue `dq`, transient exchange `tx` and queue
+/// `tq`; a persistent and a transient message in `dq`, a persistent one in `tq`.
+async fn declare_and_publish(broker: &Broker) {
+    let (_conn, ch) = broker.channel().await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let durable_x = ExchangeDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    ch.exchange_declare(
+        "dx".into(),
+        lapin::ExchangeKind::Direct,
+        durable_x,
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.exchange_declare(
+        "tx".into(),
+        lapin::ExchangeKind::Direct,
+        ExchangeDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.queue_declare("dq".into(), durable(), FieldTable::default())
+        .await
+        .unwrap();
+    ch.queue_declare(
+        "tq".into(),
+        QueueDeclareOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.queue_bind(
+        "dq".into(),
+        "dx".into(),
+        "k".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    publish_confirmed(&ch, "dx", "k", b"persistent", persistent()).await;
+    publish_confirmed(&ch, "dx", "k", b"transient", BasicProperties::default()).await;
+    publish_confirmed(&ch, "", "tq", b"in-transient-queue", persistent()).await;
+    assert_eq!(ready(&ch, "dq").await, 2);
+}
+
 /// S-DUR-1/2: durable definitions and persistent messages in durable queues come back;
 /// transient queues, exchanges and messages do not. The start line counts what came back.
 async fn definitions_and_messages_survive(how: Stop) {
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start(dir.path());
     assert_eq!(broker.start_field("queues"), 0);
-    {
-        let (_conn, ch) = broker.channel().await;
-        ch.confirm_select(ConfirmSelectOptions::default())
-            .await
-            .unwrap();
-        let durable_x = ExchangeDeclareOptions {
-            durable: true,
-            ..Default::default()
-        };
-        ch.exchange_declare(
-            "dx".into(),
-            lapin::ExchangeKind::Direct,
-            durable_x,
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-        ch.exchange_declare(
-            "tx".into(),
-            lapin::ExchangeKind::Direct,
-            ExchangeDeclareOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-        ch.queue_declare("dq".into(), durable(), FieldTable::default())
-            .await
-            .unwrap();
-        ch.queue_declare(
-            "tq".into(),
-            QueueDeclareOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-        ch.queue_bind(
-            "dq".into(),
-            "dx".into(),
-            "k".into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-        publish_confirmed(&ch, "dx", "k", b"persistent", persistent()).await;
-        publish_confirmed(&ch, "dx", "k", b"transient", BasicProperties::default()).await;
-        publish_confirmed(&ch, "", "tq", b"in-transient-queue", persistent()).await;
-        assert_eq!(ready(&ch, "dq").await, 2);
-    }
+    declare_and_publish(&broker).await;
     stop(broker, how);
 
     let broker = Broker::start(dir.path());
@@ -264,7 +268,7 @@ async fn s_ttl_4_message_deadline_survives_a_kill() {
         published
     };
     // The downtime of the scenario: the broker dies about 1 s after the publish.
-    std::thread::sleep(Duration::from_millis(1_000).saturating_sub(published.elapsed()));
+    std::thread::sleep(Duration::from_secs(1).saturating_sub(published.elapsed()));
     broker.kill();
     let broker = Broker::start(dir.path());
     assert_eq!(broker.start_field("expired_in_downtime"), 0);

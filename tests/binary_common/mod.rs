@@ -185,7 +185,7 @@ impl Drop for Broker {
     }
 }
 
-/// True if `err` is the broker's 404 NOT_FOUND (a channel error).
+/// True if `err` is the broker's 404 `NOT_FOUND` (a channel error).
 pub fn is_not_found(err: &lapin::Error) -> bool {
     matches!(err.kind(), lapin::ErrorKind::ProtocolError(e) if e.get_id() == 404)
 }
