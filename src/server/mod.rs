@@ -6,10 +6,12 @@
 //! - [`Server::start`] opens the store (recovery), binds the listener and spawns the broker
 //!   task and the accept loop; it returns a [`ServerHandle`].
 //! - `core`: the broker task, sole owner of the `Broker` and the `Store`; batches commands,
-//!   one `store.log` per batch, publisher confirms after durability (S-DUR-3), the expiry timer.
+//!   one `store.log` per batch, the expiry timer. Every frame it emits is released to the
+//!   socket only once what was logged before it is durable (S-DUR-3/4, S-DLX-7).
 //! - `connection`: one task per client: handshake, frame decoding, channel states, methods to
 //!   broker commands.
-//! - `outbox`: a connection's outgoing buffer and the writer task (one write per batch).
+//! - `outbox`: a connection's outgoing buffer, its release gate (frames sealed with a log
+//!   ticket, written once it is durable) and the writer task (one write per batch).
 //! - [`convert`]: wire values <-> broker values, broker errors -> AMQP closes (S-ERR-1).
 //!
 //! # Example

@@ -312,3 +312,88 @@ pub async fn run_writer(outbox: std::sync::Arc<Outbox>, mut sock: OwnedWriteHalf
     outbox.finish();
     outbox.wrote.notify_one();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bytes the writer may write now (what `run_writer` would take).
+    fn writable(outbox: &Outbox) -> Vec<u8> {
+        let mut s = outbox.lock();
+        let released = std::mem::take(&mut s.released);
+        let chunk = s.buf.split_to(released);
+        s.queued_bytes -= chunk.len();
+        chunk.to_vec()
+    }
+
+    fn put(bytes: &'static [u8]) -> impl FnOnce(&mut BytesMut) {
+        move |buf: &mut BytesMut| buf.extend_from_slice(bytes)
+    }
+
+    #[test]
+    fn s_dur_4_a_batch_is_written_only_once_its_ticket_is_durable() {
+        let outbox = Outbox::default();
+        outbox.append(put(b"deliver"));
+        assert!(writable(&outbox).is_empty(), "nothing before the seal");
+        assert!(outbox.seal(7, 6), "ticket 7 is not durable at watermark 6");
+        assert!(writable(&outbox).is_empty());
+        assert!(!outbox.release(7));
+        assert_eq!(writable(&outbox), b"deliver");
+    }
+
+    #[test]
+    fn held_segments_are_released_in_order_and_never_overtaken() {
+        let outbox = Outbox::default();
+        outbox.append(put(b"a"));
+        assert!(outbox.seal(5, 0));
+        outbox.append(put(b"b"));
+        assert!(outbox.seal(9, 0));
+        // The reader's own frame (a crossing close-ok) queues behind the held ones.
+        outbox.send(put(b"c"));
+        // A batch that logged nothing still waits behind earlier held frames.
+        outbox.append(put(b"d"));
+        assert!(outbox.seal(9, 0));
+        assert!(outbox.release(5));
+        assert_eq!(writable(&outbox), b"a");
+        assert!(!outbox.release(9));
+        assert_eq!(writable(&outbox), b"bcd");
+        // Nothing held: the reader's frames go at once.
+        outbox.send(put(b"e"));
+        assert_eq!(writable(&outbox), b"e");
+    }
+
+    #[test]
+    fn frames_sent_during_an_open_batch_are_sealed_with_it() {
+        let outbox = Outbox::default();
+        outbox.append(put(b"reply"));
+        outbox.send(put(b"heartbeat"));
+        assert!(writable(&outbox).is_empty(), "the open batch is not sealed");
+        assert!(!outbox.seal(3, 3));
+        assert_eq!(writable(&outbox), b"replyheartbeat");
+    }
+
+    #[test]
+    fn held_bytes_count_towards_the_flow_control_bounds() {
+        let outbox = Outbox::default();
+        let queued = outbox.append(|buf| buf.extend_from_slice(&[0; 100]));
+        assert_eq!(queued, 100);
+        outbox.seal(2, 1);
+        assert_eq!(outbox.append(put(b"x")), 101);
+        assert_eq!(outbox.lock().queued_bytes, 101);
+    }
+
+    #[test]
+    fn a_failed_log_discards_what_is_held_and_keeps_what_was_released() {
+        let outbox = Outbox::default();
+        outbox.append(put(b"old"));
+        outbox.seal(1, 1);
+        outbox.append(put(b"held"));
+        outbox.seal(2, 1);
+        outbox.append(put(b"open"));
+        outbox.discard_unreleased();
+        outbox.append(put(b"close"));
+        assert!(!outbox.seal(0, 0));
+        assert_eq!(writable(&outbox), b"oldclose");
+        assert_eq!(outbox.lock().queued_bytes, 0);
+    }
+}
