@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A source of wall-clock time in milliseconds since the Unix epoch. Deadlines and leases are
 /// expressed in this unit because they must survive restarts (S-TTL-4).
@@ -28,27 +28,6 @@ impl Clock for SystemClock {
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO);
         u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX)
-    }
-}
-
-/// Measures how long something took on the monotonic clock, for metrics only (the WAL's
-/// fsync latency): never for a deadline or a lease, which come from a [`Clock`].
-#[derive(Debug, Clone, Copy)]
-pub struct Stopwatch(std::time::Instant);
-
-impl Stopwatch {
-    /// Starts measuring now.
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "this is the one place that reads the clock"
-    )]
-    pub fn start() -> Self {
-        Stopwatch(std::time::Instant::now())
-    }
-
-    /// Time since [`Stopwatch::start`].
-    pub fn elapsed(&self) -> Duration {
-        self.0.elapsed()
     }
 }
 
@@ -84,6 +63,38 @@ impl Clock for ManualClock {
     }
 }
 
+/// Measures how long something took in real, monotonic time (recovery in the start line),
+/// independent of the injected [`Clock`]: a manual clock must not make recovery look instant,
+/// and a wall clock that steps must not make it look negative. For reports only; no rule may
+/// depend on it.
+#[derive(Debug, Clone, Copy)]
+pub struct Stopwatch {
+    started: Instant,
+}
+
+impl Stopwatch {
+    /// Starts measuring now.
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the stopwatch measures real elapsed time for reports, never for rules"
+    )]
+    pub fn start() -> Self {
+        Stopwatch {
+            started: Instant::now(),
+        }
+    }
+
+    /// Real time since [`Stopwatch::start`].
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// [`Stopwatch::elapsed`] in whole milliseconds.
+    pub fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,6 +108,16 @@ mod tests {
         assert_eq!(other.now_ms(), 1_250);
         other.set(5);
         assert_eq!(clock.now_ms(), 5);
+    }
+
+    #[test]
+    fn stopwatch_measures_real_time_whatever_the_injected_clock() {
+        let clock = ManualClock::new(1_000);
+        let watch = Stopwatch::start();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(clock.now_ms(), 1_000, "the manual clock did not move");
+        assert!(watch.elapsed() >= Duration::from_millis(20));
+        assert!(watch.elapsed_ms() >= 20);
     }
 
     #[test]

@@ -233,7 +233,9 @@ pub fn channel(
         "transactional": ch.transactional,
         "consumer_count": consumers,
         "messages_unacknowledged": unacked,
-        "messages_unconfirmed": ch.pending_confirms,
+        // Confirms are encoded as soon as a publish is routed and held in the connection's
+        // outbox until the log is durable; no per-channel count of them is kept.
+        "messages_unconfirmed": 0,
         "state": "running",
     })
 }

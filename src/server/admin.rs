@@ -98,8 +98,6 @@ pub struct ChannelInfo {
     pub confirm: bool,
     /// In transaction mode.
     pub transactional: bool,
-    /// Confirms and commit-oks waiting for durability.
-    pub pending_confirms: usize,
 }
 
 /// One open connection as the broker task knows it.

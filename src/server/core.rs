@@ -1,11 +1,21 @@
 //! The broker task: the one owner of the [`Broker`] and the [`Store`] (DESIGN.md,
 //! "Concurrency"). Connections send it batches of channel operations through one bounded
 //! channel; it drains them in batches, applies each to the broker, logs all the batch's events
-//! with one `store.log` call, then releases what may be released: replies and deliveries at
-//! once (encoded straight into each connection's [`Outbox`]), publisher confirms for
-//! persistent messages in durable queues only once the store says their records are durable
-//! (S-DUR-3, group commit), in bulk (`basic.ack` with `multiple`). It also owns the expiry
-//! timer: one sleep until `broker.next_deadline()`, re-armed after every batch.
+//! with one `store.log` call, then releases what may be released.
+//!
+//! One rule governs what clients see: nothing runs ahead of the log. Every frame of a batch
+//! (replies, deliveries, publisher confirms, `tx.commit-ok`, closes) is encoded at once, in
+//! order, into its connection's [`Outbox`], and the outbox is sealed with the store's latest
+//! ticket: the frames reach the socket only once every record logged up to then is durable
+//! (group commit). That one gate gives S-DUR-3 (a confirm follows the fsync that covers its
+//! message), S-DUR-4 (an ack's effects, a freed prefetch slot and the next delivery, a queue
+//! count, are seen only once the ack is durable) and S-DLX-7 (a dead-lettered message is seen
+//! in its dead-letter queue only once the one record that moved it is durable, so a crash
+//! cannot bring it back in its source queue as well). Even a batch that logged nothing waits
+//! for what was logged before it (it may show its effects: a queue count, `get-empty`), which
+//! costs nothing when the log is idle. Consecutive publisher confirms of a channel coalesce
+//! into one `basic.ack` with `multiple`. It also owns the expiry timer: one sleep until
+//! `broker.next_deadline()`, re-armed after every batch.
 //!
 //! It holds no business rules: routing, TTL and dead-lettering are the broker's. It never reads
 //! the time except through the injected [`Clock`].
@@ -133,24 +143,10 @@ pub enum Op {
     ClientClose,
 }
 
-/// A ticket not known yet: the records go into this batch's `store.log` call.
+/// An admin answer's ticket not known yet: the records go into this batch's `store.log`.
 const TICKET_THIS_BATCH: Ticket = Ticket::MAX;
 /// Commands drained per batch.
 const BATCH_MSGS_MAX: usize = 64;
-
-/// Something sent only once the records before it are durable.
-#[derive(Debug)]
-enum Deferred {
-    /// A publisher confirm.
-    Ack(u64),
-    /// A publisher nack (refused by a queue, S-LEN-2).
-    Nack(u64),
-    /// `tx.commit-ok`.
-    CommitOk,
-    /// The reply of a definition method that changed durable state (a durable queue
-    /// declared, a binding added, ...): the client may rely on it surviving a crash (S-DUR-1).
-    Reply(Box<AMQPClass>),
-}
 
 #[derive(Debug)]
 #[expect(
@@ -172,8 +168,6 @@ struct ChanState {
     tx: Option<Vec<TxOp>>,
     /// The client's `channel.flow`.
     client_flow_off: bool,
-    /// Confirms and `tx.commit-ok`s waiting for their ticket to be durable, in order.
-    pending: VecDeque<(Ticket, Deferred)>,
 }
 
 #[derive(Debug)]
@@ -188,6 +182,65 @@ struct ConnState {
     channels: HashMap<u16, ChanState>,
     /// Deliveries paused because the outbox is over the high mark.
     throttled: bool,
+    /// Publisher acks not yet encoded: (channel, highest sequence number, more than one).
+    /// Consecutive confirms of one channel become one `basic.ack` with `multiple`; the run
+    /// is encoded before anything else is appended to the connection, so order is kept.
+    ack_run: Option<(u16, u64, bool)>,
+}
+
+impl ConnState {
+    fn new(open: &OpenConn, opened_at_ms: u64) -> Self {
+        ConnState {
+            vhost: open.vhost.clone(),
+            user: open.user.clone(),
+            peer: open.peer,
+            opened_at_ms,
+            outbox: open.outbox.clone(),
+            frame_max: open.frame_max,
+            cancel_notify: open.cancel_notify,
+            channels: HashMap::new(),
+            throttled: false,
+            ack_run: None,
+        }
+    }
+
+    /// Encodes the pending run of publisher acks, if any.
+    fn flush_acks(&mut self) {
+        if let Some((ch, seq, multiple)) = self.ack_run.take() {
+            self.outbox
+                .append(|buf| protocol::encode_ack(buf, ChannelId(ch), seq, multiple));
+        }
+    }
+
+    /// Appends frames to the outbox after the pending acks; returns the bytes queued.
+    fn append(&mut self, encode: impl FnOnce(&mut BytesMut)) -> usize {
+        self.flush_acks();
+        self.outbox.append(encode)
+    }
+
+    /// A publisher confirm (S-DUR-3): an ack joins the channel's run, a nack (refused by a
+    /// queue, S-LEN-2) is encoded in its place. Released with the batch, once durable.
+    fn confirm(&mut self, ch: u16, seq: u64, ack: bool) {
+        if ack {
+            if let Some((run_ch, last, multiple)) = self.ack_run.as_mut()
+                && *run_ch == ch
+                && *last + 1 == seq
+            {
+                *last = seq;
+                *multiple = true;
+                return;
+            }
+            self.flush_acks();
+            self.ack_run = Some((ch, seq, false));
+            return;
+        }
+        let nack = AMQPClass::Basic(basic::AMQPMethod::Nack(basic::Nack {
+            delivery_tag: seq,
+            multiple: false,
+            requeue: false,
+        }));
+        self.append(|buf| protocol::encode_method(buf, ChannelId(ch), &nack));
+    }
 }
 
 type DurableFuture = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>;
@@ -202,12 +255,14 @@ pub struct Core {
     events: Vec<Event>,
     /// The last ticket the store returned.
     last_ticket: Ticket,
-    /// Channels with `TICKET_THIS_BATCH` entries.
-    batch_waiting: Vec<(u64, u16)>,
-    /// Channels with any pending entry.
-    pending_chans: HashSet<(u64, u16)>,
     /// Connections whose outbox got bytes in this batch.
     dirty: HashSet<u64>,
+    /// Outboxes of connections dropped in this batch after they got bytes (their close), to
+    /// be sealed with the batch.
+    dropped_dirty: Vec<(u64, Arc<Outbox>)>,
+    /// Outboxes holding sealed frames not yet durable, by connection (dropped ones too, so
+    /// their last frames still go out).
+    held: HashMap<u64, Arc<Outbox>>,
     /// Tickets sent to the durability waiter; the highest one.
     waited_ticket: Ticket,
     to_waiter: mpsc::Sender<(Ticket, DurableFuture)>,
@@ -243,9 +298,9 @@ impl Core {
             conns: HashMap::new(),
             events: Vec::new(),
             last_ticket: 0,
-            batch_waiting: Vec::new(),
-            pending_chans: HashSet::new(),
             dirty: HashSet::new(),
+            dropped_dirty: Vec::new(),
+            held: HashMap::new(),
             waited_ticket: 0,
             to_waiter,
             durable,
@@ -306,14 +361,11 @@ impl Core {
             }
             self.rearm(&mut sleep);
         }
-        for c in self.conns.values() {
-            c.outbox.flush();
-        }
         let store = self.store.take();
         // A clean shutdown ends with a checkpoint, so the next start reads it and an almost
         // empty log. Only when every event was logged (the snapshot must match the log).
         let snapshot = self.events.is_empty().then(|| self.broker.snapshot());
-        match store {
+        let closed = match store {
             Some(mut store) => tokio::task::spawn_blocking(move || {
                 if let Some(snapshot) = snapshot
                     && let Err(e) = store.checkpoint_now(snapshot)
@@ -325,7 +377,18 @@ impl Core {
             .await
             .unwrap_or_else(|e| Err(StoreError::Log(format!("close task failed: {e}")))),
             None => Ok(()),
+        };
+        // Closing the store made everything logged durable: the last held frames (the 320
+        // closes of a shutdown) may go. After a failure they were discarded (fail_all).
+        if closed.is_ok() {
+            for outbox in self.held.values() {
+                outbox.release(Ticket::MAX);
+            }
         }
+        for c in self.conns.values() {
+            c.outbox.flush();
+        }
+        closed
     }
 
     fn now(&self) -> u64 {
@@ -492,7 +555,6 @@ impl Core {
                         number,
                         confirm: s.confirm_next.is_some(),
                         transactional: s.tx.is_some(),
-                        pending_confirms: s.pending.len(),
                     })
                     .collect();
                 channels.sort_by_key(|ch| ch.number);
@@ -513,27 +575,14 @@ impl Core {
     }
 
     fn open_conn(&mut self, open: OpenConn) {
+        let state = ConnState::new(&open, self.now());
         let cmd = Command::ConnectionOpen {
             conn: crate::broker::ConnId(open.conn),
             vhost: open.vhost.clone(),
         };
-        let opened_at_ms = self.now();
         match self.broker.handle(cmd, self.now()) {
             Ok(out) => {
-                self.conns.insert(
-                    open.conn,
-                    ConnState {
-                        vhost: open.vhost,
-                        user: open.user,
-                        peer: open.peer,
-                        opened_at_ms,
-                        outbox: open.outbox,
-                        frame_max: open.frame_max,
-                        cancel_notify: open.cancel_notify,
-                        channels: HashMap::new(),
-                        throttled: false,
-                    },
-                );
+                self.conns.insert(open.conn, state);
                 let ok =
                     AMQPClass::Connection(connection::AMQPMethod::OpenOk(connection::OpenOk {}));
                 self.reply(open.conn, 0, &ok);
@@ -547,8 +596,12 @@ impl Core {
     }
 
     fn drop_conn(&mut self, conn: u64) {
-        if self.conns.remove(&conn).is_some() {
-            self.pending_chans.retain(|&(c, _)| c != conn);
+        if let Some(mut c) = self.conns.remove(&conn) {
+            if self.dirty.remove(&conn) {
+                // Its last frames (a close, close-ok) are sealed with this batch.
+                c.flush_acks();
+                self.dropped_dirty.push((conn, c.outbox));
+            }
             let cmd = Command::ConnectionClose {
                 conn: crate::broker::ConnId(conn),
             };
@@ -572,15 +625,28 @@ impl Core {
         self.stopping = true;
     }
 
+    /// The log failed: nothing held will ever be durable, so it is dropped, and every
+    /// connection gets only its 541 close (fail-stop, STYLE 3.3).
     fn fail_all(&mut self) {
+        for (_, outbox) in self.held.drain().chain(self.dropped_dirty.drain(..)) {
+            outbox.discard_unreleased();
+            outbox.flush();
+        }
         let ids: Vec<u64> = self.conns.keys().copied().collect();
         for conn in ids {
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.ack_run = None;
+                c.outbox.discard_unreleased();
+            }
             let close = Close::new(reply_code::INTERNAL_ERROR, "write-ahead log failed");
             self.close_connection(conn, &close, (0, 0));
         }
-        for c in self.conns.values() {
-            c.outbox.flush();
+        for (_, outbox) in self.dropped_dirty.drain(..) {
+            // Nothing is held any more: the close is released at once.
+            outbox.seal(0, 0);
+            outbox.flush();
         }
+        self.dirty.clear();
     }
 
     fn unthrottle(&mut self, conn: u64) {
@@ -618,12 +684,12 @@ impl Core {
 
     fn on_op(&mut self, conn: u64, ch: u16, op: Op) {
         if let Op::ClientClose = op {
-            if let Some(c) = self.conns.get(&conn) {
+            if let Some(c) = self.conns.get_mut(&conn) {
                 let ok =
                     AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {}));
-                c.outbox
-                    .append(|buf| protocol::encode_method(buf, ChannelId(0), &ok));
+                c.append(|buf| protocol::encode_method(buf, ChannelId(0), &ok));
                 c.outbox.set_closing();
+                self.dirty.insert(conn);
                 self.drop_conn(conn);
             }
             return;
@@ -654,7 +720,6 @@ impl Core {
             Op::Open | Op::CloseOk | Op::ClientClose => {}
             Op::Close => {
                 c.channels.remove(&ch);
-                self.pending_chans.remove(&(conn, ch));
                 self.close_channel_in_broker(conn, ch);
                 let close_ok = method_channel(channel::AMQPMethod::CloseOk(channel::CloseOk {}));
                 self.reply(conn, ch, &close_ok);
@@ -811,9 +876,10 @@ impl Core {
                 return;
             }
         }
-        // tx.commit-ok promises that the transaction's work is durable: it waits, like a
-        // confirm, for this batch's records.
-        self.defer(conn, ch, Deferred::CommitOk, true);
+        // tx.commit-ok promises that the transaction's work is durable: like every frame,
+        // it is released only once this batch's records are.
+        let ok = AMQPClass::Tx(tx::AMQPMethod::CommitOk(tx::CommitOk {}));
+        self.reply(conn, ch, &ok);
     }
 
     fn chan_mut(&mut self, conn: u64, ch: u16) -> Option<&mut ChanState> {
@@ -827,18 +893,6 @@ impl Core {
             .is_some_and(|s| !s.closing)
     }
 
-    fn defer(&mut self, conn: u64, ch: u16, what: Deferred, durable: bool) {
-        let ticket = if durable { TICKET_THIS_BATCH } else { 0 };
-        let Some(state) = self.chan_mut(conn, ch) else {
-            return;
-        };
-        state.pending.push_back((ticket, what));
-        if durable {
-            self.batch_waiting.push((conn, ch));
-        }
-        self.pending_chans.insert((conn, ch));
-    }
-
     fn publish(&mut self, conn: u64, ch: u16, p: Publish) {
         match self.broker.handle(Command::Publish(p), self.now()) {
             Ok(out) => {
@@ -850,13 +904,11 @@ impl Core {
                     s.confirm_next = Some(seq + 1);
                     Some(seq)
                 });
-                if let Some(seq) = seq {
-                    let what = if result.refused {
-                        Deferred::Nack(seq)
-                    } else {
-                        Deferred::Ack(seq)
-                    };
-                    self.defer(conn, ch, what, result.needs_durability);
+                if let Some(seq) = seq
+                    && let Some(c) = self.conns.get_mut(&conn)
+                {
+                    c.confirm(ch, seq, !result.refused);
+                    self.dirty.insert(conn);
                 }
             }
             Err(e) => self.fail(conn, ch, &broker_error_close(&e), (60, 40)),
@@ -868,15 +920,10 @@ impl Core {
         match self.broker.handle(cmd, self.now()) {
             Ok(out) => {
                 self.counters.acked += u64::from(ack);
-                // exchange.* and queue.* replies that changed durable state wait for the
-                // store, like confirms; everything else (consume-ok before its deliveries,
-                // get-ok) goes at once.
-                let definition = matches!(method.0, 40 | 50) && !out.events.is_empty();
-                if definition && !nowait {
-                    if let Some(reply) = reply_method(method, &out.reply) {
-                        self.defer(conn, ch, Deferred::Reply(Box::new(reply)), true);
-                    }
-                } else if !nowait {
+                // The reply comes before the effects (consume-ok before the first delivery);
+                // a definition's reply is released, like everything, once its records are
+                // durable (S-DUR-1).
+                if !nowait {
                     self.send_reply(conn, ch, method, &out.reply);
                 }
                 self.apply_outcome(out, Some((conn, ch)));
@@ -890,7 +937,7 @@ impl Core {
     fn send_reply(&mut self, conn: u64, ch: u16, method: (u16, u16), reply: &Reply) {
         if let Reply::GetOk(g) = reply {
             self.counters.delivered += 1;
-            let Some(c) = self.conns.get(&conn) else {
+            let Some(c) = self.conns.get_mut(&conn) else {
                 return;
             };
             let m = &g.message;
@@ -903,7 +950,7 @@ impl Core {
             }));
             let props = properties_to_wire(&m.properties);
             let frame_max = c.frame_max;
-            c.outbox.append(|buf| {
+            c.append(|buf| {
                 protocol::encode_method(buf, ChannelId(ch), &get_ok);
                 protocol::encode_content(buf, ChannelId(ch), &props, &m.body, frame_max);
             });
@@ -916,9 +963,8 @@ impl Core {
     }
 
     fn reply(&mut self, conn: u64, ch: u16, method: &AMQPClass) {
-        if let Some(c) = self.conns.get(&conn) {
-            c.outbox
-                .append(|buf| protocol::encode_method(buf, ChannelId(ch), method));
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.append(|buf| protocol::encode_method(buf, ChannelId(ch), method));
             self.dirty.insert(conn);
         }
     }
@@ -947,18 +993,15 @@ impl Core {
         }));
         self.reply(conn, ch, &frame);
         if let Some(state) = self.chan_mut(conn, ch) {
-            // After channel.close, everything on the channel is ignored until close-ok;
-            // unreleased confirms die with the channel.
+            // After channel.close, everything on the channel is ignored until close-ok.
             state.closing = true;
-            state.pending.clear();
             state.tx = None;
         }
-        self.pending_chans.remove(&(conn, ch));
         self.close_channel_in_broker(conn, ch);
     }
 
     fn close_connection(&mut self, conn: u64, close: &Close, method: (u16, u16)) {
-        let Some(c) = self.conns.get(&conn) else {
+        let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
         debug!(conn, code = close.code, text = %close.text, "closing connection");
@@ -968,9 +1011,9 @@ impl Core {
             class_id: method.0,
             method_id: method.1,
         }));
-        c.outbox
-            .append(|buf| protocol::encode_method(buf, ChannelId(0), &frame));
+        c.append(|buf| protocol::encode_method(buf, ChannelId(0), &frame));
         c.outbox.set_closing();
+        self.dirty.insert(conn);
         self.drop_conn(conn);
     }
 
@@ -1007,7 +1050,7 @@ impl Core {
         match effect {
             Effect::Deliver(d) => {
                 let conn = d.chan.conn.0;
-                let Some(c) = self.conns.get(&conn) else {
+                let Some(c) = self.conns.get_mut(&conn) else {
                     return;
                 };
                 let m = &d.message;
@@ -1017,7 +1060,7 @@ impl Core {
                 let props = properties_to_wire(&m.properties);
                 let frame_max = c.frame_max;
                 let ch = ChannelId(d.chan.channel.0);
-                let queued = c.outbox.append(|buf| {
+                let queued = c.append(|buf| {
                     let deliver = DeliverRef {
                         consumer_tag: &tag,
                         delivery_tag: d.delivery_tag.0,
@@ -1042,7 +1085,7 @@ impl Core {
                 let Some((conn, ch)) = origin else {
                     return;
                 };
-                let Some(c) = self.conns.get(&conn) else {
+                let Some(c) = self.conns.get_mut(&conn) else {
                     return;
                 };
                 let ret = AMQPClass::Basic(basic::AMQPMethod::Return(basic::Return {
@@ -1053,7 +1096,7 @@ impl Core {
                 }));
                 let props = properties_to_wire(&message.properties);
                 let frame_max = c.frame_max;
-                c.outbox.append(|buf| {
+                c.append(|buf| {
                     protocol::encode_method(buf, ChannelId(ch), &ret);
                     protocol::encode_content(buf, ChannelId(ch), &props, &message.body, frame_max);
                 });
@@ -1136,6 +1179,8 @@ impl Core {
         Ok(())
     }
 
+    /// Seals every outbox that got frames in this batch with the store's latest ticket,
+    /// releases what is durable, and asks the durability waiter about the rest.
     fn end_batch(&mut self) -> Result<(), StoreError> {
         self.log_batch()?;
         // The broker now reflects the log exactly: a snapshot for a checkpoint fits here.
@@ -1143,35 +1188,34 @@ impl Core {
             store.maybe_checkpoint(&self.broker);
         }
         let ticket = self.last_ticket;
-        let mut need_wait = false;
-        for key in std::mem::take(&mut self.batch_waiting) {
-            if let Some(state) = self.chan_mut(key.0, key.1) {
-                // This batch's durable entries are at the back, possibly interleaved with
-                // non-durable ones (ticket 0, which still wait behind them, in order).
-                for entry in state.pending.iter_mut().rev() {
-                    match entry.0 {
-                        0 => {}
-                        TICKET_THIS_BATCH => {
-                            entry.0 = ticket;
-                            need_wait = true;
-                        }
-                        _ => break,
-                    }
+        let watermark = self.watermark();
+        self.held.retain(|_, outbox| outbox.release(watermark));
+        for conn in std::mem::take(&mut self.dirty) {
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.flush_acks();
+                if c.outbox.seal(ticket, watermark) {
+                    self.held.insert(conn, c.outbox.clone());
                 }
             }
         }
+        for (conn, outbox) in std::mem::take(&mut self.dropped_dirty) {
+            if outbox.seal(ticket, watermark) {
+                self.held.insert(conn, outbox);
+            }
+        }
+        // Management answers of this batch wait for its ticket, like frames.
+        let mut admin_holds = false;
         for entry in self.admin_waiting.iter_mut().rev() {
             match entry.0 {
                 0 => {}
                 TICKET_THIS_BATCH => {
                     entry.0 = ticket;
-                    need_wait = true;
+                    admin_holds = true;
                 }
                 _ => break,
             }
         }
-        let watermark = self.watermark();
-        if need_wait
+        if (!self.held.is_empty() || admin_holds)
             && ticket > watermark
             && ticket > self.waited_ticket
             && let Some(store) = self.store.as_ref()
@@ -1179,11 +1223,10 @@ impl Core {
             let fut: DurableFuture = Box::pin(store.durable(ticket));
             self.waited_ticket = ticket;
             if self.to_waiter.try_send((ticket, fut)).is_err() {
-                warn!("durability waiter is behind; confirms wait for the next batch");
+                warn!("durability waiter is behind; frames wait for the next batch");
                 self.waited_ticket = watermark;
             }
         }
-        self.release(watermark);
         while self
             .admin_waiting
             .front()
@@ -1191,12 +1234,6 @@ impl Core {
         {
             if let Some((_, answer)) = self.admin_waiting.pop_front() {
                 answer.send();
-            }
-        }
-        let dirty: Vec<u64> = self.dirty.drain().collect();
-        for conn in dirty {
-            if let Some(c) = self.conns.get(&conn) {
-                c.outbox.flush();
             }
         }
         for done in self.ticks.drain(..) {
@@ -1209,72 +1246,6 @@ impl Core {
         let from_waiter = self.durable.borrow().as_ref().copied().unwrap_or(0);
         let from_store = self.store.as_ref().map_or(0, Store::durable_watermark);
         from_waiter.max(from_store)
-    }
-
-    /// Releases, in order, every deferred confirm and commit-ok whose ticket is durable;
-    /// consecutive acks go out as one `basic.ack` with `multiple` (S-DUR-3).
-    fn release(&mut self, watermark: Ticket) {
-        let mut done = Vec::new();
-        for &(conn, ch) in &self.pending_chans {
-            let Some(c) = self.conns.get_mut(&conn) else {
-                done.push((conn, ch));
-                continue;
-            };
-            let Some(state) = c.channels.get_mut(&ch) else {
-                done.push((conn, ch));
-                continue;
-            };
-            let mut acks: Option<(u64, u32)> = None;
-            let mut buf = BytesMut::new();
-            let id = ChannelId(ch);
-            let flush_acks = |buf: &mut BytesMut, acks: &mut Option<(u64, u32)>| {
-                if let Some((seq, n)) = acks.take() {
-                    protocol::encode_ack(buf, id, seq, n > 1);
-                }
-            };
-            while let Some(&(ticket, _)) = state.pending.front() {
-                if ticket > watermark {
-                    break;
-                }
-                let Some((_, what)) = state.pending.pop_front() else {
-                    break;
-                };
-                match what {
-                    Deferred::Ack(seq) => {
-                        acks = Some((seq, acks.map_or(1, |(_, n)| n + 1)));
-                    }
-                    Deferred::Nack(seq) => {
-                        flush_acks(&mut buf, &mut acks);
-                        let nack = AMQPClass::Basic(basic::AMQPMethod::Nack(basic::Nack {
-                            delivery_tag: seq,
-                            multiple: false,
-                            requeue: false,
-                        }));
-                        protocol::encode_method(&mut buf, id, &nack);
-                    }
-                    Deferred::CommitOk => {
-                        flush_acks(&mut buf, &mut acks);
-                        let ok = AMQPClass::Tx(tx::AMQPMethod::CommitOk(tx::CommitOk {}));
-                        protocol::encode_method(&mut buf, id, &ok);
-                    }
-                    Deferred::Reply(reply) => {
-                        flush_acks(&mut buf, &mut acks);
-                        protocol::encode_method(&mut buf, id, &reply);
-                    }
-                }
-            }
-            flush_acks(&mut buf, &mut acks);
-            if state.pending.is_empty() {
-                done.push((conn, ch));
-            }
-            if !buf.is_empty() {
-                c.outbox.append(|out| out.extend_from_slice(&buf));
-                self.dirty.insert(conn);
-            }
-        }
-        for key in done {
-            self.pending_chans.remove(&key);
-        }
     }
 }
 

@@ -6,10 +6,12 @@
 //! - [`Server::start`] opens the store (recovery), binds the listener and spawns the broker
 //!   task and the accept loop; it returns a [`ServerHandle`].
 //! - `core`: the broker task, sole owner of the `Broker` and the `Store`; batches commands,
-//!   one `store.log` per batch, publisher confirms after durability (S-DUR-3), the expiry timer.
+//!   one `store.log` per batch, the expiry timer. Every frame it emits is released to the
+//!   socket only once what was logged before it is durable (S-DUR-3/4, S-DLX-7).
 //! - `connection`: one task per client: handshake, frame decoding, channel states, methods to
 //!   broker commands.
-//! - `outbox`: a connection's outgoing buffer and the writer task (one write per batch).
+//! - `outbox`: a connection's outgoing buffer, its release gate (frames sealed with a log
+//!   ticket, written once it is durable) and the writer task (one write per batch).
 //! - [`alarm`]: disk and memory alarms; a connection that publishes while one is on stops
 //!   being read (RabbitMQ's resource alarms).
 //! - [`admin`]: what the management API (`crate::mgmt`) asks the broker task; the listener
@@ -56,8 +58,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::broker::{Broker, BrokerError, Command};
-use crate::clock::{Clock, ManualClock, SystemClock};
+use crate::broker::{Broker, BrokerError, Command, DeathFate, Effect, Outcome};
+use crate::clock::{Clock, ManualClock, Stopwatch, SystemClock};
 use crate::store::{Store, StoreConfig, StoreError};
 use crate::wal::{FileStorage, Storage, WalConfig};
 
@@ -322,7 +324,7 @@ impl Server {
             Some(manual) => Arc::new(manual.clone()),
             None => config.clock.clone(),
         };
-        let started_ms = clock.now_ms();
+        let stopwatch = Stopwatch::start();
         let store_config = StoreConfig {
             dir: config.data_dir.clone(),
             salvage: config.salvage,
@@ -338,6 +340,7 @@ impl Server {
         .map_err(|e| ServerError::Task(e.to_string()))??;
         broker.set_unacked_per_channel_max(config.unacked_per_channel_max);
         let mut recovered = broker.recovered(clock.now_ms());
+        let downtime = DowntimeDeaths::of(&recovered);
         // Configured vhosts exist before any client can connect; existing ones are kept
         // (VhostAdd of a known vhost changes nothing and logs nothing).
         for vhost in &config.vhosts {
@@ -360,10 +363,11 @@ impl Server {
         let registry = Arc::new(registry_for(&config));
         let alarms = Arc::new(alarm::Alarms::default());
         let wal = store.wal_appender();
+        let live = LiveCounts::of(&broker);
         let mut core = core::Core::new(broker, store, clock.clone());
         core.set_registry(registry.clone());
         core.log_startup(recovered.events)?;
-        let recovery_ms = clock.now_ms().saturating_sub(started_ms);
+        let recovery_ms = stopwatch.elapsed_ms();
 
         let listener =
             TcpListener::bind(&config.bind)
@@ -380,12 +384,19 @@ impl Server {
             Some(t) => Some(bind_tls(t).await?),
             None => None,
         };
+        // The one recovery summary line (STYLE 3.5): what came back, what died while the
+        // broker was down (S-DUR-5), how long it took in real time.
         info!(
             addr = %local_addr,
             tls_addr = ?tls_listener.as_ref().map(|(_, a, _)| *a),
             data_dir = %config.data_dir.display(),
             recovery_ms,
             records = summary.records,
+            queues = live.queues,
+            messages = live.messages,
+            expired_in_downtime = downtime.died,
+            dead_lettered = downtime.dead_lettered,
+            dropped = downtime.died - downtime.dead_lettered,
             torn_tail_bytes = summary.torn_tail_bytes,
             salvaged_records = summary.salvaged_records,
             "wharf listening"
@@ -601,6 +612,53 @@ async fn tls_accept_loop(
                 }
             }
         }
+    }
+}
+
+/// What the broker holds after recovery, for the start line.
+struct LiveCounts {
+    queues: usize,
+    messages: u64,
+}
+
+impl LiveCounts {
+    fn of(broker: &Broker) -> Self {
+        let mut counts = LiveCounts {
+            queues: 0,
+            messages: 0,
+        };
+        for vhost in broker.vhost_names() {
+            for q in broker.queues(&vhost) {
+                counts.queues += 1;
+                counts.messages = counts.messages.saturating_add(q.ready);
+            }
+        }
+        counts
+    }
+}
+
+/// Messages whose deadline passed while the broker was down, from `recovered(now)`'s outcome
+/// (S-DUR-5): how many died, and how many of them reached a dead-letter queue.
+struct DowntimeDeaths {
+    died: u64,
+    dead_lettered: u64,
+}
+
+impl DowntimeDeaths {
+    fn of(recovered: &Outcome) -> Self {
+        let mut deaths = DowntimeDeaths {
+            died: 0,
+            dead_lettered: 0,
+        };
+        for effect in &recovered.effects {
+            if let Effect::MessageDied { fate, .. } = effect {
+                deaths.died += 1;
+                if matches!(fate, DeathFate::DeadLettered { targets } if *targets > 0) {
+                    deaths.dead_lettered += 1;
+                }
+            }
+        }
+        deaths
     }
 }
 
