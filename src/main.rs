@@ -95,7 +95,12 @@ fn main() -> anyhow::Result<()> {
     let mut args = Args::parse();
     let test = args.test.clone();
     // Removed when main returns, after the graceful shutdown.
-    let _temp_dir = test.fixture_defaults(&mut args.bind, &mut args.port, &mut args.data_dir)?;
+    let _temp_dir = test.fixture_defaults(
+        &mut args.bind,
+        &mut args.port,
+        &mut args.mgmt_port,
+        &mut args.data_dir,
+    )?;
     let config = load(args)?;
     let logs = tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_new(&config.log).context("parsing log")?);

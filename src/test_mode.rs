@@ -7,7 +7,7 @@
 //! clients:
 //!
 //! ```text
-//! {"amqp_url":"amqp://guest:guest@127.0.0.1:41234/%2f","mgmt_url":null,"pid":4242,"data_dir":"/tmp/wharf-test-4242-...","clock_control":true,"now_ms":1767225600000}
+//! {"amqp_url":"amqp://guest:guest@127.0.0.1:41234/%2f","mgmt_url":"http://127.0.0.1:41235","pid":4242,"data_dir":"/tmp/wharf-test-4242-...","clock_control":true,"now_ms":1767225600000}
 //! ```
 //!
 //! `--test-clock` runs the broker on a manual clock set to the wall time at start, which moves
@@ -53,6 +53,7 @@ impl TestArgs {
         &self,
         bind: &mut Option<String>,
         port: &mut Option<u16>,
+        mgmt_port: &mut Option<u16>,
         data_dir: &mut Option<PathBuf>,
     ) -> anyhow::Result<Option<TempDataDir>> {
         if !self.test_mode {
@@ -60,6 +61,7 @@ impl TestArgs {
         }
         bind.get_or_insert_with(|| "127.0.0.1".to_owned());
         port.get_or_insert(0);
+        mgmt_port.get_or_insert(0);
         if data_dir.is_some() {
             return Ok(None);
         }
@@ -81,8 +83,7 @@ impl TestArgs {
 pub fn announce(server: &ServerHandle, data_dir: &std::path::Path) {
     let line = serde_json::json!({
         "amqp_url": server.amqp_url(),
-        // The management API is not served by this build.
-        "mgmt_url": serde_json::Value::Null,
+        "mgmt_url": server.mgmt_addr().map(|a| format!("http://{a}")),
         "pid": std::process::id(),
         "data_dir": data_dir.display().to_string(),
         "clock_control": server.clock_control_enabled(),

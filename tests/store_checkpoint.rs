@@ -19,7 +19,7 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use store_common::{Driver, Op, T0_MS, log, op, replay, setup, store_config};
 use wharf::broker::{
-    Broker, Event, FieldTable, Message, MessageId, Properties, QueueSnapshot, Snapshot,
+    Broker, Command, Event, FieldTable, Message, MessageId, Properties, QueueSnapshot, Snapshot,
     SnapshotMessage,
 };
 use wharf::store::checkpoint;
@@ -670,4 +670,50 @@ async fn s_dur_2_a_clean_shutdown_writes_a_checkpoint_the_restart_starts_from() 
         .await
         .unwrap();
     assert!(left.is_none(), "the queue stays empty across the restart");
+}
+
+/// Users and permissions are definitions too (S-DUR-1): a checkpoint carries them, and a
+/// history whose users were all deleted stays "users ever defined" (the default user is
+/// seeded only on a broker that never had any).
+#[test]
+fn s_dur_1_users_and_permissions_survive_a_checkpoint_and_segment_deletion() {
+    let sim = SimStorage::new(7);
+    let (store, mut live) = scripted(&sim);
+    let mut events = live.run(Command::UserPut {
+        name: "ops".into(),
+        password_hash: "c2FsdGhhc2g=".into(),
+        tags: vec!["administrator".into()],
+    });
+    events.extend(live.run(Command::PermissionSet {
+        user: "ops".into(),
+        vhost: "/".into(),
+        configure: "^ops-.*".into(),
+        write: ".*".into(),
+        read: ".*".into(),
+    }));
+    log(&store, &events).unwrap();
+    store.close().unwrap();
+    let (mut store, recovered, _) = open(&sim).unwrap();
+    let done = store.checkpoint_now(recovered.snapshot()).unwrap().unwrap();
+    assert!(
+        done.segments_deleted > 0,
+        "the history is gone from the log"
+    );
+    store.close().unwrap();
+    let (store, again, summary) = open(&sim).unwrap();
+    assert_eq!(summary.checkpoint_lsn, Some(done.lsn));
+    assert_eq!(again.users(), live.broker.users());
+    assert_eq!(again.permissions(), live.broker.permissions());
+    assert_eq!(again.durable_state(), live.broker.durable_state());
+
+    // Delete the only user, checkpoint again: none comes back, and the fact stays.
+    let events = live.run(Command::UserDelete { name: "ops".into() });
+    log(&store, &events).unwrap();
+    store.close().unwrap();
+    let (mut store, recovered, _) = open(&sim).unwrap();
+    store.checkpoint_now(recovered.snapshot()).unwrap().unwrap();
+    store.close().unwrap();
+    let (_store, last, _) = open(&sim).unwrap();
+    assert!(last.users().is_empty());
+    assert!(last.users_ever_defined(), "guest must not be seeded again");
 }

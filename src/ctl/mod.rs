@@ -196,6 +196,11 @@ Commands:
   list_connections [COLUMN ...] | list_channels [COLUMN ...] | list_consumers [COLUMN ...]
   purge_queue NAME | delete_queue NAME [--if-empty] [--if-unused]
   add_vhost NAME | delete_vhost NAME | list_vhosts | status
+  add_user NAME PASSWORD | change_password NAME PASSWORD | delete_user NAME
+  set_user_tags NAME [TAG ...] | list_users
+  set_permissions [-p VHOST] USER CONF WRITE READ | clear_permissions [-p VHOST] USER
+  list_permissions [-p VHOST]
+  clock show | clock advance DURATION (30m, 1h, 250ms) | clock set MS   (--test-clock only)
   export_definitions FILE|- | import_definitions FILE|-";
 
 fn check_args(pos: &[String], min: usize, max: usize, shape: &str) -> Outcome {
@@ -276,6 +281,17 @@ impl Ctl<'_, '_> {
             "purge_queue" => self.queue_op(pos, true),
             "delete_queue" => self.queue_op(pos, false),
             "add_vhost" | "delete_vhost" => self.vhost_op(pos),
+            "add_user" => self.add_user(pos, false),
+            "change_password" => self.add_user(pos, true),
+            "delete_user" => self.delete_user(pos),
+            "set_user_tags" => self.set_user_tags(pos),
+            "list_users" => {
+                self.list_global(pos, "/api/users", &["name", "tags"], "Listing users ...")
+            }
+            "set_permissions" => self.set_permissions(pos),
+            "clear_permissions" => self.clear_permissions(pos),
+            "list_permissions" => self.list_permissions(pos),
+            "clock" => self.clock(pos),
             "status" => self.status(pos),
             "export_definitions" => self.export(pos),
             "import_definitions" => self.import(pos),
@@ -584,6 +600,144 @@ impl Ctl<'_, '_> {
         } else {
             self.info(&format!("Deleting vhost \"{name}\" ..."));
             self.call("DELETE", &path, None)?;
+        }
+        Ok(())
+    }
+
+    /// The user as the API has it (404 maps to "no such user").
+    fn user(&self, name: &str) -> Result<JsonValue, Fail> {
+        match self.call("GET", "/api/users", None)?.json() {
+            JsonValue::Array(users) => users
+                .into_iter()
+                .find(|u| u.get("name").and_then(JsonValue::as_str) == Some(name))
+                .ok_or_else(|| Fail(EXIT_DATAERR, format!("user '{name}' does not exist"))),
+            _ => Err(Fail(EXIT_SOFTWARE, "unexpected answer".to_owned())),
+        }
+    }
+
+    /// `add_user NAME PASSWORD` (tags kept empty) and `change_password NAME PASSWORD` (tags
+    /// kept as they are). The password travels to the API, which stores only its hash.
+    fn add_user(&mut self, pos: &[String], change: bool) -> Outcome {
+        check_args(pos, 2, 2, &format!("{} NAME PASSWORD", pos[0]))?;
+        let (name, password) = (arg(pos, 1), arg(pos, 2));
+        let tags = if change {
+            self.user(name)?.get("tags").cloned().unwrap_or(json!([]))
+        } else {
+            if self.user(name).is_ok() {
+                return Err(Fail(EXIT_DATAERR, format!("user '{name}' already exists")));
+            }
+            json!([])
+        };
+        let what = if change {
+            "Changing password for"
+        } else {
+            "Adding"
+        };
+        self.info(&format!("{what} user \"{name}\" ..."));
+        let body = json!({ "password": password, "tags": tags });
+        self.call("PUT", &format!("/api/users/{}", segment(name)), Some(&body))?;
+        Ok(())
+    }
+
+    fn delete_user(&mut self, pos: &[String]) -> Outcome {
+        check_args(pos, 1, 1, "delete_user NAME")?;
+        let name = arg(pos, 1);
+        self.info(&format!("Deleting user \"{name}\" ..."));
+        self.call("DELETE", &format!("/api/users/{}", segment(name)), None)?;
+        Ok(())
+    }
+
+    fn set_user_tags(&mut self, pos: &[String]) -> Outcome {
+        check_args(pos, 1, usize::MAX, "set_user_tags NAME [TAG ...]")?;
+        let name = arg(pos, 1);
+        let user = self.user(name)?;
+        let hash = user.get("password_hash").cloned().unwrap_or(json!(""));
+        let tags: Vec<&str> = pos.iter().skip(2).map(String::as_str).collect();
+        self.info(&format!(
+            "Setting tags for user \"{name}\" to [{}] ...",
+            tags.join(", ")
+        ));
+        let body = json!({ "password_hash": hash, "tags": tags });
+        self.call("PUT", &format!("/api/users/{}", segment(name)), Some(&body))?;
+        Ok(())
+    }
+
+    fn set_permissions(&mut self, pos: &[String]) -> Outcome {
+        check_args(pos, 4, 4, "set_permissions [-p VHOST] USER CONF WRITE READ")?;
+        let (user, vhost) = (arg(pos, 1), self.vhost());
+        self.info(&format!(
+            "Setting permissions for user \"{user}\" in vhost \"{vhost}\" ..."
+        ));
+        let body = json!({ "configure": arg(pos, 2), "write": arg(pos, 3), "read": arg(pos, 4) });
+        let path = format!("/api/permissions/{}/{}", segment(&vhost), segment(user));
+        self.call("PUT", &path, Some(&body))?;
+        Ok(())
+    }
+
+    fn clear_permissions(&mut self, pos: &[String]) -> Outcome {
+        check_args(pos, 1, 1, "clear_permissions [-p VHOST] USER")?;
+        let (user, vhost) = (arg(pos, 1), self.vhost());
+        self.info(&format!(
+            "Clearing permissions for user \"{user}\" in vhost \"{vhost}\" ..."
+        ));
+        let path = format!("/api/permissions/{}/{}", segment(&vhost), segment(user));
+        self.call("DELETE", &path, None)?;
+        Ok(())
+    }
+
+    fn list_permissions(&mut self, pos: &[String]) -> Outcome {
+        check_args(pos, 0, 5, "list_permissions [-p VHOST] [COLUMN ...]")?;
+        let vhost = self.vhost();
+        let all = self.call("GET", "/api/permissions", None)?.json();
+        let items: Vec<JsonValue> = all
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|p| p.get("vhost").and_then(JsonValue::as_str) == Some(vhost.as_str()))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let cols = Self::columns(pos, &["user", "configure", "write", "read"]);
+        self.info(&format!("Listing permissions for vhost \"{vhost}\" ..."));
+        self.table(&JsonValue::Array(items), &cols)
+    }
+
+    /// `clock show`, `clock advance 30m`, `clock set MS`: a broker started with --test-clock.
+    fn clock(&mut self, pos: &[String]) -> Outcome {
+        let shape = "clock show | clock advance DURATION | clock set MS";
+        let answer = match arg(pos, 1) {
+            "show" => {
+                check_args(pos, 1, 1, shape)?;
+                self.call("GET", "/api/test/clock", None)?
+            }
+            "advance" => {
+                check_args(pos, 2, 2, shape)?;
+                let body = json!({ "by": arg(pos, 2) });
+                self.call("POST", "/api/test/clock/advance", Some(&body))?
+            }
+            "set" => {
+                check_args(pos, 2, 2, shape)?;
+                let ms: u64 = arg(pos, 2)
+                    .parse()
+                    .map_err(|_| usage(format!("not milliseconds: {}", arg(pos, 2))))?;
+                self.call(
+                    "POST",
+                    "/api/test/clock/set",
+                    Some(&json!({ "now_ms": ms })),
+                )?
+            }
+            _ => return Err(usage(format!("Usage: {shape}"))),
+        };
+        let now = answer
+            .json()
+            .get("now_ms")
+            .cloned()
+            .unwrap_or(JsonValue::Null);
+        if self.opts.json {
+            let _ = writeln!(self.io.out, "{}", json!({ "now_ms": now }));
+        } else {
+            let _ = writeln!(self.io.out, "{now}");
         }
         Ok(())
     }

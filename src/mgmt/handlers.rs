@@ -163,6 +163,94 @@ pub(crate) async fn healthcheck(
     Ok(ok_json(json!({ "status": "ok" })))
 }
 
+// ----- clock control (`--test-clock` only; not part of RabbitMQ's API) -----
+
+fn test_clock(api: &Api) -> Result<&crate::clock::ManualClock, ApiError> {
+    api.config().clock.as_ref().ok_or_else(|| {
+        ApiError::BadRequest(
+            "clock control is not enabled (start wharf with --test-clock)".to_owned(),
+        )
+    })
+}
+
+/// `GET /api/test/clock`: `{"now_ms": N}`.
+pub(crate) async fn clock_show(
+    State(api): State<Api>,
+    ConnectInfo(peer): Peer,
+    headers: HeaderMap,
+) -> ApiResult {
+    api.admin(&headers, peer)?;
+    let now_ms = crate::clock::Clock::now_ms(test_clock(&api)?);
+    Ok(ok_json(json!({ "now_ms": now_ms })))
+}
+
+/// `POST /api/test/clock/advance` with `{"by": "30m"}` (or milliseconds as a number): moves
+/// the clock and answers once the broker has acted on every deadline passed.
+pub(crate) async fn clock_advance(
+    State(api): State<Api>,
+    ConnectInfo(peer): Peer,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
+    api.admin(&headers, peer)?;
+    let clock = test_clock(&api)?;
+    let body = body_object(&body)?;
+    let by = match body.get("by") {
+        Some(JsonValue::String(t)) => {
+            crate::testing::parse_duration(t).map_err(|e| ApiError::BadRequest(e.to_string()))?
+        }
+        Some(JsonValue::Number(n)) => std::time::Duration::from_millis(
+            n.as_u64()
+                .ok_or_else(|| ApiError::BadRequest(format!("'by' must be a duration, got {n}")))?,
+        ),
+        _ => {
+            return Err(ApiError::BadRequest(
+                "'by' must be a duration such as \"30m\" or milliseconds".to_owned(),
+            ));
+        }
+    };
+    let by_ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+    let now = crate::clock::Clock::now_ms(clock);
+    if now.checked_add(by_ms).is_none() {
+        return Err(ApiError::BadRequest(format!(
+            "advancing by {by:?} overflows"
+        )));
+    }
+    clock.advance(by);
+    api.tick().await?;
+    Ok(ok_json(
+        json!({ "now_ms": crate::clock::Clock::now_ms(clock) }),
+    ))
+}
+
+/// `POST /api/test/clock/set` with `{"now_ms": N}` (never backwards).
+pub(crate) async fn clock_set(
+    State(api): State<Api>,
+    ConnectInfo(peer): Peer,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
+    api.admin(&headers, peer)?;
+    let clock = test_clock(&api)?;
+    let body = body_object(&body)?;
+    let Some(to) = body.get("now_ms").and_then(JsonValue::as_u64) else {
+        return Err(ApiError::BadRequest(
+            "'now_ms' must be milliseconds since the epoch".to_owned(),
+        ));
+    };
+    let now = crate::clock::Clock::now_ms(clock);
+    if to < now {
+        return Err(ApiError::BadRequest(format!(
+            "the clock stands at {now} ms; it cannot be set back to {to} ms"
+        )));
+    }
+    clock.set(to);
+    api.tick().await?;
+    Ok(ok_json(
+        json!({ "now_ms": crate::clock::Clock::now_ms(clock) }),
+    ))
+}
+
 // ----- vhosts -----
 
 fn vhost_json(view: &AdminView<'_>, name: &str) -> JsonValue {

@@ -51,6 +51,9 @@ pub struct MgmtConfig {
     pub recovery_ms: u64,
     /// The AMQP listener's address (for `/api/overview`'s listeners).
     pub amqp_addr: SocketAddr,
+    /// The manual clock the server runs on when started with clock control
+    /// (`--test-clock`); `None`: the clock endpoints refuse.
+    pub clock: Option<crate::clock::ManualClock>,
 }
 
 /// The broker task's inbox; this layer sends it only `CoreMsg::Admin`.
@@ -108,6 +111,9 @@ fn router(api: Api) -> Router {
         .route("/metrics", get(metrics::metrics))
         .route("/api/overview", get(h::overview))
         .route("/api/healthchecks/node", get(h::healthcheck))
+        .route("/api/test/clock", get(h::clock_show))
+        .route("/api/test/clock/advance", post(h::clock_advance))
+        .route("/api/test/clock/set", post(h::clock_set))
         .route("/api/vhosts", get(h::vhosts))
         .route(
             "/api/vhosts/{vhost}",
@@ -316,6 +322,16 @@ impl Api {
 
     pub(crate) fn config(&self) -> &MgmtConfig {
         &self.config
+    }
+
+    /// Runs the broker task's timer step now (after the clock moved) and waits for it.
+    pub(crate) async fn tick(&self) -> Result<(), ApiError> {
+        let (done, answer) = oneshot::channel();
+        self.core
+            .send(CoreMsg::Tick(done))
+            .await
+            .map_err(|_| ApiError::Unavailable)?;
+        answer.await.map_err(|_| ApiError::Unavailable)
     }
 
     async fn send(&self, req: AdminRequest) -> Result<(), ApiError> {

@@ -437,6 +437,7 @@ impl Server {
                     users: registry.clone(),
                     recovery_ms,
                     amqp_addr: local_addr,
+                    clock: config.clock_control.clone(),
                 };
                 Some(crate::mgmt::serve(mgmt_config, core_tx.clone(), stop_rx).await?)
             }

@@ -509,6 +509,9 @@ pub fn decode_record(kind: u8, payload: &[u8]) -> Result<CheckpointRecord, Strin
             | Event::QueueDeclared { .. }
             | Event::Bound { .. }
             | Event::PolicySet { .. }
+            | Event::UserPut { .. }
+            | Event::UserDeleted { .. }
+            | Event::PermissionSet { .. }
             | Event::Scheduled { .. }),
         ) => Ok(CheckpointRecord::Event(e)),
         _ => Err(format!(

@@ -68,7 +68,16 @@ impl Broker {
     /// Starts `bin` on `dir` with `--port 0` and waits for its start line.
     pub fn start_bin(bin: &str, dir: &Path) -> Broker {
         let mut child = Command::new(bin)
-            .args(["--bind", "127.0.0.1", "--port", "0", "--log", "info"])
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--mgmt-port",
+                "0",
+                "--log",
+                "info",
+            ])
             .arg("--data-dir")
             .arg(dir)
             .env("NO_COLOR", "1")
