@@ -325,61 +325,23 @@ impl Server {
             None => config.clock.clone(),
         };
         let stopwatch = Stopwatch::start();
-        let store_config = StoreConfig {
-            dir: config.data_dir.clone(),
-            salvage: config.salvage,
-        };
-        let storage = config
-            .storage
-            .clone()
-            .unwrap_or_else(|| Arc::new(FileStorage));
-        let (store, mut broker, summary) = tokio::task::spawn_blocking(move || {
-            Store::open_with(&store_config, storage, &WalConfig::default())
-        })
-        .await
-        .map_err(|e| ServerError::Task(e.to_string()))??;
-        broker.set_unacked_per_channel_max(config.unacked_per_channel_max);
-        let mut recovered = broker.recovered(clock.now_ms());
-        let downtime = DowntimeDeaths::of(&recovered);
-        // Configured vhosts exist before any client can connect; existing ones are kept
-        // (VhostAdd of a known vhost changes nothing and logs nothing).
-        for vhost in &config.vhosts {
-            let added = broker
-                .handle(
-                    Command::VhostAdd {
-                        vhost: vhost.clone(),
-                    },
-                    clock.now_ms(),
-                )
-                .map_err(|e| ServerError::Vhost {
-                    name: vhost.clone(),
-                    reason: e.to_string(),
-                })?;
-            recovered.events.extend(added.events);
-        }
-        recovered
-            .events
-            .extend(put_configured_users(&mut broker, &config, clock.now_ms())?);
+        let Recovered {
+            store,
+            broker,
+            summary,
+            events,
+            downtime,
+        } = recover(&config, clock.as_ref()).await?;
         let registry = Arc::new(registry_for(&config));
         let alarms = Arc::new(alarm::Alarms::default());
         let wal = store.wal_appender();
         let live = LiveCounts::of(&broker);
         let mut core = core::Core::new(broker, store, clock.clone());
         core.set_registry(registry.clone());
-        core.log_startup(recovered.events)?;
+        core.log_startup(events)?;
         let recovery_ms = stopwatch.elapsed_ms();
 
-        let listener =
-            TcpListener::bind(&config.bind)
-                .await
-                .map_err(|source| ServerError::Bind {
-                    addr: config.bind.clone(),
-                    source,
-                })?;
-        let local_addr = listener.local_addr().map_err(|source| ServerError::Bind {
-            addr: config.bind.clone(),
-            source,
-        })?;
+        let (listener, local_addr) = bind_plain(&config.bind).await?;
         let tls_listener = match &config.tls {
             Some(t) => Some(bind_tls(t).await?),
             None => None,
@@ -614,6 +576,74 @@ async fn tls_accept_loop(
             }
         }
     }
+}
+
+/// Binds the AMQP listener on `bind` (`host:port`; port 0 picks a free one).
+async fn bind_plain(bind: &str) -> Result<(TcpListener, SocketAddr), ServerError> {
+    let bind_error = |source| ServerError::Bind {
+        addr: bind.to_owned(),
+        source,
+    };
+    let listener = TcpListener::bind(bind).await.map_err(bind_error)?;
+    let addr = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, addr))
+}
+
+/// What recovery hands the broker task: the store and the broker rebuilt from it, with the
+/// events logged before serving (downtime expiries, configured vhosts and users).
+struct Recovered {
+    store: Store,
+    broker: Broker,
+    summary: crate::store::RecoverySummary,
+    events: Vec<crate::broker::Event>,
+    downtime: DowntimeDeaths,
+}
+
+/// Opens the store (recovery, S-DUR-5), expires what died while the broker was down, and puts
+/// the configured vhosts and users: everything that must hold before any client connects.
+async fn recover(config: &ServerConfig, clock: &dyn Clock) -> Result<Recovered, ServerError> {
+    let store_config = StoreConfig {
+        dir: config.data_dir.clone(),
+        salvage: config.salvage,
+    };
+    let storage = config
+        .storage
+        .clone()
+        .unwrap_or_else(|| Arc::new(FileStorage));
+    let (store, mut broker, summary) = tokio::task::spawn_blocking(move || {
+        Store::open_with(&store_config, storage, &WalConfig::default())
+    })
+    .await
+    .map_err(|e| ServerError::Task(e.to_string()))??;
+    broker.set_unacked_per_channel_max(config.unacked_per_channel_max);
+    let mut recovered = broker.recovered(clock.now_ms());
+    let downtime = DowntimeDeaths::of(&recovered);
+    // Configured vhosts exist before any client can connect; existing ones are kept
+    // (VhostAdd of a known vhost changes nothing and logs nothing).
+    for vhost in &config.vhosts {
+        let added = broker
+            .handle(
+                Command::VhostAdd {
+                    vhost: vhost.clone(),
+                },
+                clock.now_ms(),
+            )
+            .map_err(|e| ServerError::Vhost {
+                name: vhost.clone(),
+                reason: e.to_string(),
+            })?;
+        recovered.events.extend(added.events);
+    }
+    recovered
+        .events
+        .extend(put_configured_users(&mut broker, config, clock.now_ms())?);
+    Ok(Recovered {
+        store,
+        broker,
+        summary,
+        events: recovered.events,
+        downtime,
+    })
 }
 
 /// What the broker holds after recovery, for the start line.
