@@ -17,7 +17,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value as JsonValue, json};
 
-use super::handlers::policy_spec;
+use super::handlers::{permission_json, policy_spec, user_json};
 use super::json as j;
 use super::{Api, ApiError};
 use crate::broker::{Command, DestName, ExchangeDeclare, QueueDeclare};
@@ -94,29 +94,9 @@ pub(crate) async fn export(
         .await?;
     let (users, permissions) = api
         .query(|v| {
-            let users: Vec<JsonValue> = v
-                .broker
-                .users()
-                .iter()
-                .map(|u| {
-                    json!({
-                        "name": u.name, "password_hash": u.password_hash,
-                        "hashing_algorithm": "rabbit_password_hashing_sha256",
-                        "tags": u.tags, "limits": {},
-                    })
-                })
-                .collect();
-            let permissions: Vec<JsonValue> = v
-                .broker
-                .permissions()
-                .iter()
-                .map(|p| {
-                    json!({
-                        "user": p.user, "vhost": p.vhost,
-                        "configure": p.configure, "write": p.write, "read": p.read,
-                    })
-                })
-                .collect();
+            let users: Vec<JsonValue> = v.broker.users().iter().map(user_json).collect();
+            let permissions: Vec<JsonValue> =
+                v.broker.permissions().iter().map(permission_json).collect();
             (users, permissions)
         })
         .await?;

@@ -17,6 +17,7 @@ use super::{Api, ApiError};
 use crate::broker::args::{QueueSettings, parse_policy, parse_queue_args};
 use crate::broker::{Command, ExchangeDeclare, PolicyInfo, PolicySpec, QueueDeclare, QueueInfo};
 use crate::server::admin::AdminView;
+use crate::server::clock_control::{self, ClockControlError};
 
 type Peer = ConnectInfo<SocketAddr>;
 type ApiResult = Result<Response, ApiError>;
@@ -165,12 +166,8 @@ pub(crate) async fn healthcheck(
 
 // ----- clock control (`--test-clock` only; not part of RabbitMQ's API) -----
 
-fn test_clock(api: &Api) -> Result<&crate::clock::ManualClock, ApiError> {
-    api.config().clock.as_ref().ok_or_else(|| {
-        ApiError::BadRequest(
-            "clock control is not enabled (start wharf with --test-clock)".to_owned(),
-        )
-    })
+fn clock_refused(e: &ClockControlError) -> ApiError {
+    ApiError::BadRequest(e.to_string())
 }
 
 /// `GET /api/test/clock`: `{"now_ms": N}`.
@@ -180,7 +177,10 @@ pub(crate) async fn clock_show(
     headers: HeaderMap,
 ) -> ApiResult {
     api.admin(&headers, peer)?;
-    let now_ms = crate::clock::Clock::now_ms(test_clock(&api)?);
+    let clock = api.config().clock.as_ref();
+    let now_ms = clock
+        .map(crate::clock::Clock::now_ms)
+        .ok_or_else(|| clock_refused(&ClockControlError::NotEnabled))?;
     Ok(ok_json(json!({ "now_ms": now_ms })))
 }
 
@@ -193,7 +193,6 @@ pub(crate) async fn clock_advance(
     body: Bytes,
 ) -> ApiResult {
     api.admin(&headers, peer)?;
-    let clock = test_clock(&api)?;
     let body = body_object(&body)?;
     let by = match body.get("by") {
         Some(JsonValue::String(t)) => {
@@ -209,18 +208,10 @@ pub(crate) async fn clock_advance(
             ));
         }
     };
-    let by_ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
-    let now = crate::clock::Clock::now_ms(clock);
-    if now.checked_add(by_ms).is_none() {
-        return Err(ApiError::BadRequest(format!(
-            "advancing by {by:?} overflows"
-        )));
-    }
-    clock.advance(by);
+    let now_ms =
+        clock_control::advance(api.config().clock.as_ref(), by).map_err(|e| clock_refused(&e))?;
     api.tick().await?;
-    Ok(ok_json(
-        json!({ "now_ms": crate::clock::Clock::now_ms(clock) }),
-    ))
+    Ok(ok_json(json!({ "now_ms": now_ms })))
 }
 
 /// `POST /api/test/clock/set` with `{"now_ms": N}` (never backwards).
@@ -231,24 +222,16 @@ pub(crate) async fn clock_set(
     body: Bytes,
 ) -> ApiResult {
     api.admin(&headers, peer)?;
-    let clock = test_clock(&api)?;
     let body = body_object(&body)?;
     let Some(to) = body.get("now_ms").and_then(JsonValue::as_u64) else {
         return Err(ApiError::BadRequest(
             "'now_ms' must be milliseconds since the epoch".to_owned(),
         ));
     };
-    let now = crate::clock::Clock::now_ms(clock);
-    if to < now {
-        return Err(ApiError::BadRequest(format!(
-            "the clock stands at {now} ms; it cannot be set back to {to} ms"
-        )));
-    }
-    clock.set(to);
+    let now_ms =
+        clock_control::set(api.config().clock.as_ref(), to).map_err(|e| clock_refused(&e))?;
     api.tick().await?;
-    Ok(ok_json(
-        json!({ "now_ms": crate::clock::Clock::now_ms(clock) }),
-    ))
+    Ok(ok_json(json!({ "now_ms": now_ms })))
 }
 
 // ----- vhosts -----
@@ -1173,7 +1156,8 @@ pub(crate) async fn consumers_vhost(
 
 // ----- users and permissions (broker definitions in the log, `broker::access`) -----
 
-fn user_json(u: &crate::broker::UserInfo) -> JsonValue {
+/// A user as RabbitMQ's API and definitions show it (the hash, never a password).
+pub(crate) fn user_json(u: &crate::broker::UserInfo) -> JsonValue {
     json!({
         "name": u.name,
         "password_hash": u.password_hash,
@@ -1183,7 +1167,8 @@ fn user_json(u: &crate::broker::UserInfo) -> JsonValue {
     })
 }
 
-fn permission_json(p: &crate::broker::PermissionInfo) -> JsonValue {
+/// A permission as RabbitMQ's API and definitions show it.
+pub(crate) fn permission_json(p: &crate::broker::PermissionInfo) -> JsonValue {
     json!({
         "user": p.user, "vhost": p.vhost,
         "configure": p.configure, "write": p.write, "read": p.read,

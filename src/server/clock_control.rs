@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, ManualClock};
 
 use super::ServerHandle;
 
@@ -60,19 +60,9 @@ impl ServerHandle {
     /// [`ClockControlError::NotEnabled`] without clock control; [`ClockControlError::Overflow`]
     /// past `u64::MAX` ms.
     pub async fn clock_advance(&self, by: Duration) -> Result<u64, ClockControlError> {
-        let clock = self
-            .clock_control
-            .as_ref()
-            .ok_or(ClockControlError::NotEnabled)?;
-        let by_ms =
-            u64::try_from(by.as_millis()).map_err(|_| ClockControlError::Overflow { by })?;
-        clock
-            .now_ms()
-            .checked_add(by_ms)
-            .ok_or(ClockControlError::Overflow { by })?;
-        clock.advance(by);
+        let now = advance(self.clock_control.as_ref(), by)?;
         self.tick().await;
-        Ok(clock.now_ms())
+        Ok(now)
     }
 
     /// Sets the manual clock to `now_ms` (ms since the Unix epoch; not earlier than its current
@@ -82,19 +72,44 @@ impl ServerHandle {
     /// [`ClockControlError::NotEnabled`] without clock control; [`ClockControlError::Backwards`]
     /// for a time before the clock's current one.
     pub async fn clock_set(&self, now_ms: u64) -> Result<u64, ClockControlError> {
-        let clock = self
-            .clock_control
-            .as_ref()
-            .ok_or(ClockControlError::NotEnabled)?;
-        let current = clock.now_ms();
-        if now_ms < current {
-            return Err(ClockControlError::Backwards {
-                now_ms: current,
-                requested_ms: now_ms,
-            });
-        }
-        clock.set(now_ms);
+        let now = set(self.clock_control.as_ref(), now_ms)?;
         self.tick().await;
-        Ok(clock.now_ms())
+        Ok(now)
     }
+}
+
+/// Moves `clock` (the server's clock control, if enabled) forward by `by` and returns the new
+/// time. The caller then runs the broker's timer step (the handle's `tick`, or the management
+/// API's).
+///
+/// # Errors
+/// [`ClockControlError::NotEnabled`] for `None`; [`ClockControlError::Overflow`] past
+/// `u64::MAX` ms.
+pub(crate) fn advance(clock: Option<&ManualClock>, by: Duration) -> Result<u64, ClockControlError> {
+    let clock = clock.ok_or(ClockControlError::NotEnabled)?;
+    let by_ms = u64::try_from(by.as_millis()).map_err(|_| ClockControlError::Overflow { by })?;
+    clock
+        .now_ms()
+        .checked_add(by_ms)
+        .ok_or(ClockControlError::Overflow { by })?;
+    clock.advance(by);
+    Ok(clock.now_ms())
+}
+
+/// Sets `clock` to `now_ms` (never backwards) and returns the new time; as [`advance`].
+///
+/// # Errors
+/// [`ClockControlError::NotEnabled`] for `None`; [`ClockControlError::Backwards`] for a time
+/// before the clock's current one.
+pub(crate) fn set(clock: Option<&ManualClock>, now_ms: u64) -> Result<u64, ClockControlError> {
+    let clock = clock.ok_or(ClockControlError::NotEnabled)?;
+    let current = clock.now_ms();
+    if now_ms < current {
+        return Err(ClockControlError::Backwards {
+            now_ms: current,
+            requested_ms: now_ms,
+        });
+    }
+    clock.set(now_ms);
+    Ok(clock.now_ms())
 }

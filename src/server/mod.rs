@@ -36,7 +36,7 @@
 pub mod admin;
 pub mod alarm;
 pub mod auth;
-mod clock_control;
+pub(crate) mod clock_control;
 mod connection;
 pub mod convert;
 mod core;

@@ -281,14 +281,11 @@ impl Replay {
         what: &str,
         removes: bool,
     ) {
-        if self.members(vhost, queue).is_none() {
+        let Some(members) = self.queues.get_mut(vhost).and_then(|v| v.get_mut(queue)) else {
             self.find(
                 s,
                 format!("{what} in queue '{queue}' (vhost '{vhost}'), which does not exist"),
             );
-            return;
-        }
-        let Some(members) = self.queues.get_mut(vhost).and_then(|v| v.get_mut(queue)) else {
             return;
         };
         let mut unknown = Vec::new();
