@@ -71,6 +71,11 @@ pub const RECORD_IDS_MAX: usize = 64 * 1024;
 /// data directory stays near twice the live data plus a few segments.
 pub const CHECKPOINT_LOG_BYTES_MIN: u64 = 64 * 1024 * 1024;
 
+/// Body bytes of queued persistent messages (in durable queues) the broker keeps in memory;
+/// beyond it the oldest whose records are durable are paged out, leaving a 32-byte reference
+/// each, and are read back from the log or the checkpoint when delivered (DESIGN "Memory").
+pub const MESSAGE_MEMORY_BYTES: u64 = 32 * 1024 * 1024;
+
 /// Largest `x-message-ttl`, `message-ttl` and per-message `expiration` value (S-TTL-1): 2^32-1 ms.
 pub const TTL_MS_MAX: u64 = u32::MAX as u64;
 

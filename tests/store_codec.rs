@@ -53,6 +53,7 @@ fn golden_published() -> Event {
                     ..Properties::default()
                 },
                 body: Bytes::from_static(b"hello"),
+                stored: Default::default(),
             }),
         },
         queues: vec!["q".into()],
@@ -441,6 +442,7 @@ fn message() -> impl Strategy<Value = MessageRecord> {
                 routing_key: key,
                 properties: p,
                 body: Bytes::from(body),
+                stored: Default::default(),
             }),
         })
 }

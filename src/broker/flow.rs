@@ -18,8 +18,8 @@ use crate::broker::queue::{Taken, deadline_of};
 use crate::broker::routing::headers::headers_match;
 use crate::broker::types::{
     ChanRef, Command, DeathFate, DeathReason, DelayedType, Delivery, DeliveryTag, Effect, Event,
-    ExchangeKind, GetOk, Message, MessageId, MessageRecord, Outcome, Publish, PublishResult,
-    QueueDeletedReason, Reply, SettleKind,
+    ExchangeKind, GetOk, Message, MessageId, MessageRecord, MessageRef, Outcome, Publish,
+    PublishResult, QueueDeletedReason, Reply, SettleKind, StoredSlot,
 };
 use crate::broker::value::{FieldTable, Value};
 
@@ -66,7 +66,7 @@ fn hand_out(
         Mark::Delivered
     };
     if logged {
-        push_mark(events, &q.vhost, &q.name, taken.msg.id, mark);
+        push_mark(events, &q.vhost, &q.name, taken.msg.id(), mark);
     }
     delivery_tag
 }
@@ -296,7 +296,7 @@ impl Broker {
                             &mut out.events,
                             &q.vhost,
                             &q.name,
-                            u.taken.msg.id,
+                            u.taken.msg.id(),
                             Mark::Settle(SettleKind::Ack),
                         );
                     }
@@ -484,8 +484,38 @@ impl Broker {
         None
     }
 
+    /// The content of `m`: shared when in memory, else read back through the loader. A
+    /// message that cannot be read back is a damaged store: the failure is kept for the
+    /// server, which stops (S-DUR-7), and `None` is returned (the message stays in the log).
+    pub(crate) fn loaded(&mut self, m: &MessageRef) -> Option<Arc<Message>> {
+        match self.read(m) {
+            Ok(msg) => Some(msg),
+            Err(e) => {
+                self.storage_failure.get_or_insert(e);
+                None
+            }
+        }
+    }
+
+    /// The content of `m`, read back through the loader when stored.
+    pub(crate) fn read(&self, m: &MessageRef) -> Result<Arc<Message>, String> {
+        let s = match m {
+            MessageRef::Loaded(m) => return Ok(Arc::clone(m)),
+            MessageRef::Stored(s) => s,
+        };
+        let loader = self.loader.as_ref().ok_or("no store to read it from")?;
+        loader
+            .load(s)
+            .map(Arc::new)
+            .map_err(|e| format!("stored message {} unreadable: {e}", s.id.0))
+    }
+
     /// Hands `taken` to consumer `ci` of `qid`.
-    fn deliver(&mut self, qid: QueueId, ci: usize, taken: Taken, out: &mut Outcome) {
+    fn deliver(&mut self, qid: QueueId, ci: usize, mut taken: Taken, out: &mut Outcome) {
+        let Some(message) = self.loaded(&taken.msg) else {
+            return;
+        };
+        taken.msg = MessageRef::Loaded(Arc::clone(&message));
         let q = self.queues.get_mut(&qid).expect("caller checked the queue");
         let n = q.consumers.len();
         q.rr = (ci + 1) % n;
@@ -513,7 +543,7 @@ impl Broker {
             redelivered: taken.redelivered,
             delivery_count: taken.delivery_count,
             queue: q.name.clone(),
-            message: taken.msg,
+            message,
         }));
     }
 
@@ -531,10 +561,18 @@ impl Broker {
         self.mark_dirty(qid);
         self.expire_head(qid, now, out); // S-TTL-5
         let q = self.queues.get_mut(&qid).expect("found");
-        let Some(taken) = q.ready.pop_front() else {
+        let Some(mut taken) = q.ready.pop_front() else {
             out.reply = Reply::GetEmpty;
             return Ok(());
         };
+        let Some(message) = self.loaded(&taken.msg) else {
+            return Err(BrokerError::new(
+                ErrorKind::InternalError,
+                "message store unreadable",
+            ));
+        };
+        taken.msg = MessageRef::Loaded(Arc::clone(&message));
+        let q = self.queues.get_mut(&qid).expect("found");
         let ch = self.channels.get_mut(&chan).expect("chan_vhost checked it");
         let tag = hand_out(ch, q, qid, &taken, None, no_ack, &mut out.events);
         out.reply = Reply::GetOk(GetOk {
@@ -542,7 +580,7 @@ impl Broker {
             redelivered: taken.redelivered,
             delivery_count: taken.delivery_count,
             message_count: count_u32(q.ready.len()),
-            message: taken.msg,
+            message,
         });
         Ok(())
     }
@@ -619,7 +657,7 @@ impl Broker {
                 &mut out.events,
                 &q.vhost,
                 &q.name,
-                taken.msg.id,
+                taken.msg.id(),
                 Mark::Returned,
             );
         }
@@ -754,6 +792,7 @@ impl Broker {
             routing_key: p.routing_key,
             properties: p.properties,
             body: p.body,
+            stored: StoredSlot::default(),
         };
         if let Some(delay) = delay {
             // S-SCHED-1: invisible until due; its deadline counts from the due time (S-SCHED-2).
@@ -895,7 +934,7 @@ impl Broker {
             result.refused = true;
             if overflow == Overflow::RejectPublishDlx {
                 let taken = Taken {
-                    msg: msg.clone(),
+                    msg: MessageRef::Loaded(msg.clone()),
                     delivery_count: 0,
                     redelivered: false,
                 };
@@ -923,7 +962,7 @@ impl Broker {
                 continue;
             };
             let taken = Taken {
-                msg: msg.clone(),
+                msg: MessageRef::Loaded(msg.clone()),
                 delivery_count: 0,
                 redelivered: false,
             };
@@ -1024,7 +1063,7 @@ impl Broker {
         let (vhost, qname) = (q.vhost.clone(), q.name.clone());
         let dlx = q.eff.dead_letter_exchange.clone();
         let dlrk = q.eff.dead_letter_routing_key.clone();
-        let old = taken.msg.id;
+        let old = taken.msg.id();
         let settle_kind = if reason == DeathReason::Expired {
             SettleKind::Expire
         } else {
@@ -1054,8 +1093,11 @@ impl Broker {
                 }
             }
             (Some(x), Some(xid)) => {
+                let Some(original) = self.loaded(&taken.msg) else {
+                    return;
+                };
                 let (properties, keys) =
-                    dead_letter_copy(&taken.msg, &qname, reason, now, dlrk.as_deref());
+                    dead_letter_copy(&original, &qname, reason, now, dlrk.as_deref());
                 let copy = Message {
                     id: self.next_id(),
                     enqueued_at_ms: now,
@@ -1063,7 +1105,8 @@ impl Broker {
                     exchange: x,
                     routing_key: keys.first().cloned().unwrap_or_default(),
                     properties,
-                    body: taken.msg.body.clone(),
+                    body: original.body.clone(),
+                    stored: StoredSlot::default(),
                 };
                 let v = self.vhosts.get(&*vhost).expect("the queue's vhost exists");
                 let mut targets = self.route(v, xid, &keys, copy.properties.headers.as_ref());
@@ -1137,7 +1180,8 @@ impl Broker {
     }
 
     fn drain(&mut self, qid: QueueId, now: u64, out: &mut Outcome) {
-        loop {
+        // After a stored message could not be read, nothing more moves: the server stops.
+        while self.storage_failure.is_none() {
             self.expire_head(qid, now, out);
             let Some(q) = self.queues.get(&qid) else {
                 return;

@@ -262,6 +262,10 @@ pub struct Broker {
     pub(crate) unacked_per_channel_max: u32,
     /// Users and permissions (`access.rs`).
     pub(crate) access: crate::broker::access::Access,
+    /// Reads stored messages back (the store's; `None` in a broker that never stores).
+    pub(crate) loader: Option<Arc<dyn crate::broker::types::MessageLoader>>,
+    /// The first failure to read a stored message back: the server stops (S-DUR-7).
+    pub(crate) storage_failure: Option<String>,
 }
 
 impl Default for Broker {
@@ -358,6 +362,8 @@ impl Broker {
             dead_letter_dropped: 0,
             unacked_per_channel_max: crate::limits::UNACKED_PER_CHANNEL_MAX,
             access: crate::broker::access::Access::default(),
+            loader: None,
+            storage_failure: None,
         };
         b.add_vhost("/");
         b
@@ -1278,7 +1284,7 @@ impl Broker {
         let ids: Vec<MessageId> = taken
             .iter()
             .filter(|t| logged && t.msg.is_persistent())
-            .map(|t| t.msg.id)
+            .map(|t| t.msg.id())
             .collect();
         if !ids.is_empty() {
             out.events.push(Event::Purged {

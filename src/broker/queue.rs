@@ -13,17 +13,16 @@
 )]
 
 use std::collections::{BTreeSet, VecDeque};
-use std::sync::Arc;
+use crate::broker::types::{MessageId, MessageRef};
 
-use crate::broker::types::{Message, MessageId};
-
-/// One queued message: 24 bytes. The message itself is shared by every queue it entered.
+/// One queued message: 56 bytes, the content either shared in memory by every queue it
+/// entered or left on disk (a 32-byte reference inline, DESIGN "Memory").
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
-    /// `msg.id`, kept inline so tombstones keep their place in the order.
+    /// `msg.id()`, kept inline so tombstones keep their place in the order.
     pub id: MessageId,
     /// `None` = tombstone.
-    pub msg: Option<Arc<Message>>,
+    pub msg: Option<MessageRef>,
     /// Times it came back to the queue (x-delivery-count).
     pub delivery_count: u32,
     /// Delivered (or possibly delivered) before.
@@ -33,19 +32,24 @@ pub(crate) struct Entry {
 /// A message taken out of a queue.
 #[derive(Debug, Clone)]
 pub(crate) struct Taken {
-    pub msg: Arc<Message>,
+    pub msg: MessageRef,
     pub delivery_count: u32,
     pub redelivered: bool,
 }
 
 /// The deadline of `msg` in a queue whose effective TTL is `queue_ttl_ms` (S-TTL-3, S-TTL-4):
 /// enqueue time + the lowest TTL.
-pub(crate) fn deadline_of(msg: &Message, queue_ttl_ms: Option<u32>) -> Option<u64> {
-    let ttl = match (msg.ttl_ms, queue_ttl_ms) {
+pub(crate) fn deadline_of(msg: &MessageRef, queue_ttl_ms: Option<u32>) -> Option<u64> {
+    let (enqueued_at_ms, ttl_ms) = msg.timing();
+    deadline_at(enqueued_at_ms, ttl_ms, queue_ttl_ms)
+}
+
+fn deadline_at(enqueued_at_ms: u64, ttl_ms: Option<u32>, queue_ttl_ms: Option<u32>) -> Option<u64> {
+    let ttl = match (ttl_ms, queue_ttl_ms) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }?;
-    Some(msg.enqueued_at_ms.saturating_add(u64::from(ttl)))
+    Some(enqueued_at_ms.saturating_add(u64::from(ttl)))
 }
 
 /// Ready messages of one queue. Invariant: `slots` is sorted by id; `live` counts the
@@ -58,10 +62,23 @@ pub(crate) struct Ready {
     bytes: u64,
     deadlines: BTreeSet<(u64, MessageId)>,
     ttl_ms: Option<u32>,
+    /// Body bytes of the live entries whose content is in memory.
+    loaded_bytes: u64,
+    /// Entries with ids up to this one were paged out already (or were not pageable): where
+    /// the next [`Ready::page_out`] starts. A hint, not an invariant (a requeue may put a
+    /// loaded message back behind it; it is paged out when it comes back again).
+    paged_through: MessageId,
 }
 
-fn body_len(msg: &Message) -> u64 {
-    u64::try_from(msg.body.len()).unwrap_or(u64::MAX)
+fn body_len(msg: &MessageRef) -> u64 {
+    msg.body_len()
+}
+
+fn loaded_len(msg: &MessageRef) -> u64 {
+    match msg {
+        MessageRef::Loaded(m) => u64::from(m.body_len()),
+        MessageRef::Stored(_) => 0,
+    }
 }
 
 impl Ready {
@@ -77,6 +94,49 @@ impl Ready {
         self.bytes
     }
 
+    /// Body bytes of the live entries held in memory.
+    pub fn loaded_bytes(&self) -> u64 {
+        self.loaded_bytes
+    }
+
+    /// Replaces in-memory content by its stored reference, oldest first, for messages whose
+    /// record is durable (Lsn at most `durable_lsn`), until about `want` body bytes are freed
+    /// or a message not yet durable is met (later ones are not either). Only for a queue whose
+    /// messages are all in the log (a logged queue): a stored message must stay readable for
+    /// as long as it is queued, and the log (or a checkpoint) keeps exactly those. Returns the
+    /// bytes freed.
+    pub fn page_out(&mut self, durable_lsn: u64, want: u64) -> u64 {
+        let start = match self.locate(self.paged_through) {
+            Ok(i) => i + 1,
+            Err(i) => i,
+        };
+        let mut freed = 0;
+        for e in self.slots.range_mut(start..) {
+            if freed >= want {
+                break;
+            }
+            let Some(MessageRef::Loaded(m)) = &e.msg else {
+                self.paged_through = e.id;
+                continue;
+            };
+            if !m.is_persistent() {
+                self.paged_through = e.id;
+                continue;
+            }
+            let Some((lsn, stored)) = m.stored_ref() else {
+                break;
+            };
+            if lsn > durable_lsn {
+                break;
+            }
+            freed += u64::from(stored.body_len);
+            e.msg = Some(MessageRef::Stored(stored));
+            self.paged_through = e.id;
+        }
+        self.loaded_bytes -= freed.min(self.loaded_bytes);
+        freed
+    }
+
     /// The earliest deadline of a ready message.
     pub fn first_deadline(&self) -> Option<u64> {
         self.deadlines.first().map(|&(d, _)| d)
@@ -88,20 +148,21 @@ impl Ready {
     }
 
     /// Appends a message newer than every message in the queue.
-    pub fn push_back(&mut self, msg: Arc<Message>, delivery_count: u32, redelivered: bool) {
+    pub fn push_back(&mut self, msg: MessageRef, delivery_count: u32, redelivered: bool) {
+        let id = msg.id();
         if let Some(last) = self.slots.back() {
             assert!(
-                last.id < msg.id,
-                "push_back out of order: {:?} after {:?}",
-                msg.id,
+                last.id < id,
+                "push_back out of order: {id:?} after {:?}",
                 last.id
             );
         }
         self.index_insert(&msg);
         self.live += 1;
         self.bytes += body_len(&msg);
+        self.loaded_bytes += loaded_len(&msg);
         self.slots.push_back(Entry {
-            id: msg.id,
+            id,
             msg: Some(msg),
             delivery_count,
             redelivered,
@@ -110,11 +171,12 @@ impl Ready {
 
     /// Puts a message back at its position by id (requeue, S-TTL-7: the deadline is derived
     /// from the original enqueue time, so it is unchanged).
-    pub fn insert(&mut self, msg: Arc<Message>, delivery_count: u32, redelivered: bool) {
-        let id = msg.id;
+    pub fn insert(&mut self, msg: MessageRef, delivery_count: u32, redelivered: bool) {
+        let id = msg.id();
         self.index_insert(&msg);
         self.live += 1;
         self.bytes += body_len(&msg);
+        self.loaded_bytes += loaded_len(&msg);
         let entry = Entry {
             id,
             msg: Some(msg),
@@ -174,18 +236,21 @@ impl Ready {
         Err(lo)
     }
 
-    fn index_insert(&mut self, msg: &Message) {
+    fn index_insert(&mut self, msg: &MessageRef) {
         if let Some(d) = deadline_of(msg, self.ttl_ms) {
-            let fresh = self.deadlines.insert((d, msg.id));
-            assert!(fresh, "message {:?} already in the deadline index", msg.id);
+            let fresh = self.deadlines.insert((d, msg.id()));
+            assert!(fresh, "message {:?} already in the deadline index", msg.id());
         }
     }
 
-    fn index_remove(&mut self, msg: &Message) {
+    fn index_remove(&mut self, msg: &MessageRef) {
         if let Some(d) = deadline_of(msg, self.ttl_ms) {
-            let was = self.deadlines.remove(&(d, msg.id));
-            assert!(was, "message {:?} missing from the deadline index", msg.id);
+            let was = self.deadlines.remove(&(d, msg.id()));
+            assert!(was, "message {:?} missing from the deadline index", msg.id());
         }
+        self.live -= 1;
+        self.bytes -= body_len(msg);
+        self.loaded_bytes -= loaded_len(msg);
     }
 
     fn trim_front(&mut self) {
@@ -204,8 +269,6 @@ impl Ready {
         let entry = self.slots.pop_front()?;
         let msg = entry.msg.expect("the front is never a tombstone");
         self.index_remove(&msg);
-        self.live -= 1;
-        self.bytes -= body_len(&msg);
         self.trim_front();
         Some(Taken {
             msg,
@@ -225,8 +288,6 @@ impl Ready {
             redelivered: slot.redelivered,
         };
         self.index_remove(&taken.msg);
-        self.live -= 1;
-        self.bytes -= body_len(&taken.msg);
         self.trim_front();
         // Amortised compaction: tombstones never outnumber live entries by much.
         if self.slots.len() > 2 * self.live + 64 {
@@ -260,7 +321,7 @@ impl Ready {
             if let Some(msg) = &e.msg
                 && let Some(d) = deadline_of(msg, ttl_ms)
             {
-                self.deadlines.insert((d, msg.id));
+                self.deadlines.insert((d, msg.id()));
             }
         }
     }
@@ -281,11 +342,12 @@ impl Ready {
         self.deadlines.clear();
         self.live = 0;
         self.bytes = 0;
+        self.loaded_bytes = 0;
         out
     }
 
     /// The live entries in queue order.
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&Arc<Message>, &Entry)> {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&MessageRef, &Entry)> {
         self.slots
             .iter()
             .filter_map(|e| e.msg.as_ref().map(|m| (m, e)))
@@ -295,6 +357,7 @@ impl Ready {
     pub fn check_invariants(&self) {
         let mut live = 0;
         let mut bytes = 0;
+        let mut loaded = 0;
         let mut with_deadline = 0;
         let mut prev: Option<MessageId> = None;
         for e in &self.slots {
@@ -303,15 +366,16 @@ impl Ready {
             }
             prev = Some(e.id);
             if let Some(msg) = &e.msg {
-                assert_eq!(msg.id, e.id, "entry id differs from its message's");
+                assert_eq!(msg.id(), e.id, "entry id differs from its message's");
                 live += 1;
                 bytes += body_len(msg);
+                loaded += loaded_len(msg);
                 if let Some(d) = deadline_of(msg, self.ttl_ms) {
                     with_deadline += 1;
                     assert!(
-                        self.deadlines.contains(&(d, msg.id)),
+                        self.deadlines.contains(&(d, e.id)),
                         "ready message {:?} missing from the deadline index",
-                        msg.id
+                        e.id
                     );
                 }
             }
@@ -322,6 +386,7 @@ impl Ready {
         );
         assert_eq!(live, self.live, "live count");
         assert_eq!(bytes, self.bytes, "byte count");
+        assert_eq!(loaded, self.loaded_bytes, "loaded byte count");
         assert_eq!(
             with_deadline,
             self.deadlines.len(),
@@ -333,10 +398,12 @@ impl Ready {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::broker::types::Message;
+    use std::sync::Arc;
     use crate::broker::types::Properties;
 
-    fn msg(id: u64, at: u64, ttl: Option<u32>) -> Arc<Message> {
-        Arc::new(Message {
+    fn msg(id: u64, at: u64, ttl: Option<u32>) -> MessageRef {
+        MessageRef::Loaded(Arc::new(Message {
             id: MessageId(id),
             enqueued_at_ms: at,
             ttl_ms: ttl,
@@ -344,7 +411,8 @@ mod tests {
             routing_key: "q".into(),
             properties: Properties::default(),
             body: bytes::Bytes::from_static(b"abc"),
-        })
+            stored: crate::broker::types::StoredSlot::default(),
+        }))
     }
 
     #[test]
@@ -357,12 +425,12 @@ mod tests {
         assert_eq!(r.first_due(9), None);
         assert_eq!(r.first_due(10), Some(MessageId(2)));
         let t = r.remove(MessageId(2)).unwrap();
-        assert_eq!(t.msg.id, MessageId(2));
+        assert_eq!(t.msg.id(), MessageId(2));
         r.check_invariants();
         assert_eq!(r.len(), 2);
         assert_eq!(r.bytes(), 6);
-        assert_eq!(r.pop_front().unwrap().msg.id, MessageId(1));
-        assert_eq!(r.pop_front().unwrap().msg.id, MessageId(3));
+        assert_eq!(r.pop_front().unwrap().msg.id(), MessageId(1));
+        assert_eq!(r.pop_front().unwrap().msg.id(), MessageId(3));
         r.check_invariants();
         assert!(r.is_empty());
     }

@@ -16,8 +16,8 @@ use crate::broker::error::BrokerError;
 use crate::broker::model::{Broker, Dest, QueueId, Timer};
 use crate::broker::queue::deadline_of;
 use crate::broker::types::{
-    BindingInfo, ConsumerInfo, DestName, Event, ExchangeInfo, MessageId, Outcome, PolicyInfo,
-    QueueDeletedReason, QueueInfo,
+    BindingInfo, ConsumerInfo, DestName, Event, ExchangeInfo, MessageId, MessageLoader,
+    MessageRef, Outcome, PolicyInfo, QueueDeletedReason, QueueInfo, StoredEvent,
 };
 
 /// One persistent message of a durable queue as the log knows it.
@@ -88,8 +88,8 @@ pub struct QueueSnapshot {
 /// One persistent message in one queue, with the per-queue marks replay keeps.
 #[derive(Debug, Clone)]
 pub struct SnapshotMessage {
-    /// The message (shared with every queue it is in).
-    pub message: Arc<crate::broker::types::Message>,
+    /// The message (in memory, shared with every queue it is in; or its stored reference).
+    pub message: MessageRef,
     /// Times it came back to this queue (x-delivery-count).
     pub delivery_count: u32,
     /// Delivered before; unacked messages count as delivered (S-DUR-6).
@@ -259,7 +259,7 @@ impl Broker {
                     self.unschedule(*s);
                 }
                 for name in queues {
-                    self.replay_push(vhost, name, msg.clone())?;
+                    self.replay_push(vhost, name, MessageRef::Loaded(msg.clone()))?;
                 }
             }
             Event::Scheduled {
@@ -307,7 +307,7 @@ impl Broker {
                 if let Some(m) = message {
                     self.see_id(m.message.id);
                     for t in targets {
-                        self.replay_push(vhost, t, m.message.clone())?;
+                        self.replay_push(vhost, t, MessageRef::Loaded(m.message.clone()))?;
                     }
                 }
             }
@@ -352,21 +352,104 @@ impl Broker {
     pub fn restore_message(
         &mut self,
         vhost: &str,
-        message: &Arc<crate::broker::types::Message>,
+        message: &MessageRef,
         placements: &[Placement],
     ) -> Result<(), BrokerError> {
-        self.see_id(message.id);
+        self.see_id(message.id());
         for p in placements {
             self.replay_push_marked(
                 vhost,
                 &p.queue,
-                Arc::clone(message),
+                message.clone(),
                 p.delivery_count,
                 p.redelivered,
             )?;
         }
         self.rearm_dirty();
         Ok(())
+    }
+
+    /// Applies a message event recovery read with the content left on disk: the same as
+    /// [`Broker::apply`] of the whole event, with the messages held as stored references.
+    ///
+    /// # Errors
+    /// As [`Broker::apply`].
+    pub fn apply_stored(&mut self, event: &StoredEvent) -> Result<(), BrokerError> {
+        match event {
+            StoredEvent::Published {
+                vhost,
+                message,
+                queues,
+                scheduled,
+            } => {
+                self.see_id(message.id);
+                if let Some(s) = scheduled {
+                    self.unschedule(*s);
+                }
+                for name in queues {
+                    self.replay_push(vhost, name, MessageRef::Stored(*message))?;
+                }
+            }
+            StoredEvent::DeadLettered {
+                vhost,
+                from,
+                id,
+                message,
+                targets,
+            } => {
+                if let Some(from) = from {
+                    self.replay_remove(vhost, from, *id);
+                }
+                if let Some(m) = message {
+                    self.see_id(m.id);
+                    for t in targets {
+                        self.replay_push(vhost, t, MessageRef::Stored(*m))?;
+                    }
+                }
+            }
+        }
+        self.rearm_dirty();
+        Ok(())
+    }
+
+    /// Hands the broker the store's reader of stored messages (before `recovered`, which may
+    /// dead-letter stored messages).
+    pub fn set_loader(&mut self, loader: Arc<dyn MessageLoader>) {
+        self.loader = Some(loader);
+    }
+
+    /// The first failure to read a stored message back, if any: the store is damaged and the
+    /// server must stop (S-DUR-7). Nothing about that message was logged.
+    pub fn storage_failure(&self) -> Option<&str> {
+        self.storage_failure.as_deref()
+    }
+
+    /// Body bytes of queued messages whose content is in memory, over every queue.
+    pub fn loaded_bytes(&self) -> u64 {
+        self.queues.values().map(|q| q.ready.loaded_bytes()).sum()
+    }
+
+    /// Keeps memory bounded (DESIGN "Memory"): when the content of queued messages in memory
+    /// exceeds `budget` bytes, the oldest whose record is durable (Lsn at most `durable_lsn`)
+    /// in logged queues are replaced by stored references until a quarter of the budget is
+    /// free again. Returns the body bytes released from the queues (a message still held
+    /// elsewhere, unacked or in another queue, is freed when the last holder lets go).
+    pub fn page_out(&mut self, durable_lsn: u64, budget: u64) -> u64 {
+        let loaded = self.loaded_bytes();
+        if loaded <= budget {
+            return 0;
+        }
+        let mut want = loaded - budget / 4 * 3;
+        let mut freed = 0;
+        for q in self.queues.values_mut().filter(|q| q.logged()) {
+            if want == 0 {
+                break;
+            }
+            let got = q.ready.page_out(durable_lsn, want);
+            want = want.saturating_sub(got);
+            freed += got;
+        }
+        freed
     }
 
     /// Raises the next message id to at least `next` (a checkpoint carries it, so that ids
@@ -392,7 +475,7 @@ impl Broker {
         for u in self.channels.values().flat_map(|c| c.unacked.values()) {
             if u.taken.msg.is_persistent() {
                 unacked.entry(u.queue).or_default().push(SnapshotMessage {
-                    message: Arc::clone(&u.taken.msg),
+                    message: u.taken.msg.clone(),
                     delivery_count: u.taken.delivery_count,
                     redelivered: true,
                 });
@@ -413,7 +496,7 @@ impl Broker {
                     .iter()
                     .filter(|(m, _)| m.is_persistent())
                     .map(|(m, e)| SnapshotMessage {
-                        message: Arc::clone(m),
+                        message: m.clone(),
                         delivery_count: e.delivery_count,
                         redelivered: e.redelivered,
                     });
@@ -529,7 +612,7 @@ impl Broker {
         &mut self,
         vhost: &str,
         queue: &str,
-        msg: Arc<crate::broker::types::Message>,
+        msg: MessageRef,
     ) -> Result<(), BrokerError> {
         self.replay_push_marked(vhost, queue, msg, 0, false)
     }
@@ -538,7 +621,7 @@ impl Broker {
         &mut self,
         vhost: &str,
         queue: &str,
-        msg: Arc<crate::broker::types::Message>,
+        msg: MessageRef,
         delivery_count: u32,
         redelivered: bool,
     ) -> Result<(), BrokerError> {
@@ -553,7 +636,7 @@ impl Broker {
             && q.ready
                 .iter()
                 .next_back()
-                .is_some_and(|(m, _)| m.id >= msg.id)
+                .is_some_and(|(m, _)| m.id() >= msg.id())
         {
             return Err(corrupt("message ids out of order"));
         }
@@ -626,7 +709,7 @@ impl Broker {
                 .ready
                 .iter()
                 .filter(|(m, _)| !m.is_persistent())
-                .map(|(m, _)| m.id)
+                .map(|(m, _)| m.id())
                 .collect();
             for id in transient_msgs {
                 q.ready.remove(id);
@@ -787,7 +870,7 @@ impl Broker {
             }
         }
         for m in self.queues.values().flat_map(|q| q.ready.iter()) {
-            assert!(m.0.id.0 < self.next_message, "message id from the future");
+            assert!(m.0.id().0 < self.next_message, "message id from the future");
         }
     }
 
@@ -905,6 +988,18 @@ impl Broker {
         vhost: &str,
         queue: &str,
     ) -> Vec<(Arc<crate::broker::types::Message>, bool)> {
+        self.peek_messages(vhost, queue, usize::MAX)
+    }
+
+    /// The first `limit` ready messages of a queue, as [`Broker::ready_messages`]; stored
+    /// messages are read back (one that cannot be is left out and logged by the loader's
+    /// caller when delivered).
+    pub fn peek_messages(
+        &self,
+        vhost: &str,
+        queue: &str,
+        limit: usize,
+    ) -> Vec<(Arc<crate::broker::types::Message>, bool)> {
         let Some(q) = self
             .vhosts
             .get(vhost)
@@ -915,7 +1010,8 @@ impl Broker {
         };
         q.ready
             .iter()
-            .map(|(m, e)| (m.clone(), e.redelivered))
+            .filter_map(|(m, e)| Some((self.read(m).ok()?, e.redelivered)))
+            .take(limit)
             .collect()
     }
 
@@ -962,13 +1058,13 @@ impl Broker {
                 }
                 let mut msgs: BTreeMap<MessageId, DurableMessage> = BTreeMap::new();
                 let ttl = q.ready.ttl_ms();
-                let mut add = |m: &crate::broker::types::Message, count: u32, redelivered: bool| {
+                let mut add = |m: &MessageRef, count: u32, redelivered: bool| {
                     if m.is_persistent() {
                         msgs.insert(
-                            m.id,
+                            m.id(),
                             DurableMessage {
-                                id: m.id,
-                                enqueued_at_ms: m.enqueued_at_ms,
+                                id: m.id(),
+                                enqueued_at_ms: m.timing().0,
                                 deadline_ms: deadline_of(m, ttl),
                                 delivery_count: count,
                                 redelivered,
@@ -1009,12 +1105,12 @@ impl Broker {
 /// in at most one of them).
 fn merge_by_id(a: Vec<SnapshotMessage>, b: Vec<SnapshotMessage>) -> Vec<SnapshotMessage> {
     let mut b = b;
-    b.sort_unstable_by_key(|m| m.message.id);
+    b.sort_unstable_by_key(|m| m.message.id());
     let mut out = Vec::with_capacity(a.len() + b.len());
     let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
     loop {
         let take_a = match (a.peek(), b.peek()) {
-            (Some(x), Some(y)) => x.message.id < y.message.id,
+            (Some(x), Some(y)) => x.message.id() < y.message.id(),
             (Some(_), None) => true,
             (None, Some(_)) => false,
             (None, None) => return out,

@@ -37,7 +37,7 @@ impl ChanRef {
 
 /// A message, numbered by the broker in publish order (monotonic, never reused, survives
 /// recovery through the events). A dead-lettered copy gets a new id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct MessageId(pub u64);
 
 /// A delivery tag: per channel, 1, 2, 3, ... in delivery order.
@@ -102,6 +102,9 @@ pub struct Message {
     pub properties: Properties,
     /// Its body.
     pub body: Bytes,
+    /// Where the store wrote its record, once it did (set by `store::Store::log`): lets the
+    /// broker drop the content from memory and read it back later (DESIGN "Memory").
+    pub stored: StoredSlot,
 }
 
 impl Message {
@@ -109,6 +112,160 @@ impl Message {
     pub fn is_persistent(&self) -> bool {
         self.properties.is_persistent()
     }
+
+    /// Its body length.
+    pub fn body_len(&self) -> u32 {
+        u32::try_from(self.body.len()).unwrap_or(u32::MAX)
+    }
+
+    /// The reference that stands for it once its content is left on disk: `None` until the
+    /// store has written its record.
+    pub fn stored_ref(&self) -> Option<(u64, StoredMessage)> {
+        let &(lsn, at) = self.stored.0.get()?;
+        Some((
+            lsn,
+            StoredMessage {
+                id: self.id,
+                enqueued_at_ms: self.enqueued_at_ms,
+                ttl_ms: self.ttl_ms,
+                body_len: self.body_len(),
+                at,
+            },
+        ))
+    }
+}
+
+/// Where a message's record is, once written: the record's Lsn (durable once the log's
+/// watermark reaches it) and the store's opaque position of it. Set once. Not part of the
+/// message's value: a clone starts empty (a copy with another id is another message) and
+/// equality ignores it.
+#[derive(Debug, Default)]
+pub struct StoredSlot(std::sync::OnceLock<(u64, StoredAt)>);
+
+impl StoredSlot {
+    /// Records where the message was written (a second call keeps the first).
+    pub fn set(&self, lsn: u64, at: StoredAt) {
+        let _ = self.0.set((lsn, at));
+    }
+
+    /// A slot already filled (a message read back from the store).
+    pub fn filled(lsn: u64, at: StoredAt) -> Self {
+        Self(std::sync::OnceLock::from((lsn, at)))
+    }
+}
+
+impl Clone for StoredSlot {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl PartialEq for StoredSlot {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// A position in the store, opaque to the broker: the store packs a file and an offset into it.
+pub type StoredAt = u64;
+
+/// A persistent message whose content (exchange, routing key, properties, body) is on disk:
+/// what memory holds of it (32 bytes), enough for queue order, deadlines and byte counts.
+/// Every stored message is persistent (only persistent messages are logged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredMessage {
+    /// Its id.
+    pub id: MessageId,
+    /// Enqueue time (ms since the epoch).
+    pub enqueued_at_ms: u64,
+    /// Its own TTL.
+    pub ttl_ms: Option<u32>,
+    /// Body length in bytes.
+    pub body_len: u32,
+    /// Where its record is.
+    pub at: StoredAt,
+}
+
+/// A queued message: in memory, or on disk with a small reference in memory.
+#[derive(Debug, Clone)]
+pub enum MessageRef {
+    /// Content in memory, shared by every queue it is in.
+    Loaded(Arc<Message>),
+    /// Content on disk (read back through the broker's [`MessageLoader`]).
+    Stored(StoredMessage),
+}
+
+impl MessageRef {
+    /// Its id.
+    pub fn id(&self) -> MessageId {
+        match self {
+            MessageRef::Loaded(m) => m.id,
+            MessageRef::Stored(s) => s.id,
+        }
+    }
+
+    /// Persistent (every stored message is).
+    pub fn is_persistent(&self) -> bool {
+        match self {
+            MessageRef::Loaded(m) => m.is_persistent(),
+            MessageRef::Stored(_) => true,
+        }
+    }
+
+    /// Body length in bytes.
+    pub fn body_len(&self) -> u64 {
+        u64::from(match self {
+            MessageRef::Loaded(m) => m.body_len(),
+            MessageRef::Stored(s) => s.body_len,
+        })
+    }
+
+    /// Enqueue time and own TTL: what its deadline is derived from.
+    pub fn timing(&self) -> (u64, Option<u32>) {
+        match self {
+            MessageRef::Loaded(m) => (m.enqueued_at_ms, m.ttl_ms),
+            MessageRef::Stored(s) => (s.enqueued_at_ms, s.ttl_ms),
+        }
+    }
+}
+
+/// Reads a stored message's content back (the store implements it and hands one to the
+/// broker; the broker stays free of files).
+pub trait MessageLoader: Send + Sync + std::fmt::Debug {
+    /// The whole message `stored` stands for.
+    ///
+    /// # Errors
+    /// The record cannot be read or is damaged (the caller stops: S-DUR-7).
+    fn load(&self, stored: &StoredMessage) -> Result<Message, String>;
+}
+
+/// A message event of the log as recovery reads it: the message's content stays on disk.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoredEvent {
+    /// As [`Event::Published`].
+    Published {
+        /// Virtual host.
+        vhost: String,
+        /// The message.
+        message: StoredMessage,
+        /// Durable queues it entered.
+        queues: Vec<String>,
+        /// The schedule it ends.
+        scheduled: Option<MessageId>,
+    },
+    /// As [`Event::DeadLettered`].
+    DeadLettered {
+        /// Virtual host.
+        vhost: String,
+        /// Source queue, when logged there.
+        from: Option<String>,
+        /// Its id in the source queue.
+        id: MessageId,
+        /// The new copy, if it entered a durable queue.
+        message: Option<StoredMessage>,
+        /// Durable queues it entered.
+        targets: Vec<String>,
+    },
 }
 
 /// Exchange types.

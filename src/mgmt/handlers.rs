@@ -581,9 +581,14 @@ pub(crate) async fn queue_get_messages(
                 if !view.broker.queues(&vhost).iter().any(|q| q.name == queue) {
                     return None;
                 }
-                // Copies only the first `count` references out of the broker task.
-                let ready = view.broker.ready_messages(&vhost, &queue);
-                let total = ready.len() as u64;
+                // Reads back only the first `count` messages (the rest may be on disk).
+                let total = view
+                    .broker
+                    .queues(&vhost)
+                    .iter()
+                    .find(|q| q.name == queue)
+                    .map_or(0, |q| q.ready);
+                let ready = view.broker.peek_messages(&vhost, &queue, limit);
                 Some(
                     ready
                         .into_iter()

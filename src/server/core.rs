@@ -1183,12 +1183,21 @@ impl Core {
     /// releases what is durable, and asks the durability waiter about the rest.
     fn end_batch(&mut self) -> Result<(), StoreError> {
         self.log_batch()?;
+        if let Some(failure) = self.broker.storage_failure() {
+            return Err(StoreError::Log(failure.to_owned()));
+        }
         // The broker now reflects the log exactly: a snapshot for a checkpoint fits here.
         if let Some(store) = self.store.as_mut() {
             store.maybe_checkpoint(&self.broker);
         }
         let ticket = self.last_ticket;
         let watermark = self.watermark();
+        // Bodies of durable queued messages beyond the budget go back to disk (DESIGN
+        // "Memory"); only when there is a store to read them back from.
+        if self.store.is_some() {
+            self.broker
+                .page_out(watermark, crate::limits::MESSAGE_MEMORY_BYTES);
+        }
         self.held.retain(|_, outbox| outbox.release(watermark));
         for conn in std::mem::take(&mut self.dirty) {
             if let Some(c) = self.conns.get_mut(&conn) {

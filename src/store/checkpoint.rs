@@ -15,9 +15,8 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use crate::broker::{Broker, Event, Placement, Snapshot};
+use crate::broker::{Broker, Event, MessageRef, Placement, Snapshot, StoredMessage};
 use crate::limits;
 use crate::store::StoreError;
 use crate::store::codec::{self, STORE_FORMAT_VERSION, StoreRecord};
@@ -144,7 +143,14 @@ struct Encoder<'s> {
     buf: Vec<u8>,
     payload: Vec<u8>,
     records: u64,
+    /// Bytes handed to `sink` so far.
+    flushed: u64,
+    /// (message id, frame offset) of every carried message, in id order.
+    index: Vec<(u64, u64)>,
 }
+
+/// Reads a stored message's encoded Message part (the checkpoint copies it forward as is).
+pub type PartSource<'a> = &'a dyn Fn(&StoredMessage) -> Result<Vec<u8>, String>;
 
 impl Encoder<'_> {
     fn event(&mut self, event: &Event) -> Result<(), StoreError> {
@@ -157,10 +163,21 @@ impl Encoder<'_> {
         &mut self,
         vhost: &str,
         placements: &[Placement],
-        message: &crate::broker::Message,
+        message: &MessageRef,
+        parts: PartSource<'_>,
     ) -> Result<(), StoreError> {
         self.payload.clear();
-        codec::encode_carried(vhost, placements, message, &mut self.payload)?;
+        match message {
+            MessageRef::Loaded(m) => {
+                codec::encode_carried(vhost, placements, m, &mut self.payload)?;
+            }
+            MessageRef::Stored(s) => {
+                let part = parts(s).map_err(StoreError::Log)?;
+                codec::encode_carried_part(vhost, placements, &part, &mut self.payload)?;
+            }
+        }
+        let offset = CHECKPOINT_HEADER_BYTES as u64 + self.flushed + self.buf.len() as u64;
+        self.index.push((message.id().0, offset));
         self.frame(codec::CARRIED_KIND)
     }
 
@@ -189,6 +206,7 @@ impl Encoder<'_> {
     fn flush(&mut self) -> Result<(), StoreError> {
         if !self.buf.is_empty() {
             (self.sink)(&self.buf)?;
+            self.flushed += self.buf.len() as u64;
             self.buf.clear();
         }
         Ok(())
@@ -197,7 +215,11 @@ impl Encoder<'_> {
 
 /// Writes every record of `snapshot`: definitions, scheduled messages, then the messages of
 /// all queues merged by id (queue order), each message once with all its queues.
-fn encode_records(snapshot: &Snapshot, enc: &mut Encoder<'_>) -> Result<(), StoreError> {
+fn encode_records(
+    snapshot: &Snapshot,
+    enc: &mut Encoder<'_>,
+    parts: PartSource<'_>,
+) -> Result<(), StoreError> {
     for event in snapshot.definitions.iter().chain(&snapshot.scheduled) {
         enc.event(event)?;
     }
@@ -208,7 +230,7 @@ fn encode_records(snapshot: &Snapshot, enc: &mut Encoder<'_>) -> Result<(), Stor
     let mut heap: BinaryHeap<Reverse<(u64, usize)>> = queues
         .iter()
         .enumerate()
-        .filter_map(|(i, q)| q.messages.first().map(|m| Reverse((m.message.id.0, i))))
+        .filter_map(|(i, q)| q.messages.first().map(|m| Reverse((m.message.id().0, i))))
         .collect();
     let mut placements: Vec<Placement> = Vec::new();
     while let Some(Reverse((id, first))) = heap.pop() {
@@ -216,7 +238,7 @@ fn encode_records(snapshot: &Snapshot, enc: &mut Encoder<'_>) -> Result<(), Stor
         let Some(first_msg) = q.messages.get(cursor.get(first).copied().unwrap_or(0)) else {
             break;
         };
-        let message = Arc::clone(&first_msg.message);
+        let message = first_msg.message.clone();
         let vhost = q.vhost.as_str();
         placements.clear();
         let mut take = |i: usize, heap: &mut BinaryHeap<Reverse<(u64, usize)>>| {
@@ -232,7 +254,7 @@ fn encode_records(snapshot: &Snapshot, enc: &mut Encoder<'_>) -> Result<(), Stor
             }
             *at += 1;
             if let Some(next) = q.messages.get(*at) {
-                heap.push(Reverse((next.message.id.0, i)));
+                heap.push(Reverse((next.message.id().0, i)));
             }
         };
         take(first, &mut heap);
@@ -244,7 +266,7 @@ fn encode_records(snapshot: &Snapshot, enc: &mut Encoder<'_>) -> Result<(), Stor
             heap.pop();
             take(i, &mut heap);
         }
-        enc.carried(vhost, &placements, &message)?;
+        enc.carried(vhost, &placements, &message, parts)?;
     }
     Ok(())
 }
@@ -265,9 +287,10 @@ fn encode_header(h: CheckpointHeader) -> [u8; CHECKPOINT_HEADER_BYTES] {
 }
 
 /// The whole checkpoint file for `snapshot` at `lsn`, in memory (tests, golden examples).
+/// Every message must be in memory (`MessageRef::Loaded`).
 ///
 /// # Errors
-/// An event or message that does not fit the record format.
+/// An event or message that does not fit the record format, or a stored message.
 pub fn encode_to_vec(snapshot: &Snapshot, lsn: Lsn) -> Result<Vec<u8>, StoreError> {
     let mut body = vec![0u8; CHECKPOINT_HEADER_BYTES];
     let mut sink = |bytes: &[u8]| {
@@ -279,8 +302,11 @@ pub fn encode_to_vec(snapshot: &Snapshot, lsn: Lsn) -> Result<Vec<u8>, StoreErro
         buf: Vec::new(),
         payload: Vec::new(),
         records: 0,
+        flushed: 0,
+        index: Vec::new(),
     };
-    encode_records(snapshot, &mut enc)?;
+    let no_store = |s: &StoredMessage| Err(format!("message {} is stored, not in memory", s.id.0));
+    encode_records(snapshot, &mut enc, &no_store)?;
     enc.flush()?;
     let records = enc.records;
     let header = encode_header(CheckpointHeader {
@@ -297,20 +323,22 @@ pub fn encode_to_vec(snapshot: &Snapshot, lsn: Lsn) -> Result<Vec<u8>, StoreErro
 
 /// Writes the checkpoint of `snapshot` covering the log through `lsn` atomically: into
 /// `{lsn}.checkpoint.tmp`, fsync, rename to `{lsn}.checkpoint`, fsync the directory; then
-/// removes older checkpoints. Returns the file's size in bytes.
+/// removes older checkpoints. Stored messages' Message parts come from `parts`. Returns the
+/// file's size in bytes and the offset of each carried message by id.
 ///
 /// The caller must have made the log durable through `lsn` first: a checkpoint must never
 /// describe records a crash could still lose.
 ///
 /// # Errors
-/// I/O errors (the temporary file is then left behind and removed at the next open), or a
-/// record that does not fit the format.
+/// I/O errors (the temporary file is then left behind and removed at the next open), a
+/// record that does not fit the format, or a stored message that cannot be read.
 pub fn write(
     storage: &dyn Storage,
     dir: &Path,
     lsn: Lsn,
     snapshot: &Snapshot,
-) -> Result<u64, StoreError> {
+    parts: PartSource<'_>,
+) -> Result<(u64, Vec<(u64, u64)>), StoreError> {
     let path = dir.join(file_name(lsn));
     let tmp = dir.join(format!("{:020}{TMP_SUFFIX}", lsn.0));
     if storage
@@ -333,10 +361,13 @@ pub fn write(
         buf: Vec::new(),
         payload: Vec::new(),
         records: 0,
+        flushed: 0,
+        index: Vec::new(),
     };
-    encode_records(snapshot, &mut enc)?;
+    encode_records(snapshot, &mut enc, parts)?;
     enc.flush()?;
     let records = enc.records;
+    let index = std::mem::take(&mut enc.index);
     let header = encode_header(CheckpointHeader {
         version: STORE_FORMAT_VERSION,
         lsn,
@@ -351,7 +382,7 @@ pub fn write(
     storage.sync_dir(dir).map_err(io_err(dir))?;
     // Only now, with the new one durable, may older checkpoints go.
     remove_older(storage, dir, lsn)?;
-    Ok(bytes)
+    Ok((bytes, index))
 }
 
 // ----- reading -----
@@ -448,6 +479,20 @@ pub fn read(
     path: &Path,
     visit: &mut dyn FnMut(CheckpointRecord, u64, u64) -> Result<(), StoreError>,
 ) -> Result<CheckpointHeader, StoreError> {
+    read_frames(storage, path, &mut |_, kind, payload, offset, frame_bytes| {
+        let decoded =
+            decode_record(kind, payload).map_err(|reason| corrupt(path, offset, reason))?;
+        visit(decoded, offset, frame_bytes)
+    })
+}
+
+/// As [`read`], handing each intact frame's kind and payload, undecoded (after the header,
+/// which comes first).
+fn read_frames(
+    storage: &dyn Storage,
+    path: &Path,
+    visit: &mut dyn FnMut(&CheckpointHeader, u8, &[u8], u64, u64) -> Result<(), StoreError>,
+) -> Result<CheckpointHeader, StoreError> {
     let file = storage.open(path, false).map_err(io_err(path))?;
     let len = file.len_bytes().map_err(io_err(path))?;
     let mut reader = ChunkReader {
@@ -478,10 +523,8 @@ pub fn read(
             FrameCheck::Valid(_) => return Err(corrupt(path, offset, "record out of sequence")),
             _ => return Err(corrupt(path, offset, "record CRC mismatch")),
         };
-        let decoded = decode_record(frame.kind, frame.payload)
-            .map_err(|reason| corrupt(path, offset, reason))?;
         let frame_bytes = frame.len_bytes() as u64;
-        visit(decoded, offset, frame_bytes)?;
+        visit(&header, frame.kind, frame.payload, offset, frame_bytes)?;
         offset += frame_bytes;
     }
     if offset != len {
@@ -520,37 +563,56 @@ pub fn decode_record(kind: u8, payload: &[u8]) -> Result<CheckpointRecord, Strin
     }
 }
 
-/// Loads the checkpoint at `path` into `broker` (a fresh one). Returns its header and the
-/// number of messages carried.
+/// A checkpoint loaded into a broker.
+#[derive(Debug)]
+pub struct Loaded {
+    /// Its header.
+    pub header: CheckpointHeader,
+    /// Messages carried.
+    pub messages: u64,
+    /// (message id, frame offset) of every carried message, in id order.
+    pub index: Vec<(u64, u64)>,
+}
+
+/// Loads the checkpoint at `path` into `broker` (a fresh one). Carried messages are restored
+/// as stored references into the file (their content stays on disk, read back when needed).
 ///
 /// # Errors
 /// As [`read`]; a record the model refuses is [`StoreError::CorruptCheckpoint`] too.
-pub fn load(
-    storage: &dyn Storage,
-    path: &Path,
-    broker: &mut Broker,
-) -> Result<(CheckpointHeader, u64), StoreError> {
-    let mut carried = 0u64;
-    let mut index = 0u64;
-    let header = read(storage, path, &mut |rec, _, _| {
-        index += 1;
+pub fn load(storage: &dyn Storage, path: &Path, broker: &mut Broker) -> Result<Loaded, StoreError> {
+    let mut index_of = 0u64;
+    let mut index = Vec::new();
+    let header = read_frames(storage, path, &mut |header, kind, payload, offset, _| {
+        index_of += 1;
         let refused = |e: crate::broker::BrokerError| {
             corrupt(
                 path,
-                0,
-                format!("record {index} does not fit the model: {e}"),
+                offset,
+                format!("record {index_of} does not fit the model: {e}"),
             )
         };
-        match rec {
-            CheckpointRecord::Event(event) => broker.apply(&event).map_err(refused),
-            CheckpointRecord::Carried(c) => {
-                carried += 1;
-                broker
-                    .restore_message(&c.vhost, &c.message, &c.placements)
-                    .map_err(refused)
+        if kind == codec::CARRIED_KIND {
+            let at = crate::store::stored::pack_checkpoint(header.lsn.0, offset)
+                .ok_or_else(|| corrupt(path, offset, "checkpoint over 1 TiB"))?;
+            let (vhost, placements, message) = codec::decode_carried_stored(payload, at)
+                .map_err(|e| corrupt(path, offset, e.to_string()))?;
+            if index.last().is_some_and(|&(last, _)| last >= message.id.0) {
+                return Err(corrupt(path, offset, "carried messages out of id order"));
             }
+            index.push((message.id.0, offset));
+            return broker
+                .restore_message(&vhost, &MessageRef::Stored(message), &placements)
+                .map_err(refused);
+        }
+        match decode_record(kind, payload).map_err(|reason| corrupt(path, offset, reason))? {
+            CheckpointRecord::Event(event) => broker.apply(&event).map_err(refused),
+            CheckpointRecord::Carried(_) => Err(corrupt(path, offset, "carried record misread")),
         }
     })?;
     broker.restore_next_message_id(header.next_message_id);
-    Ok((header, carried))
+    Ok(Loaded {
+        header,
+        messages: index.len() as u64,
+        index,
+    })
 }

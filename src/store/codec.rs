@@ -17,7 +17,7 @@ use bytes::Bytes;
 use crate::broker::replay::Placement;
 use crate::broker::types::{
     ApplyTo, DelayedType, DestName, Event, ExchangeKind, Message, MessageId, MessageRecord,
-    PolicySpec, Properties, SettleKind,
+    PolicySpec, Properties, SettleKind, StoredAt, StoredEvent, StoredMessage,
 };
 use crate::broker::value::{FieldTable, Value};
 use crate::limits;
@@ -769,6 +769,7 @@ fn get_message(d: &mut Dec<'_>) -> Result<MessageRecord, DecodeError> {
                 Some(owner) => owner.slice_ref(body),
                 None => Bytes::copy_from_slice(body),
             },
+            stored: crate::broker::types::StoredSlot::default(),
         }),
     })
 }
@@ -1363,13 +1364,7 @@ pub fn encode_carried(
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
     let e = &mut Enc { out };
-    e.name("vhost", vhost)?;
-    e.count("placements", placements.len())?;
-    for p in placements {
-        e.name("queue", &p.queue)?;
-        e.u32(p.delivery_count);
-        e.u8(if p.redelivered { FLAG_REDELIVERED } else { 0 });
-    }
+    put_placements(e, vhost, placements)?;
     put_message(e, message)
 }
 
@@ -1384,6 +1379,214 @@ pub fn decode_carried(payload: &[u8]) -> Result<Carried, DecodeError> {
         at: 0,
         kind: CARRIED_KIND,
     };
+    let (vhost, placements) = get_placements(d)?;
+    let message = get_message(d)?.message;
+    d.finish()?;
+    Ok(Carried {
+        vhost,
+        placements,
+        message,
+    })
+}
+
+// ----- stored messages: content left on disk (DESIGN "Memory") -----
+
+/// Reads a message's fixed fields and checks the rest of it (names, properties, body length)
+/// without keeping the content: what memory holds of a message whose body stays on disk.
+fn get_stored_message(d: &mut Dec<'_>, at: StoredAt) -> Result<StoredMessage, DecodeError> {
+    let id = MessageId(d.u64("message id")?);
+    let enqueued_at_ms = d.u64("enqueued at")?;
+    let flags = d.flags(FLAG_MESSAGE_TTL, "message flags")?;
+    let ttl_ms = if flags & FLAG_MESSAGE_TTL != 0 {
+        Some(d.u32("message ttl")?)
+    } else {
+        None
+    };
+    d.name("exchange")?;
+    d.name("routing key")?;
+    get_properties(d)?;
+    let body = d.bytes32("body")?;
+    if body.len() > limits::MESSAGE_BODY_BYTES_MAX as usize {
+        return Err(d.err("body over limits::MESSAGE_BODY_BYTES_MAX"));
+    }
+    Ok(StoredMessage {
+        id,
+        enqueued_at_ms,
+        ttl_ms,
+        body_len: u32::try_from(body.len()).unwrap_or(u32::MAX),
+        at,
+    })
+}
+
+/// Decodes a `Published` or `DeadLettered` record as recovery applies it, the message's
+/// content left on disk at `at` (the record's position); `Ok(None)` for every other kind
+/// (decode those with [`decode`]).
+///
+/// # Errors
+/// As [`decode`].
+pub fn decode_stored(
+    kind: u8,
+    payload: &[u8],
+    at: StoredAt,
+) -> Result<Option<StoredEvent>, DecodeError> {
+    let d = &mut Dec {
+        owner: None,
+        buf: payload,
+        at: 0,
+        kind,
+    };
+    let event = match RecordKind::from_byte(kind) {
+        Some(RecordKind::Published) => {
+            let vhost = d.name("vhost")?;
+            let flags = d.flags(FLAG_SCHEDULED, "publish flags")?;
+            let scheduled = if flags & FLAG_SCHEDULED != 0 {
+                Some(MessageId(d.u64("scheduled id")?))
+            } else {
+                None
+            };
+            let queues = d.names("queue")?;
+            StoredEvent::Published {
+                vhost,
+                message: get_stored_message(d, at)?,
+                queues,
+                scheduled,
+            }
+        }
+        Some(RecordKind::DeadLettered) => {
+            let vhost = d.name("vhost")?;
+            let flags = d.flags(FLAG_DL_FROM | FLAG_DL_MESSAGE, "dead-letter flags")?;
+            let from = if flags & FLAG_DL_FROM != 0 {
+                Some(d.name("source queue")?)
+            } else {
+                None
+            };
+            let id = MessageId(d.u64("message id")?);
+            let targets = d.names("target queue")?;
+            let message = if flags & FLAG_DL_MESSAGE != 0 {
+                Some(get_stored_message(d, at)?)
+            } else {
+                None
+            };
+            StoredEvent::DeadLettered {
+                vhost,
+                from,
+                id,
+                message,
+                targets,
+            }
+        }
+        _ => return Ok(None),
+    };
+    d.finish()?;
+    Ok(Some(event))
+}
+
+/// The Message part (storage-format.md, "Message") of a record that holds one: `Published`,
+/// `Scheduled`, `DeadLettered` with its copy, or a checkpoint's `Carried`. It is always the
+/// record's last field, so it runs to the end of the payload.
+///
+/// # Errors
+/// The record holds no message or its fields before the message do not decode.
+pub fn message_part(kind: u8, payload: &[u8]) -> Result<&[u8], DecodeError> {
+    let d = &mut Dec {
+        owner: None,
+        buf: payload,
+        at: 0,
+        kind,
+    };
+    if kind == CARRIED_KIND {
+        d.name("vhost")?;
+        let n = d.count(size_of::<u16>() + size_of::<u32>() + 1, "placements")?;
+        for _ in 0..n {
+            d.name("queue")?;
+            d.u32("delivery count")?;
+            d.flags(FLAG_REDELIVERED, "placement flags")?;
+        }
+    } else {
+        match RecordKind::from_byte(kind) {
+            Some(RecordKind::Published) => {
+                d.name("vhost")?;
+                if d.flags(FLAG_SCHEDULED, "publish flags")? & FLAG_SCHEDULED != 0 {
+                    d.u64("scheduled id")?;
+                }
+                d.names("queue")?;
+            }
+            Some(RecordKind::Scheduled) => {
+                d.name("vhost")?;
+                d.name("exchange")?;
+            }
+            Some(RecordKind::DeadLettered) => {
+                d.name("vhost")?;
+                let flags = d.flags(FLAG_DL_FROM | FLAG_DL_MESSAGE, "dead-letter flags")?;
+                if flags & FLAG_DL_MESSAGE == 0 {
+                    return Err(d.err("dead-lettering without a message copy"));
+                }
+                if flags & FLAG_DL_FROM != 0 {
+                    d.name("source queue")?;
+                }
+                d.u64("message id")?;
+                d.names("target queue")?;
+            }
+            _ => return Err(d.err("record kind holds no message")),
+        }
+    }
+    Ok(payload.get(d.at..).unwrap_or_default())
+}
+
+/// The id at the start of a Message part, without decoding the rest.
+pub fn message_part_id(part: &[u8]) -> Option<MessageId> {
+    le::u64_at(part, 0).map(MessageId)
+}
+
+/// Decodes a whole Message part (from [`message_part`]).
+///
+/// # Errors
+/// As [`decode`]; also bytes after the message.
+pub fn decode_message_part(kind: u8, part: &[u8]) -> Result<Message, DecodeError> {
+    let d = &mut Dec {
+        owner: None,
+        buf: part,
+        at: 0,
+        kind,
+    };
+    let message = get_message(d)?.message;
+    d.finish()?;
+    Ok(Arc::unwrap_or_clone(message))
+}
+
+/// Appends a [`Carried`] payload whose message is an already encoded Message part (a stored
+/// message copied forward into a checkpoint without decoding it).
+///
+/// # Errors
+/// [`EncodeError`] when a name does not fit the format.
+pub fn encode_carried_part(
+    vhost: &str,
+    placements: &[Placement],
+    part: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), EncodeError> {
+    let e = &mut Enc { out };
+    put_placements(e, vhost, placements)?;
+    e.out.extend_from_slice(part);
+    Ok(())
+}
+
+fn put_placements(
+    e: &mut Enc<'_>,
+    vhost: &str,
+    placements: &[Placement],
+) -> Result<(), EncodeError> {
+    e.name("vhost", vhost)?;
+    e.count("placements", placements.len())?;
+    for p in placements {
+        e.name("queue", &p.queue)?;
+        e.u32(p.delivery_count);
+        e.u8(if p.redelivered { FLAG_REDELIVERED } else { 0 });
+    }
+    Ok(())
+}
+
+fn get_placements(d: &mut Dec<'_>) -> Result<(String, Vec<Placement>), DecodeError> {
     let vhost = d.name("vhost")?;
     // A placement is at least a `name` length, a count and a flags byte.
     let n = d.count(size_of::<u16>() + size_of::<u32>() + 1, "placements")?;
@@ -1401,11 +1604,26 @@ pub fn decode_carried(payload: &[u8]) -> Result<Carried, DecodeError> {
             redelivered: flags & FLAG_REDELIVERED != 0,
         });
     }
-    let message = get_message(d)?.message;
+    Ok((vhost, placements))
+}
+
+/// Decodes a [`Carried`] payload as recovery loads it: the message's content left in the
+/// checkpoint at `at`.
+///
+/// # Errors
+/// As [`decode_carried`].
+pub fn decode_carried_stored(
+    payload: &[u8],
+    at: StoredAt,
+) -> Result<(String, Vec<Placement>, StoredMessage), DecodeError> {
+    let d = &mut Dec {
+        owner: None,
+        buf: payload,
+        at: 0,
+        kind: CARRIED_KIND,
+    };
+    let (vhost, placements) = get_placements(d)?;
+    let message = get_stored_message(d, at)?;
     d.finish()?;
-    Ok(Carried {
-        vhost,
-        placements,
-        message,
-    })
+    Ok((vhost, placements, message))
 }

@@ -38,19 +38,21 @@
 
 pub mod checkpoint;
 pub mod codec;
+pub mod stored;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::broker::{Broker, Event, Snapshot};
+use crate::broker::{Broker, Event, Message, Snapshot};
 use crate::limits;
 use crate::wal::{
     Appender, FileStorage, Lsn, Reclaimer, RecordRef, RecoveryError, RecoveryMode, RecoveryReport,
     Storage, Wal, WalConfig, WalError, segment_file_name,
 };
 use codec::{DecodeError, EncodeError, STORE_FORMAT_VERSION, StoreRecord};
+use stored::{CheckpointView, StoredReader};
 
 /// How to open the store.
 #[derive(Debug, Clone)]
@@ -246,6 +248,7 @@ struct Job {
     snapshot: Snapshot,
     appender: Appender,
     reclaimer: Reclaimer,
+    reader: Arc<StoredReader>,
 }
 
 impl Job {
@@ -255,8 +258,23 @@ impl Job {
     /// the directory sync).
     fn run(self) -> Result<CheckpointDone, StoreError> {
         self.appender.wait_durable(self.lsn)?;
-        let bytes = checkpoint::write(&*self.storage, &self.dir, self.lsn, &self.snapshot)?;
+        let reader = &self.reader;
+        let parts = |s: &crate::broker::StoredMessage| reader.message_part(s);
+        let (bytes, index) =
+            checkpoint::write(&*self.storage, &self.dir, self.lsn, &self.snapshot, &parts)?;
         drop(self.snapshot);
+        // Stored messages are read from the new checkpoint before any segment it covers goes.
+        let path = self.dir.join(checkpoint::file_name(self.lsn));
+        let file = self.storage.open(&path, false).map_err(|source| StoreError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        self.reader.install(CheckpointView {
+            lsn: self.lsn.0,
+            path,
+            file: Arc::from(file),
+            index,
+        });
         let covered = self
             .reclaimer
             .segments_through(self.lsn)
@@ -288,13 +306,15 @@ pub struct Store {
     /// Frame bytes appended since open (the checkpoint trigger's clock).
     logged_bytes: AtomicU64,
     checkpoints: Checkpoints,
+    /// Reads stored messages back (the broker holds it as its loader).
+    reader: Arc<StoredReader>,
 }
 
 #[derive(Debug, Default)]
 struct Scratch {
     bytes: Vec<u8>,
-    /// (kind, end offset in `bytes`) per encoded event.
-    records: Vec<(u8, usize)>,
+    /// (kind, end offset in `bytes`, the message the record holds) per encoded event.
+    records: Vec<(u8, usize, Option<Arc<Message>>)>,
 }
 
 impl Store {
@@ -331,7 +351,8 @@ impl Store {
                 path: config.dir.clone(),
                 source,
             })?;
-        let start = load_checkpoint(&*storage, &config.dir, config.salvage)?;
+        let mut start = load_checkpoint(&*storage, &config.dir, config.salvage)?;
+        let view = start.view.take();
         let mut replay = Replay {
             broker: start.broker,
             dir: &config.dir,
@@ -360,11 +381,13 @@ impl Store {
             check_continues(&report, replay.tail_first, lsn, path, config.salvage)?;
         }
         let Replay {
-            broker,
+            mut broker,
             mut summary,
             ..
         } = replay;
         summarise(&report, &mut summary);
+        let reader = Arc::new(StoredReader::new(wal.reader(), view));
+        broker.set_loader(Arc::clone(&reader) as Arc<dyn crate::broker::MessageLoader>);
         let store = Store {
             appender: wal.appender(),
             wal,
@@ -377,6 +400,7 @@ impl Store {
                 live_bytes: start.bytes,
                 ..Checkpoints::default()
             },
+            reader,
         };
         store.log_format()?;
         Ok((store, broker, summary))
@@ -424,9 +448,16 @@ impl Store {
         let mut start = 0;
         let mut last = Lsn(0);
         let mut bytes = 0u64;
-        for &(kind, end) in &scratch.records {
+        for (kind, end, message) in scratch.records.drain(..) {
             let payload = scratch.bytes.get(start..end).unwrap_or_default();
-            last = self.appender.append(kind, payload)?.lsn;
+            let appended = self.appender.append(kind, payload)?;
+            last = appended.lsn;
+            // The broker may now leave the message's content on disk once `last` is durable.
+            if let Some(message) = message
+                && let Some(at) = stored::pack_log(appended.position)
+            {
+                message.stored.set(last.0, at);
+            }
             bytes += crate::wal::record::frame_bytes(payload.len()) as u64;
             start = end;
         }
@@ -471,6 +502,12 @@ impl Store {
     /// on a full disk (`retry_now`); the server's resource monitor holds one.
     pub fn wal_appender(&self) -> Appender {
         self.appender.clone()
+    }
+
+    /// The reader of stored messages, for a broker that logs to this store but was not
+    /// recovered from it (`Store::open` hands it to the broker it returns).
+    pub fn loader(&self) -> Arc<dyn crate::broker::MessageLoader> {
+        Arc::clone(&self.reader) as Arc<dyn crate::broker::MessageLoader>
     }
 
     /// The log directory.
@@ -565,6 +602,7 @@ impl Store {
             snapshot,
             appender: self.appender.clone(),
             reclaimer: self.wal.reclaimer(),
+            reader: Arc::clone(&self.reader),
         }
     }
 
@@ -630,8 +668,23 @@ impl Scratch {
                 max: limits::RECORD_PAYLOAD_BYTES_MAX,
             });
         }
-        self.records.push((kind.byte(), self.bytes.len()));
+        self.records
+            .push((kind.byte(), self.bytes.len(), message_of(event).cloned()));
         Ok(())
+    }
+}
+
+/// The message an event's record holds, if any.
+fn message_of(event: &Event) -> Option<&Arc<Message>> {
+    match event {
+        Event::Published { message, .. } | Event::Scheduled { message, .. } => {
+            Some(&message.message)
+        }
+        Event::DeadLettered {
+            message: Some(message),
+            ..
+        } => Some(&message.message),
+        _ => None,
     }
 }
 
@@ -680,6 +733,8 @@ struct Start {
     path: Option<PathBuf>,
     bytes: u64,
     messages: u64,
+    /// The checkpoint, open for reading its messages back.
+    view: Option<CheckpointView>,
 }
 
 /// Removes temporary checkpoints (never in use), then loads the newest checkpoint. A damaged
@@ -690,20 +745,29 @@ fn load_checkpoint(storage: &dyn Storage, dir: &Path, salvage: bool) -> Result<S
     for (lsn, path) in checkpoint::list(storage, dir)? {
         let mut broker = Broker::new();
         match checkpoint::load(storage, &path, &mut broker) {
-            Ok((header, messages)) => {
-                let bytes = storage
+            Ok(loaded) => {
+                let file = storage
                     .open(&path, false)
-                    .and_then(|f| f.len_bytes())
-                    .unwrap_or(0);
+                    .map_err(|source| StoreError::Io {
+                        path: path.clone(),
+                        source,
+                    })?;
+                let bytes = file.len_bytes().unwrap_or(0);
                 // Older ones are superseded (a crash came between installing this one and
                 // removing them).
                 checkpoint::remove_older(storage, dir, lsn)?;
                 return Ok(Start {
                     broker,
-                    lsn: Some(header.lsn),
-                    path: Some(path),
+                    lsn: Some(loaded.header.lsn),
+                    path: Some(path.clone()),
                     bytes,
-                    messages,
+                    messages: loaded.messages,
+                    view: Some(CheckpointView {
+                        lsn: loaded.header.lsn.0,
+                        path,
+                        file: Arc::from(file),
+                        index: loaded.index,
+                    }),
                 });
             }
             Err(err) if salvage && !matches!(err, StoreError::UnsupportedVersion { .. }) => {
@@ -718,6 +782,7 @@ fn load_checkpoint(storage: &dyn Storage, dir: &Path, salvage: bool) -> Result<S
         path: None,
         bytes: 0,
         messages: 0,
+        view: None,
     })
 }
 
@@ -797,6 +862,33 @@ impl Replay<'_> {
             self.summary.salvaged_records += skipped;
         }
         self.last_lsn = Some(record.lsn);
+        // Messages are applied as stored references: their content stays in the segment.
+        let stored = stored::pack_log(record.position).map(|at| {
+            codec::decode_stored(record.kind, record.payload, at)
+        });
+        match stored {
+            Some(Ok(Some(event))) => {
+                let failure = match self.broker.apply_stored(&event) {
+                    Ok(()) => {
+                        self.summary.events += 1;
+                        return Ok(());
+                    }
+                    Err(err) => StoreError::Inconsistent {
+                        path: self.path_of(&record),
+                        offset: record.position.offset,
+                        lsn: record.lsn.0,
+                        reason: err.to_string(),
+                    },
+                };
+                return self.refuse(failure);
+            }
+            Some(Err(err)) => {
+                let failure = self.undecodable(&record, &err);
+                return self.refuse(failure);
+            }
+            // Not a message record (or a position that does not pack): decoded whole.
+            Some(Ok(None)) | None => {}
+        }
         let failure = match codec::decode(record.kind, record.payload) {
             Ok(StoreRecord::Format { version }) if version > STORE_FORMAT_VERSION => {
                 // Never salvaged: everything after it would be misread.
@@ -822,6 +914,14 @@ impl Replay<'_> {
             },
             Err(err) => self.undecodable(&record, &err),
         };
+        self.refuse(failure)
+    }
+
+    /// A record recovery cannot apply: skipped and counted in salvage mode, else the end.
+    fn refuse(
+        &mut self,
+        failure: StoreError,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         if self.salvage {
             tracing::warn!(error = %failure, "salvage: record skipped");
             self.summary.salvaged_records += 1;

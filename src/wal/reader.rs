@@ -1,16 +1,14 @@
 //! Reading one record back by its position (message bodies stay on disk and are read when
-//! delivered, DESIGN "Memory"). Sealed segments are read through a cached read-only memory map
+//! delivered, DESIGN "Memory"). Segments are read with positional reads on cached handles
 //! (`wal::mmap`), the active one with plain positional reads. Every record read back is checked
 //! again (CRC, length limit): the pair of the writer's check (STYLE 3.1). Must not depend on
 //! the writer's internals beyond the shared sealed boundary.
 #![warn(clippy::indexing_slicing)]
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::wal::error::{CorruptReason, WalError};
-use crate::wal::mmap::ReadOnlyMap;
 use crate::wal::record::{self, FRAME_HEADER_BYTES, FrameCheck};
 use crate::wal::storage::StorageFile;
 use crate::wal::writer::Shared;
@@ -34,17 +32,11 @@ pub struct Reader {
     cache: Arc<Mutex<Cache>>,
 }
 
-/// Open files and maps. Bounded: maps of deleted segments are dropped on deletion, and open
-/// unsealed handles are at most the segments appended to since the last seal.
+/// Open files, one per segment read from. Bounded by the live segments: the handle of a
+/// deleted segment is dropped on deletion (so its disk space is released).
 #[derive(Debug, Default)]
 struct Cache {
-    maps: HashMap<SegmentId, Arc<ReadOnlyMap>>,
     files: HashMap<SegmentId, Arc<dyn StorageFile>>,
-}
-
-enum Source {
-    Map(Arc<ReadOnlyMap>),
-    File(Arc<dyn StorageFile>),
 }
 
 impl Reader {
@@ -83,61 +75,38 @@ impl Reader {
             FrameCheck::LengthTooLarge(n) => Err(corrupt(CorruptReason::LengthTooLarge(n))),
             FrameCheck::BadCrc => Err(corrupt(CorruptReason::BadCrc)),
         };
-        match self.source(position.segment).map_err(read_err)? {
-            Source::Map(map) => {
-                let start = usize::try_from(position.offset).unwrap_or(usize::MAX);
-                let frame = map.as_slice().get(start..).unwrap_or_default();
-                // Bound the frame by its own (checked) length, so trailing records do not
-                // enter the CRC.
-                let len = record::peek_payload_len(frame)
-                    .map_or(frame.len(), |n| record::frame_bytes(n).min(frame.len()));
-                check(frame.get(..len).unwrap_or_default())
-            }
-            Source::File(file) => {
-                let mut header = [0u8; FRAME_HEADER_BYTES];
-                file.read_exact_at(&mut header, position.offset)
-                    .map_err(read_err)?;
-                // Distrust the length: checked against the limit before allocating.
-                let Some(payload_len) = record::peek_payload_len(&header) else {
-                    return check(&header);
-                };
-                let mut frame = vec![0u8; record::frame_bytes(payload_len)];
-                file.read_exact_at(&mut frame, position.offset)
-                    .map_err(read_err)?;
-                check(&frame)
-            }
-        }
+        let file = self.source(position.segment).map_err(read_err)?;
+        let mut header = [0u8; FRAME_HEADER_BYTES];
+        file.read_exact_at(&mut header, position.offset)
+            .map_err(read_err)?;
+        // Distrust the length: checked against the limit before allocating.
+        let Some(payload_len) = record::peek_payload_len(&header) else {
+            return check(&header);
+        };
+        let mut frame = vec![0u8; record::frame_bytes(payload_len)];
+        file.read_exact_at(&mut frame, position.offset)
+            .map_err(read_err)?;
+        check(&frame)
     }
 
-    fn source(&self, segment: SegmentId) -> std::io::Result<Source> {
-        let sealed = segment.0 < self.shared.sealed_below.load(Ordering::Acquire);
+    /// Open handles are cached per segment (sealed or not) until the segment is deleted.
+    /// Reads are positional reads, never through a memory map: pages of a map that are read
+    /// count towards the process's resident memory until unmapped, so delivering a backlog of
+    /// stored bodies through maps would grow the broker's RSS with every segment it read.
+    fn source(&self, segment: SegmentId) -> std::io::Result<Arc<dyn StorageFile>> {
         let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(map) = cache.maps.get(&segment) {
-            return Ok(Source::Map(Arc::clone(map)));
-        }
-        if sealed {
-            cache.files.remove(&segment);
-        } else if let Some(file) = cache.files.get(&segment) {
-            return Ok(Source::File(Arc::clone(file)));
+        if let Some(file) = cache.files.get(&segment) {
+            return Ok(Arc::clone(file));
         }
         let path = self.shared.segment_path(segment);
         let file: Arc<dyn StorageFile> = Arc::from(self.shared.storage.open(&path, false)?);
-        if sealed {
-            if let Some(map) = file.map_sealed()? {
-                let map = Arc::new(map);
-                cache.maps.insert(segment, Arc::clone(&map));
-                return Ok(Source::Map(map));
-            }
-        } else {
-            cache.files.insert(segment, Arc::clone(&file));
-        }
-        Ok(Source::File(file))
+        cache.files.insert(segment, Arc::clone(&file));
+        Ok(file)
     }
 
-    /// Forgets cached handles and maps of a segment (it is being deleted).
+    /// Forgets the cached handle of a segment (it is being deleted).
     pub(crate) fn forget(&self, segment: SegmentId) {
         let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        cache.maps.remove(&segment);
         cache.files.remove(&segment);
     }
 }

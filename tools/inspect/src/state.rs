@@ -145,7 +145,11 @@ impl Replay {
         // A message carried in a checkpoint is restored with its marks, as recovery does.
         let applied = match (&s.placements, event) {
             (Some(p), Event::Published { vhost, message, .. }) => {
-                self.broker.restore_message(vhost, &message.message, p)
+                self.broker.restore_message(
+                    vhost,
+                    &wharf::broker::MessageRef::Loaded(message.message.clone()),
+                    p,
+                )
             }
             _ => self.broker.apply(event),
         };
