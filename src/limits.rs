@@ -71,9 +71,10 @@ pub const RECORD_IDS_MAX: usize = 64 * 1024;
 /// data directory stays near twice the live data plus a few segments.
 pub const CHECKPOINT_LOG_BYTES_MIN: u64 = 64 * 1024 * 1024;
 
-/// Body bytes of queued persistent messages (in durable queues) the broker keeps in memory;
-/// beyond it the oldest whose records are durable are paged out, leaving a 32-byte reference
-/// each, and are read back from the log or the checkpoint when delivered (DESIGN "Memory").
+/// Memory for the content of queued messages (body plus about 512 bytes of properties and
+/// bookkeeping each) the broker keeps; beyond it the oldest persistent messages of durable
+/// queues whose records are durable are paged out, leaving a 40-byte reference each, and are
+/// read back from the log or the checkpoint when delivered (DESIGN "Memory").
 pub const MESSAGE_MEMORY_BYTES: u64 = 32 * 1024 * 1024;
 
 /// Largest `x-message-ttl`, `message-ttl` and per-message `expiration` value (S-TTL-1): 2^32-1 ms.

@@ -1102,3 +1102,39 @@ fn reply_types_for_get_and_publish() {
         })
     );
 }
+
+/// A persistent message whose one log record could not hold it (a maximal body fanned out to
+/// many long-named durable queues) is refused with 406 before it changes anything, instead of
+/// failing the log after the broker applied it (S-DUR-3: what is accepted is made durable).
+#[test]
+fn s_dur_3_a_message_too_large_to_log_is_refused_before_anything_changes() {
+    let mut h = H::new();
+    h.exchange("fan", "fanout", true, FieldTable::new());
+    let names: Vec<String> = (0..1100).map(|i| format!("{i:0>250}")).collect();
+    for name in &names {
+        h.durable_queue(name, &[]);
+        h.bind(name, "fan", "");
+    }
+    let body = bytes::Bytes::from(vec![7u8; wharf::limits::MESSAGE_BODY_BYTES_MAX as usize]);
+    let publish = |p: wharf::broker::Properties| {
+        Command::Publish(wharf::broker::Publish {
+            vhost: "/".into(),
+            exchange: "fan".into(),
+            routing_key: String::new(),
+            mandatory: false,
+            properties: p,
+            body: body.clone(),
+        })
+    };
+    let err = h.err(publish(persistent()));
+    assert_eq!(
+        err.kind,
+        wharf::broker::ErrorKind::PreconditionFailed,
+        "{err:?}"
+    );
+    assert!(err.text.contains("too large to store"), "{}", err.text);
+    assert_eq!(h.ready(&names[0]), 0, "nothing entered");
+    // The same message, transient, is never logged: it is accepted.
+    h.ok(publish(wharf::broker::Properties::default()));
+    assert_eq!(h.ready(&names[1099]), 1);
+}

@@ -661,7 +661,7 @@ fn checkpoints_in(dir: &Path) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn s_dur_2_a_clean_shutdown_writes_a_checkpoint_the_restart_starts_from() {
+async fn s_dur_2_a_clean_restart_keeps_messages_and_acks() {
     use lapin::BasicProperties;
     use lapin::options::{
         BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions,
@@ -697,8 +697,9 @@ async fn s_dur_2_a_clean_shutdown_writes_a_checkpoint_the_restart_starts_from() 
         conn.close(200, "bye".into()).await.unwrap();
     }
     let server = server.restart().await;
-    let first = checkpoints_in(server.dir.path());
-    assert_eq!(first.len(), 1, "one checkpoint after a clean shutdown");
+    // A few hundred bytes of log: below the threshold, the stop writes no checkpoint and the
+    // restart replays the log.
+    assert!(checkpoints_in(server.dir.path()).is_empty());
     let (conn, ch) = server.channel().await;
     let mut bodies = Vec::new();
     while let Some(m) = ch
@@ -710,11 +711,7 @@ async fn s_dur_2_a_clean_shutdown_writes_a_checkpoint_the_restart_starts_from() 
     }
     assert_eq!(bodies, (0..20u8).map(|i| vec![i]).collect::<Vec<_>>());
     conn.close(200, "bye".into()).await.unwrap();
-    // The next clean shutdown replaces it (the acks since are in the new one).
     let server = server.restart().await;
-    let second = checkpoints_in(server.dir.path());
-    assert_eq!(second.len(), 1);
-    assert_ne!(second, first);
     let (_conn, ch) = server.channel().await;
     let left = ch
         .basic_get("kept".into(), BasicGetOptions { no_ack: true })

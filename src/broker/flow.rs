@@ -833,6 +833,15 @@ impl Broker {
             strip_bcc(&mut msg);
             self.route(vhost, xid, &keys, msg.properties.headers.as_ref())
         };
+        if msg.is_persistent() && !self.record_fits(&p.vhost, &msg, &targets) {
+            // RabbitMQ closes the channel with 406 for a message over its size limit; this
+            // one is within the frame limits but its one log record could not hold it.
+            return Err(BrokerError::precondition(format!(
+                "message of {} body bytes routed to {} durable queues is too large to store",
+                msg.body.len(),
+                targets.len()
+            )));
+        }
         let msg = Arc::new(msg);
         if targets.is_empty() && p.mandatory {
             out.effects.push(Effect::Return {
@@ -846,6 +855,27 @@ impl Broker {
         let result = self.enqueue_routed(&p.vhost, &msg, &targets, None, now, out);
         out.reply = Reply::Published(result);
         Ok(())
+    }
+
+    /// Can the one record that logs `msg` into the logged queues among `targets` fit the log
+    /// (`limits::RECORD_PAYLOAD_BYTES_MAX`)? An upper bound of its size, so that a message
+    /// that could not be made durable is refused before it changes anything, instead of
+    /// failing the log after the broker applied it.
+    pub(crate) fn record_fits(&self, vhost: &str, msg: &Message, targets: &[QueueId]) -> bool {
+        let names: usize = targets
+            .iter()
+            .filter_map(|t| self.queues.get(t))
+            .filter(|q| q.logged())
+            .map(|q| 2 + q.name.len())
+            .sum();
+        let bound = 64
+            + vhost.len()
+            + msg.exchange.len()
+            + msg.routing_key.len()
+            + msg.properties.stored_bytes_bound()
+            + msg.body.len()
+            + names;
+        bound <= crate::limits::RECORD_PAYLOAD_BYTES_MAX
     }
 
     pub(crate) fn schedule(&mut self, vhost: String, msg: Arc<Message>, durable: bool) {
@@ -1116,6 +1146,11 @@ impl Broker {
                         .is_some_and(|tq| !is_cycle(copy.properties.headers.as_ref(), &tq.name))
                 });
                 targets.retain(|t| self.refuses(*t, copy.body.len()).is_none());
+                if copy.is_persistent() && !self.record_fits(&vhost, &copy, &targets) {
+                    // Its record could not hold it (x-death grew it): it cannot be made
+                    // durable, so it enters only queues that are not logged.
+                    targets.retain(|t| self.queues.get(t).is_some_and(|q| !q.logged()));
+                }
                 let copy = Arc::new(copy);
                 let durable: Vec<String> = if copy.is_persistent() {
                     targets
@@ -1293,7 +1328,10 @@ impl Broker {
         let keys = routing_keys(&msg.routing_key, msg.properties.headers.as_ref());
         strip_bcc(&mut msg);
         let v = self.vhosts.get(&s.vhost).expect("looked up above");
-        let targets = self.route(v, xid, &keys, msg.properties.headers.as_ref());
+        let mut targets = self.route(v, xid, &keys, msg.properties.headers.as_ref());
+        if msg.is_persistent() && !self.record_fits(&s.vhost, &msg, &targets) {
+            targets.retain(|t| self.queues.get(t).is_some_and(|q| !q.logged()));
+        }
         let msg = Arc::new(msg);
         self.enqueue_routed(&s.vhost, &msg, &targets, Some((id, s.durable)), now, out);
     }

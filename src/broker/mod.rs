@@ -43,7 +43,12 @@
 //!   server decides with them (authentication, permission regexes).
 //!
 //! Messages are stored once (`Arc<Message>`) however many queues they enter; a queue entry is
-//! 24 bytes (id, pointer, delivery count, flags). Each queue keeps an index of its ready
+//! 56 bytes (id, a [`MessageRef`], delivery count, flags). A persistent message in a logged
+//! queue whose record is durable may be held as a [`StoredMessage`] instead (its content on
+//! disk: [`Broker::page_out`] beyond a memory budget, and everything recovery restores); the
+//! broker reads it back through the [`MessageLoader`] the store hands it
+//! ([`Broker::set_loader`]) when it delivers or dead-letters it, and a failure to read is
+//! kept for the server ([`Broker::storage_failure`]), which stops. Each queue keeps an index of its ready
 //! messages ordered by deadline, so expiry anywhere in a queue costs O(log n) per expired
 //! message and never a scan (S-TTL-9). Message ids are assigned when a message first enters
 //! its queues (a dead-lettered copy or a due scheduled message gets a fresh one), so queue

@@ -62,7 +62,7 @@ pub(crate) struct Ready {
     bytes: u64,
     deadlines: BTreeSet<(u64, MessageId)>,
     ttl_ms: Option<u32>,
-    /// Body bytes of the live entries whose content is in memory.
+    /// Memory the content of the live entries held in memory takes (`loaded_len`).
     loaded_bytes: u64,
     /// Entries with ids up to this one were paged out already (or were not pageable): where
     /// the next [`Ready::page_out`] starts. A hint, not an invariant (a requeue may put a
@@ -74,9 +74,14 @@ fn body_len(msg: &MessageRef) -> u64 {
     msg.body_len()
 }
 
+/// What a message in memory costs besides its body: the shared `Message` (properties,
+/// exchange and routing key) and its allocations, about.
+pub(crate) const LOADED_OVERHEAD_BYTES: u64 = 512;
+
+/// Memory a queued message's content takes (0 once stored).
 fn loaded_len(msg: &MessageRef) -> u64 {
     match msg {
-        MessageRef::Loaded(m) => u64::from(m.body_len()),
+        MessageRef::Loaded(m) => u64::from(m.body_len()) + LOADED_OVERHEAD_BYTES,
         MessageRef::Stored(_) => 0,
     }
 }
@@ -94,7 +99,7 @@ impl Ready {
         self.bytes
     }
 
-    /// Body bytes of the live entries held in memory.
+    /// Memory the content of the live entries held in memory takes.
     pub fn loaded_bytes(&self) -> u64 {
         self.loaded_bytes
     }
@@ -129,7 +134,7 @@ impl Ready {
             if lsn > durable_lsn {
                 break;
             }
-            freed += u64::from(stored.body_len);
+            freed += u64::from(stored.body_len) + LOADED_OVERHEAD_BYTES;
             e.msg = Some(MessageRef::Stored(stored));
             self.paged_through = e.id;
         }
@@ -447,6 +452,55 @@ mod tests {
         r.check_invariants();
         assert_eq!(r.front().unwrap().id, MessageId(1));
         assert_eq!(r.first_deadline(), Some(110));
+    }
+
+    fn stored_msg(id: u64, lsn: u64) -> MessageRef {
+        let m = Message {
+            id: MessageId(id),
+            enqueued_at_ms: 0,
+            ttl_ms: Some(1000),
+            exchange: String::new(),
+            routing_key: "q".into(),
+            properties: crate::broker::types::Properties {
+                delivery_mode: Some(2),
+                ..Default::default()
+            },
+            body: bytes::Bytes::from_static(b"0123456789"),
+            stored: crate::broker::types::StoredSlot::default(),
+        };
+        if lsn > 0 {
+            m.stored.set(lsn, 1000 + id);
+        }
+        MessageRef::Loaded(Arc::new(m))
+    }
+
+    #[test]
+    fn page_out_frees_oldest_durable_content_and_keeps_order_and_deadlines() {
+        let mut r = Ready::default();
+        // Ids 1-4 written at Lsns 1-4, id 5 not written yet.
+        for id in 1..=5 {
+            r.push_back(stored_msg(id, if id == 5 { 0 } else { id }), 0, false);
+        }
+        let each = 10 + LOADED_OVERHEAD_BYTES;
+        assert_eq!(r.loaded_bytes(), 5 * each);
+        // Only what is durable (Lsn <= 2), oldest first.
+        assert_eq!(r.page_out(2, u64::MAX), 2 * each);
+        assert_eq!(r.loaded_bytes(), 3 * each);
+        r.check_invariants();
+        // A small want stops after the first message that reaches it.
+        assert_eq!(r.page_out(10, 5), each);
+        assert_eq!(r.page_out(10, u64::MAX), each);
+        // The unwritten one stays in memory.
+        assert_eq!(r.loaded_bytes(), each);
+        r.check_invariants();
+        assert_eq!(r.first_deadline(), Some(1000));
+        let first = r.pop_front().unwrap();
+        let MessageRef::Stored(s) = first.msg else {
+            panic!("paged out: {:?}", first.msg);
+        };
+        assert_eq!((s.id, s.at, s.body_len, s.ttl_ms), (MessageId(1), 1001, 10, Some(1000)));
+        assert_eq!(r.bytes(), 40);
+        r.check_invariants();
     }
 
     #[test]

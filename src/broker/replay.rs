@@ -424,7 +424,8 @@ impl Broker {
         self.storage_failure.as_deref()
     }
 
-    /// Body bytes of queued messages whose content is in memory, over every queue.
+    /// Memory the content of queued messages held in memory takes (bodies plus about 512
+    /// bytes each), over every queue.
     pub fn loaded_bytes(&self) -> u64 {
         self.queues.values().map(|q| q.ready.loaded_bytes()).sum()
     }
@@ -460,7 +461,7 @@ impl Broker {
 
     /// Takes a [`Snapshot`] of the durable state: definitions as events, and every logged
     /// queue's persistent messages (unacked ones included, marked redelivered, S-DUR-6) as
-    /// shared references. Costs one `Arc` clone per message, nothing per body byte.
+    /// references (in memory or stored). Costs one reference per message, nothing per body byte.
     pub fn snapshot(&self) -> Snapshot {
         let mut s = Snapshot {
             next_message_id: self.next_message,

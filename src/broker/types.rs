@@ -82,6 +82,45 @@ impl Properties {
     pub fn is_persistent(&self) -> bool {
         self.delivery_mode == Some(2)
     }
+
+    /// An upper bound of the bytes the store's record encoding gives these properties
+    /// (storage-format.md "Properties": strings as `u16`/`u32` length + bytes, tables as count
+    /// + entries), so that a message whose record could not fit the log is refused before it
+    /// changes anything.
+    pub fn stored_bytes_bound(&self) -> usize {
+        let strings = [
+            &self.content_type,
+            &self.content_encoding,
+            &self.correlation_id,
+            &self.reply_to,
+            &self.expiration,
+            &self.message_id,
+            &self.kind,
+            &self.user_id,
+            &self.app_id,
+            &self.cluster_id,
+        ];
+        let text: usize = strings.iter().flat_map(|s| s.as_ref()).map(|s| 4 + s.len()).sum();
+        2 + 2 + 8 + text + self.headers.as_ref().map_or(0, table_bytes_bound)
+    }
+}
+
+fn table_bytes_bound(t: &FieldTable) -> usize {
+    4 + t
+        .iter()
+        .map(|(k, v)| 2 + k.len() + value_bytes_bound(v))
+        .sum::<usize>()
+}
+
+fn value_bytes_bound(v: &crate::broker::value::Value) -> usize {
+    use crate::broker::value::Value;
+    1 + match v {
+        Value::ShortStr(s) => 4 + s.len(),
+        Value::LongStr(b) | Value::Bytes(b) => 4 + b.len(),
+        Value::Array(items) => 4 + items.iter().map(value_bytes_bound).sum::<usize>(),
+        Value::Table(t) => table_bytes_bound(t),
+        _ => 8,
+    }
 }
 
 /// A message as the broker holds it: stored once and shared (`Arc`) by every queue it entered.

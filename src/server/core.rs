@@ -362,13 +362,14 @@ impl Core {
             self.rearm(&mut sleep);
         }
         let store = self.store.take();
-        // A clean shutdown ends with a checkpoint, so the next start reads it and an almost
-        // empty log. Only when every event was logged (the snapshot must match the log).
+        // A clean shutdown ends with a checkpoint when the log since the last one is over the
+        // periodic threshold, so the next start reads little log. Only when every event was
+        // logged (the snapshot must match the log).
         let snapshot = self.events.is_empty().then(|| self.broker.snapshot());
         let closed = match store {
             Some(mut store) => tokio::task::spawn_blocking(move || {
                 if let Some(snapshot) = snapshot
-                    && let Err(e) = store.checkpoint_now(snapshot)
+                    && let Err(e) = store.checkpoint_at_shutdown(snapshot)
                 {
                     warn!(error = %e, "checkpoint at shutdown failed; the log keeps everything");
                 }
