@@ -8,7 +8,7 @@ Run it directly (it needs only pika) or with pytest:
 
     WHARF_BIN=target/debug/wharf python3 tests/python/guide_example.py
 
-`cargo test --test testing_guide` runs it when python3 can import pika.
+`cargo test --test process testing_guide::` runs it when python3 can import pika.
 """
 
 import json

@@ -1,0 +1,15 @@
+//! Operating wharf: the management HTTP API, the `wharfctl` binary, users, permissions and TLS
+//! access.
+//!
+//! One test binary for the group, so that `cargo test` links it once (each binary links the whole
+//! crate and its dependencies); every former `tests/<name>.rs` is the module `<name>`, so test
+//! names keep their file as a prefix (`cargo test --test ops <name>::`). Depends only on wharf's
+//! public API, the test clients and the shared helpers under tests/.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod access_tls;
+mod access_users;
+mod mgmt_api;
+mod wharfctl;
