@@ -4,7 +4,7 @@
 //! strings octet by octet; `benches/codec.rs` measured it at most of a publish's decode time).
 //!
 //! It accepts exactly what amq-protocol's `parse_content_header` and `parse_field_table`
-//! accept, and produces the same values, which `tests/protocol_props.rs` checks on valid,
+//! accept, and produces the same values, which `tests/protocol/protocol_props.rs` checks on valid,
 //! mutated and arbitrary payloads: short strings must be UTF-8, the type tags are RabbitMQ's
 //! (`s`/`U` signed 16-bit, `l`/`L` signed 64-bit, no short-string type), a table or array must
 //! be filled exactly by its entries, a repeated key keeps its last value, the weight is read and
