@@ -236,6 +236,13 @@ pub struct ServerConfig {
     pub loopback_users: Vec<String>,
     /// The AMQPS listener, if any.
     pub tls: Option<tls::TlsListener>,
+    /// The management API over HTTPS too (besides `mgmt_bind`), if any; served only when
+    /// `mgmt_bind` is set.
+    pub mgmt_tls: Option<tls::TlsListener>,
+    /// The floor of the periodic checkpoint threshold: a checkpoint is taken once the log
+    /// written since the last one exceeds the larger of this and the last checkpoint's size
+    /// (`store::CheckpointTrigger`); default `limits::CHECKPOINT_LOG_BYTES_MIN`.
+    pub checkpoint_log_bytes_min: u64,
     /// The disk the log lives on: `None` for real files in `data_dir`; `Some` for another
     /// [`Storage`], e.g. a `wal::SimStorage` that can lose power (`crate::testing`).
     pub storage: Option<Arc<dyn Storage>>,
@@ -269,6 +276,8 @@ impl ServerConfig {
             mgmt_bind: None,
             loopback_users: vec!["guest".to_owned()],
             tls: None,
+            mgmt_tls: None,
+            checkpoint_log_bytes_min: crate::limits::CHECKPOINT_LOG_BYTES_MIN,
             storage: None,
             clock_control: None,
         }
@@ -302,6 +311,8 @@ pub struct ServerHandle {
     monitor_task: JoinHandle<()>,
     /// The management API's address and task, when served.
     mgmt: Option<(SocketAddr, JoinHandle<()>)>,
+    /// The management API's HTTPS address, when served.
+    mgmt_tls_addr: Option<SocketAddr>,
 }
 
 /// Sets its flag when dropped.
@@ -326,12 +337,16 @@ impl Server {
         };
         let stopwatch = Stopwatch::start();
         let Recovered {
-            store,
+            mut store,
             broker,
             summary,
             events,
             downtime,
         } = recover(&config, clock.as_ref()).await?;
+        store.set_checkpoint_trigger(crate::store::CheckpointTrigger {
+            enabled: true,
+            log_bytes_min: config.checkpoint_log_bytes_min,
+        });
         let registry = Arc::new(registry_for(&config));
         let alarms = Arc::new(alarm::Alarms::default());
         let wal = store.wal_appender();
@@ -400,11 +415,15 @@ impl Server {
                     recovery_ms,
                     amqp_addr: local_addr,
                     clock: config.clock_control.clone(),
+                    tls: config.mgmt_tls.clone(),
+                    alarms: Some(alarms.clone()),
                 };
                 Some(crate::mgmt::serve(mgmt_config, core_tx.clone(), stop_rx).await?)
             }
             None => None,
         };
+        let mgmt_tls_addr = mgmt.as_ref().and_then(|m| m.tls_addr);
+        let mgmt = mgmt.map(|m| (m.addr, m.task));
         Ok(ServerHandle {
             local_addr,
             clock_control: config.clock_control.clone(),
@@ -421,6 +440,7 @@ impl Server {
             monitor,
             monitor_task,
             mgmt,
+            mgmt_tls_addr,
         })
     }
 }
@@ -438,7 +458,10 @@ fn start_monitor(
     });
     let thresholds = alarm::Thresholds {
         disk_free_limit_bytes: config.disk_free_limit_bytes,
-        memory_limit_bytes: config.memory_high_watermark.bytes(alarm::total_ram_bytes()),
+        // A fraction is of the RAM, or of the cgroup v2 limit when lower.
+        memory_limit_bytes: config
+            .memory_high_watermark
+            .bytes(alarm::memory_available_bytes()),
     };
     info!(
         disk_free_limit_bytes = thresholds.disk_free_limit_bytes,
@@ -725,6 +748,12 @@ impl ServerHandle {
     /// The address of the management HTTP API, when served ([`ServerConfig::mgmt_bind`]).
     pub fn mgmt_addr(&self) -> Option<SocketAddr> {
         self.mgmt.as_ref().map(|(addr, _)| *addr)
+    }
+
+    /// The address of the management API's HTTPS listener, when served
+    /// ([`ServerConfig::mgmt_tls`]).
+    pub fn mgmt_tls_addr(&self) -> Option<SocketAddr> {
+        self.mgmt_tls_addr
     }
 
     /// Sends a management request to the broker task (the embedded Rust API's way to the
