@@ -357,6 +357,7 @@ pub struct Config {
 /// # Errors
 /// What [`Config::validate`] refuses.
 pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> {
+    let (checkpoint_log_bytes_min, fsync) = durability(&file)?;
     let loopback: BTreeSet<String> = match file.loopback_users {
         Some(listed) => listed.into_iter().collect(),
         None => defaults::LOOPBACK_USERS
@@ -447,18 +448,27 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
             .unwrap_or(u64::from(limits::UNACKED_PER_CHANNEL_MAX)),
         tls: merge_tls("tls", file.tls, flags.tls_port, defaults::TLS_PORT)?,
         mgmt_tls: merge_tls("mgmt_tls", file.mgmt_tls, None, defaults::MGMT_TLS_PORT)?,
-        checkpoint_log_bytes_min: file.checkpoint_log_bytes_min.as_ref().map_or(
-            Ok(defaults::CHECKPOINT_LOG_BYTES_MIN),
-            |s| byte_size("checkpoint_log_bytes_min", s),
-        )?,
-        fsync: file
-            .fsync
-            .as_deref()
-            .map_or(Ok(FsyncPolicy::Always), FsyncPolicy::parse)?,
+        checkpoint_log_bytes_min,
+        fsync,
         loopback_users: loopback.into_iter().collect(),
     };
     config.validate()?;
     Ok(config)
+}
+
+/// The durability keys: `checkpoint_log_bytes_min` and `fsync`.
+fn durability(file: &FileConfig) -> Result<(u64, FsyncPolicy), ConfigError> {
+    let checkpoint = file
+        .checkpoint_log_bytes_min
+        .as_ref()
+        .map_or(Ok(defaults::CHECKPOINT_LOG_BYTES_MIN), |s| {
+            byte_size("checkpoint_log_bytes_min", s)
+        })?;
+    let fsync = file
+        .fsync
+        .as_deref()
+        .map_or(Ok(FsyncPolicy::Always), FsyncPolicy::parse)?;
+    Ok((checkpoint, fsync))
 }
 
 /// `[tls]` with both files gives AMQPS on `--tls-port`, else `tls.port`, else 5671 (and
@@ -520,7 +530,10 @@ impl Config {
             ("mgmt_port", self.mgmt_port),
             ("heartbeat_secs", self.heartbeat_secs),
             ("tls.port", self.tls.as_ref().map_or(0, |t| t.port)),
-            ("mgmt_tls.port", self.mgmt_tls.as_ref().map_or(0, |t| t.port)),
+            (
+                "mgmt_tls.port",
+                self.mgmt_tls.as_ref().map_or(0, |t| t.port),
+            ),
         ] {
             if u16::try_from(value).is_err() {
                 return Err(invalid(key, format!("{value} is above 65535")));
@@ -986,13 +999,20 @@ name = "prod"
         let listener = s.mgmt_tls.unwrap();
         assert_eq!(listener.bind, "127.0.0.1:15671");
         assert_eq!(listener.cert_file, PathBuf::from("c.pem"));
-        assert_eq!(s.mgmt_bind.as_deref(), Some("127.0.0.1:15672"), "plain HTTP stays");
+        assert_eq!(
+            s.mgmt_bind.as_deref(),
+            Some("127.0.0.1:15672"),
+            "plain HTTP stays"
+        );
         let c = merge(
             FileConfig::parse(&format!("{text}port = 8443\n")).unwrap(),
             Overrides::default(),
         )
         .unwrap();
-        assert_eq!(c.server_config().unwrap().mgmt_tls.unwrap().bind, "127.0.0.1:8443");
+        assert_eq!(
+            c.server_config().unwrap().mgmt_tls.unwrap().bind,
+            "127.0.0.1:8443"
+        );
         let e = merge(
             FileConfig::parse("[mgmt_tls]\nkey_file = \"k.pem\"\n").unwrap(),
             Overrides::default(),

@@ -962,9 +962,9 @@ async fn metrics_count_acked_messages_not_ack_methods() {
     assert_eq!(overview["message_stats"]["ack"], 4, "{overview}");
     // No made-up `messages_unconfirmed` on channels (confirms are not counted per channel).
     let channels = get_json(&client, "/api/channels").await;
-    let list = channels.as_array().unwrap();
-    assert!(!list.is_empty());
-    for c in list {
+    let open = channels.as_array().unwrap();
+    assert!(!open.is_empty());
+    for c in open {
         assert!(c.get("messages_unconfirmed").is_none(), "{c}");
         assert_eq!(c["confirm"], true);
     }
@@ -995,7 +995,11 @@ async fn metrics_report_free_disk_and_memory_as_the_alarm_monitor_measured_them(
     let text = call(&Client::anonymous(&base(&server)), "GET", "/metrics", None)
         .await
         .body;
-    assert_eq!(metric(&text, "wharf_disk_free_bytes"), 123_456_789, "{text}");
+    assert_eq!(
+        metric(&text, "wharf_disk_free_bytes"),
+        123_456_789,
+        "{text}"
+    );
     assert_eq!(metric(&text, "wharf_memory_used_bytes"), 4_567_000);
     assert_eq!(metric(&text, "wharf_memory_limit_bytes"), 1 << 30);
     for line in [
@@ -1007,6 +1011,9 @@ async fn metrics_report_free_disk_and_memory_as_the_alarm_monitor_measured_them(
         "# TYPE wharf_messages_expired_total counter",
         "# TYPE wharf_messages_dead_lettered_total counter",
     ] {
-        assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
     }
 }

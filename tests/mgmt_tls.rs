@@ -95,7 +95,10 @@ async fn plain_http_to_the_tls_port_fails() {
     let tls_addr = server.handle.mgmt_tls_addr().unwrap();
     let plain = Client::new(&format!("http://{tls_addr}"), "guest", "guest");
     let result = call(&plain, "/api/overview").await;
-    assert!(result.is_err(), "an HTTP answer on the TLS port: {result:?}");
+    assert!(
+        result.is_err(),
+        "an HTTP answer on the TLS port: {result:?}"
+    );
 }
 
 #[tokio::test]
@@ -110,7 +113,10 @@ async fn a_client_trusting_another_certificate_is_refused() {
         .trusting(stranger.as_bytes())
         .unwrap();
     let result = call(&client, "/api/overview").await;
-    assert!(result.is_err(), "untrusted certificate accepted: {result:?}");
+    assert!(
+        result.is_err(),
+        "untrusted certificate accepted: {result:?}"
+    );
     // And a client trusting nothing at all.
     let client = Client::new(&format!("https://{tls_addr}"), "guest", "guest");
     assert!(call(&client, "/api/overview").await.is_err());
@@ -177,7 +183,9 @@ async fn a_key_that_does_not_load_stops_the_start() {
     let mut config = ServerConfig::new("127.0.0.1:0", dir.path());
     config.mgmt_bind = Some("127.0.0.1:0".to_owned());
     config.mgmt_tls = Some(listener);
-    let e = Server::start(config).await.err().expect("start refused");
+    let Err(e) = Server::start(config).await else {
+        panic!("started with a key file that does not exist");
+    };
     assert!(matches!(e, ServerError::Tls(_)), "{e}");
     assert!(e.to_string().contains("missing-key.pem"), "{e}");
 }

@@ -337,16 +337,12 @@ impl Server {
         };
         let stopwatch = Stopwatch::start();
         let Recovered {
-            mut store,
+            store,
             broker,
             summary,
             events,
             downtime,
         } = recover(&config, clock.as_ref()).await?;
-        store.set_checkpoint_trigger(crate::store::CheckpointTrigger {
-            enabled: true,
-            log_bytes_min: config.checkpoint_log_bytes_min,
-        });
         let registry = Arc::new(registry_for(&config));
         let alarms = Arc::new(alarm::Alarms::default());
         let wal = store.wal_appender();
@@ -407,23 +403,18 @@ impl Server {
             .unzip();
         let accept_task = tokio::spawn(accept_loop(listener, ctx, stop_rx.clone()));
         let (monitor, monitor_task) = start_monitor(&config, wal, alarms.clone());
-        let mgmt = match &config.mgmt_bind {
-            Some(bind) => {
-                let mgmt_config = crate::mgmt::MgmtConfig {
-                    bind: bind.clone(),
-                    users: registry.clone(),
-                    recovery_ms,
-                    amqp_addr: local_addr,
-                    clock: config.clock_control.clone(),
-                    tls: config.mgmt_tls.clone(),
-                    alarms: Some(alarms.clone()),
-                };
-                Some(crate::mgmt::serve(mgmt_config, core_tx.clone(), stop_rx).await?)
-            }
-            None => None,
-        };
-        let mgmt_tls_addr = mgmt.as_ref().and_then(|m| m.tls_addr);
-        let mgmt = mgmt.map(|m| (m.addr, m.task));
+        let (mgmt, mgmt_tls_addr) = start_mgmt(
+            &config,
+            MgmtParts {
+                registry: registry.clone(),
+                recovery_ms,
+                amqp_addr: local_addr,
+                alarms: alarms.clone(),
+            },
+            core_tx.clone(),
+            stop_rx,
+        )
+        .await?;
         Ok(ServerHandle {
             local_addr,
             clock_control: config.clock_control.clone(),
@@ -443,6 +434,38 @@ impl Server {
             mgmt_tls_addr,
         })
     }
+}
+
+/// What the management API takes from the rest of the start.
+struct MgmtParts {
+    registry: Arc<auth::UserRegistry>,
+    recovery_ms: u64,
+    amqp_addr: SocketAddr,
+    alarms: Arc<alarm::Alarms>,
+}
+
+/// Starts the management API when `mgmt_bind` is set: (its address and task, its HTTPS
+/// address).
+async fn start_mgmt(
+    config: &ServerConfig,
+    parts: MgmtParts,
+    core: mpsc::Sender<CoreMsg>,
+    stop: watch::Receiver<bool>,
+) -> Result<(Option<(SocketAddr, JoinHandle<()>)>, Option<SocketAddr>), ServerError> {
+    let Some(bind) = &config.mgmt_bind else {
+        return Ok((None, None));
+    };
+    let mgmt_config = crate::mgmt::MgmtConfig {
+        bind: bind.clone(),
+        users: parts.registry,
+        recovery_ms: parts.recovery_ms,
+        amqp_addr: parts.amqp_addr,
+        clock: config.clock_control.clone(),
+        tls: config.mgmt_tls.clone(),
+        alarms: Some(parts.alarms),
+    };
+    let m = crate::mgmt::serve(mgmt_config, core, stop).await?;
+    Ok((Some((m.addr, m.task)), m.tls_addr))
 }
 
 /// Spawns the resource monitor (see `alarm`) over the configured probe and limits.
@@ -633,11 +656,15 @@ async fn recover(config: &ServerConfig, clock: &dyn Clock) -> Result<Recovered, 
         .storage
         .clone()
         .unwrap_or_else(|| Arc::new(FileStorage));
-    let (store, mut broker, summary) = tokio::task::spawn_blocking(move || {
+    let (mut store, mut broker, summary) = tokio::task::spawn_blocking(move || {
         Store::open_with(&store_config, storage, &WalConfig::default())
     })
     .await
     .map_err(|e| ServerError::Task(e.to_string()))??;
+    store.set_checkpoint_trigger(crate::store::CheckpointTrigger {
+        enabled: true,
+        log_bytes_min: config.checkpoint_log_bytes_min,
+    });
     broker.set_unacked_per_channel_max(config.unacked_per_channel_max);
     let mut recovered = broker.recovered(clock.now_ms());
     let downtime = DowntimeDeaths::of(&recovered);
