@@ -4,7 +4,8 @@
 //! that certificate gets `/api/overview` with basic auth, is refused 401 without it, and
 //! `wharfctl --cacert` works against it. Plain HTTP to the TLS port gets no answer, a client
 //! trusting another certificate never reaches HTTP, and a certificate that does not load stops
-//! the server from starting. Only 127.0.0.1 is used.
+//! the server from starting. The real binary serves HTTPS from `[mgmt_tls]` in its file, and
+//! refuses an `fsync` policy other than `always`. Only 127.0.0.1 is used.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -188,4 +189,85 @@ async fn a_key_that_does_not_load_stops_the_start() {
     };
     assert!(matches!(e, ServerError::Tls(_)), "{e}");
     assert!(e.to_string().contains("missing-key.pem"), "{e}");
+}
+
+fn free_port() -> u16 {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    probe.local_addr().unwrap().port()
+}
+
+/// The real binary with `[mgmt_tls]` in its file serves HTTPS on `mgmt_tls.port`.
+#[tokio::test]
+async fn the_binary_serves_https_from_its_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, listener) = certificate(dir.path());
+    let port = free_port();
+    let file = dir.path().join("wharf.toml");
+    let data = dir.path().join("data");
+    std::fs::write(
+        &file,
+        format!(
+            "port = 0\nmgmt_port = 0\ndata_dir = {data:?}\nlog = \"warn\"\n\
+             [mgmt_tls]\ncert_file = {:?}\nkey_file = {:?}\nport = {port}\n",
+            listener.cert_file, listener.key_file
+        ),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .arg("--config")
+        .arg(&file)
+        .env_remove("WHARF_MGMT_PORT")
+        .env_remove("WHARF_BIND")
+        .env_remove("WHARF_PORT")
+        .env_remove("WHARF_DATA_DIR")
+        .env_remove("WHARF_LOG")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let client = Client::new(&format!("https://127.0.0.1:{port}"), "guest", "guest")
+        .trusting(ca.as_bytes())
+        .unwrap();
+    let mut answer = None;
+    // Wait for the listener: bounded retries of a real request (the process has to start).
+    for _ in 0..200 {
+        if let Ok(a) = call(&client, "/api/overview").await {
+            answer = Some(a);
+            break;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("wharf exited early: {status}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let a = answer.expect("wharf never answered over HTTPS");
+    assert_eq!(a.status, 200, "{}", a.body);
+    let status = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "{exit}");
+}
+
+/// A policy other than `fsync = "always"` stops the binary before it listens, naming the key.
+#[test]
+fn the_binary_refuses_an_fsync_policy_other_than_always() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("wharf.toml");
+    std::fs::write(&file, "fsync = \"never\"\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .arg("--config")
+        .arg(&file)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("fsync") && err.contains("always"), "{err}");
 }
