@@ -59,8 +59,8 @@ pub struct MgmtConfig {
     /// Also serve the API over HTTPS on this listener (RabbitMQ's `management.ssl.*`), with
     /// the same router and authentication; plain HTTP stays on `bind`.
     pub tls: Option<crate::server::tls::TlsListener>,
-    /// The server's resource alarms: `/metrics` reports the free disk space their monitor
-    /// last measured (measured once, by the monitor).
+    /// The server's resource alarms: `/metrics` reports the free disk space and memory use
+    /// their monitor last measured (measured once, by the monitor); `None`: not reported.
     pub alarms: Option<Arc<crate::server::alarm::Alarms>>,
 }
 
