@@ -36,6 +36,12 @@ pub mod defaults {
     pub const MEMORY_HIGH_WATERMARK: f64 = crate::limits::MEMORY_HIGH_WATERMARK_DEFAULT;
     /// `tls.port` / `--tls-port` (RabbitMQ's AMQPS port).
     pub const TLS_PORT: u16 = 5671;
+    /// `mgmt_tls.port` (RabbitMQ's `management.ssl.port`).
+    pub const MGMT_TLS_PORT: u16 = 15671;
+    /// `checkpoint_log_bytes_min`, bytes.
+    pub const CHECKPOINT_LOG_BYTES_MIN: u64 = crate::limits::CHECKPOINT_LOG_BYTES_MIN;
+    /// `fsync`.
+    pub const FSYNC: &str = "always";
 }
 
 /// A size as written in the file: bytes, a string with RabbitMQ's units (`"50MB"`,
@@ -81,13 +87,47 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
 
 /// The disk limit from a setting (bytes or a unit string; a fraction makes no sense here).
 fn disk_limit(setting: &SizeSetting) -> Result<u64, ConfigError> {
+    byte_size("disk_free_limit", setting)
+}
+
+/// A number of bytes from a setting of `key` (bytes or a unit string, not a fraction).
+fn byte_size(key: &str, setting: &SizeSetting) -> Result<u64, ConfigError> {
     match setting {
         SizeSetting::Bytes(b) => Ok(*b),
-        SizeSetting::Text(t) => parse_bytes(t).map_err(|e| invalid("disk_free_limit", e)),
-        SizeSetting::Fraction(f) => Err(invalid(
-            "disk_free_limit",
-            format!("{f} is not a number of bytes"),
-        )),
+        SizeSetting::Text(t) => parse_bytes(t).map_err(|e| invalid(key, e)),
+        SizeSetting::Fraction(f) => Err(invalid(key, format!("{f} is not a number of bytes"))),
+    }
+}
+
+/// When the write-ahead log is made durable. Only one policy exists: every publisher confirm,
+/// definition reply and acknowledged settle waits for `fdatasync` (S-DUR-3). A policy that
+/// confirms after `write()` alone would need the log's writer and the broker task's release
+/// gate to change together, and would lose confirmed messages on power loss; it is not
+/// offered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FsyncPolicy {
+    /// `fsync = "always"`: fdatasync before every confirm (group commit batches them).
+    #[default]
+    Always,
+}
+
+impl FsyncPolicy {
+    /// Parses the `fsync` key.
+    ///
+    /// # Errors
+    /// Anything but `"always"`, with the reason.
+    pub fn parse(text: &str) -> Result<FsyncPolicy, ConfigError> {
+        match text {
+            "always" => Ok(FsyncPolicy::Always),
+            other => Err(invalid(
+                "fsync",
+                format!(
+                    "'{other}' is not supported: only \"always\" (every confirm waits for \
+                     fdatasync, S-DUR-3; confirming earlier could lose confirmed messages on \
+                     power loss)"
+                ),
+            )),
+        }
     }
 }
 
@@ -176,9 +216,16 @@ pub struct FileConfig {
     pub vhosts: Vec<FileVhost>,
     /// The AMQPS listener (`[tls]`).
     pub tls: Option<FileTls>,
+    /// The management API over HTTPS (`[mgmt_tls]`, the same keys as `[tls]`).
+    pub mgmt_tls: Option<FileTls>,
+    /// The floor of the periodic checkpoint threshold (bytes or a unit string).
+    pub checkpoint_log_bytes_min: Option<SizeSetting>,
+    /// When the log is fsynced (only `"always"`).
+    pub fsync: Option<String>,
 }
 
-/// The `[tls]` table: AMQPS is served when both files are named.
+/// The `[tls]` table (AMQPS is served when both files are named), and the `[mgmt_tls]` table
+/// (the management API over HTTPS, likewise).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileTls {
@@ -186,7 +233,8 @@ pub struct FileTls {
     pub cert_file: Option<PathBuf>,
     /// PEM private key.
     pub key_file: Option<PathBuf>,
-    /// AMQPS port (default 5671; wider than `u16` so that 70000 is refused by name).
+    /// The port (default 5671 for `[tls]`, 15671 for `[mgmt_tls]`; wider than `u16` so that
+    /// 70000 is refused by name).
     pub port: Option<u32>,
 }
 
@@ -247,10 +295,10 @@ pub struct Overrides {
     pub tls_port: Option<u16>,
 }
 
-/// The resolved AMQPS settings.
+/// The resolved settings of a TLS listener (AMQPS, or the management API's HTTPS).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsConfig {
-    /// AMQPS port.
+    /// The port.
     pub port: u32,
     /// PEM certificate chain.
     pub cert_file: PathBuf,
@@ -295,6 +343,13 @@ pub struct Config {
     pub loopback_users: Vec<String>,
     /// AMQPS, when `tls.cert_file` and `tls.key_file` are both given.
     pub tls: Option<TlsConfig>,
+    /// The management API over HTTPS, when `mgmt_tls.cert_file` and `mgmt_tls.key_file` are
+    /// both given.
+    pub mgmt_tls: Option<TlsConfig>,
+    /// The floor of the periodic checkpoint threshold, bytes.
+    pub checkpoint_log_bytes_min: u64,
+    /// When the log is fsynced.
+    pub fsync: FsyncPolicy,
 }
 
 /// Merges flags over the file over the defaults, then validates.
@@ -302,6 +357,7 @@ pub struct Config {
 /// # Errors
 /// What [`Config::validate`] refuses.
 pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> {
+    let (checkpoint_log_bytes_min, fsync) = durability(&file)?;
     let loopback: BTreeSet<String> = match file.loopback_users {
         Some(listed) => listed.into_iter().collect(),
         None => defaults::LOOPBACK_USERS
@@ -390,23 +446,47 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
         unacked_per_channel_max: file
             .unacked_per_channel_max
             .unwrap_or(u64::from(limits::UNACKED_PER_CHANNEL_MAX)),
-        tls: merge_tls(file.tls, flags.tls_port)?,
+        tls: merge_tls("tls", file.tls, flags.tls_port, defaults::TLS_PORT)?,
+        mgmt_tls: merge_tls("mgmt_tls", file.mgmt_tls, None, defaults::MGMT_TLS_PORT)?,
+        checkpoint_log_bytes_min,
+        fsync,
         loopback_users: loopback.into_iter().collect(),
     };
     config.validate()?;
     Ok(config)
 }
 
-/// `[tls]` with both files gives AMQPS on `--tls-port`, else `tls.port`, else 5671; one file
-/// without the other is refused by name.
-fn merge_tls(file: Option<FileTls>, port: Option<u16>) -> Result<Option<TlsConfig>, ConfigError> {
+/// The durability keys: `checkpoint_log_bytes_min` and `fsync`.
+fn durability(file: &FileConfig) -> Result<(u64, FsyncPolicy), ConfigError> {
+    let checkpoint = file
+        .checkpoint_log_bytes_min
+        .as_ref()
+        .map_or(Ok(defaults::CHECKPOINT_LOG_BYTES_MIN), |s| {
+            byte_size("checkpoint_log_bytes_min", s)
+        })?;
+    let fsync = file
+        .fsync
+        .as_deref()
+        .map_or(Ok(FsyncPolicy::Always), FsyncPolicy::parse)?;
+    Ok((checkpoint, fsync))
+}
+
+/// `[tls]` with both files gives AMQPS on `--tls-port`, else `tls.port`, else 5671 (and
+/// `[mgmt_tls]` HTTPS on `mgmt_tls.port`, else 15671); one file without the other is refused
+/// by name.
+fn merge_tls(
+    table: &str,
+    file: Option<FileTls>,
+    port: Option<u16>,
+    default_port: u16,
+) -> Result<Option<TlsConfig>, ConfigError> {
     let Some(t) = file else {
         return Ok(None);
     };
     let port = port
         .map(u32::from)
         .or(t.port)
-        .unwrap_or(u32::from(defaults::TLS_PORT));
+        .unwrap_or(u32::from(default_port));
     match (t.cert_file, t.key_file) {
         (Some(cert_file), Some(key_file)) => Ok(Some(TlsConfig {
             port,
@@ -414,8 +494,14 @@ fn merge_tls(file: Option<FileTls>, port: Option<u16>) -> Result<Option<TlsConfi
             key_file,
         })),
         (None, None) => Ok(None),
-        (Some(_), None) => Err(invalid("tls.key_file", "missing (tls.cert_file is given)")),
-        (None, Some(_)) => Err(invalid("tls.cert_file", "missing (tls.key_file is given)")),
+        (Some(_), None) => Err(invalid(
+            format!("{table}.key_file"),
+            format!("missing ({table}.cert_file is given)"),
+        )),
+        (None, Some(_)) => Err(invalid(
+            format!("{table}.cert_file"),
+            format!("missing ({table}.key_file is given)"),
+        )),
     }
 }
 
@@ -444,6 +530,10 @@ impl Config {
             ("mgmt_port", self.mgmt_port),
             ("heartbeat_secs", self.heartbeat_secs),
             ("tls.port", self.tls.as_ref().map_or(0, |t| t.port)),
+            (
+                "mgmt_tls.port",
+                self.mgmt_tls.as_ref().map_or(0, |t| t.port),
+            ),
         ] {
             if u16::try_from(value).is_err() {
                 return Err(invalid(key, format!("{value} is above 65535")));
@@ -515,6 +605,19 @@ impl Config {
                 ));
             }
         }
+        let (low, high) = (
+            limits::CHECKPOINT_LOG_BYTES_MIN_LOWEST,
+            limits::CHECKPOINT_LOG_BYTES_MIN_HIGHEST,
+        );
+        if !(low..=high).contains(&self.checkpoint_log_bytes_min) {
+            return Err(invalid(
+                "checkpoint_log_bytes_min",
+                format!(
+                    "{} is outside {low}..={high} bytes (1 MiB to 4 GiB)",
+                    self.checkpoint_log_bytes_min
+                ),
+            ));
+        }
         match self.memory_high_watermark {
             MemoryLimit::Fraction(f) if !(f > 0.0 && f <= 1.0) => Err(invalid(
                 "memory_high_watermark",
@@ -569,6 +672,16 @@ impl Config {
                 key_file: t.key_file.clone(),
             });
         }
+        if let Some(t) = &self.mgmt_tls {
+            let port =
+                u16::try_from(t.port).map_err(|_| invalid("mgmt_tls.port", "above 65535"))?;
+            server.mgmt_tls = Some(TlsListener {
+                bind: address(port),
+                cert_file: t.cert_file.clone(),
+                key_file: t.key_file.clone(),
+            });
+        }
+        server.checkpoint_log_bytes_min = self.checkpoint_log_bytes_min;
         Ok(server)
     }
 }
@@ -872,6 +985,113 @@ name = "prod"
         assert!(matches!(e, ConfigError::Invalid { key, .. } if key == "tls.port"));
         let c = merge(FileConfig::default(), Overrides::default()).unwrap();
         assert_eq!(c.tls, None, "no [tls]: no AMQPS");
+    }
+
+    #[test]
+    fn mgmt_tls_needs_both_files_and_defaults_to_15671() {
+        let text = "[mgmt_tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"\n";
+        let c = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap();
+        let t = c.mgmt_tls.clone().unwrap();
+        assert_eq!(t.port, 15671);
+        assert_eq!(t.key_file, PathBuf::from("k.pem"));
+        assert_eq!(c.tls, None, "[mgmt_tls] is not AMQPS");
+        let s = c.server_config().unwrap();
+        let listener = s.mgmt_tls.unwrap();
+        assert_eq!(listener.bind, "127.0.0.1:15671");
+        assert_eq!(listener.cert_file, PathBuf::from("c.pem"));
+        assert_eq!(
+            s.mgmt_bind.as_deref(),
+            Some("127.0.0.1:15672"),
+            "plain HTTP stays"
+        );
+        let c = merge(
+            FileConfig::parse(&format!("{text}port = 8443\n")).unwrap(),
+            Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            c.server_config().unwrap().mgmt_tls.unwrap().bind,
+            "127.0.0.1:8443"
+        );
+        let e = merge(
+            FileConfig::parse("[mgmt_tls]\nkey_file = \"k.pem\"\n").unwrap(),
+            Overrides::default(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            invalid("mgmt_tls.cert_file", "missing (mgmt_tls.key_file is given)")
+        );
+        let e = merge(
+            FileConfig::parse(&format!("{text}port = 65536\n")).unwrap(),
+            Overrides::default(),
+        )
+        .unwrap_err();
+        assert!(matches!(e, ConfigError::Invalid { key, .. } if key == "mgmt_tls.port"));
+        let e = FileConfig::parse("[mgmt_tls]\ncertfile = \"c.pem\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("certfile"), "{e}");
+        let c = merge(FileConfig::default(), Overrides::default()).unwrap();
+        assert_eq!(c.mgmt_tls, None);
+        assert_eq!(c.server_config().unwrap().mgmt_tls, None);
+    }
+
+    #[test]
+    fn checkpoint_log_bytes_min_takes_units_and_is_bounded() {
+        let c = merge(FileConfig::default(), Overrides::default()).unwrap();
+        assert_eq!(c.checkpoint_log_bytes_min, 64 << 20);
+        assert_eq!(
+            c.server_config().unwrap().checkpoint_log_bytes_min,
+            limits::CHECKPOINT_LOG_BYTES_MIN
+        );
+        for (text, bytes) in [
+            ("checkpoint_log_bytes_min = \"256MiB\"", 256 << 20),
+            ("checkpoint_log_bytes_min = 1048576", 1 << 20),
+            ("checkpoint_log_bytes_min = \"4GiB\"", 4 << 30),
+        ] {
+            let c = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap();
+            assert_eq!(c.checkpoint_log_bytes_min, bytes, "{text}");
+            assert_eq!(c.server_config().unwrap().checkpoint_log_bytes_min, bytes);
+        }
+        for text in [
+            "checkpoint_log_bytes_min = 1048575",
+            "checkpoint_log_bytes_min = 0",
+            "checkpoint_log_bytes_min = \"5GiB\"",
+            "checkpoint_log_bytes_min = 0.5",
+            "checkpoint_log_bytes_min = \"lots\"",
+        ] {
+            let e = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap_err();
+            assert!(
+                matches!(e, ConfigError::Invalid { ref key, .. } if key == "checkpoint_log_bytes_min"),
+                "{text}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn fsync_accepts_only_always() {
+        let c = merge(FileConfig::default(), Overrides::default()).unwrap();
+        assert_eq!(c.fsync, FsyncPolicy::Always);
+        let c = merge(
+            FileConfig::parse("fsync = \"always\"").unwrap(),
+            Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(c.fsync, FsyncPolicy::Always);
+        for value in ["never", "none", "batch", "Always", ""] {
+            let text = format!("fsync = \"{value}\"");
+            let e = merge(FileConfig::parse(&text).unwrap(), Overrides::default()).unwrap_err();
+            match e {
+                ConfigError::Invalid { key, reason } => {
+                    assert_eq!(key, "fsync");
+                    assert!(reason.contains("S-DUR-3"), "{reason}");
+                }
+                ConfigError::Parse(p) => panic!("{text}: {p}"),
+            }
+        }
+        let e = FileConfig::parse("fsync = true").unwrap_err().to_string();
+        assert!(e.contains("fsync"), "{e}");
     }
 
     #[test]

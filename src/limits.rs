@@ -70,6 +70,13 @@ pub const RECORD_IDS_MAX: usize = 64 * 1024;
 /// live durable bytes), so checkpoints cost at most about as many bytes as the log, and the
 /// data directory stays near twice the live data plus a few segments.
 pub const CHECKPOINT_LOG_BYTES_MIN: u64 = 64 * 1024 * 1024;
+/// The smallest `checkpoint_log_bytes_min` the configuration accepts: below it, a broker
+/// with little live data would checkpoint every few batches.
+pub const CHECKPOINT_LOG_BYTES_MIN_LOWEST: u64 = 1024 * 1024;
+/// The largest `checkpoint_log_bytes_min` the configuration accepts: recovery replays up to
+/// this much log (plus the checkpoint), and the data directory holds it on top of the live
+/// data.
+pub const CHECKPOINT_LOG_BYTES_MIN_HIGHEST: u64 = 4 * 1024 * 1024 * 1024;
 
 /// Memory for the content of queued messages (body plus about 512 bytes of properties and
 /// bookkeeping each) the broker keeps; beyond it the oldest persistent messages of durable
@@ -127,4 +134,9 @@ const _: () = assert!(
 const _: () = assert!(
     MESSAGE_BODY_BYTES_MAX as usize <= RECORD_PAYLOAD_BYTES_MAX,
     "a message body must fit in one record"
+);
+const _: () = assert!(
+    CHECKPOINT_LOG_BYTES_MIN_LOWEST <= CHECKPOINT_LOG_BYTES_MIN
+        && CHECKPOINT_LOG_BYTES_MIN <= CHECKPOINT_LOG_BYTES_MIN_HIGHEST,
+    "the default checkpoint threshold floor must be accepted by the configuration"
 );

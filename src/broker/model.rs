@@ -615,6 +615,12 @@ impl Broker {
         self.unacked_per_channel_max = max.clamp(1, crate::limits::UNACKED_PER_CHANNEL_MAX);
     }
 
+    /// Deliveries a channel holds unacknowledged (0 for an unknown channel). The server counts
+    /// the messages one `basic.ack` settles as the difference (a `multiple` ack settles many).
+    pub fn channel_unacked(&self, chan: ChanRef) -> usize {
+        self.channels.get(&chan).map_or(0, |c| c.unacked.len())
+    }
+
     pub(crate) fn mark_channel_queues(&mut self, chan: ChanRef) {
         let qs: Vec<QueueId> = self
             .channels

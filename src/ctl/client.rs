@@ -38,6 +38,25 @@ impl Answer {
 #[error("{0}")]
 pub struct Unreachable(pub String);
 
+/// The HTTP agent: statuses as data, a global timeout, and rustls with the ring provider for
+/// `https://` URLs, trusting `roots` (none given: no certificate is trusted, so an `https://`
+/// URL needs [`Client::trusting`]).
+fn agent(roots: Option<ureq::tls::RootCerts>) -> ureq::Agent {
+    let tls = ureq::tls::TlsConfig::builder()
+        .provider(ureq::tls::TlsProvider::Rustls)
+        .root_certs(roots.unwrap_or_else(|| ureq::tls::RootCerts::new_with_certs(&[])))
+        .unversioned_rustls_crypto_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .build();
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(std::time::Duration::from_secs(30)))
+        .tls_config(tls)
+        .build()
+        .into()
+}
+
 /// A client bound to one API root and one set of credentials.
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -58,16 +77,31 @@ impl Client {
 
     /// A client that sends no credentials.
     pub fn anonymous(base: &str) -> Client {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(std::time::Duration::from_secs(30)))
-            .build()
-            .into();
         Client {
-            agent,
+            agent: agent(None),
             base: base.trim_end_matches('/').to_owned(),
             auth: None,
         }
+    }
+
+    /// The same client, trusting (for `https://` URLs) only the certificates in the PEM
+    /// text `ca_pem` (a self-signed certificate, or the CA that signed the server's).
+    ///
+    /// # Errors
+    /// The text holds no PEM certificate.
+    pub fn trusting(mut self, ca_pem: &[u8]) -> Result<Client, String> {
+        let roots: Vec<ureq::tls::Certificate<'static>> = ureq::tls::parse_pem(ca_pem)
+            .filter_map(|item| match item {
+                Ok(ureq::tls::PemItem::Certificate(c)) => Some(Ok(c)),
+                Ok(_) => None,
+                Err(e) => Some(Err(e.to_string())),
+            })
+            .collect::<Result<_, _>>()?;
+        if roots.is_empty() {
+            return Err("no PEM certificate found".to_owned());
+        }
+        self.agent = agent(Some(ureq::tls::RootCerts::new_with_certs(&roots)));
+        Ok(self)
     }
 
     /// Sends `method` to `path` (starting with `/`), with `body` as JSON when given.

@@ -51,6 +51,7 @@ pub struct Io<'a> {
 )]
 struct Opts {
     url: Option<String>,
+    cacert: Option<String>,
     username: Option<String>,
     password: Option<String>,
     vhost: Option<String>,
@@ -75,6 +76,7 @@ fn usage(text: impl Into<String>) -> Fail {
 
 const VALUE_OPTS: &[&str] = &[
     "--url",
+    "--cacert",
     "--username",
     "-u",
     "--password",
@@ -119,6 +121,7 @@ fn parse(args: &[String]) -> Result<(Opts, Vec<String>), Fail> {
         };
         match (name, value) {
             ("--url", v) => o.url = v,
+            ("--cacert", v) => o.cacert = v,
             ("--username" | "-u", v) => o.username = v,
             ("--password", v) => o.password = v,
             ("--vhost" | "-p", v) => o.vhost = v,
@@ -166,11 +169,23 @@ pub fn run(args: &[String], env_url: Option<String>, io: &mut Io<'_>) -> i32 {
         .clone()
         .or(env_url)
         .unwrap_or_else(|| DEFAULT_URL.to_owned());
-    let client = Client::new(
+    let mut client = Client::new(
         &url,
         opts.username.as_deref().unwrap_or("guest"),
         opts.password.as_deref().unwrap_or("guest"),
     );
+    if let Some(path) = &opts.cacert {
+        let trusted = std::fs::read(path)
+            .map_err(|e| e.to_string())
+            .and_then(|pem| client.clone().trusting(&pem));
+        match trusted {
+            Ok(c) => client = c,
+            Err(e) => {
+                let _ = writeln!(io.err, "Error: --cacert {path}: {e}\n\n{USAGE}");
+                return EXIT_USAGE;
+            }
+        }
+    }
     let mut ctl = Ctl { client, opts, io };
     match ctl.command(&pos) {
         Ok(()) => EXIT_OK,
@@ -185,8 +200,8 @@ pub fn run(args: &[String], env_url: Option<String>, io: &mut Io<'_>) -> i32 {
 }
 
 /// The command summary printed on usage errors.
-pub const USAGE: &str = "Usage: wharfctl [--url URL] [--username U] [--password P] [-p VHOST] \
-[--formatter json] [-q] COMMAND [ARGS]
+pub const USAGE: &str = "Usage: wharfctl [--url URL] [--cacert PEM] [--username U] [--password P] \
+[-p VHOST] [--formatter json] [-q] COMMAND [ARGS]
 Commands:
   set_policy NAME PATTERN DEFINITION [--priority N] [--apply-to queues|exchanges|all]
   clear_policy NAME | list_policies

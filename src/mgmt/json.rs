@@ -233,9 +233,9 @@ pub fn channel(
         "transactional": ch.transactional,
         "consumer_count": consumers,
         "messages_unacknowledged": unacked,
-        // Confirms are encoded as soon as a publish is routed and held in the connection's
-        // outbox until the log is durable; no per-channel count of them is kept.
-        "messages_unconfirmed": 0,
+        // No `messages_unconfirmed`: confirms are encoded as soon as a publish is routed and
+        // held in the connection's outbox until the log is durable, and no per-channel count
+        // of them is kept, so any number here would be made up.
         "state": "running",
     })
 }

@@ -1,7 +1,9 @@
 //! `/metrics`: Prometheus text exposition (format 0.0.4), without authentication as
 //! `rabbitmq_prometheus` serves it. Per-queue gauges, message counters kept by the broker
-//! task, connection and channel counts, and the recovery time of this start. Written by hand:
-//! the format is a few lines per family.
+//! task, connection and channel counts, the log's fsync histograms, the recovery time of this
+//! start, and the free disk space and memory use the resource monitor last measured (read from
+//! `server::alarm::Alarms`, not measured again). Written by hand: the format is a few lines per
+//! family.
 
 use std::fmt::Write as _;
 
@@ -12,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use super::{Api, ApiError};
 use crate::broker::QueueInfo;
 use crate::server::admin::{AdminView, MessageCounters};
+use crate::server::alarm::Samples;
 use crate::wal::sync_stats::{SYNC_LATENCY_BOUNDS_US, SYNC_RECORDS_BOUNDS, SyncSnapshot};
 
 /// Escapes a label value (backslash, quote, newline).
@@ -132,7 +135,7 @@ fn message_counters(out: &mut String, c: &MessageCounters) {
         ),
         (
             "wharf_messages_acked_total",
-            "basic.ack methods handled (a multiple ack counts once).",
+            "Messages acknowledged by basic.ack (a multiple ack counts each message).",
             c.acked,
         ),
         (
@@ -173,6 +176,34 @@ fn scrape(view: &AdminView<'_>) -> String {
     out
 }
 
+/// The resource monitor's last samples; a family is left out while its value is unknown
+/// (before the first check, or when the probe failed), rather than reported as 0.
+fn resource_gauges(out: &mut String, s: Samples) {
+    let gauges = [
+        (
+            "wharf_disk_free_bytes",
+            "Free bytes on the data directory's file system (the disk alarm's measure).",
+            s.disk_free_bytes,
+        ),
+        (
+            "wharf_memory_used_bytes",
+            "Resident anonymous memory of the process (the memory alarm's measure).",
+            s.memory_used_bytes,
+        ),
+        (
+            "wharf_memory_limit_bytes",
+            "Memory use at which the memory alarm blocks publishers.",
+            s.memory_limit_bytes,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        if let Some(value) = value {
+            family(out, name, "gauge", help);
+            let _ = writeln!(out, "{name} {value}");
+        }
+    }
+}
+
 pub(crate) async fn metrics(State(api): State<Api>) -> Result<Response, ApiError> {
     let recovery_ms = api.config().recovery_ms;
     let mut text = api.query(scrape).await?;
@@ -188,6 +219,9 @@ pub(crate) async fn metrics(State(api): State<Api>) -> Result<Response, ApiError
     )]
     let seconds = recovery_ms as f64 / 1000.0;
     let _ = writeln!(text, "wharf_recovery_seconds {seconds}");
+    if let Some(alarms) = &api.config().alarms {
+        resource_gauges(&mut text, alarms.samples());
+    }
     Ok((
         [(
             header::CONTENT_TYPE,

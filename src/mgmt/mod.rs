@@ -15,9 +15,11 @@
 //! - `handlers.rs`: one function per endpoint.
 //! - `definitions.rs`: `/api/definitions` export and import.
 //! - `metrics.rs`: the Prometheus text exposition.
+//! - `https.rs`: the TLS listener (`MgmtConfig::tls`), serving the same router.
 
 mod definitions;
 mod handlers;
+mod https;
 pub mod json;
 mod metrics;
 
@@ -54,6 +56,23 @@ pub struct MgmtConfig {
     /// The manual clock the server runs on when started with clock control
     /// (`--test-clock`); `None`: the clock endpoints refuse.
     pub clock: Option<crate::clock::ManualClock>,
+    /// Also serve the API over HTTPS on this listener (RabbitMQ's `management.ssl.*`), with
+    /// the same router and authentication; plain HTTP stays on `bind`.
+    pub tls: Option<crate::server::tls::TlsListener>,
+    /// The server's resource alarms: `/metrics` reports the free disk space and memory use
+    /// their monitor last measured (measured once, by the monitor); `None`: not reported.
+    pub alarms: Option<Arc<crate::server::alarm::Alarms>>,
+}
+
+/// The management API's listeners, once bound.
+#[derive(Debug)]
+pub(crate) struct Listening {
+    /// The plain HTTP address.
+    pub(crate) addr: SocketAddr,
+    /// The HTTPS address, when [`MgmtConfig::tls`] is set.
+    pub(crate) tls_addr: Option<SocketAddr>,
+    /// Serves both until the stop signal.
+    pub(crate) task: JoinHandle<()>,
 }
 
 /// The broker task's inbox; this layer sends it only `CoreMsg::Admin`.
@@ -66,43 +85,82 @@ pub(crate) struct Api {
     core: CoreSender,
 }
 
-/// Binds the management listener and serves until `stop` turns true.
+/// Binds the management listeners (plain, and HTTPS when configured) and serves until `stop`
+/// turns true.
 ///
 /// # Errors
-/// The address cannot be bound.
+/// An address cannot be bound; the TLS certificate or key cannot be loaded.
 pub(crate) async fn serve(
     config: MgmtConfig,
     core: CoreSender,
-    mut stop: watch::Receiver<bool>,
-) -> Result<(SocketAddr, JoinHandle<()>), ServerError> {
-    let listener = TcpListener::bind(&config.bind)
-        .await
-        .map_err(|source| ServerError::Bind {
-            addr: config.bind.clone(),
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| ServerError::Bind {
-        addr: config.bind.clone(),
-        source,
-    })?;
+    stop: watch::Receiver<bool>,
+) -> Result<Listening, ServerError> {
+    let (listener, addr) = bind(&config.bind).await?;
     info!(%addr, "management API listening");
+    let tls = match &config.tls {
+        Some(t) => {
+            // The one loading path of certificates, shared with AMQPS.
+            let tls_config = crate::server::tls::server_config(&t.cert_file, &t.key_file)?;
+            let (listener, tls_addr) = bind(&t.bind).await?;
+            info!(addr = %tls_addr, "management API listening (HTTPS)");
+            Some((
+                https::HttpsListener::start(listener, tls_addr, tls_config, stop.clone()),
+                tls_addr,
+            ))
+        }
+        None => None,
+    };
+    let tls_addr = tls.as_ref().map(|(_, a)| *a);
     let api = Api {
         config: Arc::new(config),
         core,
     };
-    let app = router(api).into_make_service_with_connect_info::<SocketAddr>();
+    let app = router(api);
+    let shutdown = |mut stop: watch::Receiver<bool>| async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    let plain = axum::serve(
+        listener,
+        app.clone()
+            .into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown(stop.clone()));
     let task = tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stop.wait_for(|s| *s).await;
-        };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
+        let secure = async move {
+            let Some((listener, _)) = tls else {
+                return Ok(());
+            };
+            // `tap_io` only so that axum's `ConnectInfo<SocketAddr>` applies to this listener.
+            let listener = axum::serve::ListenerExt::tap_io(listener, |_| {});
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(shutdown(stop))
             .await
-        {
-            warn!(error = %e, "management API stopped");
+        };
+        let (plain, secure) = tokio::join!(plain.into_future(), secure);
+        for result in [plain, secure] {
+            if let Err(e) = result {
+                warn!(error = %e, "management API stopped");
+            }
         }
     });
-    Ok((addr, task))
+    Ok(Listening {
+        addr,
+        tls_addr,
+        task,
+    })
+}
+
+async fn bind(addr: &str) -> Result<(TcpListener, SocketAddr), ServerError> {
+    let bind_error = |source| ServerError::Bind {
+        addr: addr.to_owned(),
+        source,
+    };
+    let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
+    let local = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, local))
 }
 
 fn router(api: Api) -> Router {

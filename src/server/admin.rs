@@ -129,7 +129,8 @@ pub struct MessageCounters {
     pub published: u64,
     /// Messages handed to clients (`basic.deliver` and `basic.get-ok`).
     pub delivered: u64,
-    /// `basic.ack` methods handled (a `multiple` ack counts once).
+    /// Messages acknowledged by `basic.ack` (a `multiple` ack counts every message it
+    /// settles).
     pub acked: u64,
     /// Messages that expired in a queue (S-TTL).
     pub expired: u64,

@@ -119,6 +119,38 @@ pub fn total_ram_bytes() -> u64 {
     total.saturating_mul(u64::from(info.mem_unit))
 }
 
+/// Where cgroup v2 is mounted.
+pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// The cgroup v2 memory limit (`memory.max`) of the process's cgroup: `self_cgroup` is the
+/// text of `/proc/self/cgroup`, whose `0::PATH` line names the cgroup under `root`. Tries that
+/// cgroup's `memory.max`, then the one at `root` itself (a container with its own cgroup
+/// namespace sees its cgroup there). `None` when there is no cgroup v2, no limit (`max`), or
+/// the file cannot be read or parsed.
+pub fn cgroup_memory_max(root: &std::path::Path, self_cgroup: &str) -> Option<u64> {
+    let read = |dir: &std::path::Path| -> Option<u64> {
+        let text = std::fs::read_to_string(dir.join("memory.max")).ok()?;
+        text.trim().parse().ok()
+    };
+    let own = self_cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .map(|p| root.join(p.trim().trim_start_matches('/')));
+    own.and_then(|dir| read(&dir)).or_else(|| read(root))
+}
+
+/// The memory a relative `memory_high_watermark` is a fraction of: the machine's RAM, or the
+/// process's cgroup v2 limit when that is lower (a container's limit is what the
+/// out-of-memory killer enforces, as RabbitMQ also takes it into account).
+pub fn memory_available_bytes() -> u64 {
+    let ram = total_ram_bytes();
+    let self_cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    match cgroup_memory_max(std::path::Path::new(CGROUP_ROOT), &self_cgroup) {
+        Some(limit) if limit > 0 => limit.min(ram),
+        _ => ram,
+    }
+}
+
 /// One alarm source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AlarmSource {
@@ -134,6 +166,20 @@ struct Sources {
     memory: bool,
     /// Raised by hand (`ServerHandle::set_blocked`), with its reason.
     manual: Option<String>,
+    /// The monitor's last samples (`None`: not measured yet, or the probe failed).
+    samples: Samples,
+}
+
+/// What the monitor measured at its last check, kept for the metrics endpoint so that free
+/// disk space is measured once, by the monitor.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Samples {
+    /// Free bytes on the data directory's file system.
+    pub disk_free_bytes: Option<u64>,
+    /// Memory the process uses, bytes (see the module doc).
+    pub memory_used_bytes: Option<u64>,
+    /// The memory limit applied, bytes.
+    pub memory_limit_bytes: Option<u64>,
 }
 
 /// The alarms in force, and the combined reason published to every connection.
@@ -174,6 +220,21 @@ impl Alarms {
     /// Raises (`Some(reason)`) or clears (`None`) the alarm raised by hand.
     pub fn set_manual(&self, reason: Option<String>) {
         self.update(|s| s.manual = reason);
+    }
+
+    /// The monitor's last samples.
+    pub fn samples(&self) -> Samples {
+        self.sources
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .samples
+    }
+
+    fn record(&self, samples: Samples) {
+        self.sources
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .samples = samples;
     }
 
     /// Whether one source's alarm is on.
@@ -287,7 +348,13 @@ impl Monitor {
             self.wal.retry_now();
         }
         let mem_was = self.alarms.is_on(AlarmSource::Memory);
-        if let Some(used) = self.sample(|p| p.memory_used_bytes()) {
+        let used = self.sample(|p| p.memory_used_bytes());
+        self.alarms.record(Samples {
+            disk_free_bytes: free,
+            memory_used_bytes: used,
+            memory_limit_bytes: Some(self.thresholds.memory_limit_bytes),
+        });
+        if let Some(used) = used {
             let mem_on = memory_alarm(mem_was, used, self.thresholds.memory_limit_bytes);
             if mem_on != mem_was {
                 if mem_on {
@@ -440,6 +507,34 @@ mod tests {
         monitor.check();
         assert_eq!(alarms.reason(), None);
         wal.close().unwrap();
+    }
+
+    #[test]
+    fn the_cgroup_v2_memory_limit_is_read_from_the_process_cgroup() {
+        let root = tempfile::tempdir().unwrap();
+        let own = root.path().join("system.slice/wharf.service");
+        std::fs::create_dir_all(&own).unwrap();
+        let self_cgroup = "0::/system.slice/wharf.service\n";
+        // No file anywhere: no limit.
+        assert_eq!(cgroup_memory_max(root.path(), self_cgroup), None);
+        // Only the root's (a cgroup namespace): that one.
+        std::fs::write(root.path().join("memory.max"), "2147483648\n").unwrap();
+        assert_eq!(cgroup_memory_max(root.path(), self_cgroup), Some(2 << 30));
+        // The process's own cgroup wins.
+        std::fs::write(own.join("memory.max"), "536870912\n").unwrap();
+        assert_eq!(cgroup_memory_max(root.path(), self_cgroup), Some(512 << 20));
+        // `max` is no limit: fall back to the root's.
+        std::fs::write(own.join("memory.max"), "max\n").unwrap();
+        assert_eq!(cgroup_memory_max(root.path(), self_cgroup), Some(2 << 30));
+        std::fs::write(root.path().join("memory.max"), "max\n").unwrap();
+        assert_eq!(cgroup_memory_max(root.path(), self_cgroup), None);
+        // Garbage is no limit; cgroup v1 lines are ignored.
+        std::fs::write(own.join("memory.max"), "lots\n").unwrap();
+        assert_eq!(cgroup_memory_max(root.path(), "4:memory:/x\n"), None);
+        assert_eq!(cgroup_memory_max(root.path(), self_cgroup), None);
+        // On this machine: never above the RAM.
+        let available = memory_available_bytes();
+        assert!(available > 0 && available <= total_ram_bytes());
     }
 
     #[test]

@@ -917,10 +917,17 @@ impl Core {
     }
 
     fn command(&mut self, conn: u64, ch: u16, cmd: Command, method: (u16, u16), nowait: bool) {
-        let ack = matches!(cmd, Command::Ack { .. });
+        // An ack settles every message it names (many with `multiple`): count those.
+        let acking = match &cmd {
+            Command::Ack { chan, .. } => Some((*chan, self.broker.channel_unacked(*chan))),
+            _ => None,
+        };
         match self.broker.handle(cmd, self.now()) {
             Ok(out) => {
-                self.counters.acked += u64::from(ack);
+                if let Some((chan, before)) = acking {
+                    let settled = before.saturating_sub(self.broker.channel_unacked(chan));
+                    self.counters.acked += u64::try_from(settled).unwrap_or(u64::MAX);
+                }
                 // The reply comes before the effects (consume-ok before the first delivery);
                 // a definition's reply is released, like everything, once its records are
                 // durable (S-DUR-1).

@@ -236,6 +236,13 @@ pub struct ServerConfig {
     pub loopback_users: Vec<String>,
     /// The AMQPS listener, if any.
     pub tls: Option<tls::TlsListener>,
+    /// The management API over HTTPS too (besides `mgmt_bind`), if any; served only when
+    /// `mgmt_bind` is set.
+    pub mgmt_tls: Option<tls::TlsListener>,
+    /// The floor of the periodic checkpoint threshold: a checkpoint is taken once the log
+    /// written since the last one exceeds the larger of this and the last checkpoint's size
+    /// (`store::CheckpointTrigger`); default `limits::CHECKPOINT_LOG_BYTES_MIN`.
+    pub checkpoint_log_bytes_min: u64,
     /// The disk the log lives on: `None` for real files in `data_dir`; `Some` for another
     /// [`Storage`], e.g. a `wal::SimStorage` that can lose power (`crate::testing`).
     pub storage: Option<Arc<dyn Storage>>,
@@ -269,6 +276,8 @@ impl ServerConfig {
             mgmt_bind: None,
             loopback_users: vec!["guest".to_owned()],
             tls: None,
+            mgmt_tls: None,
+            checkpoint_log_bytes_min: crate::limits::CHECKPOINT_LOG_BYTES_MIN,
             storage: None,
             clock_control: None,
         }
@@ -302,6 +311,8 @@ pub struct ServerHandle {
     monitor_task: JoinHandle<()>,
     /// The management API's address and task, when served.
     mgmt: Option<(SocketAddr, JoinHandle<()>)>,
+    /// The management API's HTTPS address, when served.
+    mgmt_tls_addr: Option<SocketAddr>,
 }
 
 /// Sets its flag when dropped.
@@ -392,19 +403,18 @@ impl Server {
             .unzip();
         let accept_task = tokio::spawn(accept_loop(listener, ctx, stop_rx.clone()));
         let (monitor, monitor_task) = start_monitor(&config, wal, alarms.clone());
-        let mgmt = match &config.mgmt_bind {
-            Some(bind) => {
-                let mgmt_config = crate::mgmt::MgmtConfig {
-                    bind: bind.clone(),
-                    users: registry.clone(),
-                    recovery_ms,
-                    amqp_addr: local_addr,
-                    clock: config.clock_control.clone(),
-                };
-                Some(crate::mgmt::serve(mgmt_config, core_tx.clone(), stop_rx).await?)
-            }
-            None => None,
-        };
+        let (mgmt, mgmt_tls_addr) = start_mgmt(
+            &config,
+            MgmtParts {
+                registry: registry.clone(),
+                recovery_ms,
+                amqp_addr: local_addr,
+                alarms: alarms.clone(),
+            },
+            core_tx.clone(),
+            stop_rx,
+        )
+        .await?;
         Ok(ServerHandle {
             local_addr,
             clock_control: config.clock_control.clone(),
@@ -421,8 +431,41 @@ impl Server {
             monitor,
             monitor_task,
             mgmt,
+            mgmt_tls_addr,
         })
     }
+}
+
+/// What the management API takes from the rest of the start.
+struct MgmtParts {
+    registry: Arc<auth::UserRegistry>,
+    recovery_ms: u64,
+    amqp_addr: SocketAddr,
+    alarms: Arc<alarm::Alarms>,
+}
+
+/// Starts the management API when `mgmt_bind` is set: (its address and task, its HTTPS
+/// address).
+async fn start_mgmt(
+    config: &ServerConfig,
+    parts: MgmtParts,
+    core: mpsc::Sender<CoreMsg>,
+    stop: watch::Receiver<bool>,
+) -> Result<(Option<(SocketAddr, JoinHandle<()>)>, Option<SocketAddr>), ServerError> {
+    let Some(bind) = &config.mgmt_bind else {
+        return Ok((None, None));
+    };
+    let mgmt_config = crate::mgmt::MgmtConfig {
+        bind: bind.clone(),
+        users: parts.registry,
+        recovery_ms: parts.recovery_ms,
+        amqp_addr: parts.amqp_addr,
+        clock: config.clock_control.clone(),
+        tls: config.mgmt_tls.clone(),
+        alarms: Some(parts.alarms),
+    };
+    let m = crate::mgmt::serve(mgmt_config, core, stop).await?;
+    Ok((Some((m.addr, m.task)), m.tls_addr))
 }
 
 /// Spawns the resource monitor (see `alarm`) over the configured probe and limits.
@@ -438,7 +481,10 @@ fn start_monitor(
     });
     let thresholds = alarm::Thresholds {
         disk_free_limit_bytes: config.disk_free_limit_bytes,
-        memory_limit_bytes: config.memory_high_watermark.bytes(alarm::total_ram_bytes()),
+        // A fraction is of the RAM, or of the cgroup v2 limit when lower.
+        memory_limit_bytes: config
+            .memory_high_watermark
+            .bytes(alarm::memory_available_bytes()),
     };
     info!(
         disk_free_limit_bytes = thresholds.disk_free_limit_bytes,
@@ -610,11 +656,15 @@ async fn recover(config: &ServerConfig, clock: &dyn Clock) -> Result<Recovered, 
         .storage
         .clone()
         .unwrap_or_else(|| Arc::new(FileStorage));
-    let (store, mut broker, summary) = tokio::task::spawn_blocking(move || {
+    let (mut store, mut broker, summary) = tokio::task::spawn_blocking(move || {
         Store::open_with(&store_config, storage, &WalConfig::default())
     })
     .await
     .map_err(|e| ServerError::Task(e.to_string()))??;
+    store.set_checkpoint_trigger(crate::store::CheckpointTrigger {
+        enabled: true,
+        log_bytes_min: config.checkpoint_log_bytes_min,
+    });
     broker.set_unacked_per_channel_max(config.unacked_per_channel_max);
     let mut recovered = broker.recovered(clock.now_ms());
     let downtime = DowntimeDeaths::of(&recovered);
@@ -725,6 +775,12 @@ impl ServerHandle {
     /// The address of the management HTTP API, when served ([`ServerConfig::mgmt_bind`]).
     pub fn mgmt_addr(&self) -> Option<SocketAddr> {
         self.mgmt.as_ref().map(|(addr, _)| *addr)
+    }
+
+    /// The address of the management API's HTTPS listener, when served
+    /// ([`ServerConfig::mgmt_tls`]).
+    pub fn mgmt_tls_addr(&self) -> Option<SocketAddr> {
+        self.mgmt_tls_addr
     }
 
     /// Sends a management request to the broker task (the embedded Rust API's way to the

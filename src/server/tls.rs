@@ -9,7 +9,7 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-/// Where the AMQPS listener listens and what it presents.
+/// Where a TLS listener (AMQPS, or the management API's HTTPS) listens and what it presents.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsListener {
     /// `host:port` (port 0 picks a free one).

@@ -200,3 +200,71 @@ fn the_binary_refuses_an_unknown_key() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("prot"), "{err}");
 }
+
+/// Checkpoint files (`{lsn}.checkpoint`) anywhere under `dir`.
+fn checkpoints(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if path.extension().is_some_and(|e| e == "checkpoint") {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// `checkpoint_log_bytes_min` reaches the running server: with the floor at 1 MiB, 2 MiB of
+/// confirmed persistent messages make the server take a checkpoint while it runs (with the
+/// default 64 MiB floor it would not before that much log).
+#[tokio::test]
+async fn checkpoint_log_bytes_min_from_the_file_sets_when_the_server_checkpoints() {
+    let config = merge(
+        FileConfig::parse("checkpoint_log_bytes_min = \"1MiB\"\n").unwrap(),
+        Overrides::default(),
+    )
+    .unwrap();
+    let floor = config.server_config().unwrap().checkpoint_log_bytes_min;
+    assert_eq!(floor, 1 << 20);
+    let server = TestServer::start_with(|c| c.checkpoint_log_bytes_min = floor).await;
+    let before = checkpoints(server.dir.path());
+    let (_conn, ch) = server.channel().await;
+    ch.confirm_select(lapin::options::ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    ch.queue_declare(
+        "big".into(),
+        lapin::options::QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        lapin::types::FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    let body = vec![7u8; 64 * 1024];
+    for _ in 0..32 {
+        ch.basic_publish(
+            "".into(),
+            "big".into(),
+            lapin::options::BasicPublishOptions::default(),
+            &body,
+            lapin::BasicProperties::default().with_delivery_mode(2),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    }
+    // The checkpoint is written on a thread of its own: wait for its file (bounded).
+    support::within(20, async {
+        while checkpoints(server.dir.path()).len() <= before.len() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}

@@ -12,4 +12,5 @@ mod support;
 mod access_tls;
 mod access_users;
 mod mgmt_api;
+mod mgmt_tls;
 mod wharfctl;

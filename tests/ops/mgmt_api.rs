@@ -900,3 +900,120 @@ async fn metrics_count_expired_and_dead_lettered_messages() {
         );
     }
 }
+
+/// The value of an unlabelled metric line `name value`.
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+}
+
+#[tokio::test]
+async fn metrics_count_acked_messages_not_ack_methods() {
+    let (server, client) = start().await;
+    let (_conn, ch) = server.channel().await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    declare(&ch, "acks").await;
+    for _ in 0..4 {
+        publish(&ch, "acks", b"x").await;
+    }
+    let mut last = None;
+    for _ in 0..3 {
+        last = ch
+            .basic_get("acks".into(), BasicGetOptions { no_ack: false })
+            .await
+            .unwrap();
+    }
+    // One basic.ack with multiple=true settles three messages.
+    last.unwrap()
+        .ack(lapin::options::BasicAckOptions { multiple: true })
+        .await
+        .unwrap();
+    let fourth = ch
+        .basic_get("acks".into(), BasicGetOptions { no_ack: false })
+        .await
+        .unwrap()
+        .unwrap();
+    fourth
+        .ack(lapin::options::BasicAckOptions::default())
+        .await
+        .unwrap();
+    // A synchronous method after the acks on the same channel: the broker task has handled
+    // them before it answers this.
+    let empty = ch
+        .basic_get("acks".into(), BasicGetOptions { no_ack: false })
+        .await
+        .unwrap();
+    assert!(empty.is_none());
+    let text = call(&Client::anonymous(&base(&server)), "GET", "/metrics", None)
+        .await
+        .body;
+    assert_eq!(metric(&text, "wharf_messages_acked_total"), 4, "{text}");
+    assert_eq!(metric(&text, "wharf_messages_delivered_total"), 4);
+    assert!(
+        text.lines()
+            .any(|l| l == "wharf_queue_messages_unacked{vhost=\"/\",queue=\"acks\"} 0"),
+        "{text}"
+    );
+    // `/api/overview`'s ack count is the same counter.
+    let overview = get_json(&client, "/api/overview").await;
+    assert_eq!(overview["message_stats"]["ack"], 4, "{overview}");
+    // No made-up `messages_unconfirmed` on channels (confirms are not counted per channel).
+    let channels = get_json(&client, "/api/channels").await;
+    let open = channels.as_array().unwrap();
+    assert!(!open.is_empty());
+    for c in open {
+        assert!(c.get("messages_unconfirmed").is_none(), "{c}");
+        assert_eq!(c["confirm"], true);
+    }
+}
+
+/// A probe that reports fixed figures.
+#[derive(Debug)]
+struct FixedProbe;
+
+impl wharf::server::alarm::ResourceProbe for FixedProbe {
+    fn disk_free_bytes(&self) -> std::io::Result<u64> {
+        Ok(123_456_789)
+    }
+    fn memory_used_bytes(&self) -> std::io::Result<u64> {
+        Ok(4_567_000)
+    }
+}
+
+#[tokio::test]
+async fn metrics_report_free_disk_and_memory_as_the_alarm_monitor_measured_them() {
+    let server = TestServer::start_with(|c| {
+        c.mgmt_bind = Some("127.0.0.1:0".to_owned());
+        c.resource_probe = Some(std::sync::Arc::new(FixedProbe));
+        c.memory_high_watermark = wharf::server::alarm::MemoryLimit::Bytes(1 << 30);
+    })
+    .await;
+    server.handle.check_resources().await;
+    let text = call(&Client::anonymous(&base(&server)), "GET", "/metrics", None)
+        .await
+        .body;
+    assert_eq!(
+        metric(&text, "wharf_disk_free_bytes"),
+        123_456_789,
+        "{text}"
+    );
+    assert_eq!(metric(&text, "wharf_memory_used_bytes"), 4_567_000);
+    assert_eq!(metric(&text, "wharf_memory_limit_bytes"), 1 << 30);
+    for line in [
+        "# TYPE wharf_disk_free_bytes gauge",
+        "# TYPE wharf_memory_used_bytes gauge",
+        "# TYPE wharf_recovery_seconds gauge",
+        "# TYPE wharf_wal_fsync_seconds histogram",
+        "# TYPE wharf_wal_records_per_fsync histogram",
+        "# TYPE wharf_messages_expired_total counter",
+        "# TYPE wharf_messages_dead_lettered_total counter",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
+}
