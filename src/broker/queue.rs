@@ -99,6 +99,12 @@ impl Ready {
         self.bytes
     }
 
+    /// Gives back what the entry list grew beyond its length (after recovery, which pushes
+    /// millions of entries one by one: a doubling list holds up to twice what it needs).
+    pub fn shrink_to_fit(&mut self) {
+        self.slots.shrink_to_fit();
+    }
+
     /// Memory the content of the live entries held in memory takes.
     pub fn loaded_bytes(&self) -> u64 {
         self.loaded_bytes

@@ -501,9 +501,13 @@ impl Broker {
                         delivery_count: e.delivery_count,
                         redelivered: e.redelivered,
                     });
+                // Sized once: a checkpoint of millions of messages must not double a vector
+                // on the way (the snapshot is the checkpoint's peak memory).
+                let mut listed = Vec::with_capacity(q.ready.len());
+                listed.extend(ready);
                 let messages = match unacked.remove(&qid) {
-                    None => ready.collect(),
-                    Some(held) => merge_by_id(ready.collect(), held),
+                    None => listed,
+                    Some(held) => merge_by_id(listed, held),
                 };
                 s.queues.push(QueueSnapshot {
                     vhost: vhost.clone(),
@@ -715,6 +719,7 @@ impl Broker {
             for id in transient_msgs {
                 q.ready.remove(id);
             }
+            q.ready.shrink_to_fit();
             self.mark_dirty(qid);
         }
         self.rearm_dirty();

@@ -362,7 +362,7 @@ pub fn write(
         payload: Vec::new(),
         records: 0,
         flushed: 0,
-        index: Vec::new(),
+        index: Vec::with_capacity(snapshot.queues.iter().map(|q| q.messages.len()).sum()),
     };
     encode_records(snapshot, &mut enc, parts)?;
     enc.flush()?;
@@ -592,6 +592,10 @@ pub fn load(storage: &dyn Storage, path: &Path, broker: &mut Broker) -> Result<L
             )
         };
         if kind == codec::CARRIED_KIND {
+            if index.capacity() == 0 {
+                // Sized once from the (checked) header, bounded: no doubling over millions.
+                index.reserve(usize::try_from(header.records.min(1 << 26)).unwrap_or(0));
+            }
             let at = crate::store::stored::pack_checkpoint(header.lsn.0, offset)
                 .ok_or_else(|| corrupt(path, offset, "checkpoint over 1 TiB"))?;
             let (vhost, placements, message) = codec::decode_carried_stored(payload, at)
@@ -610,6 +614,7 @@ pub fn load(storage: &dyn Storage, path: &Path, broker: &mut Broker) -> Result<L
         }
     })?;
     broker.restore_next_message_id(header.next_message_id);
+    index.shrink_to_fit();
     Ok(Loaded {
         header,
         messages: index.len() as u64,
