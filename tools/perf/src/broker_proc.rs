@@ -1,7 +1,8 @@
 //! The broker as a child process of `recovery`: spawned from a command line, signalled and
-//! waited for by the pid it was spawned with, and killed (SIGKILL, by that pid) when dropped, so
-//! that every exit path of wharf-perf (an error, a panic, Ctrl-C) takes it down and nothing is
-//! ever killed by name. Depends on tokio's process support and rustix's `kill`.
+//! waited for by the pid it was spawned with, and killed (SIGKILL, by that pid) and reaped when
+//! dropped, so that every exit path of wharf-perf (an error, a panic, Ctrl-C) takes it down and
+//! nothing is ever killed by name. Depends on tokio's process support and rustix's `kill` and
+//! `waitpid`.
 
 use std::fs::OpenOptions;
 use std::path::Path;
@@ -9,7 +10,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use rustix::process::{Pid, Signal, kill_process};
+use rustix::process::{Pid, Signal, WaitOptions, kill_process, waitpid};
 use tokio::process::{Child, Command};
 
 /// A running broker process we spawned.
@@ -42,7 +43,6 @@ impl BrokerChild {
             .stdout(stdout)
             .stderr(stderr)
             .process_group(0)
-            .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("spawning the broker {program:?}"))?;
         let pid = child.id().context("the spawned broker has no pid")?;
@@ -54,14 +54,18 @@ impl BrokerChild {
         self.pid
     }
 
+    fn raw_pid(&self) -> Result<Pid> {
+        i32::try_from(self.pid)
+            .ok()
+            .and_then(Pid::from_raw)
+            .context("broker pid out of range")
+    }
+
     /// Sends `signal` to the pid we spawned (still our unreaped child, so the pid cannot have
     /// been reused).
     pub fn signal(&self, signal: Signal) -> Result<()> {
-        let pid = i32::try_from(self.pid)
-            .ok()
-            .and_then(Pid::from_raw)
-            .context("broker pid out of range")?;
-        kill_process(pid, signal).with_context(|| format!("signalling broker pid {}", self.pid))
+        kill_process(self.raw_pid()?, signal)
+            .with_context(|| format!("signalling broker pid {}", self.pid))
     }
 
     /// Waits at most `timeout` for the process to exit and returns its status.
@@ -90,6 +94,23 @@ impl BrokerChild {
                 self.child.wait().await?;
                 Err(e.context("killed it after a clean stop timed out"))
             }
+        }
+    }
+}
+
+impl Drop for BrokerChild {
+    /// Kills a broker still running (SIGKILL to our unreaped child's pid) and reaps it before
+    /// returning, so that when wharf-perf exits the broker is gone, not a zombie holding a pid.
+    /// (tokio's `kill_on_drop` is not used: it would signal the pid again after this reaping,
+    /// when the pid may already belong to another process.)
+    fn drop(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return;
+        }
+        if self.child.start_kill().is_ok()
+            && let Ok(pid) = self.raw_pid()
+        {
+            let _ = waitpid(Some(pid), WaitOptions::empty());
         }
     }
 }

@@ -165,34 +165,39 @@ fn dir_text(dir: Option<DirSize>) -> String {
 }
 
 impl RecoveryReport {
+    /// One round as text (also the progress line on stderr).
+    pub fn round_text(&self, r: &RoundReport) -> String {
+        let mut out = format!(
+            "round {}: prefill {} x {} B at {:.0} msg/s; serving: RSS {}, dir {}\n",
+            r.round,
+            self.messages,
+            self.size_bytes,
+            r.prefill_msg_s,
+            opt_mib(bytes_f64(r.rss_serving_bytes)),
+            dir_text(r.dir_serving)
+        );
+        if self.stop != StopMode::None {
+            let _ = writeln!(
+                out,
+                "  {:?}: exited {}, accepting {}, all visible {}, drained {}; \
+                 recovered: RSS {}, dir {}",
+                self.stop,
+                opt_ms(r.exited_ms),
+                opt_ms(r.accepting_ms),
+                opt_ms(r.visible_ms),
+                opt_ms(r.drained_ms),
+                opt_mib(bytes_f64(r.rss_recovered_bytes)),
+                dir_text(r.dir_recovered)
+            );
+        }
+        out
+    }
+
     /// Human-readable text: one line per round and one of medians.
     pub fn to_text(&self) -> String {
         let mut out = String::new();
         for r in &self.rounds {
-            let _ = writeln!(
-                out,
-                "round {}: prefill {} x {} B at {:.0} msg/s; serving: RSS {}, dir {}",
-                r.round,
-                self.messages,
-                self.size_bytes,
-                r.prefill_msg_s,
-                opt_mib(bytes_f64(r.rss_serving_bytes)),
-                dir_text(r.dir_serving)
-            );
-            if self.stop != StopMode::None {
-                let _ = writeln!(
-                    out,
-                    "  {:?}: exited {}, accepting {}, all visible {}, drained {}; \
-                     recovered: RSS {}, dir {}",
-                    self.stop,
-                    opt_ms(r.exited_ms),
-                    opt_ms(r.accepting_ms),
-                    opt_ms(r.visible_ms),
-                    opt_ms(r.drained_ms),
-                    opt_mib(bytes_f64(r.rss_recovered_bytes)),
-                    dir_text(r.dir_recovered)
-                );
-            }
+            out.push_str(&self.round_text(r));
         }
         let m = &self.median;
         let _ = writeln!(
@@ -404,7 +409,13 @@ async fn start(config: &RecoveryConfig) -> Result<BrokerChild> {
 /// Runs every round and returns the report. The broker is stopped cleanly at the end; on any
 /// error (or when this future is dropped, e.g. on Ctrl-C) it is killed by its pid.
 pub async fn recovery(config: RecoveryConfig) -> Result<RecoveryReport> {
-    let mut rounds = Vec::new();
+    let mut result = RecoveryReport {
+        messages: config.messages,
+        size_bytes: config.size_bytes,
+        stop: config.stop,
+        rounds: Vec::new(),
+        median: Medians::default(),
+    };
     let mut broker: Option<BrokerChild> = None;
     for round in 1..=config.rounds {
         if config.fresh {
@@ -425,32 +436,14 @@ pub async fn recovery(config: RecoveryConfig) -> Result<RecoveryReport> {
         };
         prefill(&config, &mut current, &mut report).await?;
         broker = Some(stop_and_recover(&config, current, &mut report).await?);
-        if !config.json {
-            eprint!("{}", single(&config, &report).to_text());
-        }
-        rounds.push(report);
+        eprint!("{}", result.round_text(&report));
+        result.rounds.push(report);
     }
     if let Some(last) = broker {
         last.stop(config.step_timeout).await?;
     }
-    Ok(RecoveryReport {
-        messages: config.messages,
-        size_bytes: config.size_bytes,
-        stop: config.stop,
-        median: Medians::of(&rounds),
-        rounds,
-    })
-}
-
-/// A report of one round, for progress lines.
-fn single(config: &RecoveryConfig, round: &RoundReport) -> RecoveryReport {
-    RecoveryReport {
-        messages: config.messages,
-        size_bytes: config.size_bytes,
-        stop: config.stop,
-        rounds: vec![round.clone()],
-        median: Medians::default(),
-    }
+    result.median = Medians::of(&result.rounds);
+    Ok(result)
 }
 
 #[cfg(test)]
