@@ -53,7 +53,7 @@ pub struct RoundReport {
     pub drain_msg_s: Option<f64>,
     /// Broker RSS right after (b), bytes.
     pub rss_recovered_bytes: Option<u64>,
-    /// Data directory then.
+    /// Data directory then (before any drain).
     pub dir_recovered: Option<DirSize>,
 }
 
@@ -378,6 +378,7 @@ async fn stop_and_recover(
     let conn = wait_count(config, &mut broker, Some(conn), config.messages).await?;
     report.visible_ms = Some(ms(clock.elapsed()));
     report.rss_recovered_bytes = resources::rss_bytes(broker.pid());
+    report.dir_recovered = measure_dir(config.dir.as_ref()).await?;
     conn.close().await?;
     if config.drain {
         let totals = run::run(drain_config(config)).await?;
@@ -387,7 +388,6 @@ async fn stop_and_recover(
         }
         report.drain_msg_s = Some(Report::from_totals(&totals).consume_msg_s);
     }
-    report.dir_recovered = measure_dir(config.dir.as_ref()).await?;
     Ok(broker)
 }
 
