@@ -1,6 +1,7 @@
 //! Command-line arguments of wharf-perf: parsing and validation into [`Command`]. Pure: no I/O,
 //! no tokio, no AMQP connection. Option names follow RabbitMQ's PerfTest where one exists.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -22,6 +23,8 @@ pub enum Command {
     Run(RunConfig),
     /// The expiry scenario: mixed per-message TTLs into a queue with a dead-letter exchange.
     TtlMix(TtlMixConfig),
+    /// Spawn the broker, prefill it, stop and restart it, and time the recovery.
+    Recovery(RecoveryConfig),
     /// Serve as a null broker (to measure the generator's own ceiling).
     Sink {
         /// Address to listen on (loopback).
@@ -103,6 +106,76 @@ pub struct RunConfig {
     /// Target publish rate in msg/s, total across publishers and split evenly; 0 is as fast as
     /// possible.
     pub rate: u64,
+    /// The soak options (`--hold`, `--watch-dir`).
+    pub soak: SoakConfig,
+}
+
+/// Soak options of a run: messages held unacked for the whole run, and the data directory
+/// sampled against the queued bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SoakConfig {
+    /// Messages one extra consumer connection takes and never acks until the run ends (0: none).
+    pub hold: u16,
+    /// Directory whose size is sampled during the run.
+    pub watch_dir: Option<PathBuf>,
+    /// How often it is sampled.
+    pub watch_every: Duration,
+    /// The broker's WAL segment size, for the bound `2 x queued bytes + 2 segments`.
+    pub segment_bytes: u64,
+}
+
+/// How `recovery` stops the broker it prefilled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StopMode {
+    /// SIGTERM, then wait for the process to exit (a clean stop).
+    Term,
+    /// SIGKILL (a crash).
+    Kill,
+    /// Do not stop: prefill and measure memory and disk only ("memory while serving").
+    None,
+}
+
+/// Options of the recovery scenario.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecoveryConfig {
+    /// Broker URI (must match the port in the broker command).
+    pub uri: String,
+    /// The broker command: program, then arguments.
+    pub broker: Vec<String>,
+    /// The broker's data directory, measured with `du`'s accounting.
+    pub dir: Option<PathBuf>,
+    /// Remove `dir` before each round, with no broker running, so that rounds are independent.
+    pub fresh: bool,
+    /// Where the broker's stdout and stderr go (appended); `None` discards them.
+    pub broker_log: Option<PathBuf>,
+    /// Messages to prefill.
+    pub messages: u64,
+    /// Body size in bytes.
+    pub size_bytes: usize,
+    /// Durable queue to prefill.
+    pub queue: String,
+    /// Prefill publisher connections (`messages` must divide evenly).
+    pub producers: u32,
+    /// Prefill confirm window per publisher.
+    pub confirm_window: u32,
+    /// How the broker is stopped.
+    pub stop: StopMode,
+    /// Rounds; the report gives each and the medians.
+    pub rounds: u32,
+    /// After recovery, consume all messages and time it.
+    pub drain: bool,
+    /// Prefetch of the draining consumer.
+    pub drain_qos: u16,
+    /// The draining consumer acks with `multiple` every this many messages.
+    pub drain_ack_every: u32,
+    /// Interval of the polls (connect, passive declare).
+    pub poll: Duration,
+    /// Longest wait for any one step (the broker accepting, the queue count, the old broker's
+    /// exit).
+    pub step_timeout: Duration,
+    /// Print one JSON line instead of text.
+    pub json: bool,
 }
 
 /// Options of the TTL scenario.
@@ -140,12 +213,16 @@ pub struct TtlMixConfig {
     pub json: bool,
 }
 
+/// wharf's WAL segment size (`limits::SEGMENT_BYTES_MAX`; the configuration cannot change it).
+pub const SEGMENT_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
+
 /// Usage text.
 pub const USAGE: &str = "\
 wharf-perf: AMQP 0-9-1 load generator (wharf or RabbitMQ)
 
 usage: wharf-perf [run] [options]
        wharf-perf ttl-mix [options]
+       wharf-perf recovery --broker PATH --broker-arg ARG... [options]
        wharf-perf sink [--listen 127.0.0.1:5680] [--size BYTES]
            a null broker that confirms and delivers without storing: the generator's ceiling
 
@@ -175,6 +252,34 @@ run options:
                             schedule and, when behind, catches up at most a confirm window
                             (or 256 messages) per 1 ms wake-up
       --json                one JSON line instead of text
+  soak (the disk figure):
+      --hold N              one extra consumer takes N messages (prefetch N) and acks none
+                            until the run ends
+      --watch-dir DIR       sample DIR's size (allocated and apparent) and the queue's count
+                            every --watch-every seconds (default 5); report the largest
+                            allocated / (2 x queued bytes + 2 x --segment-bytes)
+      --segment-bytes B     the broker's WAL segment size (default 67108864, wharf's
+                            limits::SEGMENT_BYTES_MAX)
+
+recovery options (also --uri, --size (default 100), --queue (default wharf-perf-recovery),
+--producers (default 1), --confirm (default 1024), --json):
+      --broker PATH         the broker program, spawned by wharf-perf (killed by its pid on
+                            every exit path)
+      --broker-arg ARG      one argument of it (repeatable, in order)
+      --broker-cmd \"CMD\"    the whole command, split on whitespace (instead of the two above)
+      --broker-log FILE     append the broker's stdout and stderr here (default: discarded)
+      --dir DIR             the data directory to measure (default: the broker's --data-dir)
+      --fresh               remove DIR before every round (no broker running), so rounds are
+                            independent; without it a round purges the queue and refills it
+      --messages N          messages to prefill (default 1000000)
+      --stop term|kill|none SIGTERM and wait for exit (default), SIGKILL, or no restart
+                            (prefill, RSS and disk only: memory while serving)
+      --rounds K            rounds (default 1); medians are reported
+      --drain               after recovery, consume all N and report the time and rate
+      --drain-qos N         prefetch of the draining consumer (default 1000)
+      --drain-ack-every K   its multiple-ack interval (default 100)
+      --poll-ms MS          poll interval (default 2)
+      --step-timeout S      longest wait for any one step (default 300)
 
 ttl-mix options (also --uri, --size, --persistent, --confirm, --json):
       --messages N          messages (default 100000), half short, half long, shuffled
@@ -193,6 +298,9 @@ pub fn parse(args: &[String]) -> Result<Command> {
         Some("-h" | "--help" | "help") => Ok(Command::Help),
         Some("ttl-mix") => parse_ttl_mix(args.get(1..).unwrap_or_default()).map(Command::TtlMix),
         Some("sink") => parse_sink(args.get(1..).unwrap_or_default()),
+        Some("recovery") => {
+            parse_recovery(args.get(1..).unwrap_or_default()).map(Command::Recovery)
+        }
         Some("run") => parse_run(args.get(1..).unwrap_or_default()).map(Command::Run),
         _ => parse_run(args).map(Command::Run),
     }
@@ -250,7 +358,8 @@ fn parse_queue_arg(text: &str) -> Result<(String, ArgValue)> {
     Ok((key.to_owned(), value))
 }
 
-fn default_run() -> RunConfig {
+/// A run with every option at its default (no end: callers set one).
+pub fn default_run() -> RunConfig {
     RunConfig {
         uri: DEFAULT_URI.to_owned(),
         producers: 1,
@@ -276,6 +385,12 @@ fn default_run() -> RunConfig {
         json: false,
         threads: None,
         rate: 0,
+        soak: SoakConfig {
+            hold: 0,
+            watch_dir: None,
+            watch_every: Duration::from_secs(5),
+            segment_bytes: SEGMENT_BYTES_DEFAULT,
+        },
     }
 }
 
@@ -312,6 +427,10 @@ fn parse_run(args: &[String]) -> Result<RunConfig> {
             "--threads" => config.threads = Some(cursor.number(flag)?),
             "--rate" | "-r" => config.rate = cursor.number(flag)?,
             "--json" => config.json = true,
+            "--hold" => config.soak.hold = cursor.number(flag)?,
+            "--watch-dir" => config.soak.watch_dir = Some(cursor.value(flag)?.into()),
+            "--watch-every" => config.soak.watch_every = cursor.seconds(flag)?,
+            "--segment-bytes" => config.soak.segment_bytes = cursor.number(flag)?,
             other => bail!("unknown option {other:?} (try --help)"),
         }
     }
@@ -350,6 +469,13 @@ fn validate_run(config: &RunConfig) -> Result<()> {
             config.qos
         );
     }
+    if config.soak.watch_every.is_zero() {
+        bail!("--watch-every must be positive");
+    }
+    if config.soak.hold > 0 && config.time.is_none() {
+        // The held messages are released when the run ends; only a timed run surely ends.
+        bail!("--hold needs --time");
+    }
     let producers_end = config.time.is_some() || config.pmessages.is_some();
     let consumers_end = config.time.is_some() || config.cmessages.is_some();
     if (config.producers > 0 && !producers_end) || (config.consumers > 0 && !consumers_end) {
@@ -373,6 +499,154 @@ fn parse_sink(args: &[String]) -> Result<Command> {
         bail!("--size {size_bytes} exceeds {MESSAGE_BYTES_MAX}");
     }
     Ok(Command::Sink { listen, size_bytes })
+}
+
+fn default_recovery() -> RecoveryConfig {
+    RecoveryConfig {
+        uri: DEFAULT_URI.to_owned(),
+        broker: Vec::new(),
+        dir: None,
+        fresh: false,
+        broker_log: None,
+        messages: 1_000_000,
+        size_bytes: 100,
+        queue: "wharf-perf-recovery".to_owned(),
+        producers: 1,
+        confirm_window: 1024,
+        stop: StopMode::Term,
+        rounds: 1,
+        drain: false,
+        drain_qos: 1000,
+        drain_ack_every: 100,
+        poll: Duration::from_millis(2),
+        step_timeout: Duration::from_secs(300),
+        json: false,
+    }
+}
+
+/// The value of `--data-dir` in a broker command (`--data-dir DIR` or `--data-dir=DIR`).
+pub fn data_dir_of(broker: &[String]) -> Option<PathBuf> {
+    let mut args = broker.iter().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "--data-dir" {
+            return args.next().map(PathBuf::from);
+        }
+        if let Some(dir) = arg.strip_prefix("--data-dir=") {
+            return Some(PathBuf::from(dir));
+        }
+    }
+    None
+}
+
+fn parse_stop(text: &str) -> Result<StopMode> {
+    match text {
+        "term" => Ok(StopMode::Term),
+        "kill" => Ok(StopMode::Kill),
+        "none" => Ok(StopMode::None),
+        other => bail!("--stop {other:?}: expected term, kill or none"),
+    }
+}
+
+fn parse_recovery(args: &[String]) -> Result<RecoveryConfig> {
+    let mut config = default_recovery();
+    let mut program: Option<String> = None;
+    let mut broker_args: Vec<String> = Vec::new();
+    let mut command: Option<Vec<String>> = None;
+    let mut cursor = Cursor { args, at: 0 };
+    while let Some(flag) = cursor.next_flag() {
+        // `--broker-arg=--port` keeps a dash-led argument unambiguous.
+        if let Some(arg) = flag.strip_prefix("--broker-arg=") {
+            broker_args.push(arg.to_owned());
+            continue;
+        }
+        match flag {
+            "--uri" => cursor.value(flag)?.clone_into(&mut config.uri),
+            "--broker" => program = Some(cursor.value(flag)?.to_owned()),
+            "--broker-arg" => broker_args.push(cursor.value(flag)?.to_owned()),
+            "--broker-cmd" => {
+                command = Some(
+                    cursor
+                        .value(flag)?
+                        .split_whitespace()
+                        .map(str::to_owned)
+                        .collect(),
+                );
+            }
+            "--broker-log" => config.broker_log = Some(cursor.value(flag)?.into()),
+            "--dir" => config.dir = Some(cursor.value(flag)?.into()),
+            "--fresh" => config.fresh = true,
+            "--messages" => config.messages = cursor.number(flag)?,
+            "--size" | "-s" => config.size_bytes = cursor.number(flag)?,
+            "--queue" | "-u" => cursor.value(flag)?.clone_into(&mut config.queue),
+            "--producers" | "-x" => config.producers = cursor.number(flag)?,
+            "--confirm" | "-c" => config.confirm_window = cursor.number(flag)?,
+            "--stop" => config.stop = parse_stop(cursor.value(flag)?)?,
+            "--rounds" => config.rounds = cursor.number(flag)?,
+            "--drain" => config.drain = true,
+            "--drain-qos" => config.drain_qos = cursor.number(flag)?,
+            "--drain-ack-every" => config.drain_ack_every = cursor.number(flag)?,
+            "--poll-ms" => config.poll = Duration::from_millis(cursor.number(flag)?),
+            "--step-timeout" => config.step_timeout = cursor.seconds(flag)?,
+            "--json" => config.json = true,
+            other => bail!("unknown recovery option {other:?} (try --help)"),
+        }
+    }
+    config.broker = match (command, program) {
+        (Some(_), Some(_)) => bail!("give --broker-cmd or --broker, not both"),
+        (Some(_), None) if !broker_args.is_empty() => {
+            bail!("--broker-arg goes with --broker, not --broker-cmd")
+        }
+        (Some(command), None) => command,
+        (None, Some(program)) => std::iter::once(program).chain(broker_args).collect(),
+        (None, None) => bail!("recovery needs the broker command: --broker PATH or --broker-cmd"),
+    };
+    if config.dir.is_none() {
+        config.dir = data_dir_of(&config.broker);
+    }
+    validate_recovery(&config)?;
+    Ok(config)
+}
+
+fn validate_recovery(config: &RecoveryConfig) -> Result<()> {
+    if config.broker.first().is_none_or(String::is_empty) {
+        bail!("the broker command is empty");
+    }
+    if config.fresh && config.dir.is_none() {
+        bail!("--fresh needs the data directory (--dir, or --data-dir in the broker command)");
+    }
+    if config.messages == 0 || config.messages > u64::from(u32::MAX) {
+        // queue.declare-ok reports the count as 32 bits.
+        bail!("--messages must be 1 to {}", u32::MAX);
+    }
+    if config.producers == 0 || config.producers > CLIENTS_MAX {
+        bail!("--producers must be 1 to {CLIENTS_MAX}");
+    }
+    if !config.messages.is_multiple_of(u64::from(config.producers)) {
+        bail!(
+            "--messages {} does not divide evenly among {} producers",
+            config.messages,
+            config.producers
+        );
+    }
+    if config.size_bytes > MESSAGE_BYTES_MAX {
+        bail!("--size {} exceeds {MESSAGE_BYTES_MAX}", config.size_bytes);
+    }
+    if config.confirm_window == 0 || config.confirm_window > CONFIRM_WINDOW_MAX {
+        bail!("--confirm must be 1 to {CONFIRM_WINDOW_MAX} for recovery");
+    }
+    if config.rounds == 0 {
+        bail!("--rounds must be at least 1");
+    }
+    if config.drain && config.stop == StopMode::None {
+        bail!("--drain times the recovery; --stop none does not recover");
+    }
+    if config.drain_ack_every == 0 || config.drain_ack_every > u32::from(config.drain_qos) {
+        bail!("--drain-ack-every must be 1 to --drain-qos, or the consumer would stall");
+    }
+    if config.poll.is_zero() || config.step_timeout.is_zero() {
+        bail!("--poll-ms and --step-timeout must be positive");
+    }
+    Ok(())
 }
 
 fn parse_ttl_mix(args: &[String]) -> Result<TtlMixConfig> {
@@ -577,6 +851,119 @@ mod tests {
             "-z 1 --rate -5",
             "-z 1 --rate 1.5",
             "-z 1 --rate fast",
+        ] {
+            assert!(run(bad).is_err(), "accepted {bad:?}");
+        }
+    }
+
+    fn recovery(text: &str) -> Result<RecoveryConfig> {
+        match parse(&argv(&format!("recovery {text}")))? {
+            Command::Recovery(config) => Ok(config),
+            other => panic!("expected recovery, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn recovery_defaults_take_the_data_dir_from_the_broker_command() {
+        let config = recovery(
+            "--broker /b/wharf --broker-arg=--data-dir --broker-arg /tmp/d \
+             --broker-arg=--port --broker-arg 5699",
+        )
+        .unwrap();
+        assert_eq!(
+            config.broker,
+            argv("/b/wharf --data-dir /tmp/d --port 5699"),
+            "arguments in order"
+        );
+        assert_eq!(config.dir, Some(PathBuf::from("/tmp/d")));
+        assert_eq!((config.messages, config.size_bytes), (1_000_000, 100));
+        assert_eq!(config.stop, StopMode::Term);
+        assert_eq!(
+            (config.rounds, config.producers, config.confirm_window),
+            (1, 1, 1024)
+        );
+        assert_eq!(config.poll, Duration::from_millis(2));
+        assert!(!config.drain && !config.fresh && !config.json);
+    }
+
+    #[test]
+    fn recovery_broker_cmd_is_split_on_whitespace() {
+        let Command::Recovery(config) = parse(&[
+            "recovery".to_owned(),
+            "--broker-cmd".to_owned(),
+            "  wharf --data-dir=/x\t--mgmt-port 0 ".to_owned(),
+            "--stop".to_owned(),
+            "kill".to_owned(),
+            "--rounds".to_owned(),
+            "3".to_owned(),
+            "--drain".to_owned(),
+            "--fresh".to_owned(),
+        ])
+        .unwrap() else {
+            panic!("expected recovery");
+        };
+        assert_eq!(config.broker, argv("wharf --data-dir=/x --mgmt-port 0"));
+        assert_eq!(config.dir, Some(PathBuf::from("/x")));
+        assert_eq!((config.stop, config.rounds), (StopMode::Kill, 3));
+        assert!(config.drain && config.fresh);
+    }
+
+    #[test]
+    fn an_explicit_dir_beats_the_broker_commands() {
+        let config = recovery("--dir /m --broker-cmd wharf --stop none").unwrap();
+        assert_eq!(config.dir, Some(PathBuf::from("/m")));
+        assert_eq!(config.stop, StopMode::None);
+        assert_eq!(data_dir_of(&argv("wharf --port 1")), None);
+        assert_eq!(data_dir_of(&argv("wharf --data-dir")), None, "no value");
+        assert_eq!(
+            data_dir_of(&argv("--data-dir /not-an-arg")),
+            None,
+            "the program is not an argument"
+        );
+    }
+
+    #[test]
+    fn recovery_refuses_bad_input() {
+        for bad in [
+            "",
+            "--broker-arg x",
+            "--broker w --broker-cmd w",
+            "--broker-cmd w --broker-arg x",
+            "--broker-cmd w --fresh",
+            "--broker-cmd w --stop maybe",
+            "--broker-cmd w --messages 0",
+            "--broker-cmd w --messages 4294967296",
+            "--broker-cmd w --messages 10 -x 3",
+            "--broker-cmd w -x 0",
+            "--broker-cmd w --confirm 0",
+            "--broker-cmd w --rounds 0",
+            "--broker-cmd w --stop none --drain",
+            "--broker-cmd w --drain-qos 10 --drain-ack-every 11",
+            "--broker-cmd w --poll-ms 0",
+            "--broker-cmd w --bogus",
+        ] {
+            assert!(recovery(bad).is_err(), "accepted {bad:?}");
+        }
+        assert!(recovery("--broker-cmd w --messages 10 -x 5").is_ok());
+    }
+
+    #[test]
+    fn soak_options() {
+        let config =
+            run("-z 60 --hold 5 --watch-dir /d --watch-every 2.5 --segment-bytes 4096").unwrap();
+        assert_eq!(config.soak.hold, 5);
+        assert_eq!(config.soak.watch_dir, Some(PathBuf::from("/d")));
+        assert_eq!(config.soak.watch_every, Duration::from_millis(2500));
+        assert_eq!(config.soak.segment_bytes, 4096);
+        let plain = run("-z 1").unwrap();
+        assert_eq!(plain.soak.hold, 0);
+        assert_eq!(plain.soak.segment_bytes, SEGMENT_BYTES_DEFAULT);
+        assert_eq!(plain.soak.watch_dir, None);
+        for bad in [
+            "-z 1 --hold 70000",
+            "-C 10 -D 10 --hold 5",
+            "-z 1 --watch-every 0",
+            "-z 1 --watch-dir",
         ] {
             assert!(run(bad).is_err(), "accepted {bad:?}");
         }

@@ -6,21 +6,27 @@
 //! - `args`: command line -> [`args::Command`] (pure).
 //! - `wire`: frame splitting, pre-encoded publishes, hand-decoded hot methods (pure).
 //! - `client`: connection handshake and setup RPCs over tokio.
-//! - `run`: publishers and consumers; `ttl_mix`: the expiry scenario.
+//! - `run`: publishers and consumers (with `soak`: `--hold`, `--watch-dir`); `ttl_mix`: the
+//!   expiry scenario; `recovery`: spawn, prefill, stop, restart and time the broker
+//!   (`broker_proc` owns the child process).
 //! - `sink`: a null broker, to measure the generator's own ceiling.
 //! - `pacing`: the `--rate` schedule (pure).
 //! - `histogram`, `report`: latency percentiles and the report (pure).
-//! - `clock`, `cpu`: the only readers of clocks and `/proc`.
+//! - `clock`, `cpu`, `resources`: the only readers of clocks, `/proc` and directory sizes.
 
 mod args;
+mod broker_proc;
 mod client;
 mod clock;
 mod cpu;
 mod histogram;
 mod pacing;
+mod recovery;
 mod report;
+mod resources;
 mod run;
 mod sink;
+mod soak;
 mod ttl_mix;
 mod wire;
 
@@ -38,6 +44,18 @@ fn runtime(threads: Option<usize>) -> Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
         .context("building the tokio runtime")
+}
+
+/// Runs `work` unless SIGINT or SIGTERM comes first; then `work` is dropped (which kills a
+/// broker child by its pid) and the interruption is the error.
+async fn until_interrupted<T>(work: impl Future<Output = Result<T>>) -> Result<T> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("installing a SIGTERM handler")?;
+    tokio::select! {
+        result = work => result,
+        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted (SIGINT)"),
+        _ = term.recv() => anyhow::bail!("interrupted (SIGTERM)"),
+    }
 }
 
 fn main() -> Result<()> {
@@ -62,6 +80,15 @@ fn main() -> Result<()> {
                 eprintln!("wharf-perf sink listening on {}", listener.local_addr()?);
                 sink::serve(listener, size_bytes).await
             })?;
+        }
+        Command::Recovery(config) => {
+            let json = config.json;
+            let report = runtime(None)?.block_on(until_interrupted(recovery::recovery(config)))?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", report.to_text());
+            }
         }
         Command::TtlMix(config) => {
             let json = config.json;

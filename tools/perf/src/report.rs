@@ -7,6 +7,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::histogram::Histogram;
+use crate::resources::mib;
+use crate::soak::WatchSummary;
 
 /// Raw totals collected by a run.
 #[derive(Clone, Debug, Default)]
@@ -35,6 +37,10 @@ pub struct Totals {
     pub perf_cpu_s: Option<f64>,
     /// The `--rate` target in msg/s, when the publishers were paced.
     pub target_rate: Option<u64>,
+    /// Messages the holding consumer held (`--hold`).
+    pub held: Option<u64>,
+    /// What the directory watcher saw (`--watch-dir`).
+    pub watch: Option<WatchSummary>,
 }
 
 /// Latency percentiles in milliseconds.
@@ -89,6 +95,10 @@ pub struct Report {
     pub perf_cpu_s: Option<f64>,
     /// Generator CPU as a fraction of one core over the run.
     pub perf_cpu_cores: Option<f64>,
+    /// Messages held unacked for the whole run (`--hold`).
+    pub held: Option<u64>,
+    /// The data directory against the queued bytes (`--watch-dir`).
+    pub watch: Option<WatchSummary>,
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -173,6 +183,8 @@ impl Report {
                 .perf_cpu_s
                 .filter(|_| wall_s > 0.0)
                 .map(|cpu_s| cpu_s / wall_s),
+            held: totals.held,
+            watch: totals.watch.clone(),
         }
     }
 
@@ -213,8 +225,39 @@ impl Report {
             let _ = write!(out, "; wharf-perf cpu {cpu_s:.2} s ({cores:.2} cores)");
         }
         out.push('\n');
+        if let Some(held) = self.held {
+            let _ = writeln!(out, "held {held} msgs unacked for the whole run");
+        }
+        if let Some(watch) = &self.watch {
+            out.push_str(&watch_text(watch));
+        }
         out
     }
+}
+
+/// The watcher's summary as text: the worst sample and the maxima.
+fn watch_text(watch: &WatchSummary) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "disk ({} samples, segment {:.0} MiB): max dir {:.1} MiB (apparent {:.1} MiB), \
+         max queued {:.1} MiB",
+        watch.samples,
+        mib(watch.segment_bytes),
+        mib(watch.max_allocated_bytes),
+        mib(watch.max_apparent_bytes),
+        mib(watch.max_queued_bytes)
+    );
+    if let Some(worst) = &watch.worst {
+        let _ = writeln!(
+            out,
+            "disk max ratio dir / (2 x queued + 2 x segment) = {:.3} ({})",
+            worst.ratio,
+            if worst.ratio <= 1.0 { "within" } else { "OVER" }
+        );
+        let _ = writeln!(out, "  at {}", worst.to_text());
+    }
+    out
 }
 
 #[cfg(test)]
@@ -239,6 +282,8 @@ mod tests {
             broker_cpu_s: Some(1.0),
             perf_cpu_s: Some(2.0),
             target_rate: None,
+            held: None,
+            watch: None,
         }
     }
 

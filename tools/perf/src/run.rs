@@ -1,11 +1,13 @@
 //! A publish/consume run: sets up the queue, opens one connection per publisher and consumer,
 //! drives them until the time or message counts are reached, and sums their totals. Each
 //! publisher is a writer task plus a confirm reader; each consumer is one task that batches its
-//! acks into one write per read. Depends on `client`, `wire`, `clock`, `cpu`, `pacing`,
-//! `report`.
+//! acks into one write per read. With `--hold` / `--watch-dir` it also runs `soak`'s holding
+//! consumer and directory watcher. Depends on `client`, `wire`, `clock`, `cpu`, `pacing`,
+//! `report`, `soak`.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use amq_protocol::protocol::{AMQPClass, BasicProperties, basic};
@@ -22,6 +24,7 @@ use crate::cpu;
 use crate::histogram::Histogram;
 use crate::pacing::Pace;
 use crate::report::Totals;
+use crate::soak::{self, WatchSummary};
 use crate::wire::{self, FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD, PublishTemplate};
 
 /// Most messages a publisher encodes into one write.
@@ -162,12 +165,18 @@ async fn join_clients(
 pub async fn run(config: RunConfig) -> Result<Totals> {
     let config = Arc::new(config);
     let mut setup = setup_queue(&config).await?;
+    let holder = if config.soak.hold > 0 {
+        Some(soak::open_holder(&config).await?)
+    } else {
+        None
+    };
     let (publishers, consumers) = connect_clients(&config).await?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let clock = Stopwatch::start();
     let run_start_us = wall_us();
     let broker_cpu_start = config.broker_pid.and_then(cpu::process_cpu_s);
     let perf_cpu_start = cpu::self_cpu_s();
+    let soak_tasks = spawn_soak(&config, holder, clock, &stop_rx);
 
     let mut consumer_tasks = Vec::new();
     for mut conn in consumers {
@@ -205,7 +214,10 @@ pub async fn run(config: RunConfig) -> Result<Totals> {
     if let Some(timer) = timer {
         timer.abort();
     }
+    // A run ended by its message counts stops the holder and the watcher too.
+    let _ = stop_tx.send(true);
     drop(stop_tx);
+    join_soak(soak_tasks, &mut totals).await?;
     totals.broker_cpu_s = broker_cpu_start
         .zip(config.broker_pid.and_then(cpu::process_cpu_s))
         .map(|(start, end)| end - start);
@@ -221,6 +233,43 @@ pub async fn run(config: RunConfig) -> Result<Totals> {
     }
     setup.close().await?;
     Ok(totals)
+}
+
+/// The holder and watcher tasks of a soak run.
+struct SoakTasks {
+    hold: Option<Task<u64>>,
+    watch: Option<Task<WatchSummary>>,
+}
+
+/// Starts the holding consumer's task and the directory watcher, as configured.
+fn spawn_soak(
+    config: &Arc<RunConfig>,
+    holder: Option<Connection>,
+    clock: Stopwatch,
+    stop: &watch::Receiver<bool>,
+) -> SoakTasks {
+    let held_count = Arc::new(AtomicU64::new(0));
+    let hold =
+        holder.map(|conn| tokio::spawn(soak::hold(conn, Arc::clone(&held_count), stop.clone())));
+    let watch = config.soak.watch_dir.clone().map(|dir| {
+        let watch = soak::Watch {
+            dir,
+            held: held_count,
+            clock,
+        };
+        tokio::spawn(soak::watch_dir(Arc::clone(config), watch, stop.clone()))
+    });
+    SoakTasks { hold, watch }
+}
+
+async fn join_soak(tasks: SoakTasks, totals: &mut Totals) -> Result<()> {
+    if let Some(task) = tasks.hold {
+        totals.held = Some(task.await.context("holding consumer task")??);
+    }
+    if let Some(task) = tasks.watch {
+        totals.watch = Some(task.await.context("watch task")??);
+    }
+    Ok(())
 }
 
 /// One publisher: a writer task bounded by the confirm window, and this task reading confirms.
