@@ -366,7 +366,7 @@ fn decode_one(c: &mut Criterion) {
             ..Properties::default()
         },
         body: Bytes::from(vec![0x5a; BODY_BYTES]),
-        stored: Default::default(),
+        stored: wharf::broker::StoredSlot::default(),
     };
     let event = wharf::broker::Event::Published {
         vhost: "/".into(),

@@ -833,15 +833,7 @@ impl Broker {
             strip_bcc(&mut msg);
             self.route(vhost, xid, &keys, msg.properties.headers.as_ref())
         };
-        if msg.is_persistent() && !self.record_fits(&p.vhost, &msg, &targets) {
-            // RabbitMQ closes the channel with 406 for a message over its size limit; this
-            // one is within the frame limits but its one log record could not hold it.
-            return Err(BrokerError::precondition(format!(
-                "message of {} body bytes routed to {} durable queues is too large to store",
-                msg.body.len(),
-                targets.len()
-            )));
-        }
+        self.refuse_unstorable(&p.vhost, &msg, &targets)?;
         let msg = Arc::new(msg);
         if targets.is_empty() && p.mandatory {
             out.effects.push(Effect::Return {
@@ -876,6 +868,25 @@ impl Broker {
             + msg.body.len()
             + names;
         bound <= crate::limits::RECORD_PAYLOAD_BYTES_MAX
+    }
+
+    /// 406 for a persistent message whose one log record could not hold it: RabbitMQ closes
+    /// the channel with 406 for a message over its size limit; this one is within the frame
+    /// limits, but what is accepted must be made durable (S-DUR-3).
+    fn refuse_unstorable(
+        &self,
+        vhost: &str,
+        msg: &Message,
+        targets: &[QueueId],
+    ) -> Result<(), BrokerError> {
+        if !msg.is_persistent() || self.record_fits(vhost, msg, targets) {
+            return Ok(());
+        }
+        Err(BrokerError::precondition(format!(
+            "message of {} body bytes routed to {} durable queues is too large to store",
+            msg.body.len(),
+            targets.len()
+        )))
     }
 
     pub(crate) fn schedule(&mut self, vhost: String, msg: Arc<Message>, durable: bool) {

@@ -12,8 +12,8 @@
     reason = "expect() only states internal invariants (ids taken from our own maps); each message says which"
 )]
 
-use std::collections::{BTreeSet, VecDeque};
 use crate::broker::types::{MessageId, MessageRef};
+use std::collections::{BTreeSet, VecDeque};
 
 /// One queued message: 56 bytes, the content either shared in memory by every queue it
 /// entered or left on disk (a 32-byte reference inline, DESIGN "Memory").
@@ -250,14 +250,22 @@ impl Ready {
     fn index_insert(&mut self, msg: &MessageRef) {
         if let Some(d) = deadline_of(msg, self.ttl_ms) {
             let fresh = self.deadlines.insert((d, msg.id()));
-            assert!(fresh, "message {:?} already in the deadline index", msg.id());
+            assert!(
+                fresh,
+                "message {:?} already in the deadline index",
+                msg.id()
+            );
         }
     }
 
     fn index_remove(&mut self, msg: &MessageRef) {
         if let Some(d) = deadline_of(msg, self.ttl_ms) {
             let was = self.deadlines.remove(&(d, msg.id()));
-            assert!(was, "message {:?} missing from the deadline index", msg.id());
+            assert!(
+                was,
+                "message {:?} missing from the deadline index",
+                msg.id()
+            );
         }
         self.live -= 1;
         self.bytes -= body_len(msg);
@@ -410,8 +418,8 @@ impl Ready {
 mod tests {
     use super::*;
     use crate::broker::types::Message;
-    use std::sync::Arc;
     use crate::broker::types::Properties;
+    use std::sync::Arc;
 
     fn msg(id: u64, at: u64, ttl: Option<u32>) -> MessageRef {
         MessageRef::Loaded(Arc::new(Message {
@@ -504,7 +512,10 @@ mod tests {
         let MessageRef::Stored(s) = first.msg else {
             panic!("paged out: {:?}", first.msg);
         };
-        assert_eq!((s.id, s.at, s.body_len, s.ttl_ms), (MessageId(1), 1001, 10, Some(1000)));
+        assert_eq!(
+            (s.id, s.at, s.body_len, s.ttl_ms),
+            (MessageId(1), 1001, 10, Some(1000))
+        );
         assert_eq!(r.bytes(), 40);
         r.check_invariants();
     }

@@ -16,8 +16,8 @@ use crate::broker::error::BrokerError;
 use crate::broker::model::{Broker, Dest, QueueId, Timer};
 use crate::broker::queue::deadline_of;
 use crate::broker::types::{
-    BindingInfo, ConsumerInfo, DestName, Event, ExchangeInfo, MessageId, MessageLoader,
-    MessageRef, Outcome, PolicyInfo, QueueDeletedReason, QueueInfo, StoredEvent,
+    BindingInfo, ConsumerInfo, DestName, Event, ExchangeInfo, MessageId, MessageLoader, MessageRef,
+    Outcome, PolicyInfo, QueueDeletedReason, QueueInfo, StoredEvent,
 };
 
 /// One persistent message of a durable queue as the log knows it.

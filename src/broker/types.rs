@@ -84,9 +84,9 @@ impl Properties {
     }
 
     /// An upper bound of the bytes the store's record encoding gives these properties
-    /// (storage-format.md "Properties": strings as `u16`/`u32` length + bytes, tables as count
-    /// + entries), so that a message whose record could not fit the log is refused before it
-    /// changes anything.
+    /// (storage-format.md "Properties": strings as a length and the bytes, tables as a count
+    /// and the entries), so that a message whose record could not fit the log is refused
+    /// before it changes anything.
     pub fn stored_bytes_bound(&self) -> usize {
         let strings = [
             &self.content_type,
@@ -100,7 +100,11 @@ impl Properties {
             &self.app_id,
             &self.cluster_id,
         ];
-        let text: usize = strings.iter().flat_map(|s| s.as_ref()).map(|s| 4 + s.len()).sum();
+        let text: usize = strings
+            .iter()
+            .filter_map(|s| s.as_ref())
+            .map(|s| 4 + s.len())
+            .sum();
         2 + 2 + 8 + text + self.headers.as_ref().map_or(0, table_bytes_bound)
     }
 }

@@ -479,19 +479,27 @@ pub fn read(
     path: &Path,
     visit: &mut dyn FnMut(CheckpointRecord, u64, u64) -> Result<(), StoreError>,
 ) -> Result<CheckpointHeader, StoreError> {
-    read_frames(storage, path, &mut |_, kind, payload, offset, frame_bytes| {
-        let decoded =
-            decode_record(kind, payload).map_err(|reason| corrupt(path, offset, reason))?;
-        visit(decoded, offset, frame_bytes)
-    })
+    read_frames(
+        storage,
+        path,
+        &mut |_, kind, payload, offset, frame_bytes| {
+            let decoded =
+                decode_record(kind, payload).map_err(|reason| corrupt(path, offset, reason))?;
+            visit(decoded, offset, frame_bytes)
+        },
+    )
 }
+
+/// What [`read_frames`] hands each frame to: the header, kind, payload, offset and size.
+type FrameVisitor<'a> =
+    &'a mut dyn FnMut(&CheckpointHeader, u8, &[u8], u64, u64) -> Result<(), StoreError>;
 
 /// As [`read`], handing each intact frame's kind and payload, undecoded (after the header,
 /// which comes first).
 fn read_frames(
     storage: &dyn Storage,
     path: &Path,
-    visit: &mut dyn FnMut(&CheckpointHeader, u8, &[u8], u64, u64) -> Result<(), StoreError>,
+    visit: FrameVisitor<'_>,
 ) -> Result<CheckpointHeader, StoreError> {
     let file = storage.open(path, false).map_err(io_err(path))?;
     let len = file.len_bytes().map_err(io_err(path))?;

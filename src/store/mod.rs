@@ -265,10 +265,13 @@ impl Job {
         drop(self.snapshot);
         // Stored messages are read from the new checkpoint before any segment it covers goes.
         let path = self.dir.join(checkpoint::file_name(self.lsn));
-        let file = self.storage.open(&path, false).map_err(|source| StoreError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let file = self
+            .storage
+            .open(&path, false)
+            .map_err(|source| StoreError::Io {
+                path: path.clone(),
+                source,
+            })?;
         self.reader.install(CheckpointView {
             lsn: self.lsn.0,
             path,
@@ -888,9 +891,8 @@ impl Replay<'_> {
         }
         self.last_lsn = Some(record.lsn);
         // Messages are applied as stored references: their content stays in the segment.
-        let stored = stored::pack_log(record.position).map(|at| {
-            codec::decode_stored(record.kind, record.payload, at)
-        });
+        let stored = stored::pack_log(record.position)
+            .map(|at| codec::decode_stored(record.kind, record.payload, at));
         match stored {
             Some(Ok(Some(event))) => {
                 let failure = match self.broker.apply_stored(&event) {

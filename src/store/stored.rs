@@ -17,7 +17,9 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::broker::types::{Message, MessageId, MessageLoader, StoredAt, StoredMessage, StoredSlot};
+use crate::broker::types::{
+    Message, MessageId, MessageLoader, StoredAt, StoredMessage, StoredSlot,
+};
 use crate::store::codec;
 use crate::wal::record::{self, FRAME_HEADER_BYTES, FrameCheck};
 use crate::wal::storage::StorageFile;
@@ -178,9 +180,12 @@ impl StoredReader {
                 }
             }
         }
-        let view = self
-            .view()
-            .ok_or_else(|| format!("message {} is neither in the log nor in a checkpoint", s.id.0))?;
+        let view = self.view().ok_or_else(|| {
+            format!(
+                "message {} is neither in the log nor in a checkpoint",
+                s.id.0
+            )
+        })?;
         let offset = view.offset_of(s.id).ok_or_else(|| {
             format!(
                 "message {} is not in the log nor in checkpoint {}",

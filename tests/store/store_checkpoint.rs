@@ -525,7 +525,9 @@ fn a_publish_too_large_for_one_record_fails_cleanly_and_logs_nothing() {
         message: wharf::broker::MessageRecord {
             message: match message {
                 wharf::broker::MessageRef::Loaded(m) => m,
-                wharf::broker::MessageRef::Stored(_) => unreachable!("the golden message is in memory"),
+                wharf::broker::MessageRef::Stored(_) => {
+                    unreachable!("the golden message is in memory")
+                }
             },
         },
         queues,
@@ -577,7 +579,7 @@ fn golden_snapshot() -> Snapshot {
             ..Properties::default()
         },
         body: Bytes::from_static(b"hi"),
-        stored: Default::default(),
+        stored: wharf::broker::StoredSlot::default(),
     });
     Snapshot {
         definitions: vec![Event::QueueDeclared {

@@ -53,7 +53,7 @@ fn golden_published() -> Event {
                     ..Properties::default()
                 },
                 body: Bytes::from_static(b"hello"),
-                stored: Default::default(),
+                stored: wharf::broker::StoredSlot::default(),
             }),
         },
         queues: vec!["q".into()],
@@ -442,7 +442,7 @@ fn message() -> impl Strategy<Value = MessageRecord> {
                 routing_key: key,
                 properties: p,
                 body: Bytes::from(body),
-                stored: Default::default(),
+                stored: wharf::broker::StoredSlot::default(),
             }),
         })
 }

@@ -144,13 +144,11 @@ impl Replay {
         self.check(s, event);
         // A message carried in a checkpoint is restored with its marks, as recovery does.
         let applied = match (&s.placements, event) {
-            (Some(p), Event::Published { vhost, message, .. }) => {
-                self.broker.restore_message(
-                    vhost,
-                    &wharf::broker::MessageRef::Loaded(message.message.clone()),
-                    p,
-                )
-            }
+            (Some(p), Event::Published { vhost, message, .. }) => self.broker.restore_message(
+                vhost,
+                &wharf::broker::MessageRef::Loaded(message.message.clone()),
+                p,
+            ),
             _ => self.broker.apply(event),
         };
         if let Err(err) = applied {
