@@ -231,12 +231,15 @@ struct Checkpoints {
     /// `logged_bytes` when the newest checkpoint's snapshot was taken, or when the last
     /// attempt failed (so a failing disk is retried after another threshold, not at once).
     base_bytes: u64,
+    /// The segment being written when the newest checkpoint's snapshot was taken.
+    base_segment: u64,
     in_flight: Option<InFlight>,
 }
 
 #[derive(Debug)]
 struct InFlight {
     at_bytes: u64,
+    at_segment: u64,
     handle: std::thread::JoinHandle<Result<CheckpointDone, StoreError>>,
 }
 
@@ -308,6 +311,10 @@ pub struct Store {
     last_lsn: AtomicU64,
     /// Frame bytes appended since open (the checkpoint trigger's clock).
     logged_bytes: AtomicU64,
+    /// The segment the last record went to.
+    last_segment: AtomicU64,
+    /// The log's segment size.
+    segment_bytes: u64,
     checkpoints: Checkpoints,
     /// Reads stored messages back (the broker holds it as its loader).
     reader: Arc<StoredReader>,
@@ -398,6 +405,8 @@ impl Store {
             scratch: Mutex::new(Scratch::default()),
             last_lsn: AtomicU64::new(report.next_lsn.0.saturating_sub(1)),
             logged_bytes: AtomicU64::new(0),
+            last_segment: AtomicU64::new(0),
+            segment_bytes: wal_config.segment_bytes_max,
             checkpoints: Checkpoints {
                 newest: start.lsn.map(|l| l.0),
                 live_bytes: start.bytes,
@@ -413,8 +422,10 @@ impl Store {
     fn log_format(&self) -> Result<(), StoreError> {
         let mut payload = Vec::with_capacity(size_of::<u16>());
         let kind = codec::encode_format(&mut payload);
-        let lsn = self.appender.append(kind.byte(), &payload)?.lsn;
-        self.last_lsn.store(lsn.0, Ordering::Release);
+        let appended = self.appender.append(kind.byte(), &payload)?;
+        self.last_lsn.store(appended.lsn.0, Ordering::Release);
+        self.last_segment
+            .fetch_max(appended.position.segment.0, Ordering::Relaxed);
         Ok(())
     }
 
@@ -455,6 +466,8 @@ impl Store {
             let payload = scratch.bytes.get(start..end).unwrap_or_default();
             let appended = self.appender.append(kind, payload)?;
             last = appended.lsn;
+            self.last_segment
+                .fetch_max(appended.position.segment.0, Ordering::Relaxed);
             // The broker may now leave the message's content on disk once `last` is durable.
             if let Some(message) = message
                 && let Some(at) = stored::pack_log(appended.position)
@@ -530,8 +543,9 @@ impl Store {
 
     /// Called by the broker task after each batch has been logged (so `broker` reflects the
     /// log exactly through its last record): collects a finished checkpoint, and when the log
-    /// written since the last one exceeds the trigger's threshold, takes a snapshot (one `Arc`
-    /// clone per message) and writes it on a thread of its own. Returns true when it started
+    /// written since the last one exceeds the trigger's threshold (or the log moved to a new
+    /// segment while the live data is small), takes a snapshot (one reference per message)
+    /// and writes it on a thread of its own. Returns true when it started
     /// one. A failed checkpoint is logged and retried after another threshold of log; it
     /// loses nothing, since the log still holds everything.
     pub fn maybe_checkpoint(&mut self, broker: &Broker) -> bool {
@@ -544,7 +558,13 @@ impl Store {
             .logged_bytes
             .load(Ordering::Relaxed)
             .saturating_sub(c.base_bytes);
-        if since <= c.trigger.log_bytes_min.max(c.live_bytes) {
+        // Also right after the log moved to a new segment while the live data is small: the
+        // checkpoint is cheap then and lets the sealed segment go at once, so the directory
+        // holds one segment, not two, most of the time.
+        let segment = self.last_segment.load(Ordering::Relaxed);
+        let rolled =
+            segment > c.base_segment && c.live_bytes.saturating_mul(4) <= self.segment_bytes;
+        if since <= c.trigger.log_bytes_min.max(c.live_bytes) && !rolled {
             return false;
         }
         let job = self.job(broker.snapshot());
@@ -554,12 +574,17 @@ impl Store {
             .spawn(move || job.run());
         match spawned {
             Ok(handle) => {
-                self.checkpoints.in_flight = Some(InFlight { at_bytes, handle });
+                self.checkpoints.in_flight = Some(InFlight {
+                    at_bytes,
+                    at_segment: segment,
+                    handle,
+                });
                 true
             }
             Err(e) => {
                 tracing::warn!(error = %e, "checkpoint thread could not start; retrying later");
                 self.checkpoints.base_bytes = at_bytes;
+                self.checkpoints.base_segment = segment;
                 false
             }
         }
@@ -592,8 +617,9 @@ impl Store {
             return Ok(None);
         }
         let at_bytes = self.logged_bytes.load(Ordering::Relaxed);
+        let at_segment = self.last_segment.load(Ordering::Relaxed);
         let done = self.job(snapshot).run()?;
-        self.checkpoint_finished(done, at_bytes);
+        self.checkpoint_finished(done, at_bytes, at_segment);
         Ok(Some(done))
     }
 
@@ -644,23 +670,28 @@ impl Store {
         if !finished {
             return None;
         }
-        let InFlight { at_bytes, handle } = self.checkpoints.in_flight.take()?;
+        let InFlight {
+            at_bytes,
+            at_segment,
+            handle,
+        } = self.checkpoints.in_flight.take()?;
         let result = match handle.join() {
             Ok(Ok(done)) => Ok(done),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err("checkpoint thread panicked".to_owned()),
         };
         match &result {
-            Ok(done) => self.checkpoint_finished(*done, at_bytes),
+            Ok(done) => self.checkpoint_finished(*done, at_bytes, at_segment),
             Err(e) => {
                 tracing::warn!(error = %e, "checkpoint failed; the log keeps everything, retrying later");
                 self.checkpoints.base_bytes = self.logged_bytes.load(Ordering::Relaxed);
+                self.checkpoints.base_segment = self.last_segment.load(Ordering::Relaxed);
             }
         }
         Some(result)
     }
 
-    fn checkpoint_finished(&mut self, done: CheckpointDone, at_bytes: u64) {
+    fn checkpoint_finished(&mut self, done: CheckpointDone, at_bytes: u64, at_segment: u64) {
         tracing::info!(
             lsn = done.lsn,
             bytes = done.bytes,
@@ -671,6 +702,7 @@ impl Store {
         c.newest = Some(done.lsn);
         c.live_bytes = done.bytes;
         c.base_bytes = at_bytes;
+        c.base_segment = at_segment;
     }
 
     /// Drains what is pending, makes it durable and closes the log (after waiting for a
