@@ -356,6 +356,13 @@ impl<'a> Dec<'a> {
             .map(str::to_owned)
             .map_err(|_| self.err("string is not UTF-8"))
     }
+    /// A `name`'s bytes stepped over (length checked, content not: its full decode checks
+    /// it).
+    fn skip_name(&mut self, what: &'static str) -> Result<(), DecodeError> {
+        let n = usize::from(self.u16(what)?);
+        self.take(n, what).map(|_| ())
+    }
+
     fn name(&mut self, what: &'static str) -> Result<String, DecodeError> {
         let len = self.u16(what)?;
         let bytes = self.take(usize::from(len), what)?;
@@ -672,6 +679,35 @@ fn get_opt_name(
     } else {
         Ok(None)
     }
+}
+
+/// Steps over encoded properties, checking their structure, without building them (recovery
+/// of a message whose content stays on disk; the full decode when it is read back checks the
+/// rest). Only a headers table is decoded, to find its end.
+fn skip_properties(d: &mut Dec<'_>) -> Result<(), DecodeError> {
+    let mask = d.u16("property mask")?;
+    if mask & !PROP_ALL != 0 {
+        return Err(d.err("reserved property bit set"));
+    }
+    for bit in 0..14u16 {
+        let b = 1 << bit;
+        if mask & b == 0 {
+            continue;
+        }
+        match b {
+            PROP_HEADERS => {
+                get_table(d, 1)?;
+            }
+            PROP_DELIVERY_MODE | PROP_PRIORITY => {
+                d.u8("property")?;
+            }
+            PROP_TIMESTAMP => {
+                d.u64("timestamp")?;
+            }
+            _ => d.skip_name("property")?,
+        }
+    }
+    Ok(())
 }
 
 fn get_properties(d: &mut Dec<'_>) -> Result<Properties, DecodeError> {
@@ -1402,9 +1438,9 @@ fn get_stored_message(d: &mut Dec<'_>, at: StoredAt) -> Result<StoredMessage, De
     } else {
         None
     };
-    d.name("exchange")?;
-    d.name("routing key")?;
-    get_properties(d)?;
+    d.skip_name("exchange")?;
+    d.skip_name("routing key")?;
+    skip_properties(d)?;
     let body = d.bytes32("body")?;
     if body.len() > limits::MESSAGE_BODY_BYTES_MAX as usize {
         return Err(d.err("body over limits::MESSAGE_BODY_BYTES_MAX"));
