@@ -253,14 +253,8 @@ impl Broker {
                 queues,
                 scheduled,
             } => {
-                let msg = &message.message;
-                self.see_id(msg.id);
-                if let Some(s) = scheduled {
-                    self.unschedule(*s);
-                }
-                for name in queues {
-                    self.replay_push(vhost, name, MessageRef::Loaded(msg.clone()))?;
-                }
+                let msg = MessageRef::Loaded(message.message.clone());
+                self.replay_published(vhost, &msg, queues, *scheduled)?;
             }
             Event::Scheduled {
                 vhost,
@@ -301,15 +295,10 @@ impl Broker {
                 message,
                 targets,
             } => {
-                if let Some(from) = from {
-                    self.replay_remove(vhost, from, *id);
-                }
-                if let Some(m) = message {
-                    self.see_id(m.message.id);
-                    for t in targets {
-                        self.replay_push(vhost, t, MessageRef::Loaded(m.message.clone()))?;
-                    }
-                }
+                let copy = message
+                    .as_ref()
+                    .map(|m| MessageRef::Loaded(m.message.clone()));
+                self.replay_dead_lettered(vhost, from.as_deref(), *id, copy.as_ref(), targets)?;
             }
             Event::UserPut {
                 name,
@@ -382,13 +371,7 @@ impl Broker {
                 queues,
                 scheduled,
             } => {
-                self.see_id(message.id);
-                if let Some(s) = scheduled {
-                    self.unschedule(*s);
-                }
-                for name in queues {
-                    self.replay_push(vhost, name, MessageRef::Stored(*message))?;
-                }
+                self.replay_published(vhost, &MessageRef::Stored(*message), queues, *scheduled)?;
             }
             StoredEvent::DeadLettered {
                 vhost,
@@ -397,18 +380,50 @@ impl Broker {
                 message,
                 targets,
             } => {
-                if let Some(from) = from {
-                    self.replay_remove(vhost, from, *id);
-                }
-                if let Some(m) = message {
-                    self.see_id(m.id);
-                    for t in targets {
-                        self.replay_push(vhost, t, MessageRef::Stored(*m))?;
-                    }
-                }
+                let copy = message.map(MessageRef::Stored);
+                self.replay_dead_lettered(vhost, from.as_deref(), *id, copy.as_ref(), targets)?;
             }
         }
         self.rearm_dirty();
+        Ok(())
+    }
+
+    /// A `Published` event: the message enters its queues (and ends its schedule).
+    fn replay_published(
+        &mut self,
+        vhost: &str,
+        msg: &MessageRef,
+        queues: &[String],
+        scheduled: Option<MessageId>,
+    ) -> Result<(), BrokerError> {
+        self.see_id(msg.id());
+        if let Some(s) = scheduled {
+            self.unschedule(s);
+        }
+        for name in queues {
+            self.replay_push(vhost, name, msg.clone())?;
+        }
+        Ok(())
+    }
+
+    /// A `DeadLettered` event: out of the source queue, the copy into its targets (S-DLX-7).
+    fn replay_dead_lettered(
+        &mut self,
+        vhost: &str,
+        from: Option<&str>,
+        id: MessageId,
+        copy: Option<&MessageRef>,
+        targets: &[String],
+    ) -> Result<(), BrokerError> {
+        if let Some(from) = from {
+            self.replay_remove(vhost, from, id);
+        }
+        if let Some(m) = copy {
+            self.see_id(m.id());
+            for t in targets {
+                self.replay_push(vhost, t, m.clone())?;
+            }
+        }
         Ok(())
     }
 

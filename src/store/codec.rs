@@ -777,7 +777,8 @@ fn put_message(e: &mut Enc<'_>, m: &Message) -> Result<(), EncodeError> {
     e.bytes32("body", &m.body)
 }
 
-fn get_message(d: &mut Dec<'_>) -> Result<MessageRecord, DecodeError> {
+/// A Message part's fixed fields: id, enqueue time, own TTL.
+fn get_message_head(d: &mut Dec<'_>) -> Result<(MessageId, u64, Option<u32>), DecodeError> {
     let id = MessageId(d.u64("message id")?);
     let enqueued_at_ms = d.u64("enqueued at")?;
     let flags = d.flags(FLAG_MESSAGE_TTL, "message flags")?;
@@ -786,6 +787,11 @@ fn get_message(d: &mut Dec<'_>) -> Result<MessageRecord, DecodeError> {
     } else {
         None
     };
+    Ok((id, enqueued_at_ms, ttl_ms))
+}
+
+fn get_message(d: &mut Dec<'_>) -> Result<MessageRecord, DecodeError> {
+    let (id, enqueued_at_ms, ttl_ms) = get_message_head(d)?;
     let exchange = d.name("exchange")?;
     let routing_key = d.name("routing key")?;
     let properties = get_properties(d)?;
@@ -1318,16 +1324,38 @@ fn get_policy(d: &mut Dec<'_>, k: RecordKind, vhost: String) -> Result<Event, De
     })
 }
 
+/// A `Published` payload after the vhost, up to its message: the schedule it ends and the
+/// queues.
+fn get_published_head(d: &mut Dec<'_>) -> Result<(Option<MessageId>, Vec<String>), DecodeError> {
+    let flags = d.flags(FLAG_SCHEDULED, "publish flags")?;
+    let scheduled = if flags & FLAG_SCHEDULED != 0 {
+        Some(MessageId(d.u64("scheduled id")?))
+    } else {
+        None
+    };
+    Ok((scheduled, d.names("queue")?))
+}
+
+/// A `DeadLettered` payload after the vhost, up to its message copy: whether there is one,
+/// the source queue, the message's id there, the targets.
+fn get_dead_letter_head(
+    d: &mut Dec<'_>,
+) -> Result<(bool, Option<String>, MessageId, Vec<String>), DecodeError> {
+    let flags = d.flags(FLAG_DL_FROM | FLAG_DL_MESSAGE, "dead-letter flags")?;
+    let from = if flags & FLAG_DL_FROM != 0 {
+        Some(d.name("source queue")?)
+    } else {
+        None
+    };
+    let id = MessageId(d.u64("message id")?);
+    let targets = d.names("target queue")?;
+    Ok((flags & FLAG_DL_MESSAGE != 0, from, id, targets))
+}
+
 fn get_message_event(d: &mut Dec<'_>, k: RecordKind, vhost: String) -> Result<Event, DecodeError> {
     Ok(match k {
         RecordKind::Published => {
-            let flags = d.flags(FLAG_SCHEDULED, "publish flags")?;
-            let scheduled = if flags & FLAG_SCHEDULED != 0 {
-                Some(MessageId(d.u64("scheduled id")?))
-            } else {
-                None
-            };
-            let queues = d.names("queue")?;
+            let (scheduled, queues) = get_published_head(d)?;
             Event::Published {
                 vhost,
                 message: get_message(d)?,
@@ -1345,15 +1373,8 @@ fn get_message_event(d: &mut Dec<'_>, k: RecordKind, vhost: String) -> Result<Ev
             id: MessageId(d.u64("message id")?),
         },
         _ => {
-            let flags = d.flags(FLAG_DL_FROM | FLAG_DL_MESSAGE, "dead-letter flags")?;
-            let from = if flags & FLAG_DL_FROM != 0 {
-                Some(d.name("source queue")?)
-            } else {
-                None
-            };
-            let id = MessageId(d.u64("message id")?);
-            let targets = d.names("target queue")?;
-            let message = if flags & FLAG_DL_MESSAGE != 0 {
+            let (has_copy, from, id, targets) = get_dead_letter_head(d)?;
+            let message = if has_copy {
                 Some(get_message(d)?)
             } else {
                 None
@@ -1430,14 +1451,7 @@ pub fn decode_carried(payload: &[u8]) -> Result<Carried, DecodeError> {
 /// Reads a message's fixed fields and checks the rest of it (names, properties, body length)
 /// without keeping the content: what memory holds of a message whose body stays on disk.
 fn get_stored_message(d: &mut Dec<'_>, at: StoredAt) -> Result<StoredMessage, DecodeError> {
-    let id = MessageId(d.u64("message id")?);
-    let enqueued_at_ms = d.u64("enqueued at")?;
-    let flags = d.flags(FLAG_MESSAGE_TTL, "message flags")?;
-    let ttl_ms = if flags & FLAG_MESSAGE_TTL != 0 {
-        Some(d.u32("message ttl")?)
-    } else {
-        None
-    };
+    let (id, enqueued_at_ms, ttl_ms) = get_message_head(d)?;
     d.skip_name("exchange")?;
     d.skip_name("routing key")?;
     skip_properties(d)?;
@@ -1474,13 +1488,7 @@ pub fn decode_stored(
     let event = match RecordKind::from_byte(kind) {
         Some(RecordKind::Published) => {
             let vhost = d.name("vhost")?;
-            let flags = d.flags(FLAG_SCHEDULED, "publish flags")?;
-            let scheduled = if flags & FLAG_SCHEDULED != 0 {
-                Some(MessageId(d.u64("scheduled id")?))
-            } else {
-                None
-            };
-            let queues = d.names("queue")?;
+            let (scheduled, queues) = get_published_head(d)?;
             StoredEvent::Published {
                 vhost,
                 message: get_stored_message(d, at)?,
@@ -1490,15 +1498,8 @@ pub fn decode_stored(
         }
         Some(RecordKind::DeadLettered) => {
             let vhost = d.name("vhost")?;
-            let flags = d.flags(FLAG_DL_FROM | FLAG_DL_MESSAGE, "dead-letter flags")?;
-            let from = if flags & FLAG_DL_FROM != 0 {
-                Some(d.name("source queue")?)
-            } else {
-                None
-            };
-            let id = MessageId(d.u64("message id")?);
-            let targets = d.names("target queue")?;
-            let message = if flags & FLAG_DL_MESSAGE != 0 {
+            let (has_copy, from, id, targets) = get_dead_letter_head(d)?;
+            let message = if has_copy {
                 Some(get_stored_message(d, at)?)
             } else {
                 None
@@ -1542,10 +1543,7 @@ pub fn message_part(kind: u8, payload: &[u8]) -> Result<&[u8], DecodeError> {
         match RecordKind::from_byte(kind) {
             Some(RecordKind::Published) => {
                 d.name("vhost")?;
-                if d.flags(FLAG_SCHEDULED, "publish flags")? & FLAG_SCHEDULED != 0 {
-                    d.u64("scheduled id")?;
-                }
-                d.names("queue")?;
+                get_published_head(d)?;
             }
             Some(RecordKind::Scheduled) => {
                 d.name("vhost")?;
@@ -1553,15 +1551,9 @@ pub fn message_part(kind: u8, payload: &[u8]) -> Result<&[u8], DecodeError> {
             }
             Some(RecordKind::DeadLettered) => {
                 d.name("vhost")?;
-                let flags = d.flags(FLAG_DL_FROM | FLAG_DL_MESSAGE, "dead-letter flags")?;
-                if flags & FLAG_DL_MESSAGE == 0 {
+                if !get_dead_letter_head(d)?.0 {
                     return Err(d.err("dead-lettering without a message copy"));
                 }
-                if flags & FLAG_DL_FROM != 0 {
-                    d.name("source queue")?;
-                }
-                d.u64("message id")?;
-                d.names("target queue")?;
             }
             _ => return Err(d.err("record kind holds no message")),
         }

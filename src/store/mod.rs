@@ -927,19 +927,8 @@ impl Replay<'_> {
             .map(|at| codec::decode_stored(record.kind, record.payload, at));
         match stored {
             Some(Ok(Some(event))) => {
-                let failure = match self.broker.apply_stored(&event) {
-                    Ok(()) => {
-                        self.summary.events += 1;
-                        return Ok(());
-                    }
-                    Err(err) => StoreError::Inconsistent {
-                        path: self.path_of(&record),
-                        offset: record.position.offset,
-                        lsn: record.lsn.0,
-                        reason: err.to_string(),
-                    },
-                };
-                return self.refuse(failure);
+                let applied = self.broker.apply_stored(&event);
+                return self.applied(&record, applied);
             }
             Some(Err(err)) => {
                 let failure = self.undecodable(&record, &err);
@@ -959,21 +948,33 @@ impl Replay<'_> {
                 return Err(Box::new(Stopped));
             }
             Ok(StoreRecord::Format { .. }) => return Ok(()),
-            Ok(StoreRecord::Event(event)) => match self.broker.apply(&event) {
-                Ok(()) => {
-                    self.summary.events += 1;
-                    return Ok(());
-                }
-                Err(err) => StoreError::Inconsistent {
-                    path: self.path_of(&record),
-                    offset: record.position.offset,
-                    lsn: record.lsn.0,
-                    reason: err.to_string(),
-                },
-            },
+            Ok(StoreRecord::Event(event)) => {
+                let applied = self.broker.apply(&event);
+                return self.applied(&record, applied);
+            }
             Err(err) => self.undecodable(&record, &err),
         };
         self.refuse(failure)
+    }
+
+    /// Counts an event the broker applied, or refuses one it did not fit.
+    fn applied(
+        &mut self,
+        record: &RecordRef<'_>,
+        applied: Result<(), crate::broker::BrokerError>,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        match applied {
+            Ok(()) => {
+                self.summary.events += 1;
+                Ok(())
+            }
+            Err(err) => self.refuse(StoreError::Inconsistent {
+                path: self.path_of(record),
+                offset: record.position.offset,
+                lsn: record.lsn.0,
+                reason: err.to_string(),
+            }),
+        }
     }
 
     /// A record recovery cannot apply: skipped and counted in salvage mode, else the end.
