@@ -42,6 +42,8 @@ pub mod defaults {
     pub const CHECKPOINT_LOG_BYTES_MIN: u64 = crate::limits::CHECKPOINT_LOG_BYTES_MIN;
     /// `fsync`.
     pub const FSYNC: &str = "always";
+    /// `message_memory_bytes`, bytes.
+    pub const MESSAGE_MEMORY_BYTES: u64 = crate::limits::MESSAGE_MEMORY_BYTES;
 }
 
 /// A size as written in the file: bytes, a string with RabbitMQ's units (`"50MB"`,
@@ -222,6 +224,8 @@ pub struct FileConfig {
     pub checkpoint_log_bytes_min: Option<SizeSetting>,
     /// When the log is fsynced (only `"always"`).
     pub fsync: Option<String>,
+    /// Memory for the content of queued messages (bytes or a unit string).
+    pub message_memory_bytes: Option<SizeSetting>,
 }
 
 /// The `[tls]` table (AMQPS is served when both files are named), and the `[mgmt_tls]` table
@@ -350,6 +354,8 @@ pub struct Config {
     pub checkpoint_log_bytes_min: u64,
     /// When the log is fsynced.
     pub fsync: FsyncPolicy,
+    /// Memory for the content of queued messages, bytes.
+    pub message_memory_bytes: u64,
 }
 
 /// Merges flags over the file over the defaults, then validates.
@@ -450,6 +456,12 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
         mgmt_tls: merge_tls("mgmt_tls", file.mgmt_tls, None, defaults::MGMT_TLS_PORT)?,
         checkpoint_log_bytes_min,
         fsync,
+        message_memory_bytes: file
+            .message_memory_bytes
+            .as_ref()
+            .map_or(Ok(defaults::MESSAGE_MEMORY_BYTES), |s| {
+                byte_size("message_memory_bytes", s)
+            })?,
         loopback_users: loopback.into_iter().collect(),
     };
     config.validate()?;
@@ -682,6 +694,7 @@ impl Config {
             });
         }
         server.checkpoint_log_bytes_min = self.checkpoint_log_bytes_min;
+        server.message_memory_bytes = self.message_memory_bytes;
         Ok(server)
     }
 }
@@ -1035,6 +1048,22 @@ name = "prod"
         let c = merge(FileConfig::default(), Overrides::default()).unwrap();
         assert_eq!(c.mgmt_tls, None);
         assert_eq!(c.server_config().unwrap().mgmt_tls, None);
+    }
+
+    #[test]
+    fn message_memory_bytes_takes_units_and_reaches_the_server() {
+        let merged = |text: &str| merge(FileConfig::parse(text).unwrap(), Overrides::default());
+        let c = merged("").unwrap();
+        assert_eq!(c.message_memory_bytes, 32 << 20);
+        for (text, want) in [
+            ("message_memory_bytes = \"8MiB\"", 8 << 20),
+            ("message_memory_bytes = 0", 0),
+        ] {
+            let c = merged(text).unwrap();
+            assert_eq!(c.message_memory_bytes, want, "{text}");
+            assert_eq!(c.server_config().unwrap().message_memory_bytes, want);
+        }
+        assert!(merged("message_memory_bytes = \"lots\"").is_err());
     }
 
     #[test]

@@ -277,6 +277,8 @@ pub struct Core {
     counters: MessageCounters,
     /// The users and permissions connections check against, refreshed after admin commands.
     registry: Option<Arc<super::auth::UserRegistry>>,
+    /// Memory for the content of queued messages before they are paged out.
+    message_memory_bytes: u64,
 }
 
 impl Core {
@@ -284,6 +286,11 @@ impl Core {
     pub fn set_registry(&mut self, registry: Arc<super::auth::UserRegistry>) {
         registry.refresh(&self.broker);
         self.registry = Some(registry);
+    }
+
+    /// Sets the memory for the content of queued messages (`ServerConfig::message_memory_bytes`).
+    pub fn set_message_memory_bytes(&mut self, bytes: u64) {
+        self.message_memory_bytes = bytes;
     }
 
     /// A broker task over a recovered broker and its store.
@@ -310,6 +317,7 @@ impl Core {
             admin_waiting: VecDeque::new(),
             counters: MessageCounters::default(),
             registry: None,
+            message_memory_bytes: crate::limits::MESSAGE_MEMORY_BYTES,
         }
     }
 
@@ -1203,8 +1211,7 @@ impl Core {
         // Bodies of durable queued messages beyond the budget go back to disk (DESIGN
         // "Memory"); only when there is a store to read them back from.
         if self.store.is_some() {
-            self.broker
-                .page_out(watermark, crate::limits::MESSAGE_MEMORY_BYTES);
+            self.broker.page_out(watermark, self.message_memory_bytes);
         }
         self.held.retain(|_, outbox| outbox.release(watermark));
         for conn in std::mem::take(&mut self.dirty) {

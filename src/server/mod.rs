@@ -243,6 +243,10 @@ pub struct ServerConfig {
     /// written since the last one exceeds the larger of this and the last checkpoint's size
     /// (`store::CheckpointTrigger`); default `limits::CHECKPOINT_LOG_BYTES_MIN`.
     pub checkpoint_log_bytes_min: u64,
+    /// Memory for the content of queued messages: beyond it the oldest persistent messages
+    /// of durable queues are paged out once durable and read back when delivered (DESIGN
+    /// "Memory"); default `limits::MESSAGE_MEMORY_BYTES`, 0 keeps none in memory.
+    pub message_memory_bytes: u64,
     /// The disk the log lives on: `None` for real files in `data_dir`; `Some` for another
     /// [`Storage`], e.g. a `wal::SimStorage` that can lose power (`crate::testing`).
     pub storage: Option<Arc<dyn Storage>>,
@@ -278,6 +282,7 @@ impl ServerConfig {
             tls: None,
             mgmt_tls: None,
             checkpoint_log_bytes_min: crate::limits::CHECKPOINT_LOG_BYTES_MIN,
+            message_memory_bytes: crate::limits::MESSAGE_MEMORY_BYTES,
             storage: None,
             clock_control: None,
         }
@@ -349,6 +354,7 @@ impl Server {
         let live = LiveCounts::of(&broker);
         let mut core = core::Core::new(broker, store, clock.clone());
         core.set_registry(registry.clone());
+        core.set_message_memory_bytes(config.message_memory_bytes);
         core.log_startup(events)?;
         let recovery_ms = stopwatch.elapsed_ms();
 

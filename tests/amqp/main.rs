@@ -16,5 +16,6 @@ mod server_basic;
 mod server_config;
 mod server_errors;
 mod server_flow;
+mod server_paging;
 mod server_raw;
 mod server_ttl;
