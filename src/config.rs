@@ -363,7 +363,7 @@ pub struct Config {
 /// # Errors
 /// What [`Config::validate`] refuses.
 pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> {
-    let (checkpoint_log_bytes_min, fsync) = durability(&file)?;
+    let (checkpoint_log_bytes_min, fsync, message_memory_bytes) = durability(&file)?;
     let loopback: BTreeSet<String> = match file.loopback_users {
         Some(listed) => listed.into_iter().collect(),
         None => defaults::LOOPBACK_USERS
@@ -456,20 +456,15 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
         mgmt_tls: merge_tls("mgmt_tls", file.mgmt_tls, None, defaults::MGMT_TLS_PORT)?,
         checkpoint_log_bytes_min,
         fsync,
-        message_memory_bytes: file
-            .message_memory_bytes
-            .as_ref()
-            .map_or(Ok(defaults::MESSAGE_MEMORY_BYTES), |s| {
-                byte_size("message_memory_bytes", s)
-            })?,
+        message_memory_bytes,
         loopback_users: loopback.into_iter().collect(),
     };
     config.validate()?;
     Ok(config)
 }
 
-/// The durability keys: `checkpoint_log_bytes_min` and `fsync`.
-fn durability(file: &FileConfig) -> Result<(u64, FsyncPolicy), ConfigError> {
+/// The store's keys: `checkpoint_log_bytes_min`, `fsync` and `message_memory_bytes`.
+fn durability(file: &FileConfig) -> Result<(u64, FsyncPolicy, u64), ConfigError> {
     let checkpoint = file
         .checkpoint_log_bytes_min
         .as_ref()
@@ -480,7 +475,13 @@ fn durability(file: &FileConfig) -> Result<(u64, FsyncPolicy), ConfigError> {
         .fsync
         .as_deref()
         .map_or(Ok(FsyncPolicy::Always), FsyncPolicy::parse)?;
-    Ok((checkpoint, fsync))
+    let memory = file
+        .message_memory_bytes
+        .as_ref()
+        .map_or(Ok(defaults::MESSAGE_MEMORY_BYTES), |s| {
+            byte_size("message_memory_bytes", s)
+        })?;
+    Ok((checkpoint, fsync, memory))
 }
 
 /// `[tls]` with both files gives AMQPS on `--tls-port`, else `tls.port`, else 5671 (and
