@@ -47,17 +47,25 @@ fn body(i: u32) -> Vec<u8> {
     format!("message {i} {}", "x".repeat(i as usize)).into_bytes()
 }
 
-fn header_n(p: &BasicProperties) -> Option<u32> {
-    match p.headers().as_ref()?.inner().get("n")? {
-        AMQPValue::LongUInt(n) => Some(*n),
-        _ => None,
-    }
+/// One message from `queue` (it must have one).
+async fn get(ch: &lapin::Channel, queue: &str, no_ack: bool) -> lapin::message::BasicGetMessage {
+    ch.basic_get(queue.into(), BasicGetOptions { no_ack })
+        .await
+        .unwrap()
+        .expect("a message")
 }
 
-#[tokio::test]
-async fn s_dur_1_paged_out_messages_come_back_whole_on_get_requeue_dead_letter_and_restart() {
-    let server = TestServer::start_with(|c| c.message_memory_bytes = 0).await;
-    let (conn, ch) = server.channel().await;
+async fn requeue(ch: &lapin::Channel, tag: u64) {
+    let options = BasicNackOptions {
+        requeue: true,
+        ..BasicNackOptions::default()
+    };
+    ch.basic_nack(tag, options).await.unwrap();
+}
+
+/// Declares `dead` and `paged` (TTL 60 s, dead-lettering to `dead`) and publishes 40
+/// persistent messages into `paged` with confirms.
+async fn declare_and_fill(ch: &lapin::Channel) {
     ch.confirm_select(ConfirmSelectOptions::default())
         .await
         .unwrap();
@@ -93,17 +101,27 @@ async fn s_dur_1_paged_out_messages_come_back_whole_on_get_requeue_dead_letter_a
         .unwrap();
     }
     within(10, ch.wait_for_confirms()).await.unwrap();
+}
+
+fn header_n(p: &BasicProperties) -> Option<u32> {
+    match p.headers().as_ref()?.inner().get("n")? {
+        AMQPValue::LongUInt(n) => Some(*n),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn s_dur_1_paged_out_messages_come_back_whole_on_get_requeue_dead_letter_and_restart() {
+    let server = TestServer::start_with(|c| c.message_memory_bytes = 0).await;
+    let (conn, ch) = server.channel().await;
+    declare_and_fill(&ch).await;
     // A batch after the records are durable pages them out: nothing of them stays in memory.
     server.handle.tick().await;
     assert_eq!(loaded_bytes(&server).await, 0, "all paged out");
 
     // basic.get reads them back whole, in order.
     for i in 0..5 {
-        let m = ch
-            .basic_get("paged".into(), BasicGetOptions { no_ack: true })
-            .await
-            .unwrap()
-            .expect("a message");
+        let m = get(&ch, "paged", true).await;
         assert_eq!(m.delivery.data, body(i));
         assert_eq!(header_n(&m.delivery.properties), Some(i));
         assert_eq!(
@@ -111,44 +129,20 @@ async fn s_dur_1_paged_out_messages_come_back_whole_on_get_requeue_dead_letter_a
                 .properties
                 .content_type()
                 .as_ref()
-                .map(|s| s.as_str()),
+                .map(ShortString::as_str),
             Some("text/plain")
         );
         assert!(!m.delivery.redelivered);
     }
-    // A requeued one comes back redelivered, still whole, and is paged out again.
-    let m = ch
-        .basic_get("paged".into(), BasicGetOptions { no_ack: false })
-        .await
-        .unwrap()
-        .expect("a message");
+    // A requeued one comes back redelivered, still whole.
+    let m = get(&ch, "paged", false).await;
     assert_eq!(m.delivery.data, body(5));
-    ch.basic_nack(
-        m.delivery.delivery_tag,
-        BasicNackOptions {
-            requeue: true,
-            ..BasicNackOptions::default()
-        },
-    )
-    .await
-    .unwrap();
-    let again = ch
-        .basic_get("paged".into(), BasicGetOptions { no_ack: false })
-        .await
-        .unwrap()
-        .expect("the requeued message");
+    requeue(&ch, m.delivery.delivery_tag).await;
+    let again = get(&ch, "paged", false).await;
     assert!(again.delivery.redelivered);
     assert_eq!(again.delivery.data, body(5));
     assert_eq!(header_n(&again.delivery.properties), Some(5));
-    ch.basic_nack(
-        again.delivery.delivery_tag,
-        BasicNackOptions {
-            requeue: true,
-            ..BasicNackOptions::default()
-        },
-    )
-    .await
-    .unwrap();
+    requeue(&ch, again.delivery.delivery_tag).await;
     conn.close(200, "bye".into()).await.unwrap();
 
     // A restart restores them as references: the content is read back from disk.
@@ -159,27 +153,19 @@ async fn s_dur_1_paged_out_messages_come_back_whole_on_get_requeue_dead_letter_a
         "recovery leaves content on disk"
     );
     let (_conn, ch) = server.channel().await;
-    let m = ch
-        .basic_get("paged".into(), BasicGetOptions { no_ack: true })
-        .await
-        .unwrap()
-        .expect("a message");
+    let m = get(&ch, "paged", true).await;
     assert_eq!(m.delivery.data, body(5));
     assert!(m.delivery.redelivered, "S-DUR-6 across the restart");
 
     // They expire on their original deadline and are dead-lettered whole (S-TTL-4, S-DLX-5).
     server.advance(60_000).await;
-    let m = ch
+    let left = ch
         .basic_get("paged".into(), BasicGetOptions { no_ack: true })
         .await
         .unwrap();
-    assert!(m.is_none(), "all expired");
+    assert!(left.is_none(), "all expired");
     for i in 6..40 {
-        let d = ch
-            .basic_get("dead".into(), BasicGetOptions { no_ack: true })
-            .await
-            .unwrap()
-            .expect("a dead-lettered copy");
+        let d = get(&ch, "dead", true).await;
         assert_eq!(d.delivery.data, body(i));
         assert_eq!(header_n(&d.delivery.properties), Some(i));
         let headers = d.delivery.properties.headers().clone().unwrap();
