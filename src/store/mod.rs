@@ -558,12 +558,12 @@ impl Store {
             .logged_bytes
             .load(Ordering::Relaxed)
             .saturating_sub(c.base_bytes);
-        // Also right after the log moved to a new segment while the live data is small: the
-        // checkpoint is cheap then and lets the sealed segment go at once, so the directory
-        // holds one segment, not two, most of the time.
+        // Also right after the log moved to a new segment while the live data is at most a
+        // segment: the checkpoint then costs no more than the segment of log did, and the
+        // sealed segment goes at once, so the directory holds one segment, not two, most of
+        // the time.
         let segment = self.last_segment.load(Ordering::Relaxed);
-        let rolled =
-            segment > c.base_segment && c.live_bytes.saturating_mul(4) <= self.segment_bytes;
+        let rolled = segment > c.base_segment && c.live_bytes <= self.segment_bytes;
         if since <= c.trigger.log_bytes_min.max(c.live_bytes) && !rolled {
             return false;
         }
