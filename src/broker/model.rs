@@ -266,6 +266,8 @@ pub struct Broker {
     pub(crate) loader: Option<Arc<dyn crate::broker::types::MessageLoader>>,
     /// The first failure to read a stored message back: the server stops (S-DUR-7).
     pub(crate) storage_failure: Option<String>,
+    /// Memory the content of queued messages held in memory takes, over every queue.
+    pub(crate) loaded_total: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Default for Broker {
@@ -364,6 +366,7 @@ impl Broker {
             access: crate::broker::access::Access::default(),
             loader: None,
             storage_failure: None,
+            loaded_total: Arc::default(),
         };
         b.add_vhost("/");
         b
@@ -1257,7 +1260,7 @@ impl Broker {
                 policy: None,
                 operator_policy: None,
                 eff: QueueSettings::default(),
-                ready: Ready::default(),
+                ready: Ready::counting_into(Arc::clone(&self.loaded_total)),
                 unacked: 0,
                 consumers: Vec::new(),
                 rr: 0,

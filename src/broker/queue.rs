@@ -12,6 +12,9 @@
     reason = "expect() only states internal invariants (ids taken from our own maps); each message says which"
 )]
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::broker::types::{MessageId, MessageRef};
 use std::collections::{BTreeSet, VecDeque};
 
@@ -64,6 +67,9 @@ pub(crate) struct Ready {
     ttl_ms: Option<u32>,
     /// Memory the content of the live entries held in memory takes (`loaded_len`).
     loaded_bytes: u64,
+    /// The same summed over every queue of the broker (shared, so the total is O(1) to read:
+    /// the broker task checks it after every batch). A queue's share leaves with it (`Drop`).
+    loaded_total: Arc<AtomicU64>,
     /// Entries with ids up to this one were paged out already (or were not pageable): where
     /// the next [`Ready::page_out`] starts. A hint, not an invariant (a requeue may put a
     /// loaded message back behind it; it is paged out when it comes back again).
@@ -86,7 +92,39 @@ fn loaded_len(msg: &MessageRef) -> u64 {
     }
 }
 
+impl Drop for Ready {
+    fn drop(&mut self) {
+        self.loaded_total
+            .fetch_sub(self.loaded_bytes, Ordering::Relaxed);
+    }
+}
+
 impl Ready {
+    /// An empty queue whose loaded bytes count into `total` (the broker's).
+    pub fn counting_into(total: Arc<AtomicU64>) -> Self {
+        Self {
+            slots: VecDeque::new(),
+            live: 0,
+            bytes: 0,
+            deadlines: BTreeSet::new(),
+            ttl_ms: None,
+            loaded_bytes: 0,
+            loaded_total: total,
+            paged_through: MessageId::default(),
+        }
+    }
+
+    fn add_loaded(&mut self, n: u64) {
+        self.loaded_bytes += n;
+        self.loaded_total.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn sub_loaded(&mut self, n: u64) {
+        let n = n.min(self.loaded_bytes);
+        self.loaded_bytes -= n;
+        self.loaded_total.fetch_sub(n, Ordering::Relaxed);
+    }
+
     pub fn len(&self) -> usize {
         self.live
     }
@@ -144,7 +182,7 @@ impl Ready {
             e.msg = Some(MessageRef::Stored(stored));
             self.paged_through = e.id;
         }
-        self.loaded_bytes -= freed.min(self.loaded_bytes);
+        self.sub_loaded(freed);
         freed
     }
 
@@ -171,7 +209,7 @@ impl Ready {
         self.index_insert(&msg);
         self.live += 1;
         self.bytes += body_len(&msg);
-        self.loaded_bytes += loaded_len(&msg);
+        self.add_loaded(loaded_len(&msg));
         self.slots.push_back(Entry {
             id,
             msg: Some(msg),
@@ -187,7 +225,7 @@ impl Ready {
         self.index_insert(&msg);
         self.live += 1;
         self.bytes += body_len(&msg);
-        self.loaded_bytes += loaded_len(&msg);
+        self.add_loaded(loaded_len(&msg));
         let entry = Entry {
             id,
             msg: Some(msg),
@@ -269,7 +307,7 @@ impl Ready {
         }
         self.live -= 1;
         self.bytes -= body_len(msg);
-        self.loaded_bytes -= loaded_len(msg);
+        self.sub_loaded(loaded_len(msg));
     }
 
     fn trim_front(&mut self) {
@@ -361,7 +399,7 @@ impl Ready {
         self.deadlines.clear();
         self.live = 0;
         self.bytes = 0;
-        self.loaded_bytes = 0;
+        self.sub_loaded(self.loaded_bytes);
         out
     }
 

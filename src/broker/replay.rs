@@ -442,7 +442,7 @@ impl Broker {
     /// Memory the content of queued messages held in memory takes (bodies plus about 512
     /// bytes each), over every queue.
     pub fn loaded_bytes(&self) -> u64 {
-        self.queues.values().map(|q| q.ready.loaded_bytes()).sum()
+        self.loaded_total.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Keeps memory bounded (DESIGN "Memory"): when the content of queued messages in memory
@@ -751,6 +751,14 @@ impl Broker {
     #[expect(clippy::too_many_lines, reason = "one flat walk over every structure")]
     pub fn check_invariants(&self) {
         self.check_access_invariants();
+        assert_eq!(
+            self.loaded_bytes(),
+            self.queues
+                .values()
+                .map(|q| q.ready.loaded_bytes())
+                .sum::<u64>(),
+            "loaded bytes total"
+        );
         let mut armed = 0usize;
         for (qid, q) in &self.queues {
             assert_eq!(*qid, q.id, "queue keyed under another id");
