@@ -1055,7 +1055,7 @@ name = "prod"
     fn message_memory_bytes_takes_units_and_reaches_the_server() {
         let merged = |text: &str| merge(FileConfig::parse(text).unwrap(), Overrides::default());
         let c = merged("").unwrap();
-        assert_eq!(c.message_memory_bytes, 32 << 20);
+        assert_eq!(c.message_memory_bytes, 16 << 20);
         for (text, want) in [
             ("message_memory_bytes = \"8MiB\"", 8 << 20),
             ("message_memory_bytes = 0", 0),

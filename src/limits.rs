@@ -82,7 +82,7 @@ pub const CHECKPOINT_LOG_BYTES_MIN_HIGHEST: u64 = 4 * 1024 * 1024 * 1024;
 /// bookkeeping each) the broker keeps; beyond it the oldest persistent messages of durable
 /// queues whose records are durable are paged out, leaving a 40-byte reference each, and are
 /// read back from the log or the checkpoint when delivered (DESIGN "Memory").
-pub const MESSAGE_MEMORY_BYTES: u64 = 32 * 1024 * 1024;
+pub const MESSAGE_MEMORY_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Largest `x-message-ttl`, `message-ttl` and per-message `expiration` value (S-TTL-1): 2^32-1 ms.
 pub const TTL_MS_MAX: u64 = u32::MAX as u64;
