@@ -624,11 +624,12 @@ impl Store {
     }
 
     /// The checkpoint of a clean shutdown: written as [`Store::checkpoint_now`] when the log
-    /// since the last checkpoint is over the periodic threshold (`max(log_bytes_min, last
-    /// checkpoint size)`), skipped otherwise. A checkpoint copies every live message; when
-    /// the log to replay is smaller than that, writing one would make the stop slower than it
-    /// makes the next start faster, and recovery reads at most about twice the live data
-    /// either way.
+    /// since the last checkpoint is over twice the periodic threshold (`max(log_bytes_min,
+    /// last checkpoint size)`), skipped otherwise. A checkpoint copies every live message, and
+    /// writing (with its fsync) costs more than reading: below that, writing one would make
+    /// the stop slower than it makes the next start faster. (After a batch the log since the
+    /// last checkpoint is at most about the threshold, so this is for a stop while one is
+    /// still being written.)
     ///
     /// # Errors
     /// As [`Store::checkpoint_now`].
@@ -642,7 +643,7 @@ impl Store {
             .logged_bytes
             .load(Ordering::Relaxed)
             .saturating_sub(c.base_bytes);
-        if since <= c.trigger.log_bytes_min.max(c.live_bytes) {
+        if since <= c.trigger.log_bytes_min.max(c.live_bytes).saturating_mul(2) {
             return Ok(None);
         }
         self.checkpoint_now(snapshot)
