@@ -303,6 +303,16 @@ struct Dec<'a> {
 }
 
 impl<'a> Dec<'a> {
+    /// A decoder over `buf`, a payload of record kind `kind`, copying what it keeps.
+    fn new(buf: &'a [u8], kind: u8) -> Self {
+        Dec {
+            owner: None,
+            buf,
+            at: 0,
+            kind,
+        }
+    }
+
     fn err(&self, what: &'static str) -> DecodeError {
         DecodeError {
             kind: self.kind,
@@ -1430,12 +1440,7 @@ pub fn encode_carried(
 /// # Errors
 /// [`DecodeError`] as for [`decode`]; also no placement at all.
 pub fn decode_carried(payload: &[u8]) -> Result<Carried, DecodeError> {
-    let d = &mut Dec {
-        owner: None,
-        buf: payload,
-        at: 0,
-        kind: CARRIED_KIND,
-    };
+    let d = &mut Dec::new(payload, CARRIED_KIND);
     let (vhost, placements) = get_placements(d)?;
     let message = get_message(d)?.message;
     d.finish()?;
@@ -1479,12 +1484,7 @@ pub fn decode_stored(
     payload: &[u8],
     at: StoredAt,
 ) -> Result<Option<StoredEvent>, DecodeError> {
-    let d = &mut Dec {
-        owner: None,
-        buf: payload,
-        at: 0,
-        kind,
-    };
+    let d = &mut Dec::new(payload, kind);
     let event = match RecordKind::from_byte(kind) {
         Some(RecordKind::Published) => {
             let vhost = d.name("vhost")?;
@@ -1525,12 +1525,7 @@ pub fn decode_stored(
 /// # Errors
 /// The record holds no message or its fields before the message do not decode.
 pub fn message_part(kind: u8, payload: &[u8]) -> Result<&[u8], DecodeError> {
-    let d = &mut Dec {
-        owner: None,
-        buf: payload,
-        at: 0,
-        kind,
-    };
+    let d = &mut Dec::new(payload, kind);
     if kind == CARRIED_KIND {
         d.name("vhost")?;
         let n = d.count(size_of::<u16>() + size_of::<u32>() + 1, "placements")?;
@@ -1571,12 +1566,7 @@ pub fn message_part_id(part: &[u8]) -> Option<MessageId> {
 /// # Errors
 /// As [`decode`]; also bytes after the message.
 pub fn decode_message_part(kind: u8, part: &[u8]) -> Result<Message, DecodeError> {
-    let d = &mut Dec {
-        owner: None,
-        buf: part,
-        at: 0,
-        kind,
-    };
+    let d = &mut Dec::new(part, kind);
     let message = get_message(d)?.message;
     d.finish()?;
     Ok(Arc::unwrap_or_clone(message))
@@ -1644,12 +1634,7 @@ pub fn decode_carried_stored(
     payload: &[u8],
     at: StoredAt,
 ) -> Result<(String, Vec<Placement>, StoredMessage), DecodeError> {
-    let d = &mut Dec {
-        owner: None,
-        buf: payload,
-        at: 0,
-        kind: CARRIED_KIND,
-    };
+    let d = &mut Dec::new(payload, CARRIED_KIND);
     let (vhost, placements) = get_placements(d)?;
     let message = get_stored_message(d, at)?;
     d.finish()?;
