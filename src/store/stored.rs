@@ -21,7 +21,7 @@ use crate::broker::types::{
     Message, MessageId, MessageLoader, StoredAt, StoredMessage, StoredSlot,
 };
 use crate::store::codec;
-use crate::wal::record::{self, FRAME_HEADER_BYTES, FrameCheck};
+use crate::wal::reader::read_frame_at;
 use crate::wal::storage::StorageFile;
 use crate::wal::{Position, Reader, SegmentId};
 
@@ -84,26 +84,12 @@ impl CheckpointView {
     }
 }
 
-/// Reads one intact frame at `offset` of `file`: `(kind, payload)`, or `None` when the bytes
-/// there are not one (short, over-long, bad CRC).
-///
-/// # Errors
-/// I/O errors.
-pub fn read_frame_at(
-    file: &dyn StorageFile,
-    offset: u64,
-) -> std::io::Result<Option<(u8, Vec<u8>)>> {
-    let mut header = [0u8; FRAME_HEADER_BYTES];
-    file.read_exact_at(&mut header, offset)?;
-    let Some(payload_len) = record::peek_payload_len(&header) else {
-        return Ok(None);
-    };
-    let mut frame = vec![0u8; record::frame_bytes(payload_len)];
-    file.read_exact_at(&mut frame, offset)?;
-    Ok(match record::decode_frame(&frame) {
-        FrameCheck::Valid(f) => Some((f.kind, f.payload.to_vec())),
-        _ => None,
-    })
+/// One intact frame at `offset` of `file` (the log's frame reader): `(kind, payload)`, or
+/// `None` when the bytes there are not one.
+fn frame_at(file: &dyn StorageFile, offset: u64) -> std::io::Result<Option<(u8, Vec<u8>)>> {
+    Ok(read_frame_at(file, offset)?
+        .ok()
+        .map(|r| (r.kind, r.payload)))
 }
 
 /// Reads stored messages back for the broker: the log's segments and the current checkpoint.
@@ -169,7 +155,7 @@ impl StoredReader {
             }
             Unpacked::Checkpoint { lsn_low, offset } => {
                 if let Some(view) = self.view().filter(|v| v.lsn & FILE_MASK == lsn_low)
-                    && let Ok(Some((kind, payload))) = read_frame_at(&*view.file, offset)
+                    && let Ok(Some((kind, payload))) = frame_at(&*view.file, offset)
                     && holds(kind, &payload)
                 {
                     return Ok(Found {
@@ -194,7 +180,7 @@ impl StoredReader {
             )
         })?;
         let bad = |why: &str| format!("{} at offset {offset}: {why}", view.path.display());
-        let (kind, payload) = read_frame_at(&*view.file, offset)
+        let (kind, payload) = frame_at(&*view.file, offset)
             .map_err(|e| bad(&e.to_string()))?
             .ok_or_else(|| bad("damaged record"))?;
         if !holds(kind, &payload) {

@@ -39,6 +39,36 @@ struct Cache {
     files: HashMap<SegmentId, Arc<dyn StorageFile>>,
 }
 
+/// Reads the frame at `offset` of `file` (a segment, or a checkpoint, whose records are
+/// framed alike): the record, or why the bytes there are not an intact one. The length is
+/// distrusted: checked against the limit before anything is allocated.
+///
+/// # Errors
+/// I/O errors (an offset past the end included).
+pub fn read_frame_at(
+    file: &dyn StorageFile,
+    offset: u64,
+) -> std::io::Result<Result<Record, CorruptReason>> {
+    let check = |buf: &[u8]| match record::decode_frame(buf) {
+        FrameCheck::Valid(f) => Ok(Record {
+            lsn: f.lsn,
+            kind: f.kind,
+            payload: f.payload.to_vec(),
+        }),
+        FrameCheck::Zeros | FrameCheck::Truncated => Err(CorruptReason::Truncated),
+        FrameCheck::LengthTooLarge(n) => Err(CorruptReason::LengthTooLarge(n)),
+        FrameCheck::BadCrc => Err(CorruptReason::BadCrc),
+    };
+    let mut header = [0u8; FRAME_HEADER_BYTES];
+    file.read_exact_at(&mut header, offset)?;
+    let Some(payload_len) = record::peek_payload_len(&header) else {
+        return Ok(check(&header));
+    };
+    let mut frame = vec![0u8; record::frame_bytes(payload_len)];
+    file.read_exact_at(&mut frame, offset)?;
+    Ok(check(&frame))
+}
+
 impl Reader {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
         Self {
@@ -65,28 +95,10 @@ impl Reader {
             offset: position.offset,
             reason,
         };
-        let check = |buf: &[u8]| match record::decode_frame(buf) {
-            FrameCheck::Valid(f) => Ok(Record {
-                lsn: f.lsn,
-                kind: f.kind,
-                payload: f.payload.to_vec(),
-            }),
-            FrameCheck::Zeros | FrameCheck::Truncated => Err(corrupt(CorruptReason::Truncated)),
-            FrameCheck::LengthTooLarge(n) => Err(corrupt(CorruptReason::LengthTooLarge(n))),
-            FrameCheck::BadCrc => Err(corrupt(CorruptReason::BadCrc)),
-        };
         let file = self.source(position.segment).map_err(read_err)?;
-        let mut header = [0u8; FRAME_HEADER_BYTES];
-        file.read_exact_at(&mut header, position.offset)
-            .map_err(read_err)?;
-        // Distrust the length: checked against the limit before allocating.
-        let Some(payload_len) = record::peek_payload_len(&header) else {
-            return check(&header);
-        };
-        let mut frame = vec![0u8; record::frame_bytes(payload_len)];
-        file.read_exact_at(&mut frame, position.offset)
-            .map_err(read_err)?;
-        check(&frame)
+        read_frame_at(&*file, position.offset)
+            .map_err(read_err)?
+            .map_err(corrupt)
     }
 
     /// Open handles are cached per segment (sealed or not) until the segment is deleted.
