@@ -554,10 +554,7 @@ impl Store {
         if !c.trigger.enabled || c.in_flight.is_some() {
             return false;
         }
-        let since = self
-            .logged_bytes
-            .load(Ordering::Relaxed)
-            .saturating_sub(c.base_bytes);
+        let since = self.logged_since_checkpoint();
         // Also right after the log moved to a new segment while the live data is at most a
         // segment: the checkpoint then costs no more than the segment of log did, and the
         // sealed segment goes at once, so the directory holds one segment, not two, most of
@@ -623,6 +620,13 @@ impl Store {
         Ok(Some(done))
     }
 
+    /// Log bytes written since the newest checkpoint's snapshot (the trigger's clock).
+    fn logged_since_checkpoint(&self) -> u64 {
+        self.logged_bytes
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.checkpoints.base_bytes)
+    }
+
     /// The checkpoint of a clean shutdown: written as [`Store::checkpoint_now`] when the log
     /// since the last checkpoint is over twice the periodic threshold (`max(log_bytes_min,
     /// last checkpoint size)`), skipped otherwise. A checkpoint copies every live message, and
@@ -639,10 +643,7 @@ impl Store {
     ) -> Result<Option<CheckpointDone>, StoreError> {
         self.collect_checkpoint(true);
         let c = &self.checkpoints;
-        let since = self
-            .logged_bytes
-            .load(Ordering::Relaxed)
-            .saturating_sub(c.base_bytes);
+        let since = self.logged_since_checkpoint();
         if since <= c.trigger.log_bytes_min.max(c.live_bytes).saturating_mul(2) {
             return Ok(None);
         }

@@ -104,7 +104,16 @@ pub struct StoredReader {
 struct Found {
     kind: u8,
     payload: Vec<u8>,
+    /// Where the Message part starts in `payload` (found once, by the id check).
+    part: usize,
     at: StoredAt,
+}
+
+impl Found {
+    /// The record's Message part, taken out of the payload without a copy.
+    fn into_part(mut self) -> Vec<u8> {
+        self.payload.split_off(self.part.min(self.payload.len()))
+    }
 }
 
 impl StoredReader {
@@ -134,21 +143,21 @@ impl StoredReader {
 
     /// The record holding `s`, checked to be that message.
     fn find(&self, s: &StoredMessage) -> Result<Found, String> {
+        // Where the Message part starts, if the record holds the message asked for.
         let holds = |kind: u8, payload: &[u8]| {
-            codec::message_part(kind, payload)
-                .ok()
-                .and_then(codec::message_part_id)
-                == Some(s.id)
+            let part = codec::message_part(kind, payload).ok()?;
+            (codec::message_part_id(part) == Some(s.id)).then(|| payload.len() - part.len())
         };
         match unpack(s.at) {
             Unpacked::Log(position) => {
                 // A segment deleted after a checkpoint fails to open: the checkpoint has it.
                 if let Ok(rec) = self.log.read_at(position)
-                    && holds(rec.kind, &rec.payload)
+                    && let Some(part) = holds(rec.kind, &rec.payload)
                 {
                     return Ok(Found {
                         kind: rec.kind,
                         payload: rec.payload,
+                        part,
                         at: s.at,
                     });
                 }
@@ -156,11 +165,12 @@ impl StoredReader {
             Unpacked::Checkpoint { lsn_low, offset } => {
                 if let Some(view) = self.view().filter(|v| v.lsn & FILE_MASK == lsn_low)
                     && let Ok(Some((kind, payload))) = frame_at(&*view.file, offset)
-                    && holds(kind, &payload)
+                    && let Some(part) = holds(kind, &payload)
                 {
                     return Ok(Found {
                         kind,
                         payload,
+                        part,
                         at: s.at,
                     });
                 }
@@ -183,12 +193,11 @@ impl StoredReader {
         let (kind, payload) = frame_at(&*view.file, offset)
             .map_err(|e| bad(&e.to_string()))?
             .ok_or_else(|| bad("damaged record"))?;
-        if !holds(kind, &payload) {
-            return Err(bad("record holds another message"));
-        }
+        let part = holds(kind, &payload).ok_or_else(|| bad("record holds another message"))?;
         Ok(Found {
             kind,
             payload,
+            part,
             at: pack_checkpoint(view.lsn, offset).unwrap_or(s.at),
         })
     }
@@ -198,20 +207,18 @@ impl StoredReader {
     /// # Errors
     /// The record cannot be read or is damaged.
     pub fn message_part(&self, s: &StoredMessage) -> Result<Vec<u8>, String> {
-        let found = self.find(s)?;
-        let part = codec::message_part(found.kind, &found.payload).map_err(|e| e.to_string())?;
-        Ok(part.to_vec())
+        Ok(self.find(s)?.into_part())
     }
 }
 
 impl MessageLoader for StoredReader {
     fn load(&self, s: &StoredMessage) -> Result<Message, String> {
         let found = self.find(s)?;
-        let part = codec::message_part(found.kind, &found.payload).map_err(|e| e.to_string())?;
+        let (kind, at) = (found.kind, found.at);
         let mut message =
-            codec::decode_message_part(found.kind, part).map_err(|e| e.to_string())?;
+            codec::decode_message_part(kind, &found.into_part()).map_err(|e| e.to_string())?;
         // Durable already (it was read back): it may be paged out again at once.
-        message.stored = StoredSlot::filled(0, found.at);
+        message.stored = StoredSlot::filled(0, at);
         Ok(message)
     }
 }
