@@ -16,13 +16,13 @@ use std::hint::black_box;
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use wharf::broker::{
+use wharf_broker::{
     Broker, ChanRef, Command, FieldTable, Properties, Publish, QueueDeclare, Reply,
 };
 
 const CH: ChanRef = ChanRef {
-    conn: wharf::broker::ConnId(1),
-    channel: wharf::broker::ChannelId(1),
+    conn: wharf_broker::ConnId(1),
+    channel: wharf_broker::ChannelId(1),
 };
 
 fn broker_with_queue() -> Broker {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
-use wharf::broker::{Broker, Command, FieldTable, Properties, Publish, QueueDeclare};
+use wharf_broker::{Broker, Command, FieldTable, Properties, Publish, QueueDeclare};
 
 /// A deterministic generator (no randomness from outside): TTLs uniform in [1, n] ms, so
 /// advancing the clock by 1,000 ms expires about 1,000 messages.

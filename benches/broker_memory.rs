@@ -18,7 +18,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use bytes::Bytes;
-use wharf::broker::{
+use wharf_broker::{
     Broker, Command, ExchangeDeclare, FieldTable, Properties, Publish, QueueDeclare,
 };
 
@@ -59,7 +59,7 @@ static ALLOC: Counting = Counting;
 fn declare(b: &mut Broker, name: &str, ttl: Option<i32>) {
     let mut args = FieldTable::new();
     if let Some(t) = ttl {
-        args.insert("x-message-ttl", wharf::broker::Value::I32(t));
+        args.insert("x-message-ttl", wharf_broker::Value::I32(t));
     }
     b.handle(
         Command::QueueDeclare(QueueDeclare {
@@ -142,7 +142,7 @@ fn main() {
         .unwrap_or(1_000_000);
     println!(
         "size_of::<Message>() = {}",
-        size_of::<wharf::broker::Message>()
+        size_of::<wharf_broker::Message>()
     );
     println!("size_of::<Properties>() = {}", size_of::<Properties>());
     measure("no TTL", n, 1, None, None);

@@ -28,7 +28,7 @@ use amq_protocol::protocol::{AMQPClass, BasicProperties, basic};
 use amq_protocol::types::{AMQPValue, FieldTable, ShortString};
 use bytes::BytesMut;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use wharf::protocol::{self, ChannelId, ContentAssembler, DeliverRef, Frame};
+use wharf_protocol::{self as protocol, ChannelId, ContentAssembler, DeliverRef, Frame};
 
 const CH: ChannelId = ChannelId(1);
 const FRAME_MAX: u32 = 128 * 1024;

@@ -54,11 +54,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput};
-use wharf::broker::types::{ConnId, Publish};
-use wharf::broker::{Broker, Command, FieldTable, Properties, QueueDeclare};
-use wharf::store::codec::{self, StoreRecord};
-use wharf::store::{Store, StoreConfig};
-use wharf::wal::{FileStorage, RecoveryMode, scan};
+use wharf_broker::types::{ConnId, Publish};
+use wharf_broker::{Broker, Command, FieldTable, Properties, QueueDeclare};
+use wharf_store::codec::{self, StoreRecord};
+use wharf_store::{Store, StoreConfig};
+use wharf_wal::{FileStorage, RecoveryMode, scan};
 
 #[expect(
     clippy::disallowed_methods,
@@ -131,8 +131,8 @@ fn write_log(config: &StoreConfig, n: usize, queues: usize) -> u64 {
 /// History that is no longer live: `pairs` persistent 100 B messages published to queue
 /// `churn` and taken at once (`basic.get` with no-ack), as a benchmark's acked traffic.
 fn write_churn(store: &Store, broker: &mut Broker, pairs: usize) -> u64 {
-    use wharf::broker::ChanRef;
-    use wharf::broker::types::ChannelId;
+    use wharf_broker::ChanRef;
+    use wharf_broker::types::ChannelId;
     let now = 1_700_000_000_000;
     let chan = ChanRef {
         conn: ConnId(1),
@@ -355,8 +355,8 @@ fn checkpointed(config: &StoreConfig, n: usize, log_only: &mut [Duration]) {
 }
 
 fn decode_one(c: &mut Criterion) {
-    let message = wharf::broker::types::Message {
-        id: wharf::broker::MessageId(7),
+    let message = wharf_broker::types::Message {
+        id: wharf_broker::MessageId(7),
         enqueued_at_ms: 1_700_000_000_000,
         ttl_ms: None,
         exchange: String::new(),
@@ -366,11 +366,11 @@ fn decode_one(c: &mut Criterion) {
             ..Properties::default()
         },
         body: Bytes::from(vec![0x5a; BODY_BYTES]),
-        stored: wharf::broker::StoredSlot::default(),
+        stored: wharf_broker::StoredSlot::default(),
     };
-    let event = wharf::broker::Event::Published {
+    let event = wharf_broker::Event::Published {
         vhost: "/".into(),
-        message: wharf::broker::types::MessageRecord {
+        message: wharf_broker::types::MessageRecord {
             message: Arc::new(message),
         },
         queues: vec!["q".into()],

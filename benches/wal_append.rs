@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use wharf::wal::{FileStorage, Wal, WalConfig, WalStats};
+use wharf_wal::{FileStorage, Wal, WalConfig, WalStats};
 
 const MIB: f64 = 1024.0 * 1024.0;
 

@@ -1,5 +1,5 @@
 //! The `wharf` broker binary: parses flags (each also an environment variable) and the
-//! `--config` file (`wharf::config`: a flag beats the file), starts the
+//! `--config` file (`wharf_server::config`: a flag beats the file), starts the
 //! server, and shuts it down gracefully on SIGINT/SIGTERM (connections closed with 320, the
 //! process exits once everything acknowledged is durable). `anyhow` lives here, at the edge.
 //! `--test-mode` and `--test-clock` (the fixture for tests in other languages) are
@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
-use wharf::config::{Config, FileConfig, Overrides};
-use wharf::server::Server;
+use wharf_server::Server;
+use wharf_server::config::{Config, FileConfig, Overrides};
 
 /// wharf: a durable AMQP 0-9-1 message broker (fsync before every publisher confirm).
 ///
@@ -88,7 +88,7 @@ fn load(args: Args) -> anyhow::Result<Config> {
         .config
         .as_ref()
         .map_or_else(|| "flags".to_owned(), |p| p.display().to_string());
-    wharf::config::merge(file, flags).with_context(|| format!("in {origin}"))
+    wharf_server::config::merge(file, flags).with_context(|| format!("in {origin}"))
 }
 
 fn main() -> anyhow::Result<()> {

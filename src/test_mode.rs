@@ -20,9 +20,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use tokio::sync::mpsc;
-use wharf::clock::{Clock, ManualClock, SystemClock};
-use wharf::server::{ServerConfig, ServerHandle};
 use wharf::testing::{ClockCommand, TempDataDir};
+use wharf_clock::{Clock, ManualClock, SystemClock};
+use wharf_server::{ServerConfig, ServerHandle};
 
 /// Longest stdin command line read at once; a longer one is answered as garbage, in pieces.
 const COMMAND_LINE_BYTES_MAX: u64 = 4096;

@@ -5,7 +5,7 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use wharf::protocol;
+use wharf_protocol;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(table) = protocol::decode_field_table(data) {

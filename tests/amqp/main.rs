@@ -18,4 +18,5 @@ mod server_errors;
 mod server_flow;
 mod server_paging;
 mod server_raw;
+mod server_restart;
 mod server_ttl;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use lapin::{Connection, ConnectionProperties};
 use support::{TestServer, reply_code, reply_text};
-use wharf::config::{FileConfig, Overrides, merge};
+use wharf_server::config::{FileConfig, Overrides, merge};
 
 const FILE: &str = r#"
 [[users]]

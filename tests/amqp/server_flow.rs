@@ -18,7 +18,7 @@ use lapin::options::*;
 use lapin::types::FieldTable;
 use support::raw::Raw;
 use support::{TestServer, reply_code, within};
-use wharf::protocol::Frame;
+use wharf_protocol::Frame;
 
 const BODY_BYTES: usize = 8 * 1024;
 const MESSAGES: usize = 3_000; // 24 MiB: far more than the outbox bound plus socket buffers

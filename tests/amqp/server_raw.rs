@@ -16,7 +16,7 @@ use bytes::BytesMut;
 use lapin::options::*;
 use support::TestServer;
 use support::raw::Raw;
-use wharf::protocol::{self, ChannelId};
+use wharf_protocol::{self as protocol, ChannelId};
 
 /// The other connection still declares, publishes and gets.
 async fn still_works(ch: &lapin::Channel) {
@@ -236,7 +236,7 @@ async fn message_over_the_size_limit_closes_only_the_channel_with_406() {
     raw.open_channel(1).await;
     raw.send(&publish_method(1)).await;
     let mut buf = BytesMut::new();
-    let too_big = u64::from(wharf::limits::MESSAGE_BODY_BYTES_MAX) + 1;
+    let too_big = u64::from(wharf_base::limits::MESSAGE_BODY_BYTES_MAX) + 1;
     protocol::encode_content_header(
         &mut buf,
         ChannelId(1),
@@ -332,7 +332,7 @@ async fn partly_received_bodies_are_bounded_per_connection_506() {
     let server = TestServer::start().await;
     let (_conn, ch) = server.channel().await;
     let mut raw = Raw::open(server.handle.local_addr(), 0).await;
-    let max = u64::from(wharf::limits::MESSAGE_BODY_BYTES_MAX);
+    let max = u64::from(wharf_base::limits::MESSAGE_BODY_BYTES_MAX);
     for n in 1..=3u16 {
         raw.open_channel(n).await;
         raw.send(&publish_method(n)).await;

@@ -18,8 +18,8 @@ use bytes::{Bytes, BytesMut};
 use rustls::pki_types::{CertificateDer, ServerName};
 use support::TestServer;
 use support::raw::Raw;
-use wharf::protocol::{self, ChannelId, Frame};
-use wharf::server::tls::TlsListener;
+use wharf_protocol::{self as protocol, ChannelId, Frame};
+use wharf_server::tls::TlsListener;
 
 /// A self-signed certificate for `localhost`, written as PEM files into `dir`.
 fn certificate(dir: &std::path::Path) -> (CertificateDer<'static>, TlsListener) {
@@ -155,8 +155,8 @@ async fn a_key_that_is_not_pem_is_refused_at_start_naming_the_file() {
     let (_, mut listener) = certificate(certs.path());
     listener.key_file = certs.path().join("missing.pem");
     let dir = tempfile::tempdir().unwrap();
-    let mut config = wharf::server::ServerConfig::new("127.0.0.1:0", dir.path());
+    let mut config = wharf_server::ServerConfig::new("127.0.0.1:0", dir.path());
     config.tls = Some(listener);
-    let err = wharf::server::Server::start(config).await.unwrap_err();
+    let err = wharf_server::Server::start(config).await.unwrap_err();
     assert!(err.to_string().contains("missing.pem"), "{err}");
 }

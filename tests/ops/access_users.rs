@@ -19,8 +19,8 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use support::{TestServer, reply_code, reply_text, within};
-use wharf::broker::Command;
-use wharf::server::auth::hash_password;
+use wharf_broker::Command;
+use wharf_server::auth::hash_password;
 
 /// `guest` / `guest` as RabbitMQ 3.13.2 exports it (`rabbit_password_hashing_sha256`).
 const RABBITMQ_GUEST_HASH: &str = "BMfxN8drrYcIqXZMr+pWTpDT0nMcOagMduLX0bjr4jwud/pN";
@@ -320,8 +320,8 @@ async fn a_permission_change_applies_to_a_live_connection() {
     declare(&ch, "b", FieldTable::default()).await.unwrap();
 }
 
-fn configured_user() -> wharf::server::User {
-    wharf::server::User {
+fn configured_user() -> wharf_server::User {
+    wharf_server::User {
         name: "cfg".into(),
         password: "from-the-file".into(),
         loopback_only: false,
@@ -348,10 +348,10 @@ async fn configured_users_are_hashed_into_the_log_once_across_restarts() {
     assert_eq!(cfg_user_records(&log), 1);
 
     // The same configuration again: the stored hash matches, so no new salt is logged.
-    let mut config = wharf::server::ServerConfig::new("127.0.0.1:0", dir.path());
+    let mut config = wharf_server::ServerConfig::new("127.0.0.1:0", dir.path());
     config.clock = std::sync::Arc::new(clock.clone());
     config.users.0.push(configured_user());
-    let handle = wharf::server::Server::start(config).await.unwrap();
+    let handle = wharf_server::Server::start(config).await.unwrap();
     let server = TestServer { handle, clock, dir };
     connect(&server, "cfg:from-the-file").await.unwrap();
     assert_eq!(cfg_user_records(&log_bytes(server.dir.path())), 1);

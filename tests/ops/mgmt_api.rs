@@ -1,6 +1,6 @@
 //! The management HTTP API against an in-process server (AMQP and mgmt on 127.0.0.1:0):
 //! RabbitMQ's paths and JSON shapes, the 401/403/404/400 answers, and the effects of purge,
-//! delete and get seen through AMQP (lapin). The HTTP client is `wharf::ctl::client` (ureq),
+//! delete and get seen through AMQP (lapin). The HTTP client is `wharf_ctl::client` (ureq),
 //! the one `wharfctl` uses.
 #![allow(
     clippy::unwrap_used,
@@ -18,8 +18,8 @@ use lapin::types::FieldTable as LapinTable;
 use lapin::{BasicProperties, Channel};
 use serde_json::{Value, json};
 use support::{TestServer, within};
-use wharf::ctl::client::{Answer, Client};
-use wharf::server::{Server, ServerConfig, User, Users};
+use wharf_ctl::client::{Answer, Client};
+use wharf_server::{Server, ServerConfig, User, Users};
 
 async fn start() -> (TestServer, Client) {
     let server = TestServer::start_with(|c| c.mgmt_bind = Some("127.0.0.1:0".to_owned())).await;
@@ -974,7 +974,7 @@ async fn metrics_count_acked_messages_not_ack_methods() {
 #[derive(Debug)]
 struct FixedProbe;
 
-impl wharf::server::alarm::ResourceProbe for FixedProbe {
+impl wharf_server::alarm::ResourceProbe for FixedProbe {
     fn disk_free_bytes(&self) -> std::io::Result<u64> {
         Ok(123_456_789)
     }
@@ -988,7 +988,7 @@ async fn metrics_report_free_disk_and_memory_as_the_alarm_monitor_measured_them(
     let server = TestServer::start_with(|c| {
         c.mgmt_bind = Some("127.0.0.1:0".to_owned());
         c.resource_probe = Some(std::sync::Arc::new(FixedProbe));
-        c.memory_high_watermark = wharf::server::alarm::MemoryLimit::Bytes(1 << 30);
+        c.memory_high_watermark = wharf_server::alarm::MemoryLimit::Bytes(1 << 30);
     })
     .await;
     server.handle.check_resources().await;

@@ -17,7 +17,7 @@ use lapin::types::FieldTable as LapinTable;
 use lapin::{BasicProperties, Channel};
 use serde_json::{Value, json};
 use support::{TestServer, within};
-use wharf::ctl::client::Client;
+use wharf_ctl::client::Client;
 
 async fn start() -> TestServer {
     TestServer::start_with(|c| c.mgmt_bind = Some("127.0.0.1:0".to_owned())).await
@@ -749,7 +749,7 @@ async fn clock_commands_move_a_test_clock_and_the_broker_acts_at_once() {
     assert_eq!(r.code, 65, "{} {}", r.out, r.err);
     assert!(r.err.contains("--test-clock"), "{}", r.err);
 
-    let clock = wharf::clock::ManualClock::new(support::T0_MS);
+    let clock = wharf_clock::ManualClock::new(support::T0_MS);
     let server = TestServer::start_with(|c| {
         c.mgmt_bind = Some("127.0.0.1:0".to_owned());
         c.clock_control = Some(clock.clone());

@@ -29,8 +29,8 @@ use lapin::{
     BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind,
 };
 use support::{reply_code, reply_text, within};
-use wharf::clock::ManualClock;
 use wharf::testing::TestBroker;
+use wharf_clock::ManualClock;
 
 /// 2026-01-01T00:00:00Z.
 const T0_MS: u64 = 1_767_225_600_000;

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lapin::{Channel, Connection, ConnectionProperties};
-use wharf::clock::ManualClock;
-use wharf::server::{Server, ServerConfig, ServerHandle};
+use wharf_clock::ManualClock;
+use wharf_server::{Server, ServerConfig, ServerHandle};
 
 /// The manual clock's starting time (2026-01-01T00:00:00Z).
 pub const T0_MS: u64 = 1_767_225_600_000;

@@ -10,7 +10,7 @@ use amq_protocol::types::{FieldTable, LongString};
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use wharf::protocol::{self, ChannelId, Frame};
+use wharf_protocol::{self as protocol, ChannelId, Frame};
 
 /// A raw connection.
 pub struct Raw<S = TcpStream> {

@@ -6,8 +6,8 @@ use std::io::Write;
 use std::path::Path;
 
 use serde_json::{Map, Value as Json, json};
-use wharf::broker::{Broker, Event, Message, SettleKind};
-use wharf::store::codec::StoreRecord;
+use wharf_broker::{Broker, Event, Message, SettleKind};
+use wharf_store::codec::StoreRecord;
 
 use crate::render::{self, BodyMode};
 use crate::scan::{self, Fatal, Finding, ScanOutcome, Scanned};
@@ -517,8 +517,8 @@ fn facts(e: &Event) -> Facts<'_> {
             f.exchanges.push(source);
             f.keys.push(routing_key);
             match destination {
-                wharf::broker::DestName::Queue(q) => f.queues.push(q),
-                wharf::broker::DestName::Exchange(x) => f.exchanges.push(x),
+                wharf_broker::DestName::Queue(q) => f.queues.push(q),
+                wharf_broker::DestName::Exchange(x) => f.exchanges.push(x),
             }
         }
         Event::Published {

@@ -23,8 +23,8 @@ use std::io::{IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
-use wharf::broker::{FieldTable, Properties, Value};
-use wharf::clock::{Clock as _, SystemClock};
+use wharf_broker::{FieldTable, Properties, Value};
+use wharf_clock::{Clock as _, SystemClock};
 
 use commands::{Ctx, Filter};
 use render::BodyMode;
@@ -266,11 +266,11 @@ fn bench_scan(dir: &Path, stage: &str, out: &mut dyn Write) -> Result<i32, scan:
     let mut bytes = 0u64;
     let mut records = 0u64;
     let mut visit =
-        |r: wharf::wal::RecordRef<'_>| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        |r: wharf_wal::RecordRef<'_>| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             records += 1;
             bytes += r.payload.len() as u64;
             if stage == "decode" {
-                std::hint::black_box(wharf::store::codec::decode(r.kind, r.payload).is_ok());
+                std::hint::black_box(wharf_store::codec::decode(r.kind, r.payload).is_ok());
             }
             Ok(())
         };
@@ -280,10 +280,10 @@ fn bench_scan(dir: &Path, stage: &str, out: &mut dyn Write) -> Result<i32, scan:
         records = replay.records;
         bytes = replay.record_bytes;
     } else {
-        wharf::wal::scan(
-            &wharf::wal::FileStorage,
+        wharf_wal::scan(
+            &wharf_wal::FileStorage,
             dir,
-            wharf::wal::RecoveryMode::Salvage,
+            wharf_wal::RecoveryMode::Salvage,
             &mut visit,
         )
         .map_err(|e| scan::Fatal(e.to_string()))?;
@@ -303,7 +303,7 @@ fn gen_bench_log(dir: &Path, mib: u64, body_bytes: usize) -> anyhow::Result<()> 
             dir.display()
         );
     }
-    let mut d = workload::Driver::create(dir, wharf::limits::SEGMENT_BYTES_MAX, true, T0_MS)?;
+    let mut d = workload::Driver::create(dir, wharf_base::limits::SEGMENT_BYTES_MAX, true, T0_MS)?;
     d.exchange("dlx", "fanout")?;
     d.queue("dead", FieldTable::new())?;
     d.bind("dead", "dlx", "")?;

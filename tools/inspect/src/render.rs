@@ -3,7 +3,7 @@
 //! Pure functions over the broker's types; must not read files.
 
 use serde_json::{Map, Value as Json, json};
-use wharf::broker::{
+use wharf_broker::{
     DestName, Event, ExchangeKind, FieldTable, Message, MessageRecord, Properties, SettleKind,
     Value,
 };
@@ -162,7 +162,7 @@ pub fn settle_name(k: SettleKind) -> &'static str {
     }
 }
 
-fn ids_json(ids: &[wharf::broker::MessageId]) -> Json {
+fn ids_json(ids: &[wharf_broker::MessageId]) -> Json {
     Json::Array(ids.iter().map(|i| json!(i.0)).collect())
 }
 

@@ -7,11 +7,11 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use wharf::broker::{Event, MessageRecord, Placement};
-use wharf::store::checkpoint::{self, CheckpointRecord};
-use wharf::store::codec::{self, DecodeError, STORE_FORMAT_VERSION, StoreRecord};
-use wharf::wal::record::FRAME_HEADER_BYTES;
-use wharf::wal::{
+use wharf_broker::{Event, MessageRecord, Placement};
+use wharf_store::checkpoint::{self, CheckpointRecord};
+use wharf_store::codec::{self, DecodeError, STORE_FORMAT_VERSION, StoreRecord};
+use wharf_wal::record::FRAME_HEADER_BYTES;
+use wharf_wal::{
     FileStorage, RecordRef, RecoveryError, RecoveryMode, RecoveryReport, SegmentId,
     segment_file_name,
 };
@@ -135,7 +135,7 @@ pub fn segments(dir: &Path) -> Result<Vec<SegmentFile>, Fatal> {
     if !meta.is_dir() {
         return Err(Fatal(format!("{}: not a directory", dir.display())));
     }
-    let ids = wharf::wal::recovery::list_segments(&FileStorage, dir)
+    let ids = wharf_wal::recovery::list_segments(&FileStorage, dir)
         .map_err(|e| Fatal(format!("{}: {e}", dir.display())))?;
     if ids.is_empty() {
         return Err(Fatal(format!(
@@ -239,7 +239,7 @@ pub fn scan(
         visit(&scanned);
         Ok(())
     };
-    let result = wharf::wal::scan(&FileStorage, dir, RecoveryMode::Salvage, &mut visitor);
+    let result = wharf_wal::scan(&FileStorage, dir, RecoveryMode::Salvage, &mut visitor);
     if progress {
         eprintln!(
             "\rscanned {} segments, {} bytes{:20}",
@@ -331,7 +331,7 @@ fn read_checkpoint(
             lsn: header.lsn.0,
             records: header.records,
         })),
-        Err(err @ wharf::store::StoreError::UnsupportedVersion { .. }) => {
+        Err(err @ wharf_store::StoreError::UnsupportedVersion { .. }) => {
             Err(Fatal(err.to_string()))
         }
         Err(err) => {

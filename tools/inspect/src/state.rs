@@ -6,8 +6,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use wharf::broker::{Broker, Event, MessageId, SettleKind};
-use wharf::store::codec::{RecordKind, StoreRecord};
+use wharf_broker::{Broker, Event, MessageId, SettleKind};
+use wharf_store::codec::{RecordKind, StoreRecord};
 
 use crate::scan::{Finding, Scanned};
 
@@ -80,7 +80,7 @@ pub fn is_definition(kind: u8) -> bool {
 
 /// The name of a kind byte (`Published`, ...), or `unknown(0x..)`.
 pub fn kind_name(kind: u8) -> String {
-    if kind == wharf::store::codec::CARRIED_KIND {
+    if kind == wharf_store::codec::CARRIED_KIND {
         return "Carried".to_owned();
     }
     RecordKind::from_byte(kind)
@@ -146,7 +146,7 @@ impl Replay {
         let applied = match (&s.placements, event) {
             (Some(p), Event::Published { vhost, message, .. }) => self.broker.restore_message(
                 vhost,
-                &wharf::broker::MessageRef::Loaded(message.message.clone()),
+                &wharf_broker::MessageRef::Loaded(message.message.clone()),
                 p,
             ),
             _ => self.broker.apply(event),

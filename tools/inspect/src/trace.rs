@@ -6,8 +6,8 @@ use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
 use serde_json::{Map, Value as Json, json};
-use wharf::broker::{Event, Message, MessageId, SettleKind, Value};
-use wharf::store::codec::StoreRecord;
+use wharf_broker::{Event, Message, MessageId, SettleKind, Value};
+use wharf_store::codec::StoreRecord;
 
 use crate::commands::{Ctx, Exit};
 use crate::render::{self, BodyMode};

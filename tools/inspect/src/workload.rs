@@ -7,13 +7,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use wharf::broker::types::{ChannelId, ConnId};
-use wharf::broker::{
+use wharf_broker::types::{ChannelId, ConnId};
+use wharf_broker::{
     Broker, BrokerError, ChanRef, Command, ExchangeDeclare, FieldTable, Outcome, Properties,
     Publish, QueueDeclare, Reply,
 };
-use wharf::store::{Store, StoreConfig, Ticket};
-use wharf::wal::{FileStorage, WalConfig};
+use wharf_store::{Store, StoreConfig, Ticket};
+use wharf_wal::{FileStorage, WalConfig};
 
 /// The one channel every workload uses.
 pub const CH: ChanRef = ChanRef {

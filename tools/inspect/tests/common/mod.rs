@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use wharf::broker::{FieldTable, Properties, Value};
+use wharf_broker::{FieldTable, Properties, Value};
 use wharf_inspect::workload::Driver;
 
 /// The fixed start of every scripted workload (ms since the epoch).

@@ -15,10 +15,10 @@ use std::sync::Arc;
 
 use common::{T0_MS, inspect};
 use serde_json::Value as Json;
-use wharf::broker::{FieldTable, Properties};
-use wharf::store::{Store, StoreConfig};
-use wharf::wal::{FileStorage, WalConfig};
+use wharf_broker::{FieldTable, Properties};
 use wharf_inspect::workload::Driver;
+use wharf_store::{Store, StoreConfig};
+use wharf_wal::{FileStorage, WalConfig};
 
 fn props(id: &str) -> Properties {
     Properties {
@@ -134,7 +134,7 @@ fn a_damaged_checkpoint_is_a_problem_verify_reports() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let lsn = write_dir(dir);
-    let path = dir.join(wharf::store::checkpoint::file_name(wharf::wal::Lsn(lsn)));
+    let path = dir.join(wharf_store::checkpoint::file_name(wharf_wal::Lsn(lsn)));
     let mut bytes = std::fs::read(&path).unwrap();
     let at = bytes.len() - 2;
     bytes[at] ^= 1;

@@ -148,7 +148,7 @@ fn a_missing_or_foreign_directory_exits_2() {
 #[test]
 fn a_newer_store_format_exits_2() {
     use std::sync::Arc;
-    use wharf::wal::{FileStorage, Wal, WalConfig};
+    use wharf_wal::{FileStorage, Wal, WalConfig};
     let tmp = tempfile::tempdir().unwrap();
     let config = WalConfig {
         segment_bytes_max: 4096,

@@ -17,10 +17,10 @@ use std::sync::Arc;
 use common::{T0_MS, inspect};
 use proptest::prelude::*;
 use serde_json::Value as Json;
-use wharf::broker::{Command, FieldTable, Properties, Value};
-use wharf::store::{Store, StoreConfig};
-use wharf::wal::{FileStorage, WalConfig};
+use wharf_broker::{Command, FieldTable, Properties, Value};
 use wharf_inspect::workload::Driver;
+use wharf_store::{Store, StoreConfig};
+use wharf_wal::{FileStorage, WalConfig};
 
 #[derive(Debug, Clone)]
 enum Op {

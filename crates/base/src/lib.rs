@@ -1,0 +1,12 @@
+//! wharf's leaf crate: what every layer may use and nothing depends below.
+//!
+//! - [`limits`]: every hard limit, with compile-time checks between them.
+//! - [`duration`]: [`parse_duration`], the one way a duration is written (`30m`, `1h30m`).
+//!
+//! No clock lives here: the broker depends on this crate and must not be able to read the time
+//! (the clock is `wharf-clock`).
+
+pub mod duration;
+pub mod limits;
+
+pub use duration::{DurationError, parse_duration};

@@ -1,0 +1,588 @@
+//! The messages of one queue: ready entries in queue order and an index of them by deadline.
+//! Must not depend on anything outside `broker`.
+//!
+//! Queue order is message-id order: ids are assigned when a message first enters its queues
+//! (a dead-lettered copy or a due scheduled message gets a fresh id), so a requeued message
+//! goes back to its original position by a binary search (RabbitMQ classic queues requeue by
+//! position). Removal from the middle (expiry, S-TTL-9; settles during replay) leaves a
+//! tombstone that is dropped when it reaches the head or by an amortised compaction.
+
+#![expect(
+    clippy::expect_used,
+    reason = "expect() only states internal invariants (ids taken from our own maps); each message says which"
+)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::types::{MessageId, MessageRef};
+use std::collections::{BTreeSet, VecDeque};
+
+/// One queued message: 56 bytes, the content either shared in memory by every queue it
+/// entered or left on disk (a 32-byte reference inline, DESIGN "Memory").
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    /// `msg.id()`, kept inline so tombstones keep their place in the order.
+    pub id: MessageId,
+    /// `None` = tombstone.
+    pub msg: Option<MessageRef>,
+    /// Times it came back to the queue (x-delivery-count).
+    pub delivery_count: u32,
+    /// Delivered (or possibly delivered) before.
+    pub redelivered: bool,
+}
+
+/// A message taken out of a queue.
+#[derive(Debug, Clone)]
+pub(crate) struct Taken {
+    pub msg: MessageRef,
+    pub delivery_count: u32,
+    pub redelivered: bool,
+}
+
+/// The deadline of `msg` in a queue whose effective TTL is `queue_ttl_ms` (S-TTL-3, S-TTL-4):
+/// enqueue time + the lowest TTL.
+pub(crate) fn deadline_of(msg: &MessageRef, queue_ttl_ms: Option<u32>) -> Option<u64> {
+    let (enqueued_at_ms, ttl_ms) = msg.timing();
+    deadline_at(enqueued_at_ms, ttl_ms, queue_ttl_ms)
+}
+
+fn deadline_at(enqueued_at_ms: u64, ttl_ms: Option<u32>, queue_ttl_ms: Option<u32>) -> Option<u64> {
+    let ttl = match (ttl_ms, queue_ttl_ms) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }?;
+    Some(enqueued_at_ms.saturating_add(u64::from(ttl)))
+}
+
+/// Ready messages of one queue. Invariant: `slots` is sorted by id; `live` counts the
+/// non-tombstones and `bytes` their body bytes; a live message with a deadline is in
+/// `deadlines` exactly once, a tombstone never.
+#[derive(Debug, Default)]
+pub(crate) struct Ready {
+    slots: VecDeque<Entry>,
+    live: usize,
+    bytes: u64,
+    deadlines: BTreeSet<(u64, MessageId)>,
+    ttl_ms: Option<u32>,
+    /// Memory the content of the live entries held in memory takes (`loaded_len`).
+    loaded_bytes: u64,
+    /// The same summed over every queue of the broker (shared, so the total is O(1) to read:
+    /// the broker task checks it after every batch). A queue's share leaves with it (`Drop`).
+    loaded_total: Arc<AtomicU64>,
+    /// Entries with ids up to this one were paged out already (or were not pageable): where
+    /// the next [`Ready::page_out`] starts. A hint, not an invariant (a requeue may put a
+    /// loaded message back behind it; it is paged out when it comes back again).
+    paged_through: MessageId,
+}
+
+fn body_len(msg: &MessageRef) -> u64 {
+    msg.body_len()
+}
+
+/// What a message in memory costs besides its body: the shared `Message` (properties,
+/// exchange and routing key) and its allocations, about.
+pub(crate) const LOADED_OVERHEAD_BYTES: u64 = 512;
+
+/// Memory a queued message's content takes (0 once stored).
+fn loaded_len(msg: &MessageRef) -> u64 {
+    match msg {
+        MessageRef::Loaded(m) => u64::from(m.body_len()) + LOADED_OVERHEAD_BYTES,
+        MessageRef::Stored(_) => 0,
+    }
+}
+
+impl Drop for Ready {
+    fn drop(&mut self) {
+        self.loaded_total
+            .fetch_sub(self.loaded_bytes, Ordering::Relaxed);
+    }
+}
+
+impl Ready {
+    /// An empty queue whose loaded bytes count into `total` (the broker's).
+    pub fn counting_into(total: Arc<AtomicU64>) -> Self {
+        Self {
+            slots: VecDeque::new(),
+            live: 0,
+            bytes: 0,
+            deadlines: BTreeSet::new(),
+            ttl_ms: None,
+            loaded_bytes: 0,
+            loaded_total: total,
+            paged_through: MessageId::default(),
+        }
+    }
+
+    fn add_loaded(&mut self, n: u64) {
+        self.loaded_bytes += n;
+        self.loaded_total.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn sub_loaded(&mut self, n: u64) {
+        let n = n.min(self.loaded_bytes);
+        self.loaded_bytes -= n;
+        self.loaded_total.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Gives back what the entry list grew beyond its length (after recovery, which pushes
+    /// millions of entries one by one: a doubling list holds up to twice what it needs).
+    pub fn shrink_to_fit(&mut self) {
+        self.slots.shrink_to_fit();
+    }
+
+    /// Memory the content of the live entries held in memory takes.
+    pub fn loaded_bytes(&self) -> u64 {
+        self.loaded_bytes
+    }
+
+    /// Replaces in-memory content by its stored reference, oldest first, for messages whose
+    /// record is durable (Lsn at most `durable_lsn`), until about `want` body bytes are freed
+    /// or a message not yet durable is met (later ones are not either). Only for a queue whose
+    /// messages are all in the log (a logged queue): a stored message must stay readable for
+    /// as long as it is queued, and the log (or a checkpoint) keeps exactly those. Returns the
+    /// bytes freed.
+    pub fn page_out(&mut self, durable_lsn: u64, want: u64) -> u64 {
+        let start = match self.locate(self.paged_through) {
+            Ok(i) => i + 1,
+            Err(i) => i,
+        };
+        let mut freed = 0;
+        for e in self.slots.range_mut(start..) {
+            if freed >= want {
+                break;
+            }
+            let Some(MessageRef::Loaded(m)) = &e.msg else {
+                self.paged_through = e.id;
+                continue;
+            };
+            if !m.is_persistent() {
+                self.paged_through = e.id;
+                continue;
+            }
+            let Some((lsn, stored)) = m.stored_ref() else {
+                break;
+            };
+            if lsn > durable_lsn {
+                break;
+            }
+            freed += u64::from(stored.body_len) + LOADED_OVERHEAD_BYTES;
+            e.msg = Some(MessageRef::Stored(stored));
+            self.paged_through = e.id;
+        }
+        self.sub_loaded(freed);
+        freed
+    }
+
+    /// The earliest deadline of a ready message.
+    pub fn first_deadline(&self) -> Option<u64> {
+        self.deadlines.first().map(|&(d, _)| d)
+    }
+
+    /// The queue TTL the deadline index was built with.
+    pub fn ttl_ms(&self) -> Option<u32> {
+        self.ttl_ms
+    }
+
+    /// Appends a message newer than every message in the queue.
+    pub fn push_back(&mut self, msg: MessageRef, delivery_count: u32, redelivered: bool) {
+        let id = msg.id();
+        if let Some(last) = self.slots.back() {
+            assert!(
+                last.id < id,
+                "push_back out of order: {id:?} after {:?}",
+                last.id
+            );
+        }
+        self.index_insert(&msg);
+        self.live += 1;
+        self.bytes += body_len(&msg);
+        self.add_loaded(loaded_len(&msg));
+        self.slots.push_back(Entry {
+            id,
+            msg: Some(msg),
+            delivery_count,
+            redelivered,
+        });
+    }
+
+    /// Puts a message back at its position by id (requeue, S-TTL-7: the deadline is derived
+    /// from the original enqueue time, so it is unchanged).
+    pub fn insert(&mut self, msg: MessageRef, delivery_count: u32, redelivered: bool) {
+        let id = msg.id();
+        self.index_insert(&msg);
+        self.live += 1;
+        self.bytes += body_len(&msg);
+        self.add_loaded(loaded_len(&msg));
+        let entry = Entry {
+            id,
+            msg: Some(msg),
+            delivery_count,
+            redelivered,
+        };
+        match self.locate(id) {
+            Ok(i) => {
+                let slot = self.slots.get_mut(i).expect("binary_search found index i");
+                assert!(slot.msg.is_none(), "message {id:?} is already ready");
+                *slot = entry;
+            }
+            Err(i) => self.slots.insert(i, entry),
+        }
+    }
+
+    /// Finds `id` in `slots` like `binary_search`: `Ok(index)` or `Err(insertion point)`.
+    /// Ids in a queue are sorted and roughly evenly spread, so an interpolation search
+    /// lands within a few slots in a handful of probes; after a few rounds it falls back to
+    /// plain bisection, so the worst case stays O(log n).
+    fn locate(&self, id: MessageId) -> Result<usize, usize> {
+        let key = |i: usize| self.slots.get(i).map_or(u64::MAX, |e| e.id.0);
+        let (mut lo, mut hi) = (0usize, self.slots.len());
+        for _ in 0..4 {
+            if lo >= hi {
+                return Err(lo);
+            }
+            let (first, last) = (key(lo), key(hi - 1));
+            if id.0 < first {
+                return Err(lo);
+            }
+            if id.0 > last {
+                return Err(hi);
+            }
+            let span = last - first;
+            let offset = if span == 0 {
+                0
+            } else {
+                let scaled = u128::from(id.0 - first) * (hi - lo - 1) as u128 / u128::from(span);
+                usize::try_from(scaled).unwrap_or(0)
+            };
+            let guess = lo + offset;
+            match key(guess).cmp(&id.0) {
+                std::cmp::Ordering::Equal => return Ok(guess),
+                std::cmp::Ordering::Less => lo = guess + 1,
+                std::cmp::Ordering::Greater => hi = guess,
+            }
+        }
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match key(mid).cmp(&id.0) {
+                std::cmp::Ordering::Equal => return Ok(mid),
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+            }
+        }
+        Err(lo)
+    }
+
+    fn index_insert(&mut self, msg: &MessageRef) {
+        if let Some(d) = deadline_of(msg, self.ttl_ms) {
+            let fresh = self.deadlines.insert((d, msg.id()));
+            assert!(
+                fresh,
+                "message {:?} already in the deadline index",
+                msg.id()
+            );
+        }
+    }
+
+    fn index_remove(&mut self, msg: &MessageRef) {
+        if let Some(d) = deadline_of(msg, self.ttl_ms) {
+            let was = self.deadlines.remove(&(d, msg.id()));
+            assert!(
+                was,
+                "message {:?} missing from the deadline index",
+                msg.id()
+            );
+        }
+        self.live -= 1;
+        self.bytes -= body_len(msg);
+        self.sub_loaded(loaded_len(msg));
+    }
+
+    fn trim_front(&mut self) {
+        while self.slots.front().is_some_and(|e| e.msg.is_none()) {
+            self.slots.pop_front();
+        }
+    }
+
+    /// The oldest ready message.
+    pub fn front(&self) -> Option<&Entry> {
+        self.slots.front()
+    }
+
+    /// Takes the oldest ready message.
+    pub fn pop_front(&mut self) -> Option<Taken> {
+        let entry = self.slots.pop_front()?;
+        let msg = entry.msg.expect("the front is never a tombstone");
+        self.index_remove(&msg);
+        self.trim_front();
+        Some(Taken {
+            msg,
+            delivery_count: entry.delivery_count,
+            redelivered: entry.redelivered,
+        })
+    }
+
+    /// Takes the message `id` wherever it is; `None` if it is not ready here.
+    pub fn remove(&mut self, id: MessageId) -> Option<Taken> {
+        let i = self.locate(id).ok()?;
+        let slot = self.slots.get_mut(i)?;
+        let msg = slot.msg.take()?;
+        let taken = Taken {
+            msg,
+            delivery_count: slot.delivery_count,
+            redelivered: slot.redelivered,
+        };
+        self.index_remove(&taken.msg);
+        self.trim_front();
+        // Amortised compaction: tombstones never outnumber live entries by much.
+        if self.slots.len() > 2 * self.live + 64 {
+            self.slots.retain(|e| e.msg.is_some());
+        }
+        Some(taken)
+    }
+
+    /// A mutable view of the live entry `id` (replay's delivery marks).
+    pub fn get_mut(&mut self, id: MessageId) -> Option<&mut Entry> {
+        let i = self.locate(id).ok()?;
+        self.slots.get_mut(i).filter(|e| e.msg.is_some())
+    }
+
+    /// The earliest-deadline message if it is due at `now_ms`.
+    pub fn first_due(&self, now_ms: u64) -> Option<MessageId> {
+        self.deadlines
+            .first()
+            .filter(|&&(d, _)| d <= now_ms)
+            .map(|&(_, id)| id)
+    }
+
+    /// Changes the queue TTL and rebuilds the deadline index (S-TTL-11).
+    pub fn set_ttl(&mut self, ttl_ms: Option<u32>) {
+        if self.ttl_ms == ttl_ms {
+            return;
+        }
+        self.ttl_ms = ttl_ms;
+        self.deadlines.clear();
+        for e in &self.slots {
+            if let Some(msg) = &e.msg
+                && let Some(d) = deadline_of(msg, ttl_ms)
+            {
+                self.deadlines.insert((d, msg.id()));
+            }
+        }
+    }
+
+    /// Removes every ready message.
+    pub fn drain_all(&mut self) -> Vec<Taken> {
+        let out = self
+            .slots
+            .drain(..)
+            .filter_map(|e| {
+                e.msg.map(|msg| Taken {
+                    msg,
+                    delivery_count: e.delivery_count,
+                    redelivered: e.redelivered,
+                })
+            })
+            .collect();
+        self.deadlines.clear();
+        self.live = 0;
+        self.bytes = 0;
+        self.sub_loaded(self.loaded_bytes);
+        out
+    }
+
+    /// The live entries in queue order.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&MessageRef, &Entry)> {
+        self.slots
+            .iter()
+            .filter_map(|e| e.msg.as_ref().map(|m| (m, e)))
+    }
+
+    /// Walks the structure (STYLE 3.1).
+    pub fn check_invariants(&self) {
+        let mut live = 0;
+        let mut bytes = 0;
+        let mut loaded = 0;
+        let mut with_deadline = 0;
+        let mut prev: Option<MessageId> = None;
+        for e in &self.slots {
+            if let Some(p) = prev {
+                assert!(p < e.id, "queue order broken: {p:?} before {:?}", e.id);
+            }
+            prev = Some(e.id);
+            if let Some(msg) = &e.msg {
+                assert_eq!(msg.id(), e.id, "entry id differs from its message's");
+                live += 1;
+                bytes += body_len(msg);
+                loaded += loaded_len(msg);
+                if let Some(d) = deadline_of(msg, self.ttl_ms) {
+                    with_deadline += 1;
+                    assert!(
+                        self.deadlines.contains(&(d, e.id)),
+                        "ready message {:?} missing from the deadline index",
+                        e.id
+                    );
+                }
+            }
+        }
+        assert!(
+            self.slots.front().is_none_or(|e| e.msg.is_some()),
+            "tombstone at the head"
+        );
+        assert_eq!(live, self.live, "live count");
+        assert_eq!(bytes, self.bytes, "byte count");
+        assert_eq!(loaded, self.loaded_bytes, "loaded byte count");
+        assert_eq!(
+            with_deadline,
+            self.deadlines.len(),
+            "deadline index holds messages that are not ready"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Message;
+    use crate::types::Properties;
+    use std::sync::Arc;
+
+    fn msg(id: u64, at: u64, ttl: Option<u32>) -> MessageRef {
+        MessageRef::Loaded(Arc::new(Message {
+            id: MessageId(id),
+            enqueued_at_ms: at,
+            ttl_ms: ttl,
+            exchange: String::new(),
+            routing_key: "q".into(),
+            properties: Properties::default(),
+            body: bytes::Bytes::from_static(b"abc"),
+            stored: crate::types::StoredSlot::default(),
+        }))
+    }
+
+    #[test]
+    fn s_ttl_9_expiry_from_the_middle_uses_the_index() {
+        let mut r = Ready::default();
+        r.push_back(msg(1, 0, None), 0, false);
+        r.push_back(msg(2, 0, Some(10)), 0, false);
+        r.push_back(msg(3, 0, None), 0, false);
+        r.check_invariants();
+        assert_eq!(r.first_due(9), None);
+        assert_eq!(r.first_due(10), Some(MessageId(2)));
+        let t = r.remove(MessageId(2)).unwrap();
+        assert_eq!(t.msg.id(), MessageId(2));
+        r.check_invariants();
+        assert_eq!(r.len(), 2);
+        assert_eq!(r.bytes(), 6);
+        assert_eq!(r.pop_front().unwrap().msg.id(), MessageId(1));
+        assert_eq!(r.pop_front().unwrap().msg.id(), MessageId(3));
+        r.check_invariants();
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn s_ttl_7_requeue_goes_back_to_its_position_with_its_deadline() {
+        let mut r = Ready::default();
+        r.set_ttl(Some(100));
+        for i in 1..=3 {
+            r.push_back(msg(i, i * 10, None), 0, false);
+        }
+        let first = r.pop_front().unwrap();
+        r.insert(first.msg, 1, true);
+        r.check_invariants();
+        assert_eq!(r.front().unwrap().id, MessageId(1));
+        assert_eq!(r.first_deadline(), Some(110));
+    }
+
+    fn stored_msg(id: u64, lsn: u64) -> MessageRef {
+        let m = Message {
+            id: MessageId(id),
+            enqueued_at_ms: 0,
+            ttl_ms: Some(1000),
+            exchange: String::new(),
+            routing_key: "q".into(),
+            properties: crate::types::Properties {
+                delivery_mode: Some(2),
+                ..Default::default()
+            },
+            body: bytes::Bytes::from_static(b"0123456789"),
+            stored: crate::types::StoredSlot::default(),
+        };
+        if lsn > 0 {
+            m.stored.set(lsn, 1000 + id);
+        }
+        MessageRef::Loaded(Arc::new(m))
+    }
+
+    #[test]
+    fn page_out_frees_oldest_durable_content_and_keeps_order_and_deadlines() {
+        let mut r = Ready::default();
+        // Ids 1-4 written at Lsns 1-4, id 5 not written yet.
+        for id in 1..=5 {
+            r.push_back(stored_msg(id, if id == 5 { 0 } else { id }), 0, false);
+        }
+        let each = 10 + LOADED_OVERHEAD_BYTES;
+        assert_eq!(r.loaded_bytes(), 5 * each);
+        // Only what is durable (Lsn <= 2), oldest first.
+        assert_eq!(r.page_out(2, u64::MAX), 2 * each);
+        assert_eq!(r.loaded_bytes(), 3 * each);
+        r.check_invariants();
+        // A small want stops after the first message that reaches it.
+        assert_eq!(r.page_out(10, 5), each);
+        assert_eq!(r.page_out(10, u64::MAX), each);
+        // The unwritten one stays in memory.
+        assert_eq!(r.loaded_bytes(), each);
+        r.check_invariants();
+        assert_eq!(r.first_deadline(), Some(1000));
+        let first = r.pop_front().unwrap();
+        let MessageRef::Stored(s) = first.msg else {
+            panic!("paged out: {:?}", first.msg);
+        };
+        assert_eq!(
+            (s.id, s.at, s.body_len, s.ttl_ms),
+            (MessageId(1), 1001, 10, Some(1000))
+        );
+        assert_eq!(r.bytes(), 40);
+        r.check_invariants();
+    }
+
+    #[test]
+    fn locate_agrees_with_binary_search() {
+        let mut r = Ready::default();
+        let mut id = 1;
+        for i in 0..500u64 {
+            id += 1 + (i * 7919) % 13; // uneven gaps
+            r.push_back(msg(id, 0, None), 0, false);
+        }
+        for probe in 0..=id + 2 {
+            let want = r.slots.binary_search_by_key(&MessageId(probe), |e| e.id);
+            assert_eq!(r.locate(MessageId(probe)), want, "id {probe}");
+        }
+    }
+
+    #[test]
+    fn s_ttl_11_changing_the_queue_ttl_rebuilds_deadlines() {
+        let mut r = Ready::default();
+        r.push_back(msg(1, 1000, None), 0, false);
+        r.push_back(msg(2, 2000, Some(50)), 0, false);
+        assert_eq!(r.first_deadline(), Some(2050));
+        r.set_ttl(Some(10));
+        assert_eq!(r.first_deadline(), Some(1010));
+        r.check_invariants();
+        r.set_ttl(None);
+        assert_eq!(r.first_deadline(), Some(2050));
+        r.check_invariants();
+    }
+}

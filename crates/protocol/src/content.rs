@@ -1,0 +1,319 @@
+//! Content assembly for one channel: a content-bearing method (`basic.publish`, and for a client
+//! `basic.deliver`, `basic.return`, `basic.get-ok`), then a content header, then body frames
+//! until the announced size is reached, yield one [`Content`]. The state machine follows
+//! RabbitMQ's `rabbit_command_assembler` (same checks, same reply codes, same texts), with the
+//! body size checked against the configured maximum when the header arrives, before any body
+//! octet is buffered. One difference: RabbitMQ refuses a content header whose weight is not 0;
+//! amq-protocol's parser ignores the weight, and so does ours, which must accept what it
+//! accepts. No tokio, no broker.
+
+use amq_protocol::frame::AMQPContentHeader;
+use amq_protocol::protocol::{AMQPClass, basic};
+use bytes::{Bytes, BytesMut};
+
+use super::error::ProtocolError;
+use super::frame::{ChannelId, Frame};
+use wharf_base::limits;
+
+/// A body split over several frames is gathered into a buffer that starts at most this large
+/// and grows with what actually arrives, so a header announcing 16 MiB followed by nothing
+/// costs nothing: memory follows the octets received, not the octets announced.
+pub const BODY_PREALLOC_BYTES_MAX: usize = 1024 * 1024;
+
+/// One complete message as it came over the wire.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Content {
+    /// The content-bearing method (for the server: `basic.publish`).
+    pub method: AMQPClass,
+    /// The content header as decoded: class id, body size and the basic properties
+    /// (`header.properties`). Boxed, as it is in [`Frame::Header`], so that it moves as a
+    /// pointer from the decoder to the broker.
+    pub header: Box<AMQPContentHeader>,
+    /// The body, exactly as many octets as the content header announced.
+    pub body: Bytes,
+}
+
+/// What one frame completed, if anything.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Assembled {
+    /// A method without content, ready to handle.
+    Method(AMQPClass),
+    /// A content-bearing method with its properties and body.
+    Content(Content),
+}
+
+/// The state of one channel's content assembly.
+#[derive(Debug, Default)]
+enum State {
+    /// Expecting a method.
+    #[default]
+    Method,
+    /// A content-bearing method came; expecting its content header.
+    Header { method: AMQPClass },
+    /// Header came; expecting `remaining_bytes` more body octets.
+    Body {
+        method: AMQPClass,
+        header: Box<AMQPContentHeader>,
+        remaining_bytes: u64,
+        body: BodyBuffer,
+    },
+}
+
+/// The fields of `State::Body`, moved out while a body frame is handled.
+struct Pending {
+    method: AMQPClass,
+    header: Box<AMQPContentHeader>,
+    remaining_bytes: u64,
+    body: BodyBuffer,
+}
+
+/// A body being gathered.
+#[derive(Debug)]
+enum BodyBuffer {
+    /// No body frame yet.
+    Empty,
+    /// Octets so far, copied.
+    Gathering(BytesMut),
+}
+
+/// Assembles the frames of one channel into methods and contents. Invariant: in state `Body`,
+/// `remaining_bytes > 0` and the octets gathered plus `remaining_bytes` equal the header's
+/// body size, which is at most `body_bytes_max`.
+#[derive(Debug)]
+pub struct ContentAssembler {
+    channel: ChannelId,
+    body_bytes_max: u32,
+    state: State,
+}
+
+impl ContentAssembler {
+    /// An assembler for `channel` refusing bodies larger than `body_bytes_max`, itself capped at
+    /// `limits::MESSAGE_BODY_BYTES_MAX` (configuration may lower a limit, never raise it).
+    pub fn new(channel: ChannelId, body_bytes_max: u32) -> Self {
+        Self {
+            channel,
+            body_bytes_max: body_bytes_max.min(limits::MESSAGE_BODY_BYTES_MAX),
+            state: State::Method,
+        }
+    }
+
+    /// The body limit in force.
+    pub fn body_bytes_max(&self) -> u32 {
+        self.body_bytes_max
+    }
+
+    /// Octets of memory held for a body being gathered (its buffer's capacity), for memory
+    /// accounting: at most `max(BODY_PREALLOC_BYTES_MAX, 2 × octets received)`.
+    pub fn gathering_capacity_bytes(&self) -> usize {
+        match &self.state {
+            State::Body {
+                body: BodyBuffer::Gathering(b),
+                ..
+            } => b.capacity(),
+            _ => 0,
+        }
+    }
+
+    /// True between a content-bearing method and the last octet of its body.
+    pub fn is_mid_content(&self) -> bool {
+        !matches!(self.state, State::Method)
+    }
+
+    /// Takes the next frame of this channel. Heartbeats are connection-level and leave the
+    /// state alone. After an error the assembler is back to expecting a method (the caller
+    /// closes the connection, or for [`ProtocolError::MessageTooLarge`] the channel).
+    ///
+    /// # Errors
+    /// [`ProtocolError::UnexpectedFrame`] (505) for a frame the state does not allow,
+    /// [`ProtocolError::BodyOverrun`] (501) for a body frame beyond the announced size, and
+    /// [`ProtocolError::MessageTooLarge`] (406, a channel error) for a header announcing a body
+    /// over the limit.
+    ///
+    /// # Panics
+    /// If `frame` belongs to another channel: routing frames is the caller's job, and mixing
+    /// channels up would corrupt messages.
+    pub fn push(&mut self, frame: Frame) -> Result<Option<Assembled>, ProtocolError> {
+        if frame == Frame::Heartbeat {
+            return Ok(None);
+        }
+        assert_eq!(
+            frame.channel(),
+            self.channel,
+            "frame routed to the wrong channel's assembler"
+        );
+        let result = match (std::mem::take(&mut self.state), frame) {
+            (State::Method, Frame::Method(_, method)) => Ok(self.on_method(method)),
+            (State::Method, _) => Err(self.unexpected(
+                (0, 0),
+                "expected method frame, got non method frame instead".to_owned(),
+            )),
+            (State::Header { method }, Frame::Header(_, header)) => self.on_header(method, header),
+            (State::Header { method }, _) => Err(self.unexpected(
+                ids(&method),
+                format!(
+                    "expected content header for class {}, got non content header frame instead",
+                    method.get_amqp_class_id()
+                ),
+            )),
+            (
+                State::Body {
+                    method,
+                    header,
+                    remaining_bytes,
+                    body,
+                },
+                Frame::Body(_, chunk),
+            ) => self.on_body(
+                Pending {
+                    method,
+                    header,
+                    remaining_bytes,
+                    body,
+                },
+                chunk,
+            ),
+            (State::Body { method, .. }, _) => Err(self.unexpected(
+                ids(&method),
+                "expected content body, got non content body frame instead".to_owned(),
+            )),
+        };
+        if result.is_err() {
+            self.state = State::Method;
+        }
+        result
+    }
+
+    fn unexpected(&self, method_ids: (u16, u16), detail: String) -> ProtocolError {
+        ProtocolError::UnexpectedFrame {
+            channel: self.channel.0,
+            detail,
+            method_ids,
+        }
+    }
+
+    fn on_method(&mut self, method: AMQPClass) -> Option<Assembled> {
+        if carries_content(&method) {
+            self.state = State::Header { method };
+            None
+        } else {
+            Some(Assembled::Method(method))
+        }
+    }
+
+    fn on_header(
+        &mut self,
+        method: AMQPClass,
+        header: Box<AMQPContentHeader>,
+    ) -> Result<Option<Assembled>, ProtocolError> {
+        let class_id = method.get_amqp_class_id();
+        if header.class_id != class_id {
+            return Err(self.unexpected(
+                ids(&method),
+                format!(
+                    "expected content header for class {class_id}, got one for class {} instead",
+                    header.class_id
+                ),
+            ));
+        }
+        if header.body_size > u64::from(self.body_bytes_max) {
+            return Err(ProtocolError::MessageTooLarge {
+                channel: self.channel.0,
+                body_size_bytes: header.body_size,
+                body_bytes_max: self.body_bytes_max,
+                method_ids: ids(&method),
+            });
+        }
+        if header.body_size == 0 {
+            return Ok(Some(complete(method, header, Bytes::new())));
+        }
+        self.state = State::Body {
+            method,
+            remaining_bytes: header.body_size,
+            header,
+            body: BodyBuffer::Empty,
+        };
+        Ok(None)
+    }
+
+    fn on_body(
+        &mut self,
+        pending: Pending,
+        chunk: Bytes,
+    ) -> Result<Option<Assembled>, ProtocolError> {
+        let Pending {
+            method,
+            header,
+            remaining_bytes,
+            body,
+        } = pending;
+        let chunk_bytes = chunk.len() as u64;
+        let Some(remaining_bytes) = remaining_bytes.checked_sub(chunk_bytes) else {
+            return Err(ProtocolError::BodyOverrun {
+                channel: self.channel.0,
+                method_ids: ids(&method),
+            });
+        };
+        if remaining_bytes == 0 {
+            let body = match body {
+                // The whole body in one frame: kept as decoded (`decode` already copied small
+                // payloads out of the read buffer and left large ones in place).
+                BodyBuffer::Empty => chunk,
+                BodyBuffer::Gathering(mut gathered) => {
+                    gathered.extend_from_slice(&chunk);
+                    gathered.freeze()
+                }
+            };
+            return Ok(Some(complete(method, header, body)));
+        }
+        let mut gathered = match body {
+            BodyBuffer::Empty => {
+                // Bounded by body_bytes_max (checked at the header) and by what arrived.
+                let total = usize::try_from(chunk_bytes + remaining_bytes).unwrap_or(usize::MAX);
+                BytesMut::with_capacity(total.min(BODY_PREALLOC_BYTES_MAX))
+            }
+            BodyBuffer::Gathering(gathered) => gathered,
+        };
+        gathered.extend_from_slice(&chunk);
+        assert_eq!(
+            gathered.len() as u64 + remaining_bytes,
+            header.body_size,
+            "gathered + remaining must equal the announced size"
+        );
+        self.state = State::Body {
+            method,
+            header,
+            remaining_bytes,
+            body: BodyBuffer::Gathering(gathered),
+        };
+        Ok(None)
+    }
+}
+
+fn complete(method: AMQPClass, header: Box<AMQPContentHeader>, body: Bytes) -> Assembled {
+    // Pair of the header's size check: what we hand out is exactly what was announced.
+    assert_eq!(body.len() as u64, header.body_size, "assembled body size");
+    Assembled::Content(Content {
+        method,
+        header,
+        body,
+    })
+}
+
+/// Class and method id of `method`, for errors.
+fn ids(method: &AMQPClass) -> (u16, u16) {
+    (method.get_amqp_class_id(), method.get_amqp_method_id())
+}
+
+/// True for the methods that are followed by content: `basic.publish`, `basic.return`,
+/// `basic.deliver` and `basic.get-ok` (the spec's `content="1"` methods).
+pub fn carries_content(method: &AMQPClass) -> bool {
+    matches!(
+        method,
+        AMQPClass::Basic(
+            basic::AMQPMethod::Publish(_)
+                | basic::AMQPMethod::Return(_)
+                | basic::AMQPMethod::Deliver(_)
+                | basic::AMQPMethod::GetOk(_)
+        )
+    )
+}

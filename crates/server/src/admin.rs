@@ -1,0 +1,155 @@
+//! The admin path into the broker task (DESIGN.md: "the same broker commands serve the admin
+//! API"): what the management API (`crate::mgmt`) may ask the broker task, and how it is
+//! answered. A request is either a broker [`Command`] (answered once its events are durable,
+//! like the AMQP path's definition replies, S-DUR-1), a take of messages through a private
+//! channel (`basic.get` with `no_ack`), or a read-only query run inside the task against
+//! [`AdminView`]. No business rules here: the broker decides, this only carries.
+//!
+//! Must not depend on `crate::mgmt` (the HTTP layer uses this, not the other way round).
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use tokio::sync::oneshot;
+
+use wharf_broker::{Broker, BrokerError, Command, GetOk, Reply};
+
+/// A read-only query, run inside the broker task between batches; it sends its own answer
+/// (through a oneshot it captured). Keep it to copying: serialising happens outside.
+pub type AdminQuery = Box<dyn FnOnce(&AdminView<'_>) + Send>;
+
+/// A request of the management API to the broker task.
+pub enum AdminRequest {
+    /// A definition command (vhost, exchange, queue, binding, policy). The answer is sent
+    /// once the events it produced are durable.
+    Command {
+        /// The command (boxed: a command is large, and this message travels the same
+        /// channel as every connection's operations).
+        cmd: Box<Command>,
+        /// The broker's reply or refusal.
+        done: oneshot::Sender<Result<Reply, BrokerError>>,
+    },
+    /// Takes up to `count` ready messages from a queue and acknowledges them at once
+    /// (management "get" with `ack_requeue_false`), through a private connection and channel;
+    /// answered once the removal is durable.
+    Take {
+        /// Virtual host.
+        vhost: String,
+        /// Queue.
+        queue: String,
+        /// At most this many messages.
+        count: u32,
+        /// The messages taken, in queue order, or the refusal (404 for no such queue).
+        done: oneshot::Sender<Result<Vec<GetOk>, BrokerError>>,
+    },
+    /// A read-only look at the broker and the connection table.
+    Query(AdminQuery),
+}
+
+impl fmt::Debug for AdminRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AdminRequest::Command { cmd, .. } => f.debug_tuple("Command").field(cmd).finish(),
+            AdminRequest::Take {
+                vhost,
+                queue,
+                count,
+                ..
+            } => f
+                .debug_struct("Take")
+                .field("vhost", vhost)
+                .field("queue", queue)
+                .field("count", count)
+                .finish(),
+            AdminRequest::Query(_) => f.write_str("Query"),
+        }
+    }
+}
+
+/// An answer held back until its records are durable.
+#[derive(Debug)]
+pub(crate) enum AdminDone {
+    /// A command's answer.
+    Command(oneshot::Sender<Result<Reply, BrokerError>>, Reply),
+    /// A take's answer.
+    Take(oneshot::Sender<Result<Vec<GetOk>, BrokerError>>, Vec<GetOk>),
+}
+
+impl AdminDone {
+    /// Sends the answer (the asker may have gone: then nothing happens).
+    pub(crate) fn send(self) {
+        match self {
+            AdminDone::Command(done, reply) => {
+                let _ = done.send(Ok(reply));
+            }
+            AdminDone::Take(done, taken) => {
+                let _ = done.send(Ok(taken));
+            }
+        }
+    }
+}
+
+/// One open channel as the connection table knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelInfo {
+    /// The channel number.
+    pub number: u16,
+    /// In confirm mode.
+    pub confirm: bool,
+    /// In transaction mode.
+    pub transactional: bool,
+}
+
+/// One open connection as the broker task knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionInfo {
+    /// The server's id for it.
+    pub id: u64,
+    /// Its virtual host.
+    pub vhost: String,
+    /// The user it logged in as.
+    pub user: String,
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// When it was opened (ms since the epoch, the server's clock).
+    pub opened_at_ms: u64,
+    /// Negotiated `frame_max`.
+    pub frame_max: u32,
+    /// Deliveries paused because its socket is slow.
+    pub throttled: bool,
+    /// Its open channels, by number.
+    pub channels: Vec<ChannelInfo>,
+}
+
+/// Counts kept by the broker task for the metrics endpoint: plain integers, bumped as
+/// outcomes are applied, copied on a scrape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MessageCounters {
+    /// `basic.publish` methods handled (routed or not).
+    pub published: u64,
+    /// Messages handed to clients (`basic.deliver` and `basic.get-ok`).
+    pub delivered: u64,
+    /// Messages acknowledged by `basic.ack` (a `multiple` ack counts every message it
+    /// settles).
+    pub acked: u64,
+    /// Messages that expired in a queue (S-TTL).
+    pub expired: u64,
+    /// Messages dead-lettered into at least one queue (S-DLX).
+    pub dead_lettered: u64,
+}
+
+/// What a query sees: the broker (its query functions) and the broker task's tables.
+#[derive(Debug)]
+pub struct AdminView<'a> {
+    /// The broker: `queues`, `exchanges`, `bindings`, `policies`, `consumers`,
+    /// `ready_messages`, `vhost_names`.
+    pub broker: &'a Broker,
+    /// Open connections, by id.
+    pub connections: Vec<ConnectionInfo>,
+    /// Message counters since start.
+    pub counters: MessageCounters,
+    /// The server's clock, ms since the epoch.
+    pub now_ms: u64,
+    /// The log's sync histograms (`None` once the store is closed).
+    pub sync: Option<wharf_wal::sync_stats::SyncSnapshot>,
+}

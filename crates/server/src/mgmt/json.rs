@@ -1,0 +1,328 @@
+//! Broker values and listings as RabbitMQ's management JSON, and JSON bodies back to broker
+//! values. Pure mapping: no decisions (which policy applies, what a setting means) are made
+//! here; those come from the broker's listings. Must not depend on tokio or sockets.
+
+use std::fmt::Write as _;
+
+use base64::Engine as _;
+use serde_json::{Map, Value as Json, json};
+
+use crate::admin::{ChannelInfo, ConnectionInfo};
+use wharf_broker::{
+    ApplyTo, BindingInfo, DestName, ExchangeInfo, FieldTable, Message, PolicyInfo, Properties,
+    QueueInfo, Value,
+};
+
+/// The node name shown where RabbitMQ shows `rabbit@host`.
+pub const NODE: &str = "wharf@localhost";
+
+/// A field table as a JSON object (numbers, strings, booleans, nested tables and arrays).
+pub fn table_to_json(table: &FieldTable) -> Json {
+    let mut map = Map::new();
+    for (k, v) in table.iter() {
+        map.insert(k.to_owned(), value_to_json(v));
+    }
+    Json::Object(map)
+}
+
+fn value_to_json(v: &Value) -> Json {
+    match v {
+        Value::Bool(b) => json!(b),
+        Value::I8(n) => json!(n),
+        Value::U8(n) => json!(n),
+        Value::I16(n) => json!(n),
+        Value::U16(n) => json!(n),
+        Value::I32(n) => json!(n),
+        Value::U32(n) => json!(n),
+        Value::I64(n) => json!(n),
+        Value::F32(n) => json!(n),
+        Value::F64(n) => json!(n),
+        Value::Decimal { scale, value } => {
+            json!(f64::from(*value) / 10f64.powi(i32::from(*scale)))
+        }
+        Value::ShortStr(s) => json!(s),
+        Value::LongStr(b) | Value::Bytes(b) => json!(String::from_utf8_lossy(b)),
+        Value::Array(items) => Json::Array(items.iter().map(value_to_json).collect()),
+        Value::Timestamp(t) => json!(t),
+        Value::Table(t) => table_to_json(t),
+        Value::Void => Json::Null,
+    }
+}
+
+/// A JSON object as a field table, typed as RabbitMQ's management plugin does: integers as
+/// signed 64-bit, other numbers as doubles, strings as long strings.
+///
+/// # Errors
+/// `json` is not an object (the text says so).
+pub fn json_to_table(json: &Json) -> Result<FieldTable, String> {
+    match json {
+        Json::Object(map) => {
+            let mut table = FieldTable::new();
+            for (k, v) in map {
+                table.insert(k.clone(), json_to_value(v));
+            }
+            Ok(table)
+        }
+        Json::Null => Ok(FieldTable::new()),
+        other => Err(format!("arguments must be a JSON object, got {other}")),
+    }
+}
+
+fn json_to_value(v: &Json) -> Value {
+    match v {
+        Json::Null => Value::Void,
+        Json::Bool(b) => Value::Bool(*b),
+        Json::Number(n) => match n.as_i64() {
+            Some(i) => Value::I64(i),
+            None => Value::F64(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Json::String(s) => Value::long_str(s.clone()),
+        Json::Array(items) => Value::Array(items.iter().map(json_to_value).collect()),
+        Json::Object(_) => Value::Table(json_to_table(v).unwrap_or_default()),
+    }
+}
+
+/// `apply-to` as RabbitMQ spells it.
+pub fn apply_to_name(a: ApplyTo) -> &'static str {
+    match a {
+        ApplyTo::Queues => "queues",
+        ApplyTo::Exchanges => "exchanges",
+        ApplyTo::All => "all",
+    }
+}
+
+/// `apply-to` from RabbitMQ's spelling.
+pub fn apply_to_parse(s: &str) -> Option<ApplyTo> {
+    match s {
+        "queues" => Some(ApplyTo::Queues),
+        "exchanges" => Some(ApplyTo::Exchanges),
+        "all" => Some(ApplyTo::All),
+        _ => None,
+    }
+}
+
+/// A queue as `/api/queues` shows it.
+pub fn queue(q: &QueueInfo, effective: &Json) -> Json {
+    json!({
+        "name": q.name,
+        "vhost": q.vhost,
+        "durable": q.durable,
+        "auto_delete": q.auto_delete,
+        "exclusive": q.exclusive_owner.is_some(),
+        "arguments": table_to_json(&q.arguments),
+        "node": NODE,
+        "state": "running",
+        "type": "classic",
+        "messages": q.ready.saturating_add(q.unacked),
+        "messages_ready": q.ready,
+        "messages_unacknowledged": q.unacked,
+        "message_bytes": q.ready_bytes,
+        "message_bytes_ready": q.ready_bytes,
+        "consumers": q.consumers,
+        "policy": q.policy,
+        "operator_policy": q.operator_policy,
+        "effective_policy_definition": effective,
+        "exclusive_consumer_tag": Json::Null,
+    })
+}
+
+/// An exchange as `/api/exchanges` shows it.
+pub fn exchange(x: &ExchangeInfo) -> Json {
+    json!({
+        "name": x.name,
+        "vhost": x.vhost,
+        "type": x.kind.name(),
+        "durable": x.durable,
+        "auto_delete": x.auto_delete,
+        "internal": x.internal,
+        "arguments": table_to_json(&x.arguments),
+        "user_who_performed_action": "",
+    })
+}
+
+/// A binding as `/api/bindings` shows it.
+pub fn binding(vhost: &str, b: &BindingInfo) -> Json {
+    let (destination, destination_type) = match &b.destination {
+        DestName::Queue(q) => (q.as_str(), "queue"),
+        DestName::Exchange(x) => (x.as_str(), "exchange"),
+    };
+    let properties_key = if b.arguments.is_empty() {
+        if b.routing_key.is_empty() {
+            "~".to_owned()
+        } else {
+            b.routing_key.clone()
+        }
+    } else {
+        // RabbitMQ appends a hash of the arguments; any stable distinct suffix serves.
+        let mut key = format!("{}~", b.routing_key);
+        let hash = crc32fast::hash(table_to_json(&b.arguments).to_string().as_bytes());
+        let _ = write!(key, "{hash:08x}");
+        key
+    };
+    json!({
+        "source": b.source,
+        "vhost": vhost,
+        "destination": destination,
+        "destination_type": destination_type,
+        "routing_key": b.routing_key,
+        "arguments": table_to_json(&b.arguments),
+        "properties_key": properties_key,
+    })
+}
+
+/// A policy as `/api/policies` shows it.
+pub fn policy(p: &PolicyInfo) -> Json {
+    let definition: Json = serde_json::from_str(&p.policy.definition).unwrap_or(Json::Null);
+    json!({
+        "vhost": p.vhost,
+        "name": p.policy.name,
+        "pattern": p.policy.pattern,
+        "apply-to": apply_to_name(p.policy.apply_to),
+        "definition": definition,
+        "priority": p.policy.priority,
+    })
+}
+
+/// RabbitMQ's connection name: `peer -> server`.
+pub fn connection_name(c: &ConnectionInfo, server: std::net::SocketAddr) -> String {
+    format!("{} -> {}", c.peer, server)
+}
+
+/// A connection as `/api/connections` shows it.
+pub fn connection(c: &ConnectionInfo, server: std::net::SocketAddr) -> Json {
+    json!({
+        "name": connection_name(c, server),
+        "node": NODE,
+        "vhost": c.vhost,
+        "user": c.user,
+        "peer_host": c.peer.ip().to_string(),
+        "peer_port": c.peer.port(),
+        "host": server.ip().to_string(),
+        "port": server.port(),
+        "channels": c.channels.len(),
+        "state": if c.throttled { "flow" } else { "running" },
+        "type": "network",
+        "protocol": "AMQP 0-9-1",
+        "ssl": false,
+        "frame_max": c.frame_max,
+        "connected_at": c.opened_at_ms,
+    })
+}
+
+/// A channel as `/api/channels` shows it.
+pub fn channel(
+    c: &ConnectionInfo,
+    ch: &ChannelInfo,
+    server: std::net::SocketAddr,
+    consumers: usize,
+    unacked: u64,
+) -> Json {
+    let conn_name = connection_name(c, server);
+    json!({
+        "name": format!("{conn_name} ({})", ch.number),
+        "number": ch.number,
+        "node": NODE,
+        "vhost": c.vhost,
+        "user": c.user,
+        "connection_details": {
+            "name": conn_name,
+            "peer_host": c.peer.ip().to_string(),
+            "peer_port": c.peer.port(),
+        },
+        "confirm": ch.confirm,
+        "transactional": ch.transactional,
+        "consumer_count": consumers,
+        "messages_unacknowledged": unacked,
+        // No `messages_unconfirmed`: confirms are encoded as soon as a publish is routed and
+        // held in the connection's outbox until the log is durable, and no per-channel count
+        // of them is kept, so any number here would be made up.
+        "state": "running",
+    })
+}
+
+/// How to show a message body in `/get`: RabbitMQ's `encoding` (`auto` or `base64`) and
+/// `truncate` (bytes kept).
+pub fn payload(body: &[u8], encoding: &str, truncate: Option<usize>) -> (String, &'static str) {
+    let body = match truncate {
+        Some(n) if n < body.len() => body.get(..n).unwrap_or(body),
+        _ => body,
+    };
+    if encoding == "auto"
+        && let Ok(text) = std::str::from_utf8(body)
+    {
+        return (text.to_owned(), "string");
+    }
+    (
+        base64::engine::general_purpose::STANDARD.encode(body),
+        "base64",
+    )
+}
+
+/// A message's properties as `/get` shows them (only the ones set).
+pub fn properties(p: &Properties) -> Json {
+    let mut map = Map::new();
+    let mut put = |k: &str, v: Json| {
+        map.insert(k.to_owned(), v);
+    };
+    if let Some(v) = &p.content_type {
+        put("content_type", json!(v));
+    }
+    if let Some(v) = &p.content_encoding {
+        put("content_encoding", json!(v));
+    }
+    if let Some(v) = &p.headers {
+        put("headers", table_to_json(v));
+    }
+    if let Some(v) = p.delivery_mode {
+        put("delivery_mode", json!(v));
+    }
+    if let Some(v) = p.priority {
+        put("priority", json!(v));
+    }
+    if let Some(v) = &p.correlation_id {
+        put("correlation_id", json!(v));
+    }
+    if let Some(v) = &p.reply_to {
+        put("reply_to", json!(v));
+    }
+    if let Some(v) = &p.expiration {
+        put("expiration", json!(v));
+    }
+    if let Some(v) = &p.message_id {
+        put("message_id", json!(v));
+    }
+    if let Some(v) = p.timestamp {
+        put("timestamp", json!(v));
+    }
+    if let Some(v) = &p.kind {
+        put("type", json!(v));
+    }
+    if let Some(v) = &p.user_id {
+        put("user_id", json!(v));
+    }
+    if let Some(v) = &p.app_id {
+        put("app_id", json!(v));
+    }
+    Json::Object(map)
+}
+
+/// One message of a `/get` answer.
+pub fn message(
+    m: &Message,
+    redelivered: bool,
+    message_count: u64,
+    encoding: &str,
+    truncate: Option<usize>,
+) -> Json {
+    let (payload, payload_encoding) = payload(&m.body, encoding, truncate);
+    json!({
+        "payload_bytes": m.body.len(),
+        "redelivered": redelivered,
+        "exchange": m.exchange,
+        "routing_key": m.routing_key,
+        "message_count": message_count,
+        "properties": properties(&m.properties),
+        "payload": payload,
+        "payload_encoding": payload_encoding,
+    })
+}

@@ -1,0 +1,402 @@
+//! The outgoing side of one connection: a byte buffer that the broker task and the
+//! connection's reader encode frames into, and the writer task that flushes it to the socket
+//! in one `write_all` per batch (STYLE 2.3: batch socket writes). Must not depend on the broker
+//! model: it moves bytes, nothing else.
+//!
+//! # The release gate (S-DUR-4, S-DLX-7)
+//!
+//! Nothing a client sees may run ahead of the log. The broker task appends a batch's frames
+//! as an *open* segment ([`Outbox::append`]) and, once the batch's events are logged, seals it
+//! with the store ticket that covers them ([`Outbox::seal`]). The writer writes only the
+//! *released* prefix: sealed segments whose ticket the store reported durable
+//! ([`Outbox::release`]). Segments are released strictly in order, so a frame never overtakes
+//! an earlier held one of the same connection; frames the reader or the writer add themselves
+//! ([`Outbox::send`]: handshake, heartbeats, a crossing `close-ok`) queue behind whatever is
+//! held. The ticket is a plain number here; what it means is the broker task's business.
+//!
+//! Nothing here blocks the broker task: appending is a short critical section on a std mutex
+//! (nothing is awaited while it is held, as mini-redis's `db.rs` explains). The buffer is
+//! bounded by flow control instead of by blocking: when `queued_bytes` (held bytes included)
+//! passes [`OUTBOX_HIGH_BYTES`] the broker task pauses the connection's channels
+//! (`ChannelFlow`), and the writer reports when it has drained below [`OUTBOX_LOW_BYTES`].
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::{Notify, mpsc};
+
+use super::core::CoreMsg;
+use wharf_protocol as protocol;
+use wharf_store::Ticket;
+
+/// Above this many queued outgoing bytes a connection's channels get no more deliveries.
+pub const OUTBOX_HIGH_BYTES: usize = 4 * 1024 * 1024;
+/// Above this many queued bytes the reader stops reading the client's socket until the writer
+/// catches up (a client that publishes with confirms but never reads).
+pub const OUTBOX_HARD_BYTES: usize = 4 * OUTBOX_HIGH_BYTES;
+/// Deliveries resume once the queued bytes fall below this.
+pub const OUTBOX_LOW_BYTES: usize = 1024 * 1024;
+
+/// Invariant: `buf` is `[released | held segments | open]`, so
+/// `buf.len() == released + sum(held lengths) + open`.
+#[derive(Debug, Default)]
+struct OutState {
+    /// Frames not yet handed to the socket.
+    buf: BytesMut,
+    /// Bytes at the front of `buf` the writer may write.
+    released: usize,
+    /// Sealed segments after the released prefix, in order: (bytes, ticket).
+    held: VecDeque<(usize, Ticket)>,
+    /// Bytes at the end of `buf` appended by the broker task in its current batch.
+    open: usize,
+    /// Bytes appended and not yet written (includes a chunk being written and held bytes).
+    queued_bytes: usize,
+    /// The broker task paused deliveries because of this connection's backlog.
+    throttled: bool,
+    /// The server sent `connection.close`: the reader must only wait for `close-ok`.
+    closing: bool,
+    /// Write what is released, then stop.
+    finished: bool,
+}
+
+impl OutState {
+    /// Moves held segments whose ticket is durable to the released prefix, in order; true if
+    /// anything was released.
+    fn release(&mut self, watermark: Ticket) -> bool {
+        let before = self.released;
+        while let Some(&(len, ticket)) = self.held.front() {
+            if ticket > watermark {
+                break;
+            }
+            self.released += len;
+            self.held.pop_front();
+        }
+        self.released > before
+    }
+
+    fn check(&self) {
+        let held: usize = self.held.iter().map(|&(len, _)| len).sum();
+        debug_assert_eq!(
+            self.buf.len(),
+            self.released + held + self.open,
+            "outbox segments do not add up"
+        );
+    }
+}
+
+/// The shared outgoing buffer of one connection.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    state: Mutex<OutState>,
+    /// Wakes the writer: bytes were released, or `finished` was set.
+    wake_writer: Notify,
+    /// Wakes the reader: `closing` was set.
+    wake_reader: Notify,
+    /// Wakes a reader waiting in [`Outbox::wait_below`]: the writer wrote a chunk.
+    wrote: Notify,
+}
+
+impl Outbox {
+    fn lock(&self) -> std::sync::MutexGuard<'_, OutState> {
+        // A panic while holding this lock would be our bug; the buffer is still consistent
+        // bytes (appends are single calls), so carry on with it rather than poison everyone.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The broker task appends frames written by `encode` to its open batch segment and gets
+    /// the bytes now queued (held ones included). Nothing is written before the batch is
+    /// sealed ([`Outbox::seal`]) and released.
+    pub fn append(&self, encode: impl FnOnce(&mut BytesMut)) -> usize {
+        let mut s = self.lock();
+        if s.finished {
+            return s.queued_bytes;
+        }
+        let before = s.buf.len();
+        encode(&mut s.buf);
+        let added = s.buf.len() - before;
+        s.open += added;
+        s.queued_bytes += added;
+        s.queued_bytes
+    }
+
+    /// Seals the broker task's open batch segment with `ticket` (the log position that must be
+    /// durable before its frames may be seen), releases what `watermark` allows and wakes the
+    /// writer if anything was released. Returns true while anything stays held.
+    pub fn seal(&self, ticket: Ticket, watermark: Ticket) -> bool {
+        let mut s = self.lock();
+        if s.open > 0 {
+            let open = std::mem::take(&mut s.open);
+            match s.held.back_mut() {
+                // Same ticket as the segment before: one segment (tickets never decrease).
+                Some(last) if last.1 >= ticket => last.0 += open,
+                _ => s.held.push_back((open, ticket)),
+            }
+        }
+        let released = s.release(watermark);
+        s.check();
+        let holding = !s.held.is_empty();
+        drop(s);
+        if released {
+            self.wake_writer.notify_one();
+        }
+        holding
+    }
+
+    /// Releases the held segments whose ticket is at most `watermark` (durable), in order, and
+    /// wakes the writer if anything was released. Returns true while anything stays held.
+    pub fn release(&self, watermark: Ticket) -> bool {
+        let mut s = self.lock();
+        let released = s.release(watermark);
+        let holding = !s.held.is_empty();
+        drop(s);
+        if released {
+            self.wake_writer.notify_one();
+        }
+        holding
+    }
+
+    /// Drops every byte not yet released (the log failed: what they showed will never be
+    /// durable), so that what is appended next (the connection's close) is all that follows.
+    pub fn discard_unreleased(&self) {
+        let mut s = self.lock();
+        let dropped = s.buf.len() - s.released;
+        let keep = s.released;
+        s.buf.truncate(keep);
+        s.held.clear();
+        s.open = 0;
+        s.queued_bytes = s.queued_bytes.saturating_sub(dropped);
+        s.check();
+    }
+
+    /// Wakes the writer (after a batch, or for the close frame).
+    pub fn flush(&self) {
+        self.wake_writer.notify_one();
+    }
+
+    /// Appends frames of the reader or the writer (handshake, heartbeat, a crossing
+    /// `close-ok`) and wakes the writer. They keep the connection's order: behind the broker
+    /// task's open segment (sealed with it) or behind the last held segment (released with
+    /// it), and released at once when nothing is held.
+    pub fn send(&self, encode: impl FnOnce(&mut BytesMut)) {
+        {
+            let mut s = self.lock();
+            if s.finished {
+                return;
+            }
+            let before = s.buf.len();
+            encode(&mut s.buf);
+            let added = s.buf.len() - before;
+            s.queued_bytes += added;
+            if s.open > 0 {
+                s.open += added;
+            } else if let Some(last) = s.held.back_mut() {
+                last.0 += added;
+            } else {
+                s.released += added;
+            }
+            s.check();
+        }
+        self.flush();
+    }
+
+    /// Marks the connection as paused for backlog; the writer reports when it drained.
+    pub fn set_throttled(&self) {
+        self.lock().throttled = true;
+    }
+
+    /// Marks that the server sent `connection.close` and wakes the reader.
+    pub fn set_closing(&self) {
+        self.lock().closing = true;
+        self.wake_reader.notify_one();
+        self.flush();
+    }
+
+    /// True once the server sent `connection.close`.
+    pub fn is_closing(&self) -> bool {
+        self.lock().closing
+    }
+
+    /// Resolves when the server starts closing the connection (see [`Outbox::set_closing`]).
+    pub async fn closing(&self) {
+        loop {
+            let notified = self.wake_reader.notified();
+            if self.is_closing() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Resolves once fewer than `bytes_max` bytes are queued (or the outbox is finished).
+    pub async fn wait_below(&self, bytes_max: usize) {
+        loop {
+            let wrote = self.wrote.notified();
+            {
+                let s = self.lock();
+                if s.queued_bytes < bytes_max || s.finished || s.closing {
+                    return;
+                }
+            }
+            wrote.await;
+        }
+    }
+
+    /// Tells the writer to write what is released and then stop; later appends are dropped,
+    /// and so are bytes still held (the peer is gone or done).
+    pub fn finish(&self) {
+        self.lock().finished = true;
+        self.wake_writer.notify_one();
+    }
+}
+
+/// What the writer needs besides the outbox.
+pub struct WriterCtx {
+    /// The connection's id, for `CoreMsg::Drained`.
+    pub conn: u64,
+    /// To tell the broker task that a throttled connection drained.
+    pub core: mpsc::Sender<CoreMsg>,
+    /// Send a heartbeat after this long without writing anything (None: heartbeats off).
+    pub heartbeat: tokio::sync::watch::Receiver<Option<Duration>>,
+}
+
+/// The writer task: flushes the outbox to the socket (TCP or TLS), one `write_all` per batch, and sends
+/// heartbeats when idle. Ends when the outbox is finished and empty, or on a write error
+/// (then the reader notices the closed socket).
+pub async fn run_writer<W: AsyncWrite + Unpin>(
+    outbox: std::sync::Arc<Outbox>,
+    mut sock: W,
+    ctx: WriterCtx,
+) {
+    loop {
+        let (chunk, finished) = {
+            let mut s = outbox.lock();
+            let released = std::mem::take(&mut s.released);
+            (s.buf.split_to(released), s.finished)
+        };
+        if chunk.is_empty() {
+            if finished {
+                break;
+            }
+            let idle = *ctx.heartbeat.borrow();
+            let notified = outbox.wake_writer.notified();
+            match idle {
+                Some(interval) => {
+                    if tokio::time::timeout(interval, notified).await.is_err() {
+                        outbox.send(protocol::encode_heartbeat);
+                    }
+                }
+                None => notified.await,
+            }
+            continue;
+        }
+        if sock.write_all(&chunk).await.is_err() {
+            break;
+        }
+        outbox.wrote.notify_one();
+        let drained = {
+            let mut s = outbox.lock();
+            s.queued_bytes = s.queued_bytes.saturating_sub(chunk.len());
+            let drained = s.throttled && s.queued_bytes < OUTBOX_LOW_BYTES;
+            if drained {
+                s.throttled = false;
+            }
+            drained
+        };
+        if drained && ctx.core.send(CoreMsg::Drained(ctx.conn)).await.is_err() {
+            break;
+        }
+    }
+    let _ = sock.shutdown().await;
+    outbox.finish();
+    outbox.wrote.notify_one();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bytes the writer may write now (what `run_writer` would take).
+    fn writable(outbox: &Outbox) -> Vec<u8> {
+        let mut s = outbox.lock();
+        let released = std::mem::take(&mut s.released);
+        let chunk = s.buf.split_to(released);
+        s.queued_bytes -= chunk.len();
+        chunk.to_vec()
+    }
+
+    fn put(bytes: &'static [u8]) -> impl FnOnce(&mut BytesMut) {
+        move |buf: &mut BytesMut| buf.extend_from_slice(bytes)
+    }
+
+    #[test]
+    fn s_dur_4_a_batch_is_written_only_once_its_ticket_is_durable() {
+        let outbox = Outbox::default();
+        outbox.append(put(b"deliver"));
+        assert!(writable(&outbox).is_empty(), "nothing before the seal");
+        assert!(outbox.seal(7, 6), "ticket 7 is not durable at watermark 6");
+        assert!(writable(&outbox).is_empty());
+        assert!(!outbox.release(7));
+        assert_eq!(writable(&outbox), b"deliver");
+    }
+
+    #[test]
+    fn held_segments_are_released_in_order_and_never_overtaken() {
+        let outbox = Outbox::default();
+        outbox.append(put(b"a"));
+        assert!(outbox.seal(5, 0));
+        outbox.append(put(b"b"));
+        assert!(outbox.seal(9, 0));
+        // The reader's own frame (a crossing close-ok) queues behind the held ones.
+        outbox.send(put(b"c"));
+        // A batch that logged nothing still waits behind earlier held frames.
+        outbox.append(put(b"d"));
+        assert!(outbox.seal(9, 0));
+        assert!(outbox.release(5));
+        assert_eq!(writable(&outbox), b"a");
+        assert!(!outbox.release(9));
+        assert_eq!(writable(&outbox), b"bcd");
+        // Nothing held: the reader's frames go at once.
+        outbox.send(put(b"e"));
+        assert_eq!(writable(&outbox), b"e");
+    }
+
+    #[test]
+    fn frames_sent_during_an_open_batch_are_sealed_with_it() {
+        let outbox = Outbox::default();
+        outbox.append(put(b"reply"));
+        outbox.send(put(b"heartbeat"));
+        assert!(writable(&outbox).is_empty(), "the open batch is not sealed");
+        assert!(!outbox.seal(3, 3));
+        assert_eq!(writable(&outbox), b"replyheartbeat");
+    }
+
+    #[test]
+    fn held_bytes_count_towards_the_flow_control_bounds() {
+        let outbox = Outbox::default();
+        let queued = outbox.append(|buf| buf.extend_from_slice(&[0; 100]));
+        assert_eq!(queued, 100);
+        outbox.seal(2, 1);
+        assert_eq!(outbox.append(put(b"x")), 101);
+        assert_eq!(outbox.lock().queued_bytes, 101);
+    }
+
+    #[test]
+    fn a_failed_log_discards_what_is_held_and_keeps_what_was_released() {
+        let outbox = Outbox::default();
+        outbox.append(put(b"old"));
+        outbox.seal(1, 1);
+        outbox.append(put(b"held"));
+        outbox.seal(2, 1);
+        outbox.append(put(b"open"));
+        outbox.discard_unreleased();
+        outbox.append(put(b"close"));
+        assert!(!outbox.seal(0, 0));
+        assert_eq!(writable(&outbox), b"oldclose");
+        assert_eq!(outbox.lock().queued_bytes, 0);
+    }
+}

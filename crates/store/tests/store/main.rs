@@ -1,0 +1,17 @@
+//! The store's integration tests (`wharf_store` over the WAL): event codec and its golden bytes,
+//! checkpoints, crash and recovery, replay against a model.
+//!
+//! One test binary for the group, so that `cargo test` links it once (each binary links the whole
+//! crate and its dependencies); every former `tests/<name>.rs` is the module `<name>`, so test
+//! names keep their file as a prefix (`cargo test --test store <name>::`). Depends only on wharf's
+//! public API, the test clients and the shared helpers under tests/.
+
+#[path = "../store_common/mod.rs"]
+mod store_common;
+
+mod store_checkpoint;
+mod store_codec;
+mod store_crash;
+mod store_golden;
+mod store_recovery;
+mod store_replay;
