@@ -54,8 +54,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput};
-use wharf_broker::types::{ConnId, Publish};
 use wharf_broker::{Broker, Command, FieldTable, Properties, QueueDeclare};
+use wharf_broker::{ConnId, Publish};
 use wharf_store::codec::{self, StoreRecord};
 use wharf_store::{Store, StoreConfig};
 use wharf_wal::{FileStorage, RecoveryMode, scan};
@@ -132,7 +132,7 @@ fn write_log(config: &StoreConfig, n: usize, queues: usize) -> u64 {
 /// `churn` and taken at once (`basic.get` with no-ack), as a benchmark's acked traffic.
 fn write_churn(store: &Store, broker: &mut Broker, pairs: usize) -> u64 {
     use wharf_broker::ChanRef;
-    use wharf_broker::types::ChannelId;
+    use wharf_broker::ChannelId;
     let now = 1_700_000_000_000;
     let chan = ChanRef {
         conn: ConnId(1),
@@ -355,7 +355,7 @@ fn checkpointed(config: &StoreConfig, n: usize, log_only: &mut [Duration]) {
 }
 
 fn decode_one(c: &mut Criterion) {
-    let message = wharf_broker::types::Message {
+    let message = wharf_broker::Message {
         id: wharf_broker::MessageId(7),
         enqueued_at_ms: 1_700_000_000_000,
         ttl_ms: None,
@@ -370,7 +370,7 @@ fn decode_one(c: &mut Criterion) {
     };
     let event = wharf_broker::Event::Published {
         vhost: "/".into(),
-        message: wharf_broker::types::MessageRecord {
+        message: wharf_broker::MessageRecord {
             message: Arc::new(message),
         },
         queues: vec!["q".into()],

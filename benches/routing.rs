@@ -16,7 +16,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use wharf_broker::routing::topic::{TopicIndex, topic_matches};
+use wharf_broker::{TopicIndex, topic_matches};
 
 /// Symbols with exact bindings on every venue.
 const SYMBOLS: u32 = 3000;

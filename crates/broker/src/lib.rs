@@ -79,10 +79,12 @@ pub mod types;
 pub mod value;
 
 pub use access::{PermissionInfo, UserInfo};
+pub use args::{Overflow, QueueSettings, parse_policy, parse_queue_args};
 pub use error::{BrokerError, ErrorKind};
 pub use model::Broker;
 pub use replay::{
     DurableMessage, DurableState, Placement, QueueSnapshot, Snapshot, SnapshotMessage,
 };
+pub use routing::topic::{TopicIndex, topic_matches};
 pub use types::*;
 pub use value::{FieldTable, Value};

@@ -22,8 +22,8 @@ use amq_protocol::types::{
     ShortString,
 };
 
-use wharf_broker::value::{FieldTable, Value};
 use wharf_broker::{BrokerError, ErrorKind, Properties};
+use wharf_broker::{FieldTable, Value};
 use wharf_protocol::reply_code;
 
 /// A broker value that cannot be put on the wire.

@@ -15,12 +15,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use wharf_base::limits;
-use wharf_broker::replay::Placement;
-use wharf_broker::types::{
+use wharf_broker::Placement;
+use wharf_broker::{
     ApplyTo, DelayedType, DestName, Event, ExchangeKind, Message, MessageId, MessageRecord,
     PolicySpec, Properties, SettleKind, StoredAt, StoredEvent, StoredMessage,
 };
-use wharf_broker::value::{FieldTable, Value};
+use wharf_broker::{FieldTable, Value};
 use wharf_wal::record::le;
 
 /// The store record format this build writes and the newest it reads. Written in a
@@ -821,7 +821,7 @@ fn get_message(d: &mut Dec<'_>) -> Result<MessageRecord, DecodeError> {
                 Some(owner) => owner.slice_ref(body),
                 None => Bytes::copy_from_slice(body),
             },
-            stored: wharf_broker::types::StoredSlot::default(),
+            stored: wharf_broker::StoredSlot::default(),
         }),
     })
 }

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::codec;
-use wharf_broker::types::{Message, MessageId, MessageLoader, StoredAt, StoredMessage, StoredSlot};
+use wharf_broker::{Message, MessageId, MessageLoader, StoredAt, StoredMessage, StoredSlot};
 use wharf_wal::reader::read_frame_at;
 use wharf_wal::storage::StorageFile;
 use wharf_wal::{Position, Reader, SegmentId};

@@ -7,11 +7,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use wharf_broker::types::{ChannelId, ConnId};
 use wharf_broker::{
     Broker, BrokerError, ChanRef, Command, ExchangeDeclare, FieldTable, Outcome, Properties,
     Publish, QueueDeclare, Reply,
 };
+use wharf_broker::{ChannelId, ConnId};
 use wharf_store::{Store, StoreConfig, Ticket};
 use wharf_wal::{FileStorage, WalConfig};
 

@@ -16,8 +16,8 @@ use super::json::{self as j, NODE};
 use super::{Api, ApiError};
 use crate::admin::AdminView;
 use crate::clock_control::{self, ClockControlError};
-use wharf_broker::args::{QueueSettings, parse_policy, parse_queue_args};
 use wharf_broker::{Command, ExchangeDeclare, PolicyInfo, PolicySpec, QueueDeclare, QueueInfo};
+use wharf_broker::{QueueSettings, parse_policy, parse_queue_args};
 
 type Peer = ConnectInfo<SocketAddr>;
 type ApiResult = Result<Response, ApiError>;
@@ -383,9 +383,9 @@ fn settings_json(s: &QueueSettings) -> JsonValue {
     }
     if let Some(v) = s.overflow {
         let name = match v {
-            wharf_broker::args::Overflow::DropHead => "drop-head",
-            wharf_broker::args::Overflow::RejectPublish => "reject-publish",
-            wharf_broker::args::Overflow::RejectPublishDlx => "reject-publish-dlx",
+            wharf_broker::Overflow::DropHead => "drop-head",
+            wharf_broker::Overflow::RejectPublish => "reject-publish",
+            wharf_broker::Overflow::RejectPublishDlx => "reject-publish-dlx",
         };
         map.insert("overflow".into(), json!(name));
     }

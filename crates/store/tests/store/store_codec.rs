@@ -13,7 +13,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use proptest::prelude::*;
 use wharf_base::limits;
-use wharf_broker::types::{
+use wharf_broker::{
     ApplyTo, DelayedType, DestName, Event, ExchangeKind, Message, MessageId, MessageRecord,
     PolicySpec, Properties, SettleKind,
 };

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use wharf_broker::types::ConnId;
+use wharf_broker::ConnId;
 use wharf_broker::{
     Broker, ChanRef, Command, FieldTable, MessageId, Properties, Publish, QueueDeclare, Value,
 };

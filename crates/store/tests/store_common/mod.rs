@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use proptest::prelude::*;
-use wharf_broker::types::{ApplyTo, ChannelId, ConnId};
+use wharf_broker::{ApplyTo, ChannelId, ConnId};
 use wharf_broker::{
     Broker, ChanRef, Command, Effect, Event, ExchangeDeclare, FieldTable, Outcome, PolicySpec,
     Properties, Publish, QueueDeclare, Reply, Value,
