@@ -13,8 +13,8 @@
 //!   one [`Outcome`] out. The server sends the method reply (`Outcome::reply`) first, then
 //!   the `effects` in order (deliveries, returns, server-sent cancels, deletions, deaths),
 //!   and hands `events` (durable facts, in order) to the store. For a publish the reply is
-//!   a [`PublishResult`]: `routed`, `refused` (nack under confirms, S-LEN-2) and
-//!   `needs_durability` (confirm only once this outcome's events are durable, S-DUR-3).
+//!   a [`PublishResult`]: `routed` and `refused` (nack under confirms, S-LEN-2); confirm
+//!   only once this outcome's events are durable (S-DUR-3).
 //!   An error changes nothing and leaves no events; its [`ErrorKind`] says whether it closes
 //!   the channel or the connection, and the server then sends `ChannelClose` /
 //!   `ConnectionClose` itself (which requeue that channel's or connection's unacked
@@ -54,37 +54,40 @@
 //! its queues (a dead-lettered copy or a due scheduled message gets a fresh one), so queue
 //! order is id order and a requeue goes back to its original position.
 //!
-//! # Files
+//! # Modules
 //!
-//! - `types.rs`: the public vocabulary (ids, properties, commands, outcomes, events).
+//! - `broker/`: [`Broker`]: its state (`mod.rs`, `state.rs`) and one file per domain with
+//!   its `impl Broker` block (vhosts, connections, exchanges and bindings, queues, policies,
+//!   access, publish, delivery, expiry, dead-lettering, scheduling, replay, recovery, paging,
+//!   snapshot, invariants, queries).
+//! - `types/`: the public vocabulary (ids, messages, commands, outcomes, events, query
+//!   results, snapshots).
 //! - `args.rs`: argument, expiration and policy validation; effective settings.
-//! - `model.rs`: the state and the definition commands (vhosts, exchanges, queues,
-//!   bindings, policies, connections, channels).
-//! - `flow.rs`: publish, routing, delivery, acks, requeue, expiry, dead-lettering, length
-//!   limits, leases, scheduled messages, timers.
 //! - `queue.rs`: one queue's ready messages and deadline index.
-//! - `access.rs`: users and permissions (definitions only; no hashing, no decisions).
-//! - `replay.rs`: `apply`, `recovered`, `check_invariants`, queries.
-//! - `routing/`: topic and headers matching (owned by the routing work).
+//! - `record_size.rs`: the default of the store's rule for a message's log record size.
+//! - `routing/`: topic and headers matching.
+//! - `value.rs`: AMQP field values and tables; `error.rs`: [`BrokerError`].
 
-pub mod access;
-pub mod args;
-pub mod error;
-mod flow;
-pub mod model;
+mod args;
+mod broker;
+mod error;
 mod queue;
-pub mod replay;
-pub mod routing;
-pub mod types;
-pub mod value;
+mod record_size;
+mod routing;
+mod types;
+mod value;
 
-pub use access::{PermissionInfo, UserInfo};
 pub use args::{Overflow, QueueSettings, parse_policy, parse_queue_args};
+pub use broker::Broker;
 pub use error::{BrokerError, ErrorKind};
-pub use model::Broker;
-pub use replay::{
-    DurableMessage, DurableState, Placement, QueueSnapshot, Snapshot, SnapshotMessage,
+pub use routing::{TopicIndex, topic_matches};
+pub use types::{
+    ApplyTo, BindingInfo, ChanRef, ChannelId, Command, ConnId, ConsumerInfo, DeathFate,
+    DeathReason, DelayedType, Delivery, DeliveryTag, DestName, DurableMessage, DurableState,
+    Effect, Event, ExchangeDeclare, ExchangeInfo, ExchangeKind, GetOk, Message, MessageId,
+    MessageLoader, MessageRecord, MessageRef, Outcome, PermissionInfo, Placement, PolicyInfo,
+    PolicySpec, Properties, Publish, PublishResult, QueueDeclare, QueueDeletedReason, QueueInfo,
+    QueueSnapshot, RecordSize, Reply, SettleKind, Snapshot, SnapshotMessage, StoredAt, StoredEvent,
+    StoredMessage, StoredSlot, UserInfo,
 };
-pub use routing::topic::{TopicIndex, topic_matches};
-pub use types::*;
 pub use value::{FieldTable, Value};

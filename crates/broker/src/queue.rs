@@ -521,7 +521,7 @@ mod tests {
             stored: crate::types::StoredSlot::default(),
         };
         if lsn > 0 {
-            m.stored.set(lsn, 1000 + id);
+            m.set_stored(lsn, 1000 + id);
         }
         MessageRef::Loaded(Arc::new(m))
     }

@@ -38,6 +38,7 @@
 
 pub mod checkpoint;
 pub mod codec;
+mod record_size;
 pub mod stored;
 
 use std::future::Future;
@@ -398,6 +399,7 @@ impl Store {
         summarise(&report, &mut summary);
         let reader = Arc::new(StoredReader::new(wal.reader(), view));
         broker.set_loader(Arc::clone(&reader) as Arc<dyn wharf_broker::MessageLoader>);
+        broker.set_record_size(Arc::new(record_size::MessageRecordSize));
         let store = Store {
             appender: wal.appender(),
             wal,
@@ -472,7 +474,7 @@ impl Store {
             if let Some(message) = message
                 && let Some(at) = stored::pack_log(appended.position)
             {
-                message.stored.set(last.0, at);
+                message.set_stored(last.0, at);
             }
             bytes += wharf_wal::record::frame_bytes(payload.len()) as u64;
             start = end;

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::codec;
-use wharf_broker::{Message, MessageId, MessageLoader, StoredAt, StoredMessage, StoredSlot};
+use wharf_broker::{Message, MessageId, MessageLoader, StoredAt, StoredMessage};
 use wharf_wal::reader::read_frame_at;
 use wharf_wal::storage::StorageFile;
 use wharf_wal::{Position, Reader, SegmentId};
@@ -213,10 +213,10 @@ impl MessageLoader for StoredReader {
     fn load(&self, s: &StoredMessage) -> Result<Message, String> {
         let found = self.find(s)?;
         let (kind, at) = (found.kind, found.at);
-        let mut message =
+        let message =
             codec::decode_message_part(kind, &found.into_part()).map_err(|e| e.to_string())?;
         // Durable already (it was read back): it may be paged out again at once.
-        message.stored = StoredSlot::filled(0, at);
+        message.set_stored(0, at);
         Ok(message)
     }
 }

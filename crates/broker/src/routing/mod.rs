@@ -37,5 +37,8 @@
 //! no key left to compare, `all` matches everything and `any` nothing. Cost: O(binding keys x
 //! headers) per binding, as field tables are searched linearly.
 
-pub mod headers;
-pub mod topic;
+mod headers;
+mod topic;
+
+pub(crate) use headers::{headers_match, validate_binding_args};
+pub use topic::{TopicIndex, topic_matches};

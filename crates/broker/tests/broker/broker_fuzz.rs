@@ -11,7 +11,7 @@
 
 use bytes::Bytes;
 use proptest::prelude::*;
-use wharf_broker::types::ApplyTo;
+use wharf_broker::ApplyTo;
 use wharf_broker::{
     Broker, ChanRef, Command, ExchangeDeclare, FieldTable, PolicySpec, Properties, Publish,
     QueueDeclare, Value,

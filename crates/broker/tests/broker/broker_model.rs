@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use broker_common::{CH, args, s};
 use bytes::Bytes;
 use proptest::prelude::*;
-use wharf_broker::types::ApplyTo;
+use wharf_broker::ApplyTo;
 use wharf_broker::{
     Broker, Command, Effect, ExchangeDeclare, FieldTable, PolicySpec, Properties, Publish,
     QueueDeclare, Reply, Value,

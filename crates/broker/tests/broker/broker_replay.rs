@@ -21,7 +21,7 @@ use crate::broker_common;
 use broker_common::*;
 use bytes::Bytes;
 use proptest::prelude::*;
-use wharf_broker::types::ApplyTo;
+use wharf_broker::ApplyTo;
 use wharf_broker::{
     Broker, ChanRef, Command, Event, ExchangeDeclare, FieldTable, PolicySpec, Properties, Publish,
     QueueDeclare, Value,

@@ -1041,7 +1041,7 @@ fn s_sched_1_delayed_messages_are_invisible_until_due_and_durable() {
         b"x",
     ));
     let r = o.published().unwrap();
-    assert!(r.routed && r.needs_durability);
+    assert!(r.routed);
     assert!(matches!(o.events[..], [Event::Scheduled { .. }]));
     assert_eq!(h.ready("q"), 0);
     assert_eq!(h.b.next_deadline(), Some(t0 + 1000));
@@ -1098,7 +1098,6 @@ fn reply_types_for_get_and_publish() {
         Reply::Published(wharf_broker::PublishResult {
             routed: true,
             refused: false,
-            needs_durability: false
         })
     );
 }

@@ -5,7 +5,7 @@
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
 use bytes::Bytes;
-use wharf_broker::types::ApplyTo;
+use wharf_broker::ApplyTo;
 use wharf_broker::{
     Broker, BrokerError, ChanRef, Command, Delivery, Effect, Event, ExchangeDeclare, FieldTable,
     GetOk, Outcome, PolicySpec, Properties, Publish, QueueDeclare, QueueInfo, Reply, Value,

@@ -3,57 +3,14 @@
 //! `rabbit_password_hashing_sha256` format, so exported definitions import unchanged) and
 //! tags; a permission is a user's configure/write/read regular expressions on one vhost.
 //!
-//! This file holds the state, the commands (`UserPut`, `UserDelete`, `PermissionSet`,
+//! This file holds the commands (`UserPut`, `UserDelete`, `PermissionSet`,
 //! `PermissionClear`), their replay and the queries. Deciding whether an operation is allowed
 //! is the server's job (it matches these regexes); the broker only keeps the definitions.
 //! Must not depend on anything outside `broker` (no hashing, no randomness, no I/O).
 
-use std::collections::BTreeMap;
-
+use super::Broker;
 use crate::error::{BrokerError, ErrorKind};
-use crate::model::Broker;
-use crate::types::{Event, Outcome};
-
-/// A user as stored and listed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UserInfo {
-    /// Name.
-    pub name: String,
-    /// `base64(salt ++ sha256(salt ++ password))`, RabbitMQ's `password_hash` (empty: the
-    /// user cannot log in with a password, as RabbitMQ's passwordless users).
-    pub password_hash: String,
-    /// Tags (`administrator`, `management`, `monitoring`, `policymaker`, or any other word).
-    pub tags: Vec<String>,
-}
-
-/// One user's permissions on one vhost, as stored and listed. Each field is a regular
-/// expression matched (unanchored, as RabbitMQ) against resource names; an empty one matches
-/// nothing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PermissionInfo {
-    /// The user.
-    pub user: String,
-    /// The vhost.
-    pub vhost: String,
-    /// Declare and delete.
-    pub configure: String,
-    /// Publish to, bind to.
-    pub write: String,
-    /// Consume from, get from, purge, bind from.
-    pub read: String,
-}
-
-/// The users and permissions of a broker. Invariant: every permission names an existing
-/// user and an existing vhost.
-#[derive(Debug, Default)]
-pub(crate) struct Access {
-    pub users: BTreeMap<String, UserInfo>,
-    /// Keyed by (user, vhost).
-    pub permissions: BTreeMap<(String, String), PermissionInfo>,
-    /// A user was ever defined (put or deleted) in this broker's history: the default user
-    /// is seeded only while this is false, so an operator's delete of `guest` sticks.
-    pub ever_defined: bool,
-}
+use crate::types::{Command, Event, Outcome, PermissionInfo, UserInfo};
 
 fn no_user(name: &str) -> BrokerError {
     BrokerError::not_found(format!("no user '{name}'"))
@@ -67,6 +24,47 @@ fn check_regex(which: &str, re: &str) -> Result<(), BrokerError> {
 }
 
 impl Broker {
+    /// `UserPut` / `UserDelete` / `PermissionSet` / `PermissionClear`.
+    pub(super) fn access_command(
+        &mut self,
+        cmd: Command,
+        out: &mut Outcome,
+    ) -> Result<(), BrokerError> {
+        match cmd {
+            Command::UserPut {
+                name,
+                password_hash,
+                tags,
+            } => self.put_user(
+                UserInfo {
+                    name,
+                    password_hash,
+                    tags,
+                },
+                out,
+            ),
+            Command::UserDelete { name } => self.delete_user(&name, out),
+            Command::PermissionSet {
+                user,
+                vhost,
+                configure,
+                write,
+                read,
+            } => self.set_permission(
+                PermissionInfo {
+                    user,
+                    vhost,
+                    configure,
+                    write,
+                    read,
+                },
+                out,
+            ),
+            Command::PermissionClear { user, vhost } => self.clear_permission(&user, &vhost, out),
+            other => unreachable!("not an access command: {other:?}"),
+        }
+    }
+
     /// The users, by name.
     pub fn users(&self) -> Vec<UserInfo> {
         self.access.users.values().cloned().collect()
@@ -90,7 +88,7 @@ impl Broker {
     }
 
     /// `UserPut`: creates or replaces a user (its permissions stay).
-    pub(crate) fn put_user(
+    pub(super) fn put_user(
         &mut self,
         user: UserInfo,
         out: &mut Outcome,
@@ -110,7 +108,7 @@ impl Broker {
     }
 
     /// `UserDelete`: removes a user and its permissions.
-    pub(crate) fn delete_user(&mut self, name: &str, out: &mut Outcome) -> Result<(), BrokerError> {
+    pub(super) fn delete_user(&mut self, name: &str, out: &mut Outcome) -> Result<(), BrokerError> {
         if !self.access.users.contains_key(name) {
             return Err(no_user(name));
         }
@@ -122,7 +120,7 @@ impl Broker {
     }
 
     /// `PermissionSet`: the user and vhost must exist and each regex must compile.
-    pub(crate) fn set_permission(
+    pub(super) fn set_permission(
         &mut self,
         p: PermissionInfo,
         out: &mut Outcome,
@@ -154,7 +152,7 @@ impl Broker {
     }
 
     /// `PermissionClear`: the user must exist; clearing an absent permission changes nothing.
-    pub(crate) fn clear_permission(
+    pub(super) fn clear_permission(
         &mut self,
         user: &str,
         vhost: &str,
@@ -177,12 +175,12 @@ impl Broker {
         Ok(())
     }
 
-    pub(crate) fn apply_user_put(&mut self, user: UserInfo) {
+    pub(super) fn apply_user_put(&mut self, user: UserInfo) {
         self.access.ever_defined = true;
         self.access.users.insert(user.name.clone(), user);
     }
 
-    pub(crate) fn apply_user_deleted(&mut self, name: &str) {
+    pub(super) fn apply_user_deleted(&mut self, name: &str) {
         self.access.ever_defined = true;
         self.access.users.remove(name);
         self.access.permissions.retain(|(u, _), _| u != name);
@@ -190,7 +188,7 @@ impl Broker {
 
     /// Replays a `PermissionSet`. A permission naming a user or vhost the log never made is
     /// not this broker's log.
-    pub(crate) fn apply_permission_set(&mut self, p: &PermissionInfo) -> Result<(), BrokerError> {
+    pub(super) fn apply_permission_set(&mut self, p: &PermissionInfo) -> Result<(), BrokerError> {
         if !self.access.users.contains_key(&p.user) || !self.vhosts.contains_key(&p.vhost) {
             return Err(BrokerError::new(
                 ErrorKind::InternalError,
@@ -207,12 +205,12 @@ impl Broker {
     }
 
     /// A deleted vhost takes its permissions with it (RabbitMQ does the same).
-    pub(crate) fn forget_vhost_permissions(&mut self, vhost: &str) {
+    pub(super) fn forget_vhost_permissions(&mut self, vhost: &str) {
         self.access.permissions.retain(|(_, v), _| v != vhost);
     }
 
     /// Walks the access invariant (every permission names a live user and vhost).
-    pub(crate) fn check_access_invariants(&self) {
+    pub(super) fn check_access_invariants(&self) {
         for (user, vhost) in self.access.permissions.keys() {
             assert!(
                 self.access.users.contains_key(user),

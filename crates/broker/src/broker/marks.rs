@@ -1,0 +1,68 @@
+//! The per-queue message marks a step logs (settled, delivered, returned), batched so that a
+//! step that settles many messages of one queue logs one record.
+
+use crate::types::{Event, MessageId, SettleKind};
+
+/// Which batched per-queue event to extend.
+#[derive(Clone, Copy)]
+pub(super) enum Mark {
+    Settle(SettleKind),
+    Delivered,
+    Returned,
+}
+
+/// Appends `id` to the last event if it is the same kind for the same queue, so a step that
+/// settles many messages of one queue logs one record (DESIGN: a batch per record).
+pub(super) fn push_mark(
+    events: &mut Vec<Event>,
+    vhost: &str,
+    queue: &str,
+    id: MessageId,
+    mark: Mark,
+) {
+    if let Some(last) = events.last_mut() {
+        let ids = match (last, mark) {
+            (
+                Event::Settled {
+                    vhost: v,
+                    queue: q,
+                    ids,
+                    kind,
+                },
+                Mark::Settle(k),
+            ) if *kind == k && v == vhost && q == queue => Some(ids),
+            (
+                Event::Delivered {
+                    vhost: v,
+                    queue: q,
+                    ids,
+                },
+                Mark::Delivered,
+            )
+            | (
+                Event::Returned {
+                    vhost: v,
+                    queue: q,
+                    ids,
+                },
+                Mark::Returned,
+            ) if v == vhost && q == queue => Some(ids),
+            _ => None,
+        };
+        if let Some(ids) = ids {
+            ids.push(id);
+            return;
+        }
+    }
+    let (vhost, queue, ids) = (vhost.to_owned(), queue.to_owned(), vec![id]);
+    events.push(match mark {
+        Mark::Settle(kind) => Event::Settled {
+            vhost,
+            queue,
+            ids,
+            kind,
+        },
+        Mark::Delivered => Event::Delivered { vhost, queue, ids },
+        Mark::Returned => Event::Returned { vhost, queue, ids },
+    });
+}

@@ -1,0 +1,176 @@
+//! The broker: owns every vhost, exchange, queue, channel and consumer, and applies commands,
+//! timers and replayed events to them. This file holds the state and the front door
+//! ([`Broker::handle`]), which hands each command to the file of its domain; the children
+//! hold the `impl Broker` blocks, one domain each:
+//!
+//! - `state.rs`: the entities the broker holds (plain data).
+//! - `lookups.rs`, `refusals.rs`, `marks.rs`: lookups, errors and logged marks every domain
+//!   shares.
+//! - `vhosts.rs`, `connections.rs`, `exchanges.rs` (with bindings), `queues.rs`,
+//!   `policies.rs` (S-POL), `access.rs` (users, permissions): the definitions.
+//! - `publish.rs` (routing, S-LEN), `delivery.rs` (consumers, get, acks, requeue, prefetch,
+//!   flow), `expiry.rs` (S-TTL, S-QEXP, timers), `dead_letter.rs` (S-DLX), `scheduling.rs`
+//!   (S-SCHED): moving messages.
+//! - `replay.rs`, `recovery.rs`, `paging.rs`, `snapshot.rs`: durability's side.
+//! - `invariants.rs`, `queries.rs`: the invariant walk and the management queries.
+//!
+//! Must not depend on `protocol`, `wal`, `store`, `server`, a clock or any I/O.
+
+mod access;
+mod connections;
+mod dead_letter;
+mod delivery;
+mod exchanges;
+mod expiry;
+mod invariants;
+mod lookups;
+mod marks;
+mod paging;
+mod policies;
+mod publish;
+mod queries;
+mod queues;
+mod recovery;
+mod refusals;
+mod replay;
+mod scheduling;
+mod snapshot;
+mod state;
+mod vhosts;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use self::state::{
+    Access, Channel, Conn, Exchange, ExchangeId, Queue, QueueId, Scheduled, Timer, Vhost,
+};
+use crate::error::BrokerError;
+use crate::types::{ChanRef, Command, ConnId, MessageId, MessageLoader, Outcome, RecordSize};
+
+/// The whole broker model. See the module doc of [`crate`] for the API.
+#[derive(Debug)]
+pub struct Broker {
+    vhosts: BTreeMap<String, Vhost>,
+    queues: BTreeMap<QueueId, Queue>,
+    exchanges: BTreeMap<ExchangeId, Exchange>,
+    conns: BTreeMap<ConnId, Conn>,
+    channels: BTreeMap<ChanRef, Channel>,
+    scheduled: BTreeMap<MessageId, Scheduled>,
+    timers: BTreeSet<(u64, Timer)>,
+    next_message: u64,
+    next_queue: u64,
+    next_exchange: u64,
+    next_consumer: u64,
+    name_seq: u64,
+    dirty: Vec<QueueId>,
+    dead_letter_dropped: u64,
+    /// Unacked deliveries a channel may hold over all its consumers (the safety cap for
+    /// consumers without prefetch), `limits::UNACKED_PER_CHANNEL_MAX` or lower.
+    unacked_per_channel_max: u32,
+    /// Users and permissions (`access.rs`).
+    access: Access,
+    /// Reads stored messages back (the store's; `None` in a broker that never stores).
+    loader: Option<Arc<dyn MessageLoader>>,
+    /// The store's rule for whether a message's log record fits (`None`: the default rule,
+    /// `publish.rs`).
+    record_size: Option<Arc<dyn RecordSize>>,
+    /// The first failure to read a stored message back: the server stops (S-DUR-7).
+    storage_failure: Option<String>,
+    /// Memory the content of queued messages held in memory takes, over every queue.
+    loaded_total: Arc<AtomicU64>,
+}
+
+impl Default for Broker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Broker {
+    /// An empty broker with the vhost `/` and its predeclared exchanges.
+    pub fn new() -> Self {
+        let mut b = Self {
+            vhosts: BTreeMap::new(),
+            queues: BTreeMap::new(),
+            exchanges: BTreeMap::new(),
+            conns: BTreeMap::new(),
+            channels: BTreeMap::new(),
+            scheduled: BTreeMap::new(),
+            timers: BTreeSet::new(),
+            next_message: 1,
+            next_queue: 1,
+            next_exchange: 1,
+            next_consumer: 1,
+            name_seq: 0,
+            dirty: Vec::new(),
+            dead_letter_dropped: 0,
+            unacked_per_channel_max: wharf_base::limits::UNACKED_PER_CHANNEL_MAX,
+            access: Access::default(),
+            loader: None,
+            record_size: None,
+            storage_failure: None,
+            loaded_total: Arc::default(),
+        };
+        b.add_vhost("/");
+        b
+    }
+
+    /// Applies one command at `now_ms`. The server sends `reply` first, then the effects,
+    /// and releases publisher confirms only once `events` are durable.
+    ///
+    /// # Errors
+    /// The AMQP error RabbitMQ would send; the model is unchanged.
+    pub fn handle(&mut self, cmd: Command, now_ms: u64) -> Result<Outcome, BrokerError> {
+        let mut out = Outcome::default();
+        let result = self.dispatch(cmd, now_ms, &mut out);
+        self.process_dirty(now_ms, &mut out);
+        #[cfg(debug_assertions)]
+        self.check_invariants();
+        // An error must change nothing: every command validates before it mutates, so a
+        // refused command has no events (which would otherwise never reach the log).
+        debug_assert!(
+            result.is_ok() || (out.events.is_empty() && out.effects.is_empty()),
+            "a refused command left events or effects behind: {out:?}"
+        );
+        result.map(|()| out)
+    }
+
+    /// Hands each command to the file of its domain.
+    fn dispatch(&mut self, cmd: Command, now: u64, out: &mut Outcome) -> Result<(), BrokerError> {
+        match cmd {
+            Command::Publish(p) => self.publish(p, now, out),
+            Command::VhostAdd { .. } | Command::VhostDelete { .. } => {
+                self.vhost_command(cmd, now, out);
+                Ok(())
+            }
+            Command::ConnectionOpen { .. }
+            | Command::ConnectionClose { .. }
+            | Command::ChannelOpen { .. }
+            | Command::ChannelClose { .. } => self.connection_command(cmd, now, out),
+            Command::ExchangeDeclare(_)
+            | Command::ExchangeDelete { .. }
+            | Command::ExchangeBind { .. }
+            | Command::QueueBind { .. } => self.exchange_command(cmd, out),
+            Command::QueueDeclare(_) | Command::QueuePurge { .. } | Command::QueueDelete { .. } => {
+                self.queue_command(cmd, now, out)
+            }
+            Command::PolicySet { .. } | Command::PolicyClear { .. } => {
+                self.policy_command(cmd, now, out)
+            }
+            Command::UserPut { .. }
+            | Command::UserDelete { .. }
+            | Command::PermissionSet { .. }
+            | Command::PermissionClear { .. } => self.access_command(cmd, out),
+            Command::ChannelFlow { .. }
+            | Command::Qos { .. }
+            | Command::Consume { .. }
+            | Command::Cancel { .. }
+            | Command::Get { .. }
+            | Command::Ack { .. }
+            | Command::Nack { .. }
+            | Command::Reject { .. }
+            | Command::Recover { .. } => self.delivery_command(cmd, now, out),
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! Read-only queries for management and tests: queues, exchanges, bindings, policies,
+//! consumers, ready messages, vhost names, dead-letter drops.
+
+use std::sync::Arc;
+
+use super::Broker;
+use crate::types::{BindingInfo, ConsumerInfo, ExchangeInfo, Message, PolicyInfo, QueueInfo};
+
+impl Broker {
+    /// Messages dropped because their dead-letter exchange did not exist (S-DLX-4).
+    pub fn dead_letter_dropped(&self) -> u64 {
+        self.dead_letter_dropped
+    }
+
+    /// Queues of `vhost`, by name.
+    pub fn queues(&self, vhost: &str) -> Vec<QueueInfo> {
+        let Some(v) = self.vhosts.get(vhost) else {
+            return Vec::new();
+        };
+        v.queues
+            .values()
+            .filter_map(|id| self.queues.get(id))
+            .map(|q| QueueInfo {
+                vhost: q.vhost.to_string(),
+                name: q.name.to_string(),
+                durable: q.durable,
+                exclusive_owner: q.owner,
+                auto_delete: q.auto_delete,
+                arguments: q.arguments.clone(),
+                policy: q.policy.clone(),
+                operator_policy: q.operator_policy.clone(),
+                ready: u64::try_from(q.ready.len()).unwrap_or(u64::MAX),
+                unacked: q.unacked,
+                ready_bytes: q.ready.bytes(),
+                consumers: u32::try_from(q.consumers.len()).unwrap_or(u32::MAX),
+            })
+            .collect()
+    }
+
+    /// Exchanges of `vhost`, by name.
+    pub fn exchanges(&self, vhost: &str) -> Vec<ExchangeInfo> {
+        let Some(v) = self.vhosts.get(vhost) else {
+            return Vec::new();
+        };
+        v.exchanges
+            .values()
+            .filter_map(|id| self.exchanges.get(id))
+            .map(|x| ExchangeInfo {
+                vhost: x.vhost.to_string(),
+                name: x.name.to_string(),
+                kind: x.kind,
+                durable: x.durable,
+                auto_delete: x.auto_delete,
+                internal: x.internal,
+                arguments: x.arguments.clone(),
+            })
+            .collect()
+    }
+
+    /// Bindings of `vhost`, by source exchange then binding order.
+    pub fn bindings(&self, vhost: &str) -> Vec<BindingInfo> {
+        let Some(v) = self.vhosts.get(vhost) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for x in v.exchanges.values().filter_map(|id| self.exchanges.get(id)) {
+            for b in &x.bindings {
+                if let Some((destination, _)) = self.dest_name(b.dest) {
+                    out.push(BindingInfo {
+                        source: x.name.to_string(),
+                        destination,
+                        routing_key: b.key.clone(),
+                        arguments: b.args.clone(),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Policies and operator policies of `vhost`.
+    pub fn policies(&self, vhost: &str) -> Vec<PolicyInfo> {
+        let Some(v) = self.vhosts.get(vhost) else {
+            return Vec::new();
+        };
+        let normal = v.policies.values().map(|p| (p, false));
+        let op = v.operator_policies.values().map(|p| (p, true));
+        normal
+            .chain(op)
+            .map(|(p, operator)| PolicyInfo {
+                vhost: vhost.to_owned(),
+                policy: p.spec.clone(),
+                operator,
+            })
+            .collect()
+    }
+
+    /// Consumers of `vhost`.
+    pub fn consumers(&self, vhost: &str) -> Vec<ConsumerInfo> {
+        let Some(v) = self.vhosts.get(vhost) else {
+            return Vec::new();
+        };
+        v.queues
+            .values()
+            .filter_map(|id| self.queues.get(id))
+            .flat_map(|q| {
+                q.consumers.iter().map(|c| ConsumerInfo {
+                    chan: c.chan,
+                    consumer_tag: c.tag.to_string(),
+                    queue: q.name.to_string(),
+                    no_ack: c.no_ack,
+                    exclusive: c.exclusive,
+                    prefetch_count: c.prefetch,
+                    unacked: c.unacked,
+                })
+            })
+            .collect()
+    }
+
+    /// The ready messages of a queue in queue order, with their redelivered flags (for
+    /// management "peek" and tests); empty if there is no such queue.
+    pub fn ready_messages(&self, vhost: &str, queue: &str) -> Vec<(Arc<Message>, bool)> {
+        self.peek_messages(vhost, queue, usize::MAX)
+    }
+
+    /// The first `limit` ready messages of a queue, as [`Broker::ready_messages`]; stored
+    /// messages are read back (one that cannot be is left out and logged by the loader's
+    /// caller when delivered).
+    pub fn peek_messages(
+        &self,
+        vhost: &str,
+        queue: &str,
+        limit: usize,
+    ) -> Vec<(Arc<Message>, bool)> {
+        let Some(q) = self
+            .vhosts
+            .get(vhost)
+            .and_then(|v| v.queues.get(queue))
+            .and_then(|id| self.queues.get(id))
+        else {
+            return Vec::new();
+        };
+        q.ready
+            .iter()
+            .filter_map(|(m, e)| Some((self.read(m).ok()?, e.redelivered)))
+            .take(limit)
+            .collect()
+    }
+
+    /// Virtual host names.
+    pub fn vhost_names(&self) -> Vec<String> {
+        self.vhosts.keys().cloned().collect()
+    }
+}

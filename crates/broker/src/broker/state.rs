@@ -1,0 +1,183 @@
+//! What the broker holds: its entities (queues, exchanges with their bindings, vhosts,
+//! connections, channels, consumers, unacked deliveries, scheduled messages, timers, users and
+//! permissions) as plain data. The `impl Broker` blocks of the sibling files change them.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use crate::args::{Policy, QueueSettings};
+use crate::queue::{Ready, Taken};
+use crate::routing::TopicIndex;
+use crate::types::{
+    ChanRef, ChannelId, ConnId, ExchangeKind, Message, MessageId, PermissionInfo, UserInfo,
+};
+use crate::value::FieldTable;
+
+/// A queue's internal number; never reused, so a stale reference finds nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) struct QueueId(pub(super) u64);
+
+/// An exchange's internal number; never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) struct ExchangeId(pub(super) u64);
+
+/// A binding's destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) enum Dest {
+    Queue(QueueId),
+    Exchange(ExchangeId),
+}
+
+/// A consumer of one queue.
+#[derive(Debug, Clone)]
+pub(super) struct Consumer {
+    pub(super) serial: u64,
+    pub(super) chan: ChanRef,
+    pub(super) tag: Arc<str>,
+    pub(super) no_ack: bool,
+    pub(super) exclusive: bool,
+    /// Per-consumer prefetch limit, fixed at `basic.consume` (0 = none).
+    pub(super) prefetch: u16,
+    pub(super) unacked: u32,
+}
+
+/// One queue. Invariant: `armed_msg` / `armed_lease` are exactly the entries of this queue in
+/// `Broker::timers`, and equal `ready.first_deadline()` / `lease_deadline()` after each step.
+#[derive(Debug)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent AMQP flags and bookkeeping"
+)]
+pub(super) struct Queue {
+    pub(super) id: QueueId,
+    pub(super) vhost: Arc<str>,
+    pub(super) name: Arc<str>,
+    pub(super) durable: bool,
+    pub(super) owner: Option<ConnId>,
+    pub(super) auto_delete: bool,
+    pub(super) arguments: FieldTable,
+    pub(super) args: QueueSettings,
+    pub(super) policy: Option<String>,
+    pub(super) operator_policy: Option<String>,
+    pub(super) eff: QueueSettings,
+    pub(super) ready: Ready,
+    pub(super) unacked: u64,
+    pub(super) consumers: Vec<Consumer>,
+    pub(super) rr: usize,
+    pub(super) had_consumer: bool,
+    pub(super) last_used_ms: u64,
+    pub(super) armed_msg: Option<u64>,
+    pub(super) armed_lease: Option<u64>,
+    pub(super) dirty: bool,
+}
+
+impl Queue {
+    /// Its persistent messages are logged: durable and not exclusive (an exclusive queue dies
+    /// with its connection, so it never outlives a restart).
+    pub(super) fn logged(&self) -> bool {
+        self.durable && self.owner.is_none()
+    }
+
+    /// When the lease runs out (S-QEXP-1/2): unused = no consumers.
+    pub(super) fn lease_deadline(&self) -> Option<u64> {
+        if self.consumers.is_empty() {
+            self.eff
+                .expires_ms
+                .map(|e| self.last_used_ms.saturating_add(e))
+        } else {
+            None
+        }
+    }
+}
+
+/// A binding from an exchange.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Binding {
+    pub(super) key: String,
+    pub(super) dest: Dest,
+    pub(super) args: FieldTable,
+}
+
+/// One exchange with its outgoing bindings and routing indexes.
+#[derive(Debug)]
+pub(super) struct Exchange {
+    pub(super) id: ExchangeId,
+    pub(super) vhost: Arc<str>,
+    pub(super) name: Arc<str>,
+    pub(super) kind: ExchangeKind,
+    pub(super) durable: bool,
+    pub(super) auto_delete: bool,
+    pub(super) internal: bool,
+    pub(super) arguments: FieldTable,
+    pub(super) alternate: Option<String>,
+    pub(super) bindings: Vec<Binding>,
+    pub(super) direct: HashMap<String, Vec<Dest>>,
+    pub(super) topic: TopicIndex<Dest>,
+}
+
+/// A virtual host's names.
+#[derive(Debug, Default)]
+pub(super) struct Vhost {
+    pub(super) queues: BTreeMap<String, QueueId>,
+    pub(super) exchanges: BTreeMap<String, ExchangeId>,
+    pub(super) policies: BTreeMap<String, Policy>,
+    pub(super) operator_policies: BTreeMap<String, Policy>,
+}
+
+/// A delivered, unacked message held by a channel. `consumer` is the consumer's serial
+/// (None for `basic.get`).
+#[derive(Debug, Clone)]
+pub(super) struct Unacked {
+    pub(super) queue: QueueId,
+    pub(super) taken: Taken,
+    pub(super) consumer: Option<u64>,
+}
+
+/// One open channel.
+#[derive(Debug)]
+pub(super) struct Channel {
+    pub(super) flow: bool,
+    pub(super) prefetch: u16,
+    pub(super) global_prefetch: u16,
+    pub(super) next_tag: u64,
+    pub(super) unacked: BTreeMap<u64, Unacked>,
+    pub(super) consumer_unacked: u32,
+    pub(super) consumers: BTreeMap<Arc<str>, QueueId>,
+}
+
+/// One open connection.
+#[derive(Debug)]
+pub(super) struct Conn {
+    pub(super) vhost: String,
+    pub(super) channels: BTreeSet<ChannelId>,
+    pub(super) exclusive: BTreeSet<QueueId>,
+}
+
+/// A message waiting on an `x-delayed-message` exchange (S-SCHED-1).
+#[derive(Debug, Clone)]
+pub(super) struct Scheduled {
+    pub(super) vhost: String,
+    pub(super) exchange: String,
+    pub(super) msg: Arc<Message>,
+    pub(super) durable: bool,
+}
+
+/// What a timer entry stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Timer {
+    Messages(QueueId),
+    Lease(QueueId),
+    Scheduled(MessageId),
+}
+
+/// The users and permissions of a broker. Invariant: every permission names an existing
+/// user and an existing vhost.
+#[derive(Debug, Default)]
+pub(super) struct Access {
+    pub(super) users: BTreeMap<String, UserInfo>,
+    /// Keyed by (user, vhost).
+    pub(super) permissions: BTreeMap<(String, String), PermissionInfo>,
+    /// A user was ever defined (put or deleted) in this broker's history: the default user
+    /// is seeded only while this is false, so an operator's delete of `guest` sticks.
+    pub(super) ever_defined: bool,
+}

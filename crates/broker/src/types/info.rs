@@ -1,0 +1,126 @@
+//! What the management queries return: queues, exchanges, bindings, policies, consumers,
+//! users and permissions as listed.
+
+use super::command::PolicySpec;
+use super::ids::{ChanRef, ConnId, DestName, ExchangeKind};
+use crate::value::FieldTable;
+
+/// A queue as the management API lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueInfo {
+    /// Virtual host.
+    pub vhost: String,
+    /// Name.
+    pub name: String,
+    /// Durable.
+    pub durable: bool,
+    /// Exclusive owner.
+    pub exclusive_owner: Option<ConnId>,
+    /// Auto-delete.
+    pub auto_delete: bool,
+    /// Declared arguments.
+    pub arguments: FieldTable,
+    /// The policy that applies, if any.
+    pub policy: Option<String>,
+    /// The operator policy that applies, if any.
+    pub operator_policy: Option<String>,
+    /// Ready messages.
+    pub ready: u64,
+    /// Delivered, unacked messages.
+    pub unacked: u64,
+    /// Body bytes of ready messages.
+    pub ready_bytes: u64,
+    /// Consumers.
+    pub consumers: u32,
+}
+
+/// An exchange as listed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExchangeInfo {
+    /// Virtual host.
+    pub vhost: String,
+    /// Name.
+    pub name: String,
+    /// Type.
+    pub kind: ExchangeKind,
+    /// Durable.
+    pub durable: bool,
+    /// Auto-delete.
+    pub auto_delete: bool,
+    /// Internal.
+    pub internal: bool,
+    /// Arguments.
+    pub arguments: FieldTable,
+}
+
+/// A binding as listed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BindingInfo {
+    /// Source exchange.
+    pub source: String,
+    /// Destination.
+    pub destination: DestName,
+    /// Key.
+    pub routing_key: String,
+    /// Arguments.
+    pub arguments: FieldTable,
+}
+
+/// A policy as listed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyInfo {
+    /// Virtual host.
+    pub vhost: String,
+    /// The policy as set.
+    pub policy: PolicySpec,
+    /// Operator policy.
+    pub operator: bool,
+}
+
+/// A consumer as listed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsumerInfo {
+    /// Channel.
+    pub chan: ChanRef,
+    /// Tag.
+    pub consumer_tag: String,
+    /// Queue.
+    pub queue: String,
+    /// `no_ack`.
+    pub no_ack: bool,
+    /// Exclusive.
+    pub exclusive: bool,
+    /// Its prefetch limit (0 = none).
+    pub prefetch_count: u16,
+    /// Messages it holds unacked.
+    pub unacked: u32,
+}
+
+/// A user as stored and listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserInfo {
+    /// Name.
+    pub name: String,
+    /// `base64(salt ++ sha256(salt ++ password))`, RabbitMQ's `password_hash` (empty: the
+    /// user cannot log in with a password, as RabbitMQ's passwordless users).
+    pub password_hash: String,
+    /// Tags (`administrator`, `management`, `monitoring`, `policymaker`, or any other word).
+    pub tags: Vec<String>,
+}
+
+/// One user's permissions on one vhost, as stored and listed. Each field is a regular
+/// expression matched (unanchored, as RabbitMQ) against resource names; an empty one matches
+/// nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermissionInfo {
+    /// The user.
+    pub user: String,
+    /// The vhost.
+    pub vhost: String,
+    /// Declare and delete.
+    pub configure: String,
+    /// Publish to, bind to.
+    pub write: String,
+    /// Consume from, get from, purge, bind from.
+    pub read: String,
+}

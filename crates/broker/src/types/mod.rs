@@ -1,0 +1,38 @@
+//! The broker's public vocabulary: plain data that crosses its boundary. Commands come in,
+//! outcomes (replies, effects for `server`, events for `store`) go out.
+//!
+//! - `ids.rs`: connection, channel, message and delivery-tag ids; exchange types; binding
+//!   destinations by name.
+//! - `message.rs`: properties, messages, stored references, the loader of stored messages.
+//! - `command.rs`: [`Command`] and the method fields it carries.
+//! - `outcome.rs`: [`Outcome`]: replies, effects, deliveries.
+//! - `event.rs`: [`Event`] (the durable facts) and [`StoredEvent`].
+//! - `info.rs`: what the management queries list.
+//! - `snapshot.rs`: [`DurableState`] and [`Snapshot`] (checkpoints).
+
+mod command;
+mod event;
+mod ids;
+mod info;
+mod message;
+mod outcome;
+mod snapshot;
+
+pub use command::{ApplyTo, Command, ExchangeDeclare, PolicySpec, Publish, QueueDeclare};
+pub use event::{Event, MessageRecord, SettleKind, StoredEvent};
+pub use ids::{
+    ChanRef, ChannelId, ConnId, DelayedType, DeliveryTag, DestName, ExchangeKind, MessageId,
+};
+pub use info::{
+    BindingInfo, ConsumerInfo, ExchangeInfo, PermissionInfo, PolicyInfo, QueueInfo, UserInfo,
+};
+pub use message::{
+    Message, MessageLoader, MessageRef, Properties, RecordSize, StoredAt, StoredMessage, StoredSlot,
+};
+pub use outcome::{
+    DeathFate, DeathReason, Delivery, Effect, GetOk, Outcome, PublishResult, QueueDeletedReason,
+    Reply,
+};
+pub use snapshot::{
+    DurableMessage, DurableState, Placement, QueueSnapshot, Snapshot, SnapshotMessage,
+};
