@@ -13,7 +13,7 @@ use super::Broker;
 use super::delivery::count_u32;
 use super::marks::{Mark, push_mark};
 use super::publish::string_list;
-use super::state::QueueId;
+use super::state::{ExchangeId, QueueId};
 use crate::queue::Taken;
 use crate::types::{
     DeathFate, DeathReason, Effect, Event, Message, MessageRecord, Outcome, Properties, SettleKind,
@@ -184,30 +184,9 @@ impl Broker {
                     body: original.body.clone(),
                     stored: StoredSlot::default(),
                 };
-                let v = self.vhosts.get(&*vhost).expect("the queue's vhost exists");
-                let mut targets = self.route(v, xid, &keys, copy.properties.headers.as_ref());
-                targets.retain(|t| {
-                    self.queues
-                        .get(t)
-                        .is_some_and(|tq| !is_cycle(copy.properties.headers.as_ref(), &tq.name))
-                });
-                targets.retain(|t| self.refuses(*t, copy.body.len()).is_none());
-                if copy.is_persistent() && !self.record_fits(&vhost, &copy, &targets) {
-                    // Its record could not hold it (x-death grew it): it cannot be made
-                    // durable, so it enters only queues that are not logged.
-                    targets.retain(|t| self.queues.get(t).is_some_and(|q| !q.logged()));
-                }
+                let targets = self.dead_letter_targets(&vhost, xid, &copy, &keys);
                 let copy = Arc::new(copy);
-                let durable: Vec<String> = if copy.is_persistent() {
-                    targets
-                        .iter()
-                        .filter_map(|t| self.queues.get(t))
-                        .filter(|q| q.logged())
-                        .map(|q| q.name.to_string())
-                        .collect()
-                } else {
-                    Vec::new()
-                };
+                let durable = self.logged_names(&copy, &targets);
                 if from_logged || !durable.is_empty() {
                     out.events.push(Event::DeadLettered {
                         vhost: vhost.to_string(),
@@ -232,5 +211,30 @@ impl Broker {
             reason,
             fate,
         });
+    }
+
+    /// The queues a dead-lettered copy enters through the dead-letter exchange `xid`
+    /// (S-DLX-3): minus cycles (S-DLX-6) and queues at a length limit that refuse (S-LEN-2).
+    fn dead_letter_targets(
+        &self,
+        vhost: &str,
+        xid: ExchangeId,
+        copy: &Message,
+        keys: &[String],
+    ) -> Vec<QueueId> {
+        let v = self.vhosts.get(vhost).expect("the queue's vhost exists");
+        let mut targets = self.route(v, xid, keys, copy.properties.headers.as_ref());
+        targets.retain(|t| {
+            self.queues
+                .get(t)
+                .is_some_and(|tq| !is_cycle(copy.properties.headers.as_ref(), &tq.name))
+        });
+        targets.retain(|t| self.refuses(*t, copy.body.len()).is_none());
+        if copy.is_persistent() && !self.record_fits(vhost, copy, &targets) {
+            // Its record could not hold it (x-death grew it): it cannot be made durable, so
+            // it enters only queues that are not logged.
+            targets.retain(|t| self.queues.get(t).is_some_and(|q| !q.logged()));
+        }
+        targets
     }
 }

@@ -174,43 +174,10 @@ impl Broker {
             stored: StoredSlot::default(),
         };
         if let Some(delay) = delay {
-            // S-SCHED-1: invisible until due; its deadline counts from the due time (S-SCHED-2).
-            msg.enqueued_at_ms = now.saturating_add(delay);
-            let durable = durable_x && msg.is_persistent();
-            let msg = Arc::new(msg);
-            if durable {
-                out.events.push(Event::Scheduled {
-                    vhost: p.vhost.clone(),
-                    exchange: msg.exchange.clone(),
-                    message: MessageRecord {
-                        message: msg.clone(),
-                    },
-                });
-            }
-            self.schedule(p.vhost, msg, durable);
-            out.reply = Reply::Published(PublishResult {
-                routed: true,
-                refused: false,
-            });
+            self.publish_delayed(p.vhost, msg, delay, durable_x, now, out);
             return Ok(());
         }
-        let vhost = self.vhosts.get(&p.vhost).expect("checked above");
-        let cc = msg
-            .properties
-            .headers
-            .as_ref()
-            .is_some_and(|h| h.get("CC").is_some() || h.get("BCC").is_some());
-        let targets = if msg.exchange.is_empty() && !cc {
-            // The hot path: the default exchange routes by queue name, nothing to allocate.
-            vhost
-                .queues
-                .get(&msg.routing_key)
-                .map_or_else(Vec::new, |q| vec![*q])
-        } else {
-            let keys = routing_keys(&msg.routing_key, msg.properties.headers.as_ref());
-            strip_bcc(&mut msg);
-            self.route(vhost, xid, &keys, msg.properties.headers.as_ref())
-        };
+        let targets = self.publish_targets(&p.vhost, xid, &mut msg);
         self.refuse_unstorable(&p.vhost, &msg, &targets)?;
         let msg = Arc::new(msg);
         if targets.is_empty() && p.mandatory {
@@ -225,6 +192,44 @@ impl Broker {
         let result = self.enqueue_routed(&p.vhost, &msg, &targets, None, now, out);
         out.reply = Reply::Published(result);
         Ok(())
+    }
+
+    /// The queues a fresh publish reaches (its `BCC` header is dropped on the way, S-DLX-3).
+    fn publish_targets(&self, vhost: &str, xid: ExchangeId, msg: &mut Message) -> Vec<QueueId> {
+        let vhost = self
+            .vhosts
+            .get(vhost)
+            .expect("the caller checked the vhost");
+        let cc = msg
+            .properties
+            .headers
+            .as_ref()
+            .is_some_and(|h| h.get("CC").is_some() || h.get("BCC").is_some());
+        if msg.exchange.is_empty() && !cc {
+            // The hot path: the default exchange routes by queue name, nothing to allocate.
+            vhost
+                .queues
+                .get(&msg.routing_key)
+                .map_or_else(Vec::new, |q| vec![*q])
+        } else {
+            let keys = routing_keys(&msg.routing_key, msg.properties.headers.as_ref());
+            strip_bcc(msg);
+            self.route(vhost, xid, &keys, msg.properties.headers.as_ref())
+        }
+    }
+
+    /// The names of the queues among `targets` whose log `msg` enters: the logged ones, for a
+    /// persistent message (S-DUR-2); none for a transient one.
+    pub(super) fn logged_names(&self, msg: &Message, targets: &[QueueId]) -> Vec<String> {
+        if !msg.is_persistent() {
+            return Vec::new();
+        }
+        targets
+            .iter()
+            .filter_map(|t| self.queues.get(t))
+            .filter(|q| q.logged())
+            .map(|q| q.name.to_string())
+            .collect()
     }
 
     /// Hands the broker the store's rule for whether a message's log record fits (without
@@ -308,16 +313,7 @@ impl Broker {
                 Some(o) => refused.push((t, o)),
             }
         }
-        let durable: Vec<String> = if msg.is_persistent() {
-            accepted
-                .iter()
-                .filter_map(|t| self.queues.get(t))
-                .filter(|q| q.logged())
-                .map(|q| q.name.to_string())
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let durable = self.logged_names(msg, &accepted);
         let sched_durable = scheduled.filter(|s| s.1).map(|s| s.0);
         if !durable.is_empty() {
             out.events.push(Event::Published {

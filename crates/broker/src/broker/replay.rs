@@ -32,18 +32,41 @@ impl Broker {
         result
     }
 
-    #[expect(
-        clippy::too_many_lines,
-        reason = "one arm per event kind, each a few lines"
-    )]
-    pub(super) fn apply_inner(
-        &mut self,
-        event: &Event,
-        out: &mut Outcome,
-    ) -> Result<(), BrokerError> {
+    /// Hands each event to the part of replay for its domain.
+    fn apply_inner(&mut self, event: &Event, out: &mut Outcome) -> Result<(), BrokerError> {
         match event {
-            Event::VhostAdded { vhost } => self.add_vhost(vhost),
-            Event::VhostDeleted { vhost } => self.delete_vhost(vhost, 0, out),
+            Event::VhostAdded { vhost } => {
+                self.add_vhost(vhost);
+                Ok(())
+            }
+            Event::VhostDeleted { vhost } => {
+                self.delete_vhost(vhost, 0, out);
+                Ok(())
+            }
+            Event::ExchangeDeclared { .. }
+            | Event::ExchangeDeleted { .. }
+            | Event::QueueDeclared { .. }
+            | Event::QueueDeleted { .. } => self.replay_definition(event, out),
+            Event::Bound { .. } | Event::Unbound { .. } => self.replay_binding(event, out),
+            Event::PolicySet { .. } | Event::PolicyCleared { .. } => self.replay_policy(event, out),
+            Event::Published { .. }
+            | Event::Scheduled { .. }
+            | Event::Unscheduled { .. }
+            | Event::Settled { .. }
+            | Event::Purged { .. }
+            | Event::Delivered { .. }
+            | Event::Returned { .. }
+            | Event::DeadLettered { .. } => self.replay_message(event),
+            Event::UserPut { .. }
+            | Event::UserDeleted { .. }
+            | Event::PermissionSet { .. }
+            | Event::PermissionCleared { .. } => self.replay_access(event),
+        }
+    }
+
+    /// A durable exchange or queue declared or deleted.
+    fn replay_definition(&mut self, event: &Event, out: &mut Outcome) -> Result<(), BrokerError> {
+        match event {
             Event::ExchangeDeclared {
                 vhost,
                 exchange,
@@ -95,6 +118,14 @@ impl Broker {
                     self.delete_queue(id, QueueDeletedReason::Deleted, false, 0, out);
                 }
             }
+            other => unreachable!("not an exchange or queue event: {other:?}"),
+        }
+        Ok(())
+    }
+
+    /// A binding between durable entities added or removed.
+    fn replay_binding(&mut self, event: &Event, out: &mut Outcome) -> Result<(), BrokerError> {
+        match event {
             Event::Bound {
                 vhost,
                 source,
@@ -131,6 +162,15 @@ impl Broker {
                     out,
                 );
             }
+            other => unreachable!("not a binding event: {other:?}"),
+        }
+        Ok(())
+    }
+
+    /// A policy set or cleared: effective settings are recomputed, nothing is enforced (the
+    /// log holds what the enforcement did).
+    fn replay_policy(&mut self, event: &Event, out: &mut Outcome) -> Result<(), BrokerError> {
+        match event {
             Event::PolicySet {
                 vhost,
                 policy,
@@ -155,6 +195,14 @@ impl Broker {
                 }
                 self.reapply_policies(vhost, false, 0, out);
             }
+            other => unreachable!("not a policy event: {other:?}"),
+        }
+        Ok(())
+    }
+
+    /// A message event: into, out of or marked in its queues, or (un)scheduled.
+    fn replay_message(&mut self, event: &Event) -> Result<(), BrokerError> {
+        match event {
             Event::Published {
                 vhost,
                 message,
@@ -208,6 +256,14 @@ impl Broker {
                     .map(|m| MessageRef::Loaded(m.message.clone()));
                 self.replay_dead_lettered(vhost, from.as_deref(), *id, copy.as_ref(), targets)?;
             }
+            other => unreachable!("not a message event: {other:?}"),
+        }
+        Ok(())
+    }
+
+    /// A user or permission put or removed.
+    fn replay_access(&mut self, event: &Event) -> Result<(), BrokerError> {
+        match event {
             Event::UserPut {
                 name,
                 password_hash,
@@ -236,6 +292,7 @@ impl Broker {
                     .permissions
                     .remove(&(user.clone(), vhost.clone()));
             }
+            other => unreachable!("not an access event: {other:?}"),
         }
         Ok(())
     }

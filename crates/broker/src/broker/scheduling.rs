@@ -12,9 +12,40 @@ use std::sync::Arc;
 use super::Broker;
 use super::publish::{routing_keys, strip_bcc};
 use super::state::{Scheduled, Timer};
-use crate::types::{Event, Message, MessageId, Outcome};
+use crate::types::{Event, Message, MessageId, MessageRecord, Outcome, PublishResult, Reply};
 
 impl Broker {
+    /// A publish to an `x-delayed-message` exchange with a positive `x-delay` (S-SCHED-1):
+    /// invisible until due, logged when the exchange is durable and the message persistent.
+    pub(super) fn publish_delayed(
+        &mut self,
+        vhost: String,
+        mut msg: Message,
+        delay: u64,
+        durable_exchange: bool,
+        now: u64,
+        out: &mut Outcome,
+    ) {
+        // S-SCHED-1: invisible until due; its deadline counts from the due time (S-SCHED-2).
+        msg.enqueued_at_ms = now.saturating_add(delay);
+        let durable = durable_exchange && msg.is_persistent();
+        let msg = Arc::new(msg);
+        if durable {
+            out.events.push(Event::Scheduled {
+                vhost: vhost.clone(),
+                exchange: msg.exchange.clone(),
+                message: MessageRecord {
+                    message: msg.clone(),
+                },
+            });
+        }
+        self.schedule(vhost, msg, durable);
+        out.reply = Reply::Published(PublishResult {
+            routed: true,
+            refused: false,
+        });
+    }
+
     pub(super) fn schedule(&mut self, vhost: String, msg: Arc<Message>, durable: bool) {
         let (id, due) = (msg.id, msg.enqueued_at_ms);
         self.scheduled.insert(

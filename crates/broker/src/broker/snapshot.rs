@@ -71,30 +71,7 @@ impl Broker {
                 });
             }
         }
-        // Users and permissions after every vhost (a permission names one). A broker whose
-        // history defined users but holds none now must not get the default user back at the
-        // next start: a deletion of no user keeps that fact (`users_ever_defined`).
-        for u in self.users() {
-            s.definitions.push(Event::UserPut {
-                name: u.name,
-                password_hash: u.password_hash,
-                tags: u.tags,
-            });
-        }
-        if self.users_ever_defined() && self.access.users.is_empty() {
-            s.definitions.push(Event::UserDeleted {
-                name: String::new(),
-            });
-        }
-        for p in self.permissions() {
-            s.definitions.push(Event::PermissionSet {
-                user: p.user,
-                vhost: p.vhost,
-                configure: p.configure,
-                write: p.write,
-                read: p.read,
-            });
-        }
+        self.snapshot_access(&mut s.definitions);
         for sch in self.scheduled.values().filter(|sch| sch.durable) {
             s.scheduled.push(Event::Scheduled {
                 vhost: sch.vhost.clone(),
@@ -105,6 +82,34 @@ impl Broker {
             });
         }
         s
+    }
+
+    /// The user and permission events, after every vhost (a permission names one).
+    fn snapshot_access(&self, out: &mut Vec<Event>) {
+        // A broker whose history defined users but holds none now must not get the default
+        // user back at the next start: a deletion of no user keeps that fact
+        // (`users_ever_defined`).
+        for u in self.users() {
+            out.push(Event::UserPut {
+                name: u.name,
+                password_hash: u.password_hash,
+                tags: u.tags,
+            });
+        }
+        if self.users_ever_defined() && self.access.users.is_empty() {
+            out.push(Event::UserDeleted {
+                name: String::new(),
+            });
+        }
+        for p in self.permissions() {
+            out.push(Event::PermissionSet {
+                user: p.user,
+                vhost: p.vhost,
+                configure: p.configure,
+                write: p.write,
+                read: p.read,
+            });
+        }
     }
 
     /// The definition events of one vhost: durable exchanges, logged queues, policies, then
