@@ -1,0 +1,214 @@
+//! Policy definitions (S-POL-1, S-POL-4): parsing and validation of a policy's JSON
+//! definition into settings, and the choice of the policy that applies to a queue (S-POL-2).
+
+use regex::Regex;
+
+use super::queue_args::{Overflow, QueueSettings};
+use crate::error::BrokerError;
+use crate::types::{ApplyTo, PolicySpec};
+use wharf_base::limits::TTL_MS_MAX;
+
+/// A policy after validation (S-POL-1): compiled pattern and parsed definition.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// As set.
+    pub spec: PolicySpec,
+    /// Compiled pattern.
+    pub regex: Regex,
+    /// Parsed definition.
+    pub settings: QueueSettings,
+}
+
+impl Policy {
+    /// True when this policy may apply to a queue named `queue`.
+    pub fn matches_queue(&self, queue: &str) -> bool {
+        matches!(self.spec.apply_to, ApplyTo::Queues | ApplyTo::All) && self.regex.is_match(queue)
+    }
+}
+
+fn policy_error(name: &str, text: &str) -> BrokerError {
+    BrokerError::precondition(format!("invalid policy '{name}': {text}"))
+}
+
+/// Validates a policy (S-POL-1): the pattern must compile; the definition must be a JSON
+/// object whose keys are all known and well-typed; operator policies may only set numeric
+/// limits (S-POL-2).
+///
+/// # Errors
+/// `PRECONDITION_FAILED` naming the offending key or the pattern.
+pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerError> {
+    let name = spec.name.as_str();
+    if name.is_empty() {
+        return Err(policy_error(name, "the name is empty"));
+    }
+    let regex = Regex::new(&spec.pattern).map_err(|e| {
+        policy_error(
+            name,
+            &format!("invalid regular expression '{}': {e}", spec.pattern),
+        )
+    })?;
+    let json: serde_json::Value = serde_json::from_str(&spec.definition)
+        .map_err(|e| policy_error(name, &format!("the definition is not JSON: {e}")))?;
+    let serde_json::Value::Object(map) = json else {
+        return Err(policy_error(name, "the definition must be a JSON object"));
+    };
+    if map.is_empty() {
+        return Err(policy_error(name, "the definition is empty"));
+    }
+    let mut s = QueueSettings::default();
+    for (key, v) in &map {
+        let int = || -> Result<u64, BrokerError> {
+            v.as_u64().ok_or_else(|| {
+                policy_error(
+                    name,
+                    &format!("'{key}' must be a non-negative integer, got {v}"),
+                )
+            })
+        };
+        let string = || -> Result<String, BrokerError> {
+            v.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| policy_error(name, &format!("'{key}' must be a string, got {v}")))
+        };
+        if operator
+            && matches!(
+                key.as_str(),
+                "dead-letter-exchange" | "dead-letter-routing-key" | "overflow"
+            )
+        {
+            return Err(policy_error(
+                name,
+                &format!("'{key}' is not allowed in an operator policy"),
+            ));
+        }
+        match key.as_str() {
+            "message-ttl" => {
+                let n = int()?;
+                let ttl = u32::try_from(n).map_err(|_| {
+                    policy_error(name, &format!("'message-ttl' must be at most {TTL_MS_MAX}"))
+                })?;
+                s.message_ttl_ms = Some(ttl);
+            }
+            "expires" => {
+                let n = int()?;
+                if n == 0 || n > TTL_MS_MAX {
+                    return Err(policy_error(
+                        name,
+                        &format!("'expires' must be between 1 and {TTL_MS_MAX}, got {n}"),
+                    ));
+                }
+                s.expires_ms = Some(n);
+            }
+            "dead-letter-exchange" => s.dead_letter_exchange = Some(string()?),
+            "dead-letter-routing-key" => s.dead_letter_routing_key = Some(string()?),
+            "max-length" => s.max_length = Some(int()?),
+            "max-length-bytes" => s.max_length_bytes = Some(int()?),
+            "delivery-limit" => s.delivery_limit = Some(int()?),
+            "overflow" => {
+                let text = string()?;
+                s.overflow = Some(Overflow::parse(&text).ok_or_else(|| {
+                    policy_error(name, &format!("'overflow' has an unknown value '{text}'"))
+                })?);
+            }
+            _ => {
+                return Err(policy_error(
+                    name,
+                    &format!("'{key}' is not a recognised policy key"),
+                ));
+            }
+        }
+    }
+    Ok(Policy {
+        spec: spec.clone(),
+        regex,
+        settings: s,
+    })
+}
+
+/// The policy that applies to `queue` among `policies` (S-POL-2): the highest priority; ties
+/// go to the greatest name, so the choice is deterministic.
+pub fn select_policy<'a>(
+    policies: impl Iterator<Item = &'a Policy>,
+    queue: &str,
+) -> Option<&'a Policy> {
+    policies
+        .filter(|p| p.matches_queue(queue))
+        .max_by(|a, b| (a.spec.priority, &a.spec.name).cmp(&(b.spec.priority, &b.spec.name)))
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(def: &str) -> PolicySpec {
+        PolicySpec {
+            name: "p".into(),
+            pattern: "^q".into(),
+            apply_to: ApplyTo::Queues,
+            priority: 0,
+            definition: def.into(),
+        }
+    }
+
+    #[test]
+    fn s_pol_1_definitions_are_validated() {
+        let p = parse_policy(
+            &spec(r#"{"message-ttl": 5, "expires": 7, "dead-letter-exchange": "dlx", "dead-letter-routing-key": "k", "max-length": 1, "max-length-bytes": 2, "overflow": "reject-publish", "delivery-limit": 3}"#),
+            false,
+        )
+        .unwrap();
+        assert_eq!(p.settings.message_ttl_ms, Some(5));
+        assert_eq!(p.settings.overflow, Some(Overflow::RejectPublish));
+        for (def, needle) in [
+            (r#"{"foo": 1}"#, "'foo'"),
+            (r#"{"message-ttl": "5"}"#, "'message-ttl'"),
+            (r#"{"message-ttl": -5}"#, "'message-ttl'"),
+            (r#"{"expires": 0}"#, "'expires'"),
+            (r#"{"overflow": "x"}"#, "'overflow'"),
+            (r#"{"max-length": 1.5}"#, "'max-length'"),
+            ("[1]", "JSON object"),
+            ("{", "not JSON"),
+        ] {
+            let err = parse_policy(&spec(def), false).unwrap_err();
+            assert!(err.text.contains(needle), "{def}: {}", err.text);
+        }
+        let mut bad = spec(r#"{"max-length": 1}"#);
+        bad.pattern = "(".into();
+        assert!(
+            parse_policy(&bad, false)
+                .unwrap_err()
+                .text
+                .contains("regular expression")
+        );
+        let err = parse_policy(&spec(r#"{"dead-letter-exchange": "x"}"#), true).unwrap_err();
+        assert!(err.text.contains("operator"));
+    }
+
+    #[test]
+    fn s_pol_2_resolution_lowest_numeric_argument_wins_for_dlx() {
+        let args = QueueSettings {
+            message_ttl_ms: Some(100),
+            dead_letter_exchange: Some("arg".into()),
+            max_length: Some(10),
+            ..QueueSettings::default()
+        };
+        let policy = QueueSettings {
+            message_ttl_ms: Some(50),
+            dead_letter_exchange: Some("pol".into()),
+            dead_letter_routing_key: Some("polkey".into()),
+            max_length: Some(20),
+            overflow: Some(Overflow::RejectPublish),
+            ..QueueSettings::default()
+        };
+        let op = QueueSettings {
+            max_length: Some(5),
+            message_ttl_ms: Some(70),
+            ..QueueSettings::default()
+        };
+        let e = QueueSettings::effective(&args, Some(&policy), Some(&op));
+        assert_eq!(e.message_ttl_ms, Some(50));
+        assert_eq!(e.max_length, Some(5));
+        assert_eq!(e.dead_letter_exchange.as_deref(), Some("arg"));
+        assert_eq!(e.dead_letter_routing_key.as_deref(), Some("polkey"));
+        assert_eq!(e.overflow, Some(Overflow::RejectPublish));
+    }
+}
