@@ -48,9 +48,12 @@
 //! disk: [`Broker::page_out`] beyond a memory budget, and everything recovery restores); the
 //! broker reads it back through the [`MessageLoader`] the store hands it
 //! ([`Broker::set_loader`]) when it delivers or dead-letters it, and a failure to read is
-//! kept for the server ([`Broker::storage_failure`]), which stops. Each queue keeps an index of its ready
-//! messages ordered by deadline, so expiry anywhere in a queue costs O(log n) per expired
-//! message and never a scan (S-TTL-9). Message ids are assigned when a message first enters
+//! kept for the server ([`Broker::storage_failure`]), which stops. The store tells the broker
+//! where it wrote a message's record ([`Message::set_stored`]) and hands it its rule for the
+//! size of a message's record ([`RecordSize`], [`Broker::set_record_size`]), by which a
+//! persistent message too large to log is refused before anything changes (S-DUR-3). Each
+//! queue keeps an index of its ready messages ordered by deadline, so expiry anywhere in a
+//! queue costs O(log n) per expired message and never a scan (S-TTL-9). Message ids are assigned when a message first enters
 //! its queues (a dead-lettered copy or a due scheduled message gets a fresh one), so queue
 //! order is id order and a requeue goes back to its original position.
 //!
@@ -62,7 +65,8 @@
 //!   snapshot, invariants, queries).
 //! - `types/`: the public vocabulary (ids, messages, commands, outcomes, events, query
 //!   results, snapshots).
-//! - `args.rs`: argument, expiration and policy validation; effective settings.
+//! - `args/`: queue arguments, expiration, policy definitions, redeclare equivalence;
+//!   effective settings.
 //! - `queue.rs`: one queue's ready messages and deadline index.
 //! - `record_size.rs`: the default of the store's rule for a message's log record size.
 //! - `routing/`: topic and headers matching.
