@@ -17,6 +17,7 @@
 )]
 
 mod modules;
+mod references;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
