@@ -88,11 +88,7 @@ impl Broker {
     }
 
     /// `UserPut`: creates or replaces a user (its permissions stay).
-    pub(super) fn put_user(
-        &mut self,
-        user: UserInfo,
-        out: &mut Outcome,
-    ) -> Result<(), BrokerError> {
+    fn put_user(&mut self, user: UserInfo, out: &mut Outcome) -> Result<(), BrokerError> {
         if user.name.is_empty() {
             return Err(BrokerError::precondition("a user name must not be empty"));
         }
@@ -108,7 +104,7 @@ impl Broker {
     }
 
     /// `UserDelete`: removes a user and its permissions.
-    pub(super) fn delete_user(&mut self, name: &str, out: &mut Outcome) -> Result<(), BrokerError> {
+    fn delete_user(&mut self, name: &str, out: &mut Outcome) -> Result<(), BrokerError> {
         if !self.access.users.contains_key(name) {
             return Err(no_user(name));
         }
@@ -120,11 +116,7 @@ impl Broker {
     }
 
     /// `PermissionSet`: the user and vhost must exist and each regex must compile.
-    pub(super) fn set_permission(
-        &mut self,
-        p: PermissionInfo,
-        out: &mut Outcome,
-    ) -> Result<(), BrokerError> {
+    fn set_permission(&mut self, p: PermissionInfo, out: &mut Outcome) -> Result<(), BrokerError> {
         if !self.access.users.contains_key(&p.user) {
             return Err(no_user(&p.user));
         }
@@ -152,7 +144,7 @@ impl Broker {
     }
 
     /// `PermissionClear`: the user must exist; clearing an absent permission changes nothing.
-    pub(super) fn clear_permission(
+    fn clear_permission(
         &mut self,
         user: &str,
         vhost: &str,

@@ -31,11 +31,7 @@ impl Broker {
         }
     }
 
-    pub(super) fn open_connection(
-        &mut self,
-        conn: ConnId,
-        vhost: String,
-    ) -> Result<(), BrokerError> {
+    fn open_connection(&mut self, conn: ConnId, vhost: String) -> Result<(), BrokerError> {
         self.vhost(&vhost)?;
         if self.conns.contains_key(&conn) {
             return Err(BrokerError::new(
@@ -73,7 +69,7 @@ impl Broker {
         self.conns.remove(&conn);
     }
 
-    pub(super) fn open_channel(&mut self, chan: ChanRef) -> Result<(), BrokerError> {
+    fn open_channel(&mut self, chan: ChanRef) -> Result<(), BrokerError> {
         let Some(c) = self.conns.get_mut(&chan.conn) else {
             return Err(BrokerError::new(
                 ErrorKind::ChannelError,
@@ -103,7 +99,7 @@ impl Broker {
 
     /// Closes a channel: cancels its consumers, then requeues its unacked messages in their
     /// original positions with their original deadlines (S-TTL-7).
-    pub(super) fn close_channel(&mut self, chan: ChanRef, now: u64, out: &mut Outcome) {
+    fn close_channel(&mut self, chan: ChanRef, now: u64, out: &mut Outcome) {
         let Some(ch) = self.channels.remove(&chan) else {
             return;
         };

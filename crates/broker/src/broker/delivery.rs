@@ -126,12 +126,7 @@ impl Broker {
 
     /// `basic.qos`: the channel's per-consumer (for consumers started later) or global
     /// prefetch limit.
-    pub(super) fn qos(
-        &mut self,
-        chan: ChanRef,
-        prefetch_count: u16,
-        global: bool,
-    ) -> Result<(), BrokerError> {
+    fn qos(&mut self, chan: ChanRef, prefetch_count: u16, global: bool) -> Result<(), BrokerError> {
         let ch = self.channel_mut(chan)?;
         if global {
             ch.global_prefetch = prefetch_count;
@@ -211,7 +206,7 @@ impl Broker {
     }
 
     /// `basic.cancel`: an unknown tag is not an error (RabbitMQ answers cancel-ok).
-    pub(super) fn cancel(
+    fn cancel(
         &mut self,
         chan: ChanRef,
         consumer_tag: String,
@@ -260,7 +255,7 @@ impl Broker {
     /// After acks or rejects: a global prefetch limit freed room for every consumer of the
     /// channel. (Per-consumer limits mark their own queue in `unacked_released`; without
     /// limits nothing was waiting for room.)
-    pub(super) fn mark_freed_channel(&mut self, chan: ChanRef) {
+    fn mark_freed_channel(&mut self, chan: ChanRef) {
         if self
             .channels
             .get(&chan)
@@ -403,7 +398,7 @@ impl Broker {
 
     /// `basic.ack`: settles the named deliveries (logged for persistent messages of logged
     /// queues).
-    pub(super) fn ack(
+    fn ack(
         &mut self,
         chan: ChanRef,
         delivery_tag: u64,
@@ -432,7 +427,7 @@ impl Broker {
 
     /// Removes the unacked messages named by an ack/nack/reject (406 for an unknown tag).
     /// A single tag allocates nothing (the hot path of an ack).
-    pub(super) fn take_unacked(
+    fn take_unacked(
         &mut self,
         chan: ChanRef,
         tag: u64,
@@ -458,7 +453,7 @@ impl Broker {
         }
     }
 
-    pub(super) fn settle_negative(
+    fn settle_negative(
         &mut self,
         chan: ChanRef,
         tag: u64,

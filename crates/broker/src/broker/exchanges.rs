@@ -61,7 +61,7 @@ impl Exchange {
         }
     }
 
-    pub(super) fn add_binding(&mut self, b: Binding) -> bool {
+    fn add_binding(&mut self, b: Binding) -> bool {
         if self.bindings.contains(&b) {
             return false;
         }
@@ -76,7 +76,7 @@ impl Exchange {
         true
     }
 
-    pub(super) fn remove_binding(&mut self, b: &Binding) -> bool {
+    fn remove_binding(&mut self, b: &Binding) -> bool {
         let Some(i) = self.bindings.iter().position(|x| x == b) else {
             return false;
         };
@@ -191,7 +191,7 @@ impl Broker {
         id
     }
 
-    pub(super) fn declare_exchange(
+    fn declare_exchange(
         &mut self,
         d: ExchangeDeclare,
         out: &mut Outcome,
@@ -265,7 +265,7 @@ impl Broker {
         Ok(())
     }
 
-    pub(super) fn delete_exchange_cmd(
+    fn delete_exchange_cmd(
         &mut self,
         vhost: &str,
         name: &str,
@@ -429,11 +429,7 @@ impl Broker {
         }
     }
 
-    pub(super) fn check_bindable(
-        &self,
-        vhost: &str,
-        exchange: &str,
-    ) -> Result<ExchangeId, BrokerError> {
+    fn check_bindable(&self, vhost: &str, exchange: &str) -> Result<ExchangeId, BrokerError> {
         if exchange.is_empty() {
             return Err(default_exchange_refused());
         }

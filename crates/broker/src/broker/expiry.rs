@@ -35,7 +35,7 @@ impl Broker {
     }
 
     /// S-TTL-9: every ready message due at `now`, wherever it is, through the deadline index.
-    pub(super) fn expire_queue(&mut self, qid: QueueId, now: u64, out: &mut Outcome) {
+    fn expire_queue(&mut self, qid: QueueId, now: u64, out: &mut Outcome) {
         loop {
             let Some(q) = self.queues.get_mut(&qid) else {
                 return;
@@ -95,7 +95,7 @@ impl Broker {
         }
     }
 
-    pub(super) fn rearm(&mut self, qid: QueueId) {
+    fn rearm(&mut self, qid: QueueId) {
         let Some(q) = self.queues.get_mut(&qid) else {
             return;
         };

@@ -36,7 +36,7 @@ impl Broker {
         }
     }
 
-    pub(super) fn set_policy(
+    fn set_policy(
         &mut self,
         vhost: &str,
         spec: PolicySpec,
@@ -67,7 +67,7 @@ impl Broker {
         }
     }
 
-    pub(super) fn clear_policy(
+    fn clear_policy(
         &mut self,
         vhost: &str,
         name: &str,

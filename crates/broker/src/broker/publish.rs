@@ -257,7 +257,7 @@ impl Broker {
     /// 406 for a persistent message whose one log record could not hold it: RabbitMQ closes
     /// the channel with 406 for a message over its size limit; this one is within the frame
     /// limits, but what is accepted must be made durable (S-DUR-3).
-    pub(super) fn refuse_unstorable(
+    fn refuse_unstorable(
         &self,
         vhost: &str,
         msg: &Message,

@@ -50,7 +50,7 @@ impl Broker {
         }
     }
 
-    pub(super) fn declare_queue(
+    fn declare_queue(
         &mut self,
         d: QueueDeclare,
         now: u64,
@@ -113,7 +113,7 @@ impl Broker {
         Ok(())
     }
 
-    pub(super) fn redeclare_queue(
+    fn redeclare_queue(
         &mut self,
         id: QueueId,
         d: &QueueDeclare,
@@ -198,7 +198,7 @@ impl Broker {
         id
     }
 
-    pub(super) fn purge_queue(
+    fn purge_queue(
         &mut self,
         vhost: &str,
         queue: &str,
@@ -229,7 +229,7 @@ impl Broker {
     }
 
     #[expect(clippy::too_many_arguments, reason = "the fields of queue.delete")]
-    pub(super) fn delete_queue_cmd(
+    fn delete_queue_cmd(
         &mut self,
         vhost: &str,
         queue: &str,

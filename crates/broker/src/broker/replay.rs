@@ -354,7 +354,7 @@ impl Broker {
     }
 
     /// A `Published` event: the message enters its queues (and ends its schedule).
-    pub(super) fn replay_published(
+    fn replay_published(
         &mut self,
         vhost: &str,
         msg: &MessageRef,
@@ -372,7 +372,7 @@ impl Broker {
     }
 
     /// A `DeadLettered` event: out of the source queue, the copy into its targets (S-DLX-7).
-    pub(super) fn replay_dead_lettered(
+    fn replay_dead_lettered(
         &mut self,
         vhost: &str,
         from: Option<&str>,
@@ -398,11 +398,11 @@ impl Broker {
         self.next_message = self.next_message.max(next);
     }
 
-    pub(super) fn see_id(&mut self, id: MessageId) {
+    fn see_id(&mut self, id: MessageId) {
         self.next_message = self.next_message.max(id.0.saturating_add(1));
     }
 
-    pub(super) fn replay_push(
+    fn replay_push(
         &mut self,
         vhost: &str,
         queue: &str,
@@ -411,7 +411,7 @@ impl Broker {
         self.replay_push_marked(vhost, queue, msg, 0, false)
     }
 
-    pub(super) fn replay_push_marked(
+    fn replay_push_marked(
         &mut self,
         vhost: &str,
         queue: &str,
@@ -439,7 +439,7 @@ impl Broker {
         Ok(())
     }
 
-    pub(super) fn replay_remove(&mut self, vhost: &str, queue: &str, id: MessageId) {
+    fn replay_remove(&mut self, vhost: &str, queue: &str, id: MessageId) {
         let Some(&qid) = self.vhosts.get(vhost).and_then(|v| v.queues.get(queue)) else {
             return;
         };

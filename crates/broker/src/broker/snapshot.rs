@@ -114,7 +114,7 @@ impl Broker {
 
     /// The definition events of one vhost: durable exchanges, logged queues, policies, then
     /// the bindings between durable entities (both ends exist by then).
-    pub(super) fn snapshot_definitions(&self, vhost: &str, out: &mut Vec<Event>) {
+    fn snapshot_definitions(&self, vhost: &str, out: &mut Vec<Event>) {
         for x in self.exchanges(vhost).into_iter().filter(|x| x.durable) {
             out.push(Event::ExchangeDeclared {
                 vhost: vhost.to_owned(),
