@@ -3,6 +3,7 @@
 use crate::args::{rs_exchange, rs_queue};
 use crate::error::{BrokerError, ErrorKind};
 
+/// 403: the default exchange cannot be declared, deleted or bound.
 pub(super) fn default_exchange_refused() -> BrokerError {
     BrokerError::new(
         ErrorKind::AccessRefused,
@@ -10,14 +11,18 @@ pub(super) fn default_exchange_refused() -> BrokerError {
     )
 }
 
+/// 404: no such exchange.
 pub(super) fn no_exchange(vhost: &str, name: &str) -> BrokerError {
     BrokerError::not_found(format!("no {}", rs_exchange(vhost, name)))
 }
 
+/// 404: no such queue.
 pub(super) fn no_queue(vhost: &str, name: &str) -> BrokerError {
     BrokerError::not_found(format!("no {}", rs_queue(vhost, name)))
 }
 
+/// 405: an exclusive queue of another connection (or a redeclare that differs in
+/// exclusivity).
 pub(super) fn locked(vhost: &str, name: &str) -> BrokerError {
     BrokerError::new(
         ErrorKind::ResourceLocked,
@@ -28,6 +33,7 @@ pub(super) fn locked(vhost: &str, name: &str) -> BrokerError {
     )
 }
 
+/// A replayed event names what the state lacks: the log is damaged or not this broker's.
 pub(super) fn corrupt(what: &str) -> BrokerError {
     BrokerError::new(
         ErrorKind::InternalError,
