@@ -51,6 +51,7 @@ use std::thread::JoinHandle;
 
 pub use error::{CorruptReason, IoOp, RecoveryError, WalError};
 pub use reader::{Reader, Record};
+pub use record::le;
 pub use recovery::{
     RecordRef, RecoveryMode, RecoveryReport, SalvageLoss, TornTail, Visitor, scan,
     segment_file_name,
