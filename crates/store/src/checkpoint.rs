@@ -16,12 +16,14 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::path::{Path, PathBuf};
 
-use crate::StoreError;
 use crate::codec::{self, STORE_FORMAT_VERSION, StoreRecord};
+use crate::error::{CheckpointDamage, StoreError};
 use wharf_base::limits;
 use wharf_broker::{Broker, Event, MessageRef, Placement, Snapshot, StoredMessage};
-use wharf_wal::record::{self, FrameCheck, FrameFields, le};
-use wharf_wal::{Lsn, Storage, StorageFile};
+use wharf_wal::{
+    FRAME_HEADER_BYTES, FrameCheck, FrameFields, Lsn, Storage, StorageFile, decode_frame,
+    encode_frame, frame_bytes, le, peek_payload_len,
+};
 
 /// First bytes of a checkpoint file: PNG-style, as the segment magic, with `WHC` ("wharf
 /// checkpoint") so a hex dump names the file.
@@ -196,7 +198,7 @@ impl Encoder<'_> {
             group_delta: 0,
         };
         let crc = crc32fast::hash(&self.payload);
-        record::encode_frame(&mut self.buf, fields, &self.payload, crc);
+        encode_frame(&mut self.buf, fields, &self.payload, crc);
         if self.buf.len() >= CHUNK_BYTES {
             self.flush()?;
         }
@@ -424,7 +426,7 @@ impl ChunkReader<'_> {
     }
 }
 
-fn corrupt(path: &Path, offset: u64, reason: impl Into<String>) -> StoreError {
+fn corrupt(path: &Path, offset: u64, reason: impl Into<CheckpointDamage>) -> StoreError {
     StoreError::CorruptCheckpoint {
         path: path.to_owned(),
         offset,
@@ -434,7 +436,7 @@ fn corrupt(path: &Path, offset: u64, reason: impl Into<String>) -> StoreError {
 
 /// Checks a checkpoint header (magic, then version, then CRC, as for segments).
 fn check_header(path: &Path, bytes: &[u8]) -> Result<CheckpointHeader, StoreError> {
-    let bad = |reason: &str| corrupt(path, 0, reason);
+    let bad = |reason: &'static str| corrupt(path, 0, reason);
     if bytes.get(..CHECKPOINT_MAGIC.len()) != Some(&CHECKPOINT_MAGIC[..]) {
         return Err(bad("not a checkpoint (bad magic)"));
     }
@@ -517,16 +519,16 @@ fn read_frames(
     let mut offset = CHECKPOINT_HEADER_BYTES as u64;
     for seq in 1..=header.records {
         let frame_head = reader
-            .get(offset, record::FRAME_HEADER_BYTES)
+            .get(offset, FRAME_HEADER_BYTES)
             .map_err(io_err(path))?
             .ok_or_else(|| corrupt(path, offset, "file ends before its last record"))?;
-        let payload_len = record::peek_payload_len(frame_head)
+        let payload_len = peek_payload_len(frame_head)
             .ok_or_else(|| corrupt(path, offset, "record length over the limit"))?;
         let bytes = reader
-            .get(offset, record::frame_bytes(payload_len))
+            .get(offset, frame_bytes(payload_len))
             .map_err(io_err(path))?
             .ok_or_else(|| corrupt(path, offset, "file ends inside a record"))?;
-        let frame = match record::decode_frame(bytes) {
+        let frame = match decode_frame(bytes) {
             FrameCheck::Valid(f) if f.lsn == Lsn(seq) && f.group_delta == 0 => f,
             FrameCheck::Valid(_) => return Err(corrupt(path, offset, "record out of sequence")),
             _ => return Err(corrupt(path, offset, "record CRC mismatch")),
@@ -545,14 +547,14 @@ fn read_frames(
 /// Any other kind (log-only events, the format marker) is damage.
 ///
 /// # Errors
-/// What is wrong, as text.
-pub fn decode_record(kind: u8, payload: &[u8]) -> Result<CheckpointRecord, String> {
+/// What is wrong: a record that does not decode, or a kind not allowed here.
+pub fn decode_record(kind: u8, payload: &[u8]) -> Result<CheckpointRecord, CheckpointDamage> {
     if kind == codec::CARRIED_KIND {
         return codec::decode_carried(payload)
             .map(CheckpointRecord::Carried)
-            .map_err(|e| e.to_string());
+            .map_err(CheckpointDamage::Record);
     }
-    match codec::decode(kind, payload).map_err(|e| e.to_string())? {
+    match codec::decode(kind, payload).map_err(CheckpointDamage::Record)? {
         StoreRecord::Event(
             e @ (Event::VhostAdded { .. }
             | Event::VhostDeleted { .. }
@@ -565,9 +567,7 @@ pub fn decode_record(kind: u8, payload: &[u8]) -> Result<CheckpointRecord, Strin
             | Event::PermissionSet { .. }
             | Event::Scheduled { .. }),
         ) => Ok(CheckpointRecord::Event(e)),
-        _ => Err(format!(
-            "record kind {kind:#04x} is not allowed in a checkpoint"
-        )),
+        _ => Err(CheckpointDamage::KindNotAllowed(kind)),
     }
 }
 
@@ -592,12 +592,9 @@ pub fn load(storage: &dyn Storage, path: &Path, broker: &mut Broker) -> Result<L
     let mut index = Vec::new();
     let header = read_frames(storage, path, &mut |header, kind, payload, offset, _| {
         index_of += 1;
-        let refused = |e: wharf_broker::BrokerError| {
-            corrupt(
-                path,
-                offset,
-                format!("record {index_of} does not fit the model: {e}"),
-            )
+        let refused = |reason: wharf_broker::BrokerError| {
+            let record = index_of;
+            corrupt(path, offset, CheckpointDamage::Refused { record, reason })
         };
         if kind == codec::CARRIED_KIND {
             if index.capacity() == 0 {
@@ -607,7 +604,7 @@ pub fn load(storage: &dyn Storage, path: &Path, broker: &mut Broker) -> Result<L
             let at = crate::stored::pack_checkpoint(header.lsn.0, offset)
                 .ok_or_else(|| corrupt(path, offset, "checkpoint over 1 TiB"))?;
             let (vhost, placements, message) = codec::decode_carried_stored(payload, at)
-                .map_err(|e| corrupt(path, offset, e.to_string()))?;
+                .map_err(|e| corrupt(path, offset, CheckpointDamage::Record(e)))?;
             if index.last().is_some_and(|&(last, _)| last >= message.id.0) {
                 return Err(corrupt(path, offset, "carried messages out of id order"));
             }

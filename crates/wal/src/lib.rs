@@ -35,14 +35,14 @@
 // Segment bytes are untrusted input (STYLE 3.4): no unchecked indexing anywhere in the layer.
 #![warn(clippy::indexing_slicing)]
 
-pub mod error;
-pub mod mmap;
-pub mod reader;
-pub mod record;
-pub mod recovery;
-pub mod storage;
-pub mod sync_stats;
-pub mod writer;
+mod error;
+mod mmap;
+mod reader;
+mod record;
+mod recovery;
+mod storage;
+mod sync_stats;
+mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -50,13 +50,19 @@ use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
 pub use error::{CorruptReason, IoOp, RecoveryError, WalError};
-pub use reader::{Reader, Record};
-pub use record::le;
+pub use mmap::ReadOnlyMap;
+pub use reader::{Reader, Record, read_frame_at};
+pub use record::{
+    FRAME_HEADER_BYTES, Frame, FrameCheck, FrameFields, HeaderCheck, SegmentHeader,
+    check_segment_header, decode_frame, encode_frame, encode_segment_header, frame_bytes, le,
+    peek_payload_len,
+};
 pub use recovery::{
-    RecordRef, RecoveryMode, RecoveryReport, SalvageLoss, TornTail, Visitor, scan,
-    segment_file_name,
+    RecordRef, RecoveryMode, RecoveryReport, SalvageLoss, TornTail, Visitor, list_segments,
+    parse_segment_file_name, scan, segment_file_name,
 };
 pub use storage::{FileStorage, SimStorage, Storage, StorageFile};
+pub use sync_stats::{SYNC_LATENCY_BOUNDS_US, SYNC_RECORDS_BOUNDS, SyncSnapshot};
 pub use writer::{Appended, Appender, Durable, WalStats};
 
 use record::SEGMENT_HEADER_BYTES;
