@@ -42,18 +42,18 @@ pub struct RecoverySummary {
 
 /// The recovery visitor's state: the broker being rebuilt and what it met.
 pub(crate) struct Replay<'a> {
-    pub(crate) broker: Broker,
-    pub(crate) dir: &'a Path,
-    pub(crate) salvage: bool,
-    pub(crate) summary: RecoverySummary,
+    broker: Broker,
+    dir: &'a Path,
+    salvage: bool,
+    summary: RecoverySummary,
     /// The Lsn of the previous record, to count what salvage mode skipped in between.
-    pub(crate) last_lsn: Option<Lsn>,
+    last_lsn: Option<Lsn>,
     /// Records through this Lsn are in the checkpoint recovery started from: skipped.
-    pub(crate) covered_through: Lsn,
+    covered_through: Lsn,
     /// The first record after `covered_through`.
-    pub(crate) tail_first: Option<Lsn>,
+    tail_first: Option<Lsn>,
     /// The store's own error when the visitor stops the scan (the WAL only sees a marker).
-    pub(crate) failure: Option<StoreError>,
+    failure: Option<StoreError>,
 }
 
 /// What the visitor returns to the WAL to stop the scan; the real error is in
@@ -62,7 +62,53 @@ pub(crate) struct Replay<'a> {
 #[error("store replay stopped")]
 struct Stopped;
 
-impl Replay<'_> {
+impl<'a> Replay<'a> {
+    /// A visitor applying to `broker` (fresh, or loaded from the checkpoint at `checkpoint`
+    /// carrying `checkpoint_messages` messages) the records of the log in `dir`.
+    pub(crate) fn new(
+        broker: Broker,
+        dir: &'a Path,
+        salvage: bool,
+        checkpoint: Option<Lsn>,
+        checkpoint_messages: u64,
+    ) -> Self {
+        Replay {
+            broker,
+            dir,
+            salvage,
+            summary: RecoverySummary {
+                checkpoint_lsn: checkpoint.map(|l| l.0),
+                checkpoint_messages,
+                ..RecoverySummary::default()
+            },
+            last_lsn: None,
+            covered_through: checkpoint.unwrap_or_default(),
+            tail_first: None,
+            failure: None,
+        }
+    }
+
+    /// The store's own error that stopped the scan, if the visitor stopped it.
+    pub(crate) fn take_failure(&mut self) -> Option<StoreError> {
+        self.failure.take()
+    }
+
+    /// The first record after the checkpoint, if any was read.
+    pub(crate) fn tail_first(&self) -> Option<Lsn> {
+        self.tail_first
+    }
+
+    /// The rebuilt broker and the summary, completed from the WAL's report.
+    pub(crate) fn finish(self, report: &RecoveryReport) -> (Broker, RecoverySummary) {
+        let Replay {
+            broker,
+            mut summary,
+            ..
+        } = self;
+        summarise(report, &mut summary);
+        (broker, summary)
+    }
+
     /// Applies one record (see the module doc); its error stops the WAL's scan, the real
     /// error left in `failure`.
     pub(crate) fn visit(
@@ -167,7 +213,7 @@ impl Replay<'_> {
 
 /// Fills in what the WAL's report says (segments, torn tail, salvaged stretches), logging
 /// each loss once.
-pub(crate) fn summarise(report: &RecoveryReport, summary: &mut RecoverySummary) {
+fn summarise(report: &RecoveryReport, summary: &mut RecoverySummary) {
     summary.segments = report.segments.len() as u64;
     if let Some(torn) = &report.torn_tail {
         tracing::warn!(

@@ -16,9 +16,9 @@ use crate::batch::Scratch;
 use crate::checkpoint;
 use crate::codec;
 use crate::error::{LogGap, StoreError};
-use crate::replay::{RecoverySummary, Replay, summarise};
+use crate::replay::{RecoverySummary, Replay};
 use crate::stored::{CheckpointView, StoredReader};
-use wharf_broker::Broker;
+use wharf_broker::{Broker, MessageLoader};
 use wharf_wal::{FileStorage, Lsn, RecoveryMode, RecoveryReport, Storage, Wal, WalConfig};
 
 impl Store {
@@ -55,22 +55,14 @@ impl Store {
                 path: config.dir.clone(),
                 source,
             })?;
-        let mut start = load_checkpoint(&*storage, &config.dir, config.salvage)?;
-        let view = start.view.take();
-        let mut replay = Replay {
-            broker: start.broker,
-            dir: &config.dir,
-            salvage: config.salvage,
-            summary: RecoverySummary {
-                checkpoint_lsn: start.lsn.map(|l| l.0),
-                checkpoint_messages: start.messages,
-                ..RecoverySummary::default()
-            },
-            last_lsn: None,
-            covered_through: start.lsn.unwrap_or_default(),
-            tail_first: None,
-            failure: None,
-        };
+        let start = load_checkpoint(&*storage, &config.dir, config.salvage)?;
+        let mut replay = Replay::new(
+            start.broker,
+            &config.dir,
+            config.salvage,
+            start.lsn,
+            start.messages,
+        );
         let opened = Wal::open(
             &config.dir,
             Arc::clone(&storage),
@@ -79,24 +71,14 @@ impl Store {
         );
         let (wal, report) = match opened {
             Ok(opened) => opened,
-            Err(err) => {
-                return Err(replay
-                    .failure
-                    .take()
-                    .unwrap_or_else(|| StoreError::from(err)));
-            }
+            Err(err) => return Err(replay.take_failure().unwrap_or_else(|| err.into())),
         };
         if let (Some(lsn), Some(path)) = (start.lsn, &start.path) {
-            check_continues(&report, replay.tail_first, lsn, path, config.salvage)?;
+            check_continues(&report, replay.tail_first(), lsn, path, config.salvage)?;
         }
-        let Replay {
-            mut broker,
-            mut summary,
-            ..
-        } = replay;
-        summarise(&report, &mut summary);
-        let reader = Arc::new(StoredReader::new(wal.reader(), view));
-        broker.set_loader(Arc::clone(&reader) as Arc<dyn wharf_broker::MessageLoader>);
+        let (mut broker, summary) = replay.finish(&report);
+        let reader = Arc::new(StoredReader::new(wal.reader(), start.view));
+        broker.set_loader(Arc::clone(&reader) as Arc<dyn MessageLoader>);
         let store = Store {
             appender: wal.appender(),
             wal,

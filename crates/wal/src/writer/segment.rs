@@ -146,30 +146,10 @@ pub(crate) fn prepare_active(
     config: &WalConfig,
     report: &RecoveryReport,
 ) -> Result<(ActiveSegment, bool), WalError> {
-    let max = config.segment_bytes_max;
     let Some(at) = report.append_at else {
-        let id = match (report.unusable_last, report.segments.last()) {
-            (Some(unusable), _) => {
-                // Its creation never became durable and nothing in it was acknowledged.
-                let path = dir.join(segment_file_name(unusable));
-                storage
-                    .remove(&path)
-                    .map_err(|e| failed(&path, IoOp::Remove, e))?;
-                storage
-                    .sync_dir(dir)
-                    .map_err(|e| failed(dir, IoOp::SyncDir, e))?;
-                unusable
-            }
-            (None, Some(last)) => last.next(),
-            (None, None) => SegmentId(0),
-        };
-        let preallocate_to = config
-            .preallocate
-            .then(|| preallocation_end(SEGMENT_HEADER_BYTES as u64, max));
-        let sizes = (max, preallocate_to);
-        return create_segment_in(storage, dir, id, report.next_lsn, sizes)
-            .map(|active| (active, false));
+        return create_first(storage, dir, config, report).map(|active| (active, false));
     };
+    let max = config.segment_bytes_max;
     let path = dir.join(segment_file_name(at.segment));
     let err = |e| failed(&path, IoOp::Write, e);
     let file = storage.open(&path, true).map_err(err)?;
@@ -210,6 +190,37 @@ pub(crate) fn prepare_active(
         allocated,
     };
     Ok((active, unreserved))
+}
+
+/// A new segment to append to, when no segment holds a place to append at: the one after the
+/// last, or the last again when its creation never became durable (it is removed first).
+fn create_first(
+    storage: &dyn Storage,
+    dir: &Path,
+    config: &WalConfig,
+    report: &RecoveryReport,
+) -> Result<ActiveSegment, WalError> {
+    let max = config.segment_bytes_max;
+    let id = match (report.unusable_last, report.segments.last()) {
+        (Some(unusable), _) => {
+            // Its creation never became durable and nothing in it was acknowledged.
+            let path = dir.join(segment_file_name(unusable));
+            storage
+                .remove(&path)
+                .map_err(|e| failed(&path, IoOp::Remove, e))?;
+            storage
+                .sync_dir(dir)
+                .map_err(|e| failed(dir, IoOp::SyncDir, e))?;
+            unusable
+        }
+        (None, Some(last)) => last.next(),
+        (None, None) => SegmentId(0),
+    };
+    let preallocate_to = config
+        .preallocate
+        .then(|| preallocation_end(SEGMENT_HEADER_BYTES as u64, max));
+    let sizes = (max, preallocate_to);
+    create_segment_in(storage, dir, id, report.next_lsn, sizes)
 }
 
 #[cfg(test)]
