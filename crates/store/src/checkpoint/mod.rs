@@ -4,9 +4,9 @@
 //! deleted (garbage collection and compaction at once: a live message is carried forward into
 //! each checkpoint, so it never pins an old segment).
 //!
-//! The file is a header followed by records framed exactly as in the log (`wal::record`'s
-//! frame, with the record's sequence number in the Lsn field), holding the store's own record
-//! payloads (`codec`) plus the checkpoint-only `Carried` kind. The layout is
+//! The file is a header followed by records framed exactly as in the log (the WAL's frame,
+//! `wharf_wal::encode_frame`, with the record's sequence number in the Lsn field), holding the
+//! store's own record payloads (`codec`) plus the checkpoint-only `Carried` kind. The layout is
 //! `storage-format.md`, section "Checkpoints". Depends on `broker` (the snapshot, `apply`),
 //! `wal` (storage, frames) and `codec`; knows nothing of AMQP, tokio or the server.
 //!
