@@ -48,31 +48,7 @@ pub(super) fn put_message_event(e: &mut Enc<'_>, event: &Event) -> Result<(), En
             e.u64(id.0);
             Ok(())
         }
-        Event::DeadLettered {
-            vhost,
-            from,
-            id,
-            message,
-            targets,
-        } => {
-            e.name("vhost", vhost)?;
-            let flags = if from.is_some() { FLAG_DL_FROM } else { 0 }
-                | if message.is_some() {
-                    FLAG_DL_MESSAGE
-                } else {
-                    0
-                };
-            e.u8(flags);
-            if let Some(from) = from {
-                e.name("source queue", from)?;
-            }
-            e.u64(id.0);
-            e.names("target queue", targets)?;
-            match message {
-                Some(m) => put_message(e, &m.message),
-                None => Ok(()),
-            }
-        }
+        Event::DeadLettered { .. } => put_dead_lettered(e, event),
         Event::Settled {
             vhost,
             queue,
@@ -92,6 +68,38 @@ pub(super) fn put_message_event(e: &mut Enc<'_>, event: &Event) -> Result<(), En
             e.ids(ids)
         }
         _ => unreachable!("encode_event sends only message events here"),
+    }
+}
+
+/// A `DeadLettered` payload: flags, the source queue, the message's id there, the targets,
+/// and the message copy when the record carries one.
+fn put_dead_lettered(e: &mut Enc<'_>, event: &Event) -> Result<(), EncodeError> {
+    let Event::DeadLettered {
+        vhost,
+        from,
+        id,
+        message,
+        targets,
+    } = event
+    else {
+        unreachable!("put_message_event sends only dead-letterings here")
+    };
+    e.name("vhost", vhost)?;
+    let flags = if from.is_some() { FLAG_DL_FROM } else { 0 }
+        | if message.is_some() {
+            FLAG_DL_MESSAGE
+        } else {
+            0
+        };
+    e.u8(flags);
+    if let Some(from) = from {
+        e.name("source queue", from)?;
+    }
+    e.u64(id.0);
+    e.names("target queue", targets)?;
+    match message {
+        Some(m) => put_message(e, &m.message),
+        None => Ok(()),
     }
 }
 
