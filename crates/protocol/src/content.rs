@@ -11,7 +11,7 @@ use amq_protocol::frame::AMQPContentHeader;
 use amq_protocol::protocol::{AMQPClass, basic};
 use bytes::{Bytes, BytesMut};
 
-use super::error::ProtocolError;
+use super::error::{FrameMismatch, ProtocolError};
 use super::frame::{ChannelId, Frame};
 use wharf_base::limits;
 
@@ -143,17 +143,13 @@ impl ContentAssembler {
         );
         let result = match (std::mem::take(&mut self.state), frame) {
             (State::Method, Frame::Method(_, method)) => Ok(self.on_method(method)),
-            (State::Method, _) => Err(self.unexpected(
-                (0, 0),
-                "expected method frame, got non method frame instead".to_owned(),
-            )),
+            (State::Method, _) => Err(self.unexpected((0, 0), FrameMismatch::ExpectedMethod)),
             (State::Header { method }, Frame::Header(_, header)) => self.on_header(method, header),
             (State::Header { method }, _) => Err(self.unexpected(
                 ids(&method),
-                format!(
-                    "expected content header for class {}, got non content header frame instead",
-                    method.get_amqp_class_id()
-                ),
+                FrameMismatch::ExpectedHeader {
+                    class_id: method.get_amqp_class_id(),
+                },
             )),
             (
                 State::Body {
@@ -172,10 +168,9 @@ impl ContentAssembler {
                 },
                 chunk,
             ),
-            (State::Body { method, .. }, _) => Err(self.unexpected(
-                ids(&method),
-                "expected content body, got non content body frame instead".to_owned(),
-            )),
+            (State::Body { method, .. }, _) => {
+                Err(self.unexpected(ids(&method), FrameMismatch::ExpectedBody))
+            }
         };
         if result.is_err() {
             self.state = State::Method;
@@ -183,7 +178,7 @@ impl ContentAssembler {
         result
     }
 
-    fn unexpected(&self, method_ids: (u16, u16), detail: String) -> ProtocolError {
+    fn unexpected(&self, method_ids: (u16, u16), detail: FrameMismatch) -> ProtocolError {
         ProtocolError::UnexpectedFrame {
             channel: self.channel.0,
             detail,
@@ -209,10 +204,10 @@ impl ContentAssembler {
         if header.class_id != class_id {
             return Err(self.unexpected(
                 ids(&method),
-                format!(
-                    "expected content header for class {class_id}, got one for class {} instead",
-                    header.class_id
-                ),
+                FrameMismatch::HeaderClass {
+                    class_id,
+                    found: header.class_id,
+                },
             ));
         }
         if header.body_size > u64::from(self.body_bytes_max) {

@@ -97,8 +97,8 @@ pub enum ProtocolError {
         method_ids: (u16, u16),
         /// The channel the frame was sent on.
         channel: u16,
-        /// What was expected and what came, in RabbitMQ's words.
-        detail: String,
+        /// What was expected and what came (its text is RabbitMQ's).
+        detail: FrameMismatch,
     },
     /// A content body frame carried more octets than the content header announced.
     #[error("content body frame exceeds remaining content size on channel {channel}")]
@@ -124,6 +124,32 @@ pub enum ProtocolError {
         /// The limit in force.
         body_bytes_max: u32,
     },
+}
+
+/// What a channel's content state expected instead of the frame that came
+/// ([`ProtocolError::UnexpectedFrame`]). Displayed in RabbitMQ's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FrameMismatch {
+    /// A content header or body without a content-bearing method before it.
+    #[error("expected method frame, got non method frame instead")]
+    ExpectedMethod,
+    /// Something other than the content header after a content-bearing method.
+    #[error("expected content header for class {class_id}, got non content header frame instead")]
+    ExpectedHeader {
+        /// The method's class.
+        class_id: u16,
+    },
+    /// A content header of another class than its method's.
+    #[error("expected content header for class {class_id}, got one for class {found} instead")]
+    HeaderClass {
+        /// The method's class.
+        class_id: u16,
+        /// The header's class.
+        found: u16,
+    },
+    /// Something other than a body frame in the middle of a content.
+    #[error("expected content body, got non content body frame instead")]
+    ExpectedBody,
 }
 
 impl ProtocolError {

@@ -4,6 +4,16 @@
 //! `thiserror` and `limits`. Stateless except for [`ContentAssembler`], which holds one
 //! channel's partial message.
 //!
+//! # Layout
+//!
+//! - `frame`: frame types, limits, the protocol header, [`decode`].
+//! - `table_scan`: the non-recursive depth check run before any field table parser.
+//! - `properties`: the hand-written content header (basic properties) decoder.
+//! - `content`: [`ContentAssembler`], one channel's method + header + body.
+//! - `encode`: every frame written, with the hand-written hot paths.
+//! - `reply_code`: the spec's reply codes by name (a public namespace).
+//! - `error`: [`ProtocolError`], [`FrameMismatch`].
+//!
 //! # Public API
 //!
 //! Reading (server side, per connection):
@@ -32,7 +42,7 @@
 //!
 //! Writing: [`encode_frame`] / [`encode_method`] for any frame, [`encode_deliver`] (method +
 //! header + body frames split at `frame_max - 8`), [`encode_ack`], [`encode_content`],
-//! [`encode_heartbeat`], [`encode::put_table`].
+//! [`encode_heartbeat`], [`put_table`].
 //!
 //! Hot paths are hand-written, because amq-protocol allocates a `String` per flag bit when it
 //! encodes or decodes a method and moves its 300-octet properties struct through every nom
@@ -47,22 +57,25 @@
 
 #![warn(clippy::indexing_slicing)]
 
-pub mod content;
+// `frame` and `encode` stay public modules only while the server and the workspace tests still
+// name `protocol::frame::PROTOCOL_HEADER` and `protocol::encode::put_table` outside their
+// import lines; both are re-exported below, the paths can move to the root.
+mod content;
 pub mod encode;
-pub mod error;
+mod error;
 pub mod frame;
 mod properties;
 pub mod reply_code;
 mod table_scan;
 
-pub use content::{Assembled, Content, ContentAssembler, carries_content};
+pub use content::{Assembled, BODY_PREALLOC_BYTES_MAX, Content, ContentAssembler, carries_content};
 pub use encode::{
     DeliverRef, encode_ack, encode_body_frame, encode_content, encode_content_header,
     encode_content_header_generic, encode_deliver, encode_frame, encode_heartbeat, encode_method,
-    encode_method_generic, encode_protocol_header,
+    encode_method_generic, encode_protocol_header, put_table,
 };
-pub use error::ProtocolError;
+pub use error::{FrameMismatch, ProtocolError};
 pub use frame::{
-    BODY_ZERO_COPY_BYTES_MIN, ChannelId, Frame, ProtocolHeaderCheck, check_protocol_header, decode,
-    decode_field_table, effective_frame_max, method_name,
+    BODY_ZERO_COPY_BYTES_MIN, ChannelId, Frame, PROTOCOL_HEADER, ProtocolHeaderCheck,
+    check_protocol_header, decode, decode_field_table, effective_frame_max, method_name,
 };

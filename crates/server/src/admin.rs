@@ -151,5 +151,5 @@ pub struct AdminView<'a> {
     /// The server's clock, ms since the epoch.
     pub now_ms: u64,
     /// The log's sync histograms (`None` once the store is closed).
-    pub sync: Option<wharf_wal::sync_stats::SyncSnapshot>,
+    pub sync: Option<wharf_wal::SyncSnapshot>,
 }

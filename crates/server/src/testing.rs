@@ -19,7 +19,7 @@ use std::time::Duration;
 use crate::{ClockControlError, Server, ServerConfig, ServerError, ServerHandle};
 pub use wharf_base::{DurationError, parse_duration};
 use wharf_clock::{Clock, ManualClock, SystemClock};
-use wharf_wal::mmap::ReadOnlyMap;
+use wharf_wal::ReadOnlyMap;
 use wharf_wal::{FileStorage, SimStorage, Storage, StorageFile};
 
 /// Where the simulated disk keeps the log (a path inside [`SimStorage`], not on the real disk).

@@ -19,9 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::codec;
 use wharf_broker::{Message, MessageId, MessageLoader, StoredAt, StoredMessage};
-use wharf_wal::reader::read_frame_at;
-use wharf_wal::storage::StorageFile;
-use wharf_wal::{Position, Reader, SegmentId};
+use wharf_wal::{Position, Reader, SegmentId, StorageFile, read_frame_at};
 
 const CHECKPOINT_BIT: u64 = 1 << 63;
 const OFFSET_BITS: u32 = 40;

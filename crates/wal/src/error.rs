@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::{Lsn, SegmentId};
+use crate::ids::{Lsn, SegmentId};
 
 /// The I/O operation that failed, for messages an operator can act on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,6 +211,9 @@ pub enum RecoveryError {
         /// What is wrong.
         what: &'static str,
     },
+    /// Readying the segment to append to failed other than by an I/O error of its own.
+    #[error("preparing the log for appending failed")]
+    Prepare(#[source] WalError),
     /// The caller's record visitor refused a record.
     #[error("record {lsn} refused by the recovery visitor")]
     Visitor {

@@ -9,10 +9,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::error::{CorruptReason, WalError};
+use crate::ids::{Lsn, Position, SegmentId};
 use crate::record::{self, FRAME_HEADER_BYTES, FrameCheck};
 use crate::storage::StorageFile;
 use crate::writer::Shared;
-use crate::{Lsn, Position, SegmentId};
 
 /// A record read back from the log.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //! byte slices: no I/O, no state. Must not depend on anything but std, `crc32fast` and `limits`.
 #![warn(clippy::indexing_slicing)]
 
-use crate::{Lsn, SegmentId};
+use crate::ids::{Lsn, SegmentId};
 use wharf_base::limits;
 
 /// The one place where integers become bytes and back. Everything on disk is little-endian

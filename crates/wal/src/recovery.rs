@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 
 use crate::error::{CorruptReason, RecoveryError};
+use crate::ids::{Lsn, Position, SegmentId};
 use crate::record::{self, FrameCheck, HeaderCheck, SEGMENT_HEADER_BYTES};
 use crate::storage::Storage;
-use crate::{Lsn, Position, SegmentId};
 use wharf_base::limits;
 
 /// Whether recovery stops at corruption or skips it.

@@ -10,10 +10,9 @@ use std::path::{Path, PathBuf};
 use wharf_broker::{Event, MessageRecord, Placement};
 use wharf_store::checkpoint::{self, CheckpointRecord};
 use wharf_store::codec::{self, DecodeError, STORE_FORMAT_VERSION, StoreRecord};
-use wharf_wal::record::FRAME_HEADER_BYTES;
 use wharf_wal::{
-    FileStorage, RecordRef, RecoveryError, RecoveryMode, RecoveryReport, SegmentId,
-    segment_file_name,
+    FRAME_HEADER_BYTES, FileStorage, RecordRef, RecoveryError, RecoveryMode, RecoveryReport,
+    SegmentId, segment_file_name,
 };
 
 /// An error that stops the inspector with exit code 2: the directory is missing, is not a
@@ -135,7 +134,7 @@ pub fn segments(dir: &Path) -> Result<Vec<SegmentFile>, Fatal> {
     if !meta.is_dir() {
         return Err(Fatal(format!("{}: not a directory", dir.display())));
     }
-    let ids = wharf_wal::recovery::list_segments(&FileStorage, dir)
+    let ids = wharf_wal::list_segments(&FileStorage, dir)
         .map_err(|e| Fatal(format!("{}: {e}", dir.display())))?;
     if ids.is_empty() {
         return Err(Fatal(format!(

@@ -288,7 +288,7 @@ fn a_header_announcing_the_maximum_and_sending_nothing_reserves_nothing_up_front
     assert!(a.is_mid_content());
     let held = a.gathering_capacity_bytes();
     assert!(held >= 4000, "{held}");
-    assert!(held <= protocol::content::BODY_PREALLOC_BYTES_MAX, "{held}");
+    assert!(held <= protocol::BODY_PREALLOC_BYTES_MAX, "{held}");
 }
 
 #[test]

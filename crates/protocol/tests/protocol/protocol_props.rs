@@ -542,7 +542,7 @@ proptest! {
         ]),
     ) {
         let mut buf = BytesMut::new();
-        protocol::encode::put_table(&mut buf, &t);
+        protocol::put_table(&mut buf, &t);
         let mut bytes = buf.to_vec();
         for (at, val) in mutations {
             let i = at.index(bytes.len());
@@ -593,7 +593,7 @@ proptest! {
         garbage in proptest::collection::vec(any::<u8>(), 0..64),
     ) {
         let mut buf = BytesMut::new();
-        protocol::encode::put_table(&mut buf, &t);
+        protocol::put_table(&mut buf, &t);
         prop_assert_eq!(protocol::decode_field_table(&buf).unwrap(), t);
         let mut bytes = buf.to_vec();
         for (at, val) in mutations {

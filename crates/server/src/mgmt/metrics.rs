@@ -15,7 +15,7 @@ use super::{Api, ApiError};
 use crate::admin::{AdminView, MessageCounters};
 use crate::alarm::Samples;
 use wharf_broker::QueueInfo;
-use wharf_wal::sync_stats::{SYNC_LATENCY_BOUNDS_US, SYNC_RECORDS_BOUNDS, SyncSnapshot};
+use wharf_wal::{SYNC_LATENCY_BOUNDS_US, SYNC_RECORDS_BOUNDS, SyncSnapshot};
 
 /// Escapes a label value (backslash, quote, newline).
 fn label(value: &str) -> String {

@@ -63,7 +63,7 @@ fn files(sim: &SimStorage) -> Vec<String> {
 fn segments(sim: &SimStorage) -> usize {
     files(sim)
         .iter()
-        .filter(|n| wharf_wal::recovery::parse_segment_file_name(n).is_some())
+        .filter(|n| wharf_wal::parse_segment_file_name(n).is_some())
         .count()
 }
 

@@ -13,9 +13,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use wharf_wal::record;
 use wharf_wal::{
-    Position, RecoveryMode, SegmentId, SimStorage, Wal, WalConfig, scan, segment_file_name,
+    Position, RecoveryMode, SegmentHeader, SegmentId, SimStorage, Wal, WalConfig,
+    check_segment_header, decode_frame, encode_segment_header, peek_payload_len, scan,
+    segment_file_name,
 };
 
 fn dir() -> PathBuf {
@@ -115,11 +116,11 @@ proptest! {
 
     #[test]
     fn frame_and_header_decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
-        let _ = record::decode_frame(&bytes);
-        let _ = record::check_segment_header(&bytes);
-        let _ = record::peek_payload_len(&bytes);
+        let _ = decode_frame(&bytes);
+        let _ = check_segment_header(&bytes);
+        let _ = peek_payload_len(&bytes);
         for start in 0..bytes.len().min(40) {
-            let _ = record::decode_frame(&bytes[start..]);
+            let _ = decode_frame(&bytes[start..]);
         }
     }
 
@@ -155,7 +156,7 @@ proptest! {
         let sim = SimStorage::new(1);
         for (id, mut bytes) in files.into_iter().enumerate() {
             if with_header {
-                let header = record::encode_segment_header(record::SegmentHeader {
+                let header = encode_segment_header(SegmentHeader {
                     segment_id: SegmentId(id as u64),
                     first_lsn: wharf_wal::Lsn(1),
                 });

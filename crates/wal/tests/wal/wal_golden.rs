@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use wharf_wal::record::{self, FrameFields, SegmentHeader};
+use wharf_wal::{FrameFields, SegmentHeader, encode_frame, encode_segment_header};
 use wharf_wal::{Lsn, SegmentId, SimStorage, Wal, WalConfig, segment_file_name};
 
 /// The bytes of the fenced block after `<!-- golden:{name} -->` in storage-format.md.
@@ -32,7 +32,7 @@ fn golden(name: &str) -> Vec<u8> {
 
 #[test]
 fn segment_header_matches_the_document() {
-    let header = record::encode_segment_header(SegmentHeader {
+    let header = encode_segment_header(SegmentHeader {
         segment_id: SegmentId(0),
         first_lsn: Lsn(1),
     });
@@ -47,7 +47,7 @@ fn record_frame_matches_the_document() {
         kind: 7,
         group_delta: 0,
     };
-    record::encode_frame(&mut out, fields, b"hello", crc32fast::hash(b"hello"));
+    encode_frame(&mut out, fields, b"hello", crc32fast::hash(b"hello"));
     assert_eq!(out, golden("record"));
 }
 

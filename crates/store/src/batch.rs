@@ -1,0 +1,141 @@
+//! One batch of events as log records: each event encoded and size-checked before anything
+//! is appended, so an event that cannot be logged leaves nothing of its batch in the log, and
+//! id-list events longer than `limits::RECORD_IDS_MAX` cut into several records.
+
+use std::sync::Arc;
+
+use crate::codec;
+use crate::error::StoreError;
+use wharf_base::limits;
+use wharf_broker::{Event, Message};
+
+/// Encoded payloads of the batch being logged, reused across calls.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    pub(crate) bytes: Vec<u8>,
+    /// (kind, end offset in `bytes`, the message the record holds) per encoded event.
+    pub(crate) records: Vec<(u8, usize, Option<Arc<Message>>)>,
+}
+
+impl Scratch {
+    /// Encodes `events` as the records of one batch (after clearing the last one).
+    pub(crate) fn encode_batch(&mut self, events: &[Event]) -> Result<(), StoreError> {
+        self.bytes.clear();
+        self.records.clear();
+        for event in events {
+            match split_ids(event) {
+                None => self.encode(event)?,
+                Some(parts) => {
+                    for part in &parts {
+                        self.encode(part)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Encodes one event as the next record of the batch, checking its size.
+    fn encode(&mut self, event: &Event) -> Result<(), StoreError> {
+        let start = self.bytes.len();
+        let kind = codec::encode_event(event, &mut self.bytes)?;
+        let len = self.bytes.len() - start;
+        if len > limits::RECORD_PAYLOAD_BYTES_MAX {
+            return Err(StoreError::RecordTooLarge {
+                len,
+                max: limits::RECORD_PAYLOAD_BYTES_MAX,
+            });
+        }
+        self.records
+            .push((kind.byte(), self.bytes.len(), message_of(event).cloned()));
+        Ok(())
+    }
+}
+
+/// The message an event's record holds, if any.
+fn message_of(event: &Event) -> Option<&Arc<Message>> {
+    match event {
+        Event::Published { message, .. } | Event::Scheduled { message, .. } => {
+            Some(&message.message)
+        }
+        Event::DeadLettered {
+            message: Some(message),
+            ..
+        } => Some(&message.message),
+        _ => None,
+    }
+}
+
+/// An id-list event longer than `limits::RECORD_IDS_MAX`, as consecutive events of the same
+/// kind over parts of its ids (in order); `None` when it fits one record.
+fn split_ids(event: &Event) -> Option<Vec<Event>> {
+    let max = limits::RECORD_IDS_MAX;
+    let parts = |ids: &[wharf_broker::MessageId], make: &dyn Fn(Vec<_>) -> Event| {
+        (ids.len() > max).then(|| ids.chunks(max).map(|c| make(c.to_vec())).collect())
+    };
+    match event {
+        Event::Settled {
+            vhost,
+            queue,
+            ids,
+            kind,
+        } => parts(ids, &|ids| Event::Settled {
+            vhost: vhost.clone(),
+            queue: queue.clone(),
+            ids,
+            kind: *kind,
+        }),
+        Event::Delivered { vhost, queue, ids } => parts(ids, &|ids| Event::Delivered {
+            vhost: vhost.clone(),
+            queue: queue.clone(),
+            ids,
+        }),
+        Event::Returned { vhost, queue, ids } => parts(ids, &|ids| Event::Returned {
+            vhost: vhost.clone(),
+            queue: queue.clone(),
+            ids,
+        }),
+        Event::Purged { vhost, queue, ids } => parts(ids, &|ids| Event::Purged {
+            vhost: vhost.clone(),
+            queue: queue.clone(),
+            ids,
+        }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wharf_broker::{MessageId, SettleKind};
+
+    #[test]
+    fn long_id_lists_are_split_in_order_and_short_ones_kept() {
+        let max = limits::RECORD_IDS_MAX;
+        let ids: Vec<MessageId> = (0..(max as u64 * 2 + 5)).map(MessageId).collect();
+        let settled = Event::Settled {
+            vhost: "/".into(),
+            queue: "q".into(),
+            ids: ids.clone(),
+            kind: SettleKind::Ack,
+        };
+        let parts = split_ids(&settled).expect("longer than the limit");
+        assert_eq!(parts.len(), 3);
+        let mut rejoined = Vec::new();
+        for e in &parts {
+            let Event::Settled { ids, kind, .. } = e else {
+                panic!("{e:?}");
+            };
+            assert!(ids.len() <= max);
+            assert_eq!(*kind, SettleKind::Ack);
+            rejoined.extend_from_slice(ids);
+        }
+        assert_eq!(rejoined, ids);
+        let short = Event::Purged {
+            vhost: "/".into(),
+            queue: "q".into(),
+            ids: ids[..max].to_vec(),
+        };
+        assert!(split_ids(&short).is_none());
+    }
+}

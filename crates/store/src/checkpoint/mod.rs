@@ -1,0 +1,30 @@
+//! Checkpoints: a snapshot of the live durable state at an Lsn, written atomically (temporary
+//! file, fsync, rename, directory fsync), so that recovery reads the newest checkpoint and
+//! then only the log records after it, and every segment whose records it covers can be
+//! deleted (garbage collection and compaction at once: a live message is carried forward into
+//! each checkpoint, so it never pins an old segment).
+//!
+//! The file is a header followed by records framed exactly as in the log (the WAL's frame,
+//! `wharf_wal::encode_frame`, with the record's sequence number in the Lsn field), holding the
+//! store's own record payloads (`codec`) plus the checkpoint-only `Carried` kind. The layout is
+//! `storage-format.md`, section "Checkpoints". Depends on `broker` (the snapshot, `apply`),
+//! `wal` (storage, frames) and `codec`; knows nothing of AMQP, tokio or the server.
+//!
+//! # Layout
+//!
+//! - `layout`: the header's fields and offsets, [`CheckpointHeader`].
+//! - `files`: names, listing and removing checkpoint files.
+//! - `write`: a snapshot encoded and written atomically.
+//! - `read`: a file read back and checked, and loaded into a broker.
+
+#![warn(clippy::indexing_slicing)]
+
+mod files;
+mod layout;
+mod read;
+mod write;
+
+pub use files::{file_name, list, parse_file_name, remove_older, remove_temporaries};
+pub use layout::{CHECKPOINT_HEADER_BYTES, CHECKPOINT_MAGIC, CheckpointHeader};
+pub use read::{CheckpointRecord, Loaded, decode_record, load, read};
+pub use write::{PartSource, encode_to_vec, write};

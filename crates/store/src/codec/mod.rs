@@ -1,0 +1,44 @@
+//! Broker events <-> write-ahead log records, by hand, byte for byte as `storage-format.md`
+//! ("Store records") describes them. One WAL record kind per event type; every integer is
+//! little-endian through the WAL's one helper (`wharf_wal::le`, STYLE 3.8). The decoder
+//! distrusts every byte: each length is checked against what is left of the payload before
+//! anything is allocated, nesting is bounded by `limits::FIELD_TABLE_DEPTH_MAX`, reserved bits
+//! and trailing bytes are refused, and nothing panics (S-ERR-2).
+//!
+//! Pure functions over byte slices: no I/O, no state. Depends on the broker's event
+//! vocabulary, `wharf_wal::le` and `limits`; must not depend on the WAL's files, `protocol` or
+//! `server`.
+//!
+//! # Layout
+//!
+//! - `kind`: the record kinds, the format version, [`StoreRecord`].
+//! - `error`: [`EncodeError`], [`DecodeError`].
+//! - `cursor`: the byte cursors every field goes through (storage-format.md, "Primitives").
+//! - `value`: field tables and values.
+//! - `message`: the Message part: properties, fixed fields, body; whole or stored.
+//! - `definitions`: vhost, exchange, queue, binding, policy, user, permission records.
+//! - `message_events`: publish, schedule, dead-letter and a queue's id-list records.
+//! - `record`: one whole record: [`encode_event`], [`decode`], the format marker.
+//! - `carried`: the checkpoint-only [`Carried`] record.
+//! - `stored`: lazy decoding of message records whose content stays on disk.
+#![warn(clippy::indexing_slicing)]
+
+mod carried;
+mod cursor;
+mod definitions;
+mod error;
+mod kind;
+mod message;
+mod message_events;
+mod record;
+mod stored;
+mod value;
+
+pub use carried::{
+    CARRIED_KIND, Carried, decode_carried, decode_carried_stored, encode_carried,
+    encode_carried_part,
+};
+pub use error::{DecodeError, EncodeError};
+pub use kind::{RecordKind, STORE_FORMAT_VERSION, StoreRecord};
+pub use record::{decode, decode_shared, encode_event, encode_format};
+pub use stored::{decode_message_part, decode_stored, message_part, message_part_id};

@@ -1,0 +1,251 @@
+//! Checkpoints an open store takes: on its own after a batch once enough log was written
+//! ([`Store::maybe_checkpoint`], on a thread of its own), now ([`Store::checkpoint_now`]), or
+//! at a clean shutdown when it pays. A checkpoint is written only once the log is durable
+//! through its Lsn, and the segments it covers are deleted only once it is installed. A
+//! failed checkpoint is logged and retried later, never fail-stop: the log still holds
+//! everything.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::{InFlight, Store};
+use crate::checkpoint;
+use crate::checkpoint_trigger::{CheckpointDone, CheckpointTrigger};
+use crate::error::StoreError;
+use crate::stored::{CheckpointView, StoredReader};
+use wharf_broker::{Broker, Snapshot, StoredMessage};
+use wharf_wal::{Appender, Lsn, Reclaimer, Storage};
+
+/// What the checkpoint thread needs: everything is shared or owned, nothing borrows the store.
+struct Job {
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
+    lsn: Lsn,
+    snapshot: Snapshot,
+    appender: Appender,
+    reclaimer: Reclaimer,
+    reader: Arc<StoredReader>,
+}
+
+impl Job {
+    /// Waits until the log is durable through the snapshot's Lsn (a checkpoint must never
+    /// describe records a crash could lose), writes the checkpoint atomically, then deletes
+    /// the segments it covers (only now: the log still held everything until the rename and
+    /// the directory sync).
+    fn run(self) -> Result<CheckpointDone, StoreError> {
+        self.appender.wait_durable(self.lsn)?;
+        let reader = &self.reader;
+        let parts = |s: &StoredMessage| reader.message_part(s);
+        let (bytes, index) =
+            checkpoint::write(&*self.storage, &self.dir, self.lsn, &self.snapshot, &parts)?;
+        drop(self.snapshot);
+        // Stored messages are read from the new checkpoint before any segment it covers goes.
+        let path = self.dir.join(checkpoint::file_name(self.lsn));
+        let file = self
+            .storage
+            .open(&path, false)
+            .map_err(|source| StoreError::Io {
+                path: path.clone(),
+                source,
+            })?;
+        self.reader.install(CheckpointView {
+            lsn: self.lsn.0,
+            path,
+            file: Arc::from(file),
+            index,
+        });
+        let covered = self
+            .reclaimer
+            .segments_through(self.lsn)
+            .map_err(StoreError::from)?;
+        for &id in &covered {
+            self.reclaimer.delete_segment(id)?;
+        }
+        Ok(CheckpointDone {
+            lsn: self.lsn.0,
+            bytes,
+            segments_deleted: covered.len() as u64,
+        })
+    }
+}
+
+impl Store {
+    /// Sets when periodic checkpoints are taken (tests use tiny thresholds).
+    pub fn set_checkpoint_trigger(&mut self, trigger: CheckpointTrigger) {
+        self.checkpoints.trigger = trigger;
+    }
+
+    /// The Lsn of the newest durable checkpoint, if any.
+    pub fn checkpoint_lsn(&self) -> Option<u64> {
+        self.checkpoints.newest
+    }
+
+    /// Called by the broker task after each batch has been logged (so `broker` reflects the
+    /// log exactly through its last record): collects a finished checkpoint, and when the log
+    /// written since the last one exceeds the trigger's threshold (or the log moved to a new
+    /// segment while the live data is small), takes a snapshot (one reference per message)
+    /// and writes it on a thread of its own. Returns true when it started
+    /// one. A failed checkpoint is logged and retried after another threshold of log; it
+    /// loses nothing, since the log still holds everything.
+    pub fn maybe_checkpoint(&mut self, broker: &Broker) -> bool {
+        self.collect_checkpoint(false);
+        let c = &self.checkpoints;
+        if !c.trigger.enabled || c.in_flight.is_some() {
+            return false;
+        }
+        let since = self.logged_since_checkpoint();
+        // Also right after the log moved to a new segment while the live data is at most a
+        // segment: the checkpoint then costs no more than the segment of log did, and the
+        // sealed segment goes at once, so the directory holds one segment, not two, most of
+        // the time.
+        let segment = self.last_segment.load(Ordering::Relaxed);
+        let rolled = segment > c.base_segment && c.live_bytes <= self.segment_bytes;
+        if since <= c.trigger.log_bytes_min.max(c.live_bytes) && !rolled {
+            return false;
+        }
+        let job = self.job(broker.snapshot());
+        let at_bytes = self.logged_bytes.load(Ordering::Relaxed);
+        let spawned = std::thread::Builder::new()
+            .name("wharf-checkpoint".to_owned())
+            .spawn(move || job.run());
+        match spawned {
+            Ok(handle) => {
+                self.checkpoints.in_flight = Some(InFlight {
+                    at_bytes,
+                    at_segment: segment,
+                    handle,
+                });
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "checkpoint thread could not start; retrying later");
+                self.checkpoints.base_bytes = at_bytes;
+                self.checkpoints.base_segment = segment;
+                false
+            }
+        }
+    }
+
+    /// Waits for the checkpoint being written, if any, and returns how it ended.
+    pub fn wait_checkpoint(&mut self) -> Option<Result<CheckpointDone, StoreError>> {
+        self.collect_checkpoint(true)
+    }
+
+    /// Writes a checkpoint of `snapshot` now, on the calling thread (at a clean shutdown, from
+    /// a blocking task; and in tests). `snapshot` must be taken after the last [`Store::log`]
+    /// call. Waits for a checkpoint in flight first; does nothing when no record but the
+    /// format marker was logged since the newest checkpoint.
+    ///
+    /// # Errors
+    /// Waiting for the log, writing the checkpoint or deleting covered segments failed (the
+    /// log still holds everything).
+    pub fn checkpoint_now(
+        &mut self,
+        snapshot: Snapshot,
+    ) -> Result<Option<CheckpointDone>, StoreError> {
+        self.collect_checkpoint(true);
+        let last = self.last_lsn.load(Ordering::Acquire);
+        if self
+            .checkpoints
+            .newest
+            .is_some_and(|n| last <= n.saturating_add(1))
+        {
+            return Ok(None);
+        }
+        let at_bytes = self.logged_bytes.load(Ordering::Relaxed);
+        let at_segment = self.last_segment.load(Ordering::Relaxed);
+        let done = self.job(snapshot).run()?;
+        self.checkpoint_finished(done, at_bytes, at_segment);
+        Ok(Some(done))
+    }
+
+    /// Log bytes written since the newest checkpoint's snapshot (the trigger's clock).
+    fn logged_since_checkpoint(&self) -> u64 {
+        self.logged_bytes
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.checkpoints.base_bytes)
+    }
+
+    /// The checkpoint of a clean shutdown: written as [`Store::checkpoint_now`] when the log
+    /// since the last checkpoint is over twice the periodic threshold (`max(log_bytes_min,
+    /// last checkpoint size)`), skipped otherwise. A checkpoint copies every live message, and
+    /// writing (with its fsync) costs more than reading: below that, writing one would make
+    /// the stop slower than it makes the next start faster. (After a batch the log since the
+    /// last checkpoint is at most about the threshold, so this is for a stop while one is
+    /// still being written.)
+    ///
+    /// # Errors
+    /// As [`Store::checkpoint_now`].
+    pub fn checkpoint_at_shutdown(
+        &mut self,
+        snapshot: Snapshot,
+    ) -> Result<Option<CheckpointDone>, StoreError> {
+        self.collect_checkpoint(true);
+        let c = &self.checkpoints;
+        let since = self.logged_since_checkpoint();
+        if since <= c.trigger.log_bytes_min.max(c.live_bytes).saturating_mul(2) {
+            return Ok(None);
+        }
+        self.checkpoint_now(snapshot)
+    }
+
+    fn job(&self, snapshot: Snapshot) -> Job {
+        Job {
+            storage: Arc::clone(&self.storage),
+            dir: self.wal.dir().to_owned(),
+            lsn: Lsn(self.last_lsn.load(Ordering::Acquire)),
+            snapshot,
+            appender: self.appender.clone(),
+            reclaimer: self.wal.reclaimer(),
+            reader: Arc::clone(&self.reader),
+        }
+    }
+
+    /// Joins the checkpoint thread when it is done (or at once when `wait`).
+    pub(super) fn collect_checkpoint(
+        &mut self,
+        wait: bool,
+    ) -> Option<Result<CheckpointDone, StoreError>> {
+        let finished = self
+            .checkpoints
+            .in_flight
+            .as_ref()
+            .is_some_and(|f| wait || f.handle.is_finished());
+        if !finished {
+            return None;
+        }
+        let InFlight {
+            at_bytes,
+            at_segment,
+            handle,
+        } = self.checkpoints.in_flight.take()?;
+        let result = match handle.join() {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::CheckpointPanicked),
+        };
+        match &result {
+            Ok(done) => self.checkpoint_finished(*done, at_bytes, at_segment),
+            Err(e) => {
+                tracing::warn!(error = %e, "checkpoint failed; the log keeps everything, retrying later");
+                self.checkpoints.base_bytes = self.logged_bytes.load(Ordering::Relaxed);
+                self.checkpoints.base_segment = self.last_segment.load(Ordering::Relaxed);
+            }
+        }
+        Some(result)
+    }
+
+    fn checkpoint_finished(&mut self, done: CheckpointDone, at_bytes: u64, at_segment: u64) {
+        tracing::info!(
+            lsn = done.lsn,
+            bytes = done.bytes,
+            segments_deleted = done.segments_deleted,
+            "checkpoint written"
+        );
+        let c = &mut self.checkpoints;
+        c.newest = Some(done.lsn);
+        c.live_bytes = done.bytes;
+        c.base_bytes = at_bytes;
+        c.base_segment = at_segment;
+    }
+}

@@ -1,0 +1,106 @@
+//! Logging: events appended as records without waiting, tickets, and waiting for them to be
+//! durable (S-DUR-3, S-DUR-4).
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
+
+use super::{Store, Ticket};
+use crate::error::StoreError;
+use crate::stored;
+use wharf_broker::{Event, MessageLoader};
+use wharf_wal::{Appender, Lsn, SyncSnapshot};
+
+impl Store {
+    /// Appends the records for `events` without waiting; returns the ticket of the last one,
+    /// or `None` when there was nothing to log. Every event is encoded and checked first, so
+    /// an event that cannot be logged leaves nothing of its batch in the log. An id-list
+    /// event (settle, delivery, return, purge) longer than `limits::RECORD_IDS_MAX` is logged
+    /// as several records of the same kind over consecutive parts of its ids, which replay
+    /// applies to the same effect.
+    ///
+    /// # Errors
+    /// The log has failed (fail-stop), an event does not fit the format, or a record is too
+    /// large (e.g. a message routed to so many long-named queues that its one record cannot
+    /// hold them); nothing of the batch was appended then. Every error is fail-stop for the
+    /// caller (see the module doc).
+    pub fn log(&self, events: &[Event]) -> Result<Option<Ticket>, StoreError> {
+        if events.is_empty() {
+            return Ok(None);
+        }
+        let mut guard = self.scratch.lock().unwrap_or_else(PoisonError::into_inner);
+        let scratch = &mut *guard;
+        scratch.encode_batch(events)?;
+        let mut start = 0;
+        let mut last = Lsn(0);
+        let mut bytes = 0u64;
+        for (kind, end, message) in scratch.records.drain(..) {
+            let payload = scratch.bytes.get(start..end).unwrap_or_default();
+            let appended = self.appender.append(kind, payload)?;
+            last = appended.lsn;
+            self.last_segment
+                .fetch_max(appended.position.segment.0, Ordering::Relaxed);
+            // The broker may now leave the message's content on disk once `last` is durable.
+            if let Some(message) = message
+                && let Some(at) = stored::pack_log(appended.position)
+            {
+                message.set_stored(last.0, at);
+            }
+            bytes += wharf_wal::frame_bytes(payload.len()) as u64;
+            start = end;
+        }
+        self.last_lsn.store(last.0, Ordering::Release);
+        self.logged_bytes.fetch_add(bytes, Ordering::Relaxed);
+        Ok(Some(last.0))
+    }
+
+    /// Resolves once every record up to `ticket` is on stable storage (S-DUR-3). Ticket 0 is
+    /// durable at once.
+    ///
+    /// # Errors
+    /// The future's error is the log's latched failure (fail-stop) or its closing first.
+    pub fn durable(
+        &self,
+        ticket: Ticket,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'static {
+        let durable = self.appender.durable(Lsn(ticket));
+        async move { durable.await.map_err(StoreError::Wal) }
+    }
+
+    /// Blocks the calling thread until `ticket` is durable (for tools and tests without an
+    /// executor).
+    ///
+    /// # Errors
+    /// As [`Store::durable`].
+    pub fn wait_durable(&self, ticket: Ticket) -> Result<(), StoreError> {
+        Ok(self.appender.wait_durable(Lsn(ticket))?)
+    }
+
+    /// The log's sync latency and records-per-sync histograms (for metrics).
+    pub fn sync_stats(&self) -> SyncSnapshot {
+        self.appender.sync_stats()
+    }
+
+    /// The highest ticket known durable.
+    pub fn durable_watermark(&self) -> Ticket {
+        self.appender.durable_lsn().0
+    }
+
+    /// A handle on the log for its state (`disk_full`, `stats`) and for nudging a writer paused
+    /// on a full disk (`retry_now`); the server's resource monitor holds one.
+    pub fn wal_appender(&self) -> Appender {
+        self.appender.clone()
+    }
+
+    /// The reader of stored messages, for a broker that logs to this store but was not
+    /// recovered from it (`Store::open` hands it to the broker it returns).
+    pub fn loader(&self) -> Arc<dyn MessageLoader> {
+        Arc::clone(&self.reader) as Arc<dyn MessageLoader>
+    }
+
+    /// The log directory.
+    pub fn dir(&self) -> &Path {
+        self.wal.dir()
+    }
+}

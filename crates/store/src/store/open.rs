@@ -1,0 +1,213 @@
+//! Opening a store (recovery) and closing it.
+//!
+//! [`Store::open`] removes temporary checkpoint files, loads the newest checkpoint into a
+//! fresh broker, then opens the log, and the WAL streams every intact record, in Lsn order,
+//! to the replay visitor (`replay.rs`), which skips those the checkpoint covers and applies
+//! the others. A torn tail is cut and reported; damage in the middle of the log, a record
+//! that does not decode and a record the model refuses stop recovery with the file and offset
+//! named (S-DUR-7), unless `salvage` is set, which skips and counts them.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::{Checkpoints, Store, StoreConfig};
+use crate::batch::Scratch;
+use crate::checkpoint;
+use crate::codec;
+use crate::error::{LogGap, StoreError};
+use crate::replay::{RecoverySummary, Replay};
+use crate::stored::{CheckpointView, StoredReader};
+use wharf_broker::{Broker, MessageLoader};
+use wharf_wal::{FileStorage, Lsn, RecoveryMode, RecoveryReport, Storage, Wal, WalConfig};
+
+impl Store {
+    /// Opens (or creates) the store in `config.dir` on real files and recovers it into a
+    /// fresh broker: the newest checkpoint, then the log after it. The caller then runs
+    /// `broker.recovered(now)` and logs its events before serving clients.
+    ///
+    /// # Errors
+    /// The directory cannot be created or read; the log or the checkpoint is corrupt or
+    /// inconsistent (without `salvage`); the log is of a newer format.
+    pub fn open(config: &StoreConfig) -> Result<(Store, Broker, RecoverySummary), StoreError> {
+        Self::open_with(config, Arc::new(FileStorage), &WalConfig::default())
+    }
+
+    /// [`Store::open`] on any storage (e.g. a `wal::SimStorage` that can lose power) and with
+    /// a chosen log configuration. `wal.recovery_mode` is set from `config.salvage`.
+    ///
+    /// # Errors
+    /// As [`Store::open`]; also an invalid `wal` configuration.
+    pub fn open_with(
+        config: &StoreConfig,
+        storage: Arc<dyn Storage>,
+        wal: &WalConfig,
+    ) -> Result<(Store, Broker, RecoverySummary), StoreError> {
+        let mut wal_config = wal.clone();
+        wal_config.recovery_mode = if config.salvage {
+            RecoveryMode::Salvage
+        } else {
+            RecoveryMode::Strict
+        };
+        storage
+            .create_dir_all(&config.dir)
+            .map_err(|source| StoreError::Io {
+                path: config.dir.clone(),
+                source,
+            })?;
+        let start = load_checkpoint(&*storage, &config.dir, config.salvage)?;
+        let mut replay = Replay::new(
+            start.broker,
+            &config.dir,
+            config.salvage,
+            start.lsn,
+            start.messages,
+        );
+        let opened = Wal::open(
+            &config.dir,
+            Arc::clone(&storage),
+            &wal_config,
+            &mut |record| replay.visit(record),
+        );
+        let (wal, report) = match opened {
+            Ok(opened) => opened,
+            Err(err) => return Err(replay.take_failure().unwrap_or_else(|| err.into())),
+        };
+        if let (Some(lsn), Some(path)) = (start.lsn, &start.path) {
+            check_continues(&report, replay.tail_first(), lsn, path, config.salvage)?;
+        }
+        let (mut broker, summary) = replay.finish(&report);
+        let reader = Arc::new(StoredReader::new(wal.reader(), start.view));
+        broker.set_loader(Arc::clone(&reader) as Arc<dyn MessageLoader>);
+        broker.set_record_size(Arc::new(crate::record_size::MessageRecordSize));
+        let store = Store {
+            appender: wal.appender(),
+            wal,
+            storage,
+            scratch: Mutex::new(Scratch::default()),
+            last_lsn: AtomicU64::new(report.next_lsn.0.saturating_sub(1)),
+            logged_bytes: AtomicU64::new(0),
+            last_segment: AtomicU64::new(0),
+            segment_bytes: wal_config.segment_bytes_max,
+            checkpoints: Checkpoints {
+                newest: start.lsn.map(|l| l.0),
+                live_bytes: start.bytes,
+                ..Checkpoints::default()
+            },
+            reader,
+        };
+        store.log_format()?;
+        Ok((store, broker, summary))
+    }
+
+    /// Writes the format marker: every open says which format the records after it use.
+    fn log_format(&self) -> Result<(), StoreError> {
+        let mut payload = Vec::with_capacity(size_of::<u16>());
+        let kind = codec::encode_format(&mut payload);
+        let appended = self.appender.append(kind.byte(), &payload)?;
+        self.last_lsn.store(appended.lsn.0, Ordering::Release);
+        self.last_segment
+            .fetch_max(appended.position.segment.0, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Drains what is pending, makes it durable and closes the log (after waiting for a
+    /// checkpoint in flight).
+    ///
+    /// # Errors
+    /// The log's latched failure (a write or sync failed at some point).
+    pub fn close(mut self) -> Result<(), StoreError> {
+        self.collect_checkpoint(true);
+        Ok(self.wal.close()?)
+    }
+}
+
+/// Where recovery starts: a broker loaded from the newest valid checkpoint, or a fresh one.
+struct Start {
+    broker: Broker,
+    lsn: Option<Lsn>,
+    path: Option<PathBuf>,
+    bytes: u64,
+    messages: u64,
+    /// The checkpoint, open for reading its messages back.
+    view: Option<CheckpointView>,
+}
+
+/// Removes temporary checkpoints (never in use), then loads the newest checkpoint. A damaged
+/// one is an error naming the file (S-DUR-7); in salvage mode the next older one is tried,
+/// then the log alone.
+fn load_checkpoint(storage: &dyn Storage, dir: &Path, salvage: bool) -> Result<Start, StoreError> {
+    checkpoint::remove_temporaries(storage, dir)?;
+    for (lsn, path) in checkpoint::list(storage, dir)? {
+        let mut broker = Broker::new();
+        match checkpoint::load(storage, &path, &mut broker) {
+            Ok(loaded) => {
+                let file = storage
+                    .open(&path, false)
+                    .map_err(|source| StoreError::Io {
+                        path: path.clone(),
+                        source,
+                    })?;
+                let bytes = file.len_bytes().unwrap_or(0);
+                // Older ones are superseded (a crash came between installing this one and
+                // removing them).
+                checkpoint::remove_older(storage, dir, lsn)?;
+                return Ok(Start {
+                    broker,
+                    lsn: Some(loaded.header.lsn),
+                    path: Some(path.clone()),
+                    bytes,
+                    messages: loaded.messages,
+                    view: Some(CheckpointView {
+                        lsn: loaded.header.lsn.0,
+                        path,
+                        file: Arc::from(file),
+                        index: loaded.index,
+                    }),
+                });
+            }
+            Err(err) if salvage && !matches!(err, StoreError::UnsupportedVersion { .. }) => {
+                tracing::warn!(error = %err, "salvage: damaged checkpoint skipped");
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(Start {
+        broker: Broker::new(),
+        lsn: None,
+        path: None,
+        bytes: 0,
+        messages: 0,
+        view: None,
+    })
+}
+
+/// The log must hold every record after the checkpoint: its first record after `lsn` must
+/// be `lsn + 1`, and it must not end before `lsn`.
+fn check_continues(
+    report: &RecoveryReport,
+    tail_first: Option<Lsn>,
+    lsn: Lsn,
+    path: &Path,
+    salvage: bool,
+) -> Result<(), StoreError> {
+    let reason = if report.next_lsn.0 <= lsn.0 {
+        LogGap::EndsAt(report.next_lsn.0.saturating_sub(1))
+    } else if tail_first.is_some_and(|first| first.0 != lsn.0 + 1) {
+        LogGap::FirstAfterIs(tail_first.map_or(0, |l| l.0))
+    } else if tail_first.is_none() && report.next_lsn.0 != lsn.0 + 1 {
+        LogGap::StartsAt(report.next_lsn.0)
+    } else {
+        return Ok(());
+    };
+    let err = StoreError::LogBehindCheckpoint {
+        path: path.to_owned(),
+        checkpoint: lsn.0,
+        reason,
+    };
+    if salvage {
+        tracing::warn!(error = %err, "salvage: continuing anyway");
+        return Ok(());
+    }
+    Err(err)
+}

@@ -1,0 +1,246 @@
+//! The producers' side of group commit: [`Appender::append`] frames a record into the
+//! pending buffer and returns its Lsn and position at once; [`Durable`] and
+//! [`Appender::wait_durable`] wait for the writer to make it durable.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
+use std::task::{Context, Poll};
+
+use super::{Chunk, Durability, Pending, Shared, WalStats, lock};
+use crate::error::WalError;
+use crate::ids::{Lsn, Position};
+use crate::record::{self, SEGMENT_HEADER_BYTES};
+use crate::sync_stats::SyncSnapshot;
+
+/// A record's identity once appended: its Lsn and where its frame starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Appended {
+    /// The record's Lsn.
+    pub lsn: Lsn,
+    /// Its position, for `Reader::read_at`.
+    pub position: Position,
+}
+
+/// A producer's handle on the log: cheap to clone, `Send + Sync`.
+#[derive(Debug, Clone)]
+pub struct Appender {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Appender {
+    /// Appends one record without waiting: it gets its Lsn and position now and becomes
+    /// durable with the writer's next batch. Blocks only while the pending buffer is full.
+    ///
+    /// # Errors
+    /// [`WalError::RecordTooLarge`] (nothing appended), [`WalError::Failed`] after an I/O
+    /// failure, [`WalError::Closed`] after close.
+    ///
+    /// # Panics
+    /// Only when an internal invariant of the pending buffer is broken (a bug).
+    pub fn append(&self, kind: u8, payload: &[u8]) -> Result<Appended, WalError> {
+        let shared = &*self.shared;
+        if payload.len() > shared.payload_bytes_max {
+            return Err(WalError::RecordTooLarge {
+                len: payload.len(),
+                max: shared.payload_bytes_max,
+            });
+        }
+        // Hash outside the lock; the writer combines it into the frame CRC.
+        let payload_crc = crc32fast::hash(payload);
+        let frame_len = record::frame_bytes(payload.len());
+        let mut pending = lock(&shared.pending);
+        loop {
+            if let Some(err) = &pending.failed {
+                return Err(err.clone());
+            }
+            if pending.closed {
+                return Err(WalError::Closed);
+            }
+            // Bounded buffer; an empty buffer always takes one record, however large.
+            if pending.bytes == 0 || pending.bytes + frame_len <= shared.pending_bytes_max {
+                break;
+            }
+            pending = shared
+                .space
+                .wait(pending)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        let appended = place(&mut pending, shared.segment_bytes_max, frame_len);
+        let chunk = pending
+            .chunks
+            .last_mut()
+            .filter(|c| c.segment == appended.position.segment);
+        let Some(chunk) = chunk else {
+            unreachable!("place() always leaves a chunk for the record's segment")
+        };
+        let start = chunk.bytes.len();
+        assert_eq!(
+            chunk.offset + start as u64,
+            appended.position.offset,
+            "chunk bytes must end at the record's position"
+        );
+        record::encode_frame_header(&mut chunk.bytes, payload.len(), appended.lsn, kind);
+        chunk.bytes.extend_from_slice(payload);
+        chunk.frames.push((start, payload_crc));
+        chunk.last_lsn = appended.lsn;
+        pending.bytes += frame_len;
+        drop(pending);
+        shared.work.notify_one();
+        Ok(appended)
+    }
+
+    /// Appends one record and blocks until it is durable (or the log fails).
+    ///
+    /// # Errors
+    /// As [`Appender::append`] and [`Appender::wait_durable`].
+    pub fn append_durable(&self, kind: u8, payload: &[u8]) -> Result<Appended, WalError> {
+        let appended = self.append(kind, payload)?;
+        self.wait_durable(appended.lsn)?;
+        Ok(appended)
+    }
+
+    /// Blocks until `lsn` is durable.
+    ///
+    /// # Errors
+    /// [`WalError::Failed`] when the log failed before `lsn` became durable, or
+    /// [`WalError::Closed`] when it was closed first. Never reports a record durable that is
+    /// not.
+    pub fn wait_durable(&self, lsn: Lsn) -> Result<(), WalError> {
+        let d = &self.shared.durability;
+        let mut state = lock(&d.state);
+        loop {
+            if let Some(result) = Durability::check(&state, lsn) {
+                return result;
+            }
+            state = d
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// A `Future` that resolves when `lsn` is durable (same outcomes as
+    /// [`Appender::wait_durable`]); usable from any executor, it needs none.
+    pub fn durable(&self, lsn: Lsn) -> Durable {
+        Durable {
+            shared: Arc::clone(&self.shared),
+            lsn,
+            registration: None,
+        }
+    }
+
+    /// The highest Lsn known durable: every record up to it is on stable storage. The server
+    /// releases publisher confirms in bulk from it (S-DUR-3).
+    pub fn durable_lsn(&self) -> Lsn {
+        Lsn(self.shared.durability.watermark.load(Ordering::Acquire))
+    }
+
+    /// Counters of the writer since the log was opened.
+    pub fn stats(&self) -> WalStats {
+        self.shared.stats()
+    }
+
+    /// The histograms of sync latency and records per sync since the log was opened.
+    pub fn sync_stats(&self) -> SyncSnapshot {
+        self.shared.sync_stats.snapshot()
+    }
+
+    /// The latched failure, if the log has failed.
+    pub fn failure(&self) -> Option<WalError> {
+        lock(&self.shared.pending).failed.clone()
+    }
+
+    /// Whether the writer is paused because the disk is full (a new segment could not be
+    /// reserved). Records appended meanwhile are kept, in order, and become durable once
+    /// space returns; appends block only when the pending buffer fills up.
+    pub fn disk_full(&self) -> bool {
+        self.shared.disk_full.load(Ordering::Acquire)
+    }
+
+    /// Asks a writer paused on a full disk to retry now (say, once the server saw free space
+    /// come back) instead of at the end of its retry period. Does nothing otherwise.
+    pub fn retry_now(&self) {
+        let _guard = lock(&self.shared.pending);
+        self.shared.retry.notify_all();
+    }
+}
+
+/// Assigns the next Lsn and position for a frame of `frame_len` bytes, rolling to a new
+/// segment when it does not fit, and makes sure a chunk for that segment is last.
+fn place(pending: &mut Pending, segment_bytes_max: u64, frame_len: usize) -> Appended {
+    let lsn = pending.next_lsn;
+    let mut creates = None;
+    if pending.tail.offset + frame_len as u64 > segment_bytes_max {
+        // Records never span segments.
+        pending.tail = Position {
+            segment: pending.tail.segment.next(),
+            offset: SEGMENT_HEADER_BYTES as u64,
+        };
+        creates = Some(lsn);
+    }
+    let position = pending.tail;
+    let needs_chunk = pending
+        .chunks
+        .last()
+        .is_none_or(|c| c.segment != position.segment);
+    if needs_chunk {
+        let bytes = pending.spare.pop().unwrap_or_default();
+        pending.chunks.push(Chunk {
+            segment: position.segment,
+            creates_segment: creates,
+            offset: position.offset,
+            bytes,
+            frames: Vec::new(),
+            first_lsn: lsn,
+            last_lsn: lsn,
+        });
+    }
+    pending.tail.offset += frame_len as u64;
+    assert!(
+        pending.tail.offset <= segment_bytes_max,
+        "record overflows its segment"
+    );
+    pending.next_lsn = lsn.next();
+    Appended { lsn, position }
+}
+
+/// A `Future` resolving when its Lsn is durable: `Ok(())`, or the failure that prevents it.
+#[derive(Debug)]
+pub struct Durable {
+    shared: Arc<Shared>,
+    lsn: Lsn,
+    registration: Option<u64>,
+}
+
+impl Future for Durable {
+    type Output = Result<(), WalError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let mut state = lock(&this.shared.durability.state);
+        if let Some(result) = Durability::check(&state, this.lsn) {
+            if let Some(id) = this.registration.take() {
+                state.wakers.remove(&(this.lsn, id));
+            }
+            return Poll::Ready(result);
+        }
+        let id = *this.registration.get_or_insert_with(|| {
+            state.next_waker_id += 1;
+            state.next_waker_id
+        });
+        state.wakers.insert((this.lsn, id), cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for Durable {
+    fn drop(&mut self) {
+        if let Some(id) = self.registration.take() {
+            lock(&self.shared.durability.state)
+                .wakers
+                .remove(&(self.lsn, id));
+        }
+    }
+}

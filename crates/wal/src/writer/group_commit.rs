@@ -1,0 +1,240 @@
+//! The writer thread: takes whatever producers left pending, writes it with one positional
+//! write per segment, makes it durable with one `fdatasync`, then advances the durable
+//! watermark; rolls to a new segment when one is full and waits for space on a full disk.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
+
+use super::segment::failed;
+use super::segment::{
+    create_segment, preallocation_end, should_prefill, smoothed_batch_bytes, zero_fill,
+};
+use super::{ActiveSegment, Chunk, Shared, Start, lock};
+use crate::error::{IoOp, WalError};
+use crate::ids::{Lsn, SegmentId};
+use crate::record::{self, SEGMENT_HEADER_BYTES};
+use wharf_base::limits;
+
+/// The writer thread's own state.
+pub(crate) struct Writer {
+    shared: Arc<Shared>,
+    active: ActiveSegment,
+    preallocate: bool,
+    /// Smoothed size of recent write batches (see [`should_prefill`]).
+    recent_batch_bytes: u64,
+}
+
+impl Writer {
+    pub(crate) fn new(shared: Arc<Shared>, start: Start) -> Self {
+        Self {
+            shared,
+            active: start.active,
+            preallocate: start.preallocate,
+            recent_batch_bytes: 0,
+        }
+    }
+
+    /// The thread body: batch, write, sync, complete; until closed (after draining) or failed.
+    /// On a full disk it keeps the batch's remaining chunks and retries them.
+    pub(crate) fn run(mut self) {
+        let mut held: Option<Vec<Chunk>> = None;
+        let failure = loop {
+            let chunks = match held.take() {
+                Some(chunks) => chunks,
+                None => match self.take_batch() {
+                    Some(chunks) => chunks,
+                    None => break None,
+                },
+            };
+            match self.commit(chunks) {
+                Ok(()) => {}
+                Err(Stop::Failed(err)) => break Some(err),
+                Err(Stop::DiskFull { rest, err }) => {
+                    self.shared.disk_full.store(true, Ordering::Release);
+                    if !self.wait_for_space() {
+                        // Closing on a full disk: the held records can never be written; their
+                        // waiters learn it (they were never reported durable).
+                        break Some(err);
+                    }
+                    held = Some(rest);
+                }
+            }
+        };
+        if let Some(err) = &failure {
+            lock(&self.shared.pending).failed = Some(err.clone());
+            self.shared.space.notify_all();
+        }
+        self.shared.durability.finish(failure);
+    }
+
+    /// Waits for pending records; `None` when closed and drained.
+    fn take_batch(&self) -> Option<Vec<Chunk>> {
+        let shared = &*self.shared;
+        let mut pending = lock(&shared.pending);
+        while pending.chunks.is_empty() {
+            if pending.closed {
+                return None;
+            }
+            pending = shared
+                .work
+                .wait(pending)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        pending.bytes = 0;
+        let chunks = std::mem::take(&mut pending.chunks);
+        drop(pending);
+        shared.space.notify_all();
+        Some(chunks)
+    }
+
+    /// Waits for the retry period (or [`Appender::retry_now`], or close). `false` when the log
+    /// was already closing: one retry after the close was asked has failed, so give up.
+    fn wait_for_space(&self) -> bool {
+        let shared = &*self.shared;
+        let pending = lock(&shared.pending);
+        if pending.closed {
+            return false;
+        }
+        let _ = shared
+            .retry
+            .wait_timeout(pending, limits::DISK_FULL_RETRY)
+            .unwrap_or_else(PoisonError::into_inner);
+        true
+    }
+
+    fn commit(&mut self, chunks: Vec<Chunk>) -> Result<(), Stop> {
+        let mut chunks = chunks.into_iter();
+        while let Some(mut chunk) = chunks.next() {
+            if let Some(first_lsn) = chunk.creates_segment {
+                match self.roll(chunk.segment, first_lsn) {
+                    // Cleared before any record of the retried batch is reported durable, so
+                    // a waiter woken by it never sees the flag still set.
+                    Ok(()) => self.shared.disk_full.store(false, Ordering::Release),
+                    Err(err) if err.is_disk_full() => {
+                        // Nothing of this chunk (or any later one) was written: keep them all.
+                        let mut rest = vec![chunk];
+                        rest.extend(chunks);
+                        return Err(Stop::DiskFull { rest, err });
+                    }
+                    Err(err) => return Err(Stop::Failed(err)),
+                }
+            }
+            assert_eq!(
+                chunk.segment, self.active.id,
+                "chunk for a segment not active"
+            );
+            assert_eq!(
+                chunk.offset, self.active.end,
+                "chunk not at the segment's end"
+            );
+            seal_frames(&mut chunk);
+            let path = self.shared.segment_path(chunk.segment);
+            // One write per segment per batch, then one fdatasync: the write group that
+            // recovery relies on (each group is synced before the next is written).
+            self.active
+                .file
+                .write_all_at(&chunk.bytes, chunk.offset)
+                .map_err(|e| Stop::Failed(failed(&path, IoOp::Write, e)))?;
+            let end = chunk.offset + chunk.bytes.len() as u64;
+            self.recent_batch_bytes =
+                smoothed_batch_bytes(self.recent_batch_bytes, chunk.bytes.len() as u64);
+            self.preallocate_ahead(end)
+                .map_err(|e| Stop::Failed(failed(&path, IoOp::Write, e)))?;
+            let sync_started = wharf_clock::Stopwatch::start();
+            self.active
+                .file
+                .sync_data()
+                .map_err(|e| Stop::Failed(failed(&path, IoOp::Sync, e)))?;
+            let c = &self.shared.counters;
+            c.writes.fetch_add(1, Ordering::Relaxed);
+            c.syncs.fetch_add(1, Ordering::Relaxed);
+            c.bytes
+                .fetch_add(chunk.bytes.len() as u64, Ordering::Relaxed);
+            c.records
+                .fetch_add(chunk.frames.len() as u64, Ordering::Relaxed);
+            let frames = chunk.frames.len() as u64;
+            self.shared
+                .sync_stats
+                .record(sync_started.elapsed(), frames);
+            self.active.end += chunk.bytes.len() as u64;
+            self.active.allocated = self.active.allocated.max(self.active.end);
+            self.shared.durability.advance(chunk.last_lsn);
+            let mut bytes = chunk.bytes;
+            bytes.clear();
+            let mut pending = lock(&self.shared.pending);
+            if pending.spare.len() < 4 {
+                pending.spare.push(bytes);
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps zeros ahead of the write position while batches are small (when preallocating):
+    /// once less than half a step is left, another step is zero-filled, so the file size
+    /// (journalled metadata) changes once per step instead of at every batch, and no roll
+    /// waits for a whole segment of zeros. The batch's own fdatasync covers these zeros.
+    /// Large batches skip it ([`should_prefill`]): they are bandwidth-bound, and zeros would
+    /// double the bytes they write.
+    fn preallocate_ahead(&mut self, end: u64) -> std::io::Result<()> {
+        if !self.preallocate || !should_prefill(self.recent_batch_bytes, end, self.active.allocated)
+        {
+            return Ok(());
+        }
+        let to = preallocation_end(end, self.shared.segment_bytes_max);
+        let from = self.active.allocated.max(end);
+        if to > from {
+            zero_fill(&*self.active.file, from, to)?;
+        }
+        self.active.allocated = self.active.allocated.max(to);
+        Ok(())
+    }
+
+    /// Seals the active segment and creates its successor.
+    fn roll(&mut self, id: SegmentId, first_lsn: Lsn) -> Result<(), WalError> {
+        assert_eq!(id, self.active.id.next(), "segments roll one at a time");
+        let old = self.shared.segment_path(self.active.id);
+        // Trim preallocated zeros so a sealed segment ends at its last record (recovery then
+        // treats any zeros in a sealed segment as damage), and free the space reserved beyond
+        // it: always, since the reservation is invisible in the file's length. After a full
+        // disk this runs again at each retry, which is harmless (nothing failed here).
+        let f = &self.active.file;
+        f.set_len(self.active.end)
+            .map_err(|e| failed(&old, IoOp::SealSegment, e))?;
+        f.sync_all()
+            .map_err(|e| failed(&old, IoOp::SealSegment, e))?;
+        self.active.allocated = self.active.end;
+        let preallocate_to = self
+            .preallocate
+            .then(|| preallocation_end(SEGMENT_HEADER_BYTES as u64, self.shared.segment_bytes_max));
+        self.active = create_segment(&self.shared, id, first_lsn, preallocate_to)?;
+        self.shared.sealed_below.store(id.0, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// Why [`Writer::commit`] stopped.
+enum Stop {
+    /// Fail-stop.
+    Failed(WalError),
+    /// A new segment found no space: `rest` (the chunk that needed it and every later one) was
+    /// not written and is retried.
+    DiskFull { rest: Vec<Chunk>, err: WalError },
+}
+
+/// Fills in every frame's group delta and CRC: the chunk is one write group.
+fn seal_frames(chunk: &mut Chunk) {
+    let mut next = chunk.frames.iter().skip(1).map(|&(start, _)| start);
+    for (i, &(start, payload_crc)) in chunk.frames.iter().enumerate() {
+        let end = next.next().unwrap_or(chunk.bytes.len());
+        let delta = u32::try_from(i).unwrap_or(u32::MAX);
+        let Some(frame) = chunk.bytes.get_mut(start..end) else {
+            unreachable!("frame bounds come from the encoder")
+        };
+        record::seal_frame(frame, delta, payload_crc);
+    }
+    assert_eq!(
+        chunk.last_lsn.0 - chunk.first_lsn.0 + 1,
+        chunk.frames.len() as u64,
+        "a chunk holds consecutive Lsns"
+    );
+}

@@ -1,0 +1,285 @@
+//! Group commit. Producers ([`Appender`], `Clone + Send + Sync`) frame their records into a
+//! shared pending buffer and get an Lsn and a position at once; one writer thread takes
+//! whatever is pending, writes it with one positional write per segment, makes it durable
+//! with one `fdatasync`, then advances the durable watermark, which completes every waiter of
+//! the batch (blocking, or as a std [`Future`] woken by its [`Waker`]). After a failed write or
+//! sync the log latches its failure (fail-stop, STYLE 3.3): waiters of records not yet durable
+//! and every later append get [`WalError::Failed`], and nothing is retried.
+//!
+//! A full disk is the one exception, and only where it is safe: every segment reserves its
+//! whole size when it is created ([`StorageFile::reserve`], `fallocate`), so the disk runs out
+//! when a new segment cannot be created, before any record is written into it. The writer then
+//! keeps the records it holds (their Lsns and positions are already given out), reports
+//! [`Appender::disk_full`], and retries every [`limits::DISK_FULL_RETRY`] (or at
+//! [`Appender::retry_now`]) until space returns; nothing confirmed is touched (S-DUR-3). A write
+//! or sync error inside a segment stays fail-stop: nothing can be assumed about its bytes.
+//!
+//! Must not depend on tokio or any executor: the server bridges through the `Future` or the
+//! watermark.
+//!
+//! This module holds the state the [`Wal`](crate::Wal), its appenders and the writer thread
+//! share; `appender` the producers' side, `group_commit` the writer thread, `segment` creating
+//! and preallocating segment files.
+
+mod appender;
+mod group_commit;
+mod segment;
+
+pub use appender::{Appended, Appender, Durable};
+pub(crate) use group_commit::Writer;
+pub(crate) use segment::prepare_active;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::Waker;
+
+use crate::error::WalError;
+use crate::ids::{Lsn, Position, SegmentId};
+use crate::record::{FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use crate::recovery::segment_file_name;
+use crate::storage::{Storage, StorageFile};
+use crate::sync_stats::SyncStats;
+use wharf_base::limits;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section below leaves its state consistent before anything that can
+    // panic, so a poisoned lock still guards valid data; recovering keeps one panicking
+    // producer from taking the whole log down with it.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The bytes of consecutive records for one segment, not yet written.
+#[derive(Debug)]
+struct Chunk {
+    segment: SegmentId,
+    /// `Some(first Lsn)` when the writer must create this segment before writing.
+    creates_segment: Option<Lsn>,
+    /// File offset of `bytes[0]`.
+    offset: u64,
+    bytes: Vec<u8>,
+    /// Per record: where its frame starts in `bytes`, and its payload's CRC.
+    frames: Vec<(usize, u32)>,
+    first_lsn: Lsn,
+    last_lsn: Lsn,
+}
+
+/// What producers share with the writer thread, under one lock.
+#[derive(Debug)]
+struct Pending {
+    next_lsn: Lsn,
+    /// Where the next frame goes.
+    tail: Position,
+    chunks: Vec<Chunk>,
+    bytes: usize,
+    /// The latched failure: every append is refused once it is set.
+    failed: Option<WalError>,
+    closed: bool,
+    /// Emptied buffers handed back by the writer, so steady state allocates nothing.
+    spare: Vec<Vec<u8>>,
+}
+
+/// The durable watermark and everyone waiting on it.
+#[derive(Debug)]
+struct Durability {
+    state: Mutex<DurableState>,
+    changed: Condvar,
+    /// Mirror of `state.durable` for lock-free reads.
+    watermark: AtomicU64,
+}
+
+#[derive(Debug)]
+struct DurableState {
+    durable: Lsn,
+    failed: Option<WalError>,
+    closed: bool,
+    /// Async waiters by (Lsn, registration id).
+    wakers: BTreeMap<(Lsn, u64), Waker>,
+    next_waker_id: u64,
+}
+
+impl Durability {
+    fn check(state: &DurableState, lsn: Lsn) -> Option<Result<(), WalError>> {
+        if state.durable >= lsn {
+            Some(Ok(()))
+        } else if let Some(err) = &state.failed {
+            Some(Err(err.clone()))
+        } else if state.closed {
+            Some(Err(WalError::Closed))
+        } else {
+            None
+        }
+    }
+
+    fn advance(&self, lsn: Lsn) {
+        let mut state = lock(&self.state);
+        assert!(
+            lsn >= state.durable,
+            "durable watermark moving back to {lsn}"
+        );
+        state.durable = lsn;
+        self.watermark.store(lsn.0, Ordering::Release);
+        let later = state.wakers.split_off(&(lsn.next(), 0));
+        let ready = std::mem::replace(&mut state.wakers, later);
+        drop(state);
+        self.changed.notify_all();
+        ready.into_values().for_each(Waker::wake);
+    }
+
+    fn finish(&self, failed: Option<WalError>) {
+        let mut state = lock(&self.state);
+        if state.failed.is_none() {
+            state.failed = failed;
+        }
+        state.closed = true;
+        let all = std::mem::take(&mut state.wakers);
+        drop(state);
+        self.changed.notify_all();
+        all.into_values().for_each(Waker::wake);
+    }
+}
+
+/// State shared by the [`Wal`](crate::Wal), its appenders and its writer thread.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) dir: PathBuf,
+    pub(crate) storage: Arc<dyn Storage>,
+    segment_bytes_max: u64,
+    payload_bytes_max: usize,
+    pending_bytes_max: usize,
+    pending: Mutex<Pending>,
+    /// Wakes the writer (work or close) and producers waiting for buffer space.
+    work: Condvar,
+    space: Condvar,
+    durability: Durability,
+    /// Segments with an id below this are sealed and durably followed by a newer segment:
+    /// they may be mapped and deleted.
+    pub(crate) sealed_below: AtomicU64,
+    /// Counters for operators and benches.
+    counters: Counters,
+    /// The writer is paused because a new segment found no space (see the module doc).
+    disk_full: AtomicBool,
+    /// Wakes a writer paused on a full disk before its retry period ends.
+    retry: Condvar,
+    /// Sync latency and batch-size histograms (the metrics endpoint's).
+    sync_stats: SyncStats,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    writes: AtomicU64,
+    syncs: AtomicU64,
+    bytes: AtomicU64,
+    records: AtomicU64,
+}
+
+/// Counters of the writer since the log was opened: how well group commit is batching.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WalStats {
+    /// Positional writes of record bytes (one per segment per batch).
+    pub writes: u64,
+    /// `fdatasync` calls after record writes (segment creation and sealing not counted).
+    pub syncs: u64,
+    /// Record bytes written (frames, headers included).
+    pub bytes: u64,
+    /// Records made durable.
+    pub records: u64,
+}
+
+/// How the writer starts: the result of recovery.
+pub(crate) struct Start {
+    pub(crate) active: ActiveSegment,
+    pub(crate) next_lsn: Lsn,
+    pub(crate) segment_bytes_max: u64,
+    pub(crate) pending_bytes_max: usize,
+    pub(crate) preallocate: bool,
+    /// The resumed active segment could not reserve the rest of its size: no record goes
+    /// into it any more, the first one rolls to a new segment (which waits for space).
+    pub(crate) active_unreserved: bool,
+}
+
+/// The segment the writer appends to.
+#[derive(Debug)]
+pub(crate) struct ActiveSegment {
+    pub(crate) id: SegmentId,
+    pub(crate) file: Box<dyn StorageFile>,
+    /// End of the last record written.
+    pub(crate) end: u64,
+    /// File length (greater than `end` when preallocated).
+    pub(crate) allocated: u64,
+}
+
+impl Shared {
+    pub(crate) fn new(dir: PathBuf, storage: Arc<dyn Storage>, start: &Start) -> Self {
+        let capacity = start.segment_bytes_max - (SEGMENT_HEADER_BYTES + FRAME_HEADER_BYTES) as u64;
+        let payload_bytes_max =
+            limits::RECORD_PAYLOAD_BYTES_MAX.min(usize::try_from(capacity).unwrap_or(usize::MAX));
+        let durable = Lsn(start.next_lsn.0 - 1);
+        // An unreserved active segment counts as full, so that the next record rolls.
+        let tail_offset = if start.active_unreserved {
+            start.segment_bytes_max
+        } else {
+            start.active.end
+        };
+        Self {
+            dir,
+            storage,
+            segment_bytes_max: start.segment_bytes_max,
+            payload_bytes_max,
+            pending_bytes_max: start.pending_bytes_max,
+            pending: Mutex::new(Pending {
+                next_lsn: start.next_lsn,
+                tail: Position {
+                    segment: start.active.id,
+                    offset: tail_offset,
+                },
+                chunks: Vec::new(),
+                bytes: 0,
+                failed: None,
+                closed: false,
+                spare: Vec::new(),
+            }),
+            work: Condvar::new(),
+            space: Condvar::new(),
+            durability: Durability {
+                state: Mutex::new(DurableState {
+                    durable,
+                    failed: None,
+                    closed: false,
+                    wakers: BTreeMap::new(),
+                    next_waker_id: 0,
+                }),
+                changed: Condvar::new(),
+                watermark: AtomicU64::new(durable.0),
+            },
+            sealed_below: AtomicU64::new(start.active.id.0),
+            counters: Counters::default(),
+            disk_full: AtomicBool::new(false),
+            retry: Condvar::new(),
+            sync_stats: SyncStats::default(),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> WalStats {
+        let c = &self.counters;
+        WalStats {
+            writes: c.writes.load(Ordering::Relaxed),
+            syncs: c.syncs.load(Ordering::Relaxed),
+            bytes: c.bytes.load(Ordering::Relaxed),
+            records: c.records.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn segment_path(&self, id: SegmentId) -> PathBuf {
+        self.dir.join(segment_file_name(id))
+    }
+
+    /// Asks the writer to finish what is pending and stop.
+    pub(crate) fn close(&self) {
+        lock(&self.pending).closed = true;
+        self.work.notify_all();
+        self.space.notify_all();
+        self.retry.notify_all();
+    }
+}
