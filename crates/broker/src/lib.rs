@@ -68,7 +68,6 @@
 //! - `args/`: queue arguments, expiration, policy definitions, redeclare equivalence;
 //!   effective settings.
 //! - `queue.rs`: one queue's ready messages and deadline index.
-//! - `record_size.rs`: the default of the store's rule for a message's log record size.
 //! - `routing/`: topic and headers matching.
 //! - `value.rs`: AMQP field values and tables; `error.rs`: [`BrokerError`].
 
@@ -76,7 +75,6 @@ mod args;
 mod broker;
 mod error;
 mod queue;
-mod record_size;
 mod routing;
 mod types;
 mod value;

@@ -38,5 +38,6 @@ mod stored;
 
 pub use checkpoint_trigger::{CheckpointDone, CheckpointTrigger};
 pub use error::{CheckpointDamage, LogDamage, LogGap, StoreError};
+pub use record_size::MessageRecordSize;
 pub use replay::RecoverySummary;
 pub use store::{Store, StoreConfig, Ticket};

@@ -3,18 +3,18 @@
 //! persistent message whose record could not fit the log before it changes anything
 //! (S-DUR-3) instead of the log failing after the broker applied it.
 //!
-//! An upper bound of what `codec.rs` writes for a `Published` record (storage-format.md
+//! An upper bound of what `codec/` writes for a `Published` record (storage-format.md
 //! "Store records", "Properties": strings as a length and the bytes, tables as a count and
-//! the entries, 64 bytes for the fixed fields). The broker keeps a copy of this rule for a
-//! broker without a store (its `record_size.rs`); the two must agree, and a change of the
-//! encoding changes this file first.
+//! the entries, 64 bytes for the fixed fields). This is the only copy of the rule: a change
+//! of the encoding changes this file with it. A broker without a store (the broker's own
+//! tests, tools) has no rule and logs nothing, so it bounds nothing.
 
 use wharf_base::limits::RECORD_PAYLOAD_BYTES_MAX;
 use wharf_broker::{FieldTable, Message, Properties, RecordSize, Value};
 
 /// The store's record-size rule.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct MessageRecordSize;
+pub struct MessageRecordSize;
 
 impl RecordSize for MessageRecordSize {
     fn message_fits(

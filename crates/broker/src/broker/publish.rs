@@ -15,7 +15,6 @@ use super::state::{Dest, ExchangeId, QueueId, Vhost};
 use crate::args::{Overflow, parse_expiration};
 use crate::error::{BrokerError, ErrorKind};
 use crate::queue::Taken;
-use crate::record_size::DefaultRecordSize;
 use crate::routing::headers_match;
 use crate::types::{
     DeathReason, DelayedType, Effect, Event, ExchangeKind, Message, MessageId, MessageRecord,
@@ -232,26 +231,24 @@ impl Broker {
             .collect()
     }
 
-    /// Hands the broker the store's rule for whether a message's log record fits (without
-    /// one, the same rule's copy in `record_size.rs` applies).
+    /// Hands the broker the store's rule for whether a message's log record fits. A broker
+    /// without one (no store, so nothing is logged) bounds nothing.
     pub fn set_record_size(&mut self, rule: Arc<dyn RecordSize>) {
         self.record_size = Some(rule);
     }
 
-    /// Can the one record that logs `msg` into the logged queues among `targets` fit the log
-    /// (`limits::RECORD_PAYLOAD_BYTES_MAX`)? The store's rule (an upper bound), so that a
-    /// message that could not be made durable is refused before it changes anything, instead
-    /// of failing the log after the broker applied it.
+    /// Can the one record that logs `msg` into the logged queues among `targets` fit the log?
+    /// The store's rule, asked so that a message that could not be made durable is refused
+    /// before it changes anything, instead of failing the log after the broker applied it.
     pub(super) fn record_fits(&self, vhost: &str, msg: &Message, targets: &[QueueId]) -> bool {
         let mut names = targets
             .iter()
             .filter_map(|t| self.queues.get(t))
             .filter(|q| q.logged())
             .map(|q| &*q.name);
-        match &self.record_size {
-            Some(rule) => rule.message_fits(vhost, msg, &mut names),
-            None => DefaultRecordSize.message_fits(vhost, msg, &mut names),
-        }
+        self.record_size
+            .as_ref()
+            .is_none_or(|rule| rule.message_fits(vhost, msg, &mut names))
     }
 
     /// 406 for a persistent message whose one log record could not hold it: RabbitMQ closes

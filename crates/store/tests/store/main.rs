@@ -13,5 +13,6 @@ mod store_checkpoint;
 mod store_codec;
 mod store_crash;
 mod store_golden;
+mod store_record_size;
 mod store_recovery;
 mod store_replay;
