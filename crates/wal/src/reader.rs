@@ -1,8 +1,8 @@
 //! Reading one record back by its position (message bodies stay on disk and are read when
-//! delivered, DESIGN "Memory"). Segments are read with positional reads on cached handles
-//! (`wal::mmap`), the active one with plain positional reads. Every record read back is checked
-//! again (CRC, length limit): the pair of the writer's check (STYLE 3.1). Must not depend on
-//! the writer's internals beyond the shared sealed boundary.
+//! delivered, DESIGN "Memory"). Every segment is read with positional reads on cached file
+//! handles, never through a memory map (maps serve only the recovery scan). Every record read
+//! back is checked again (CRC, length limit): the pair of the writer's check (STYLE 3.1). Must
+//! not depend on the writer's internals beyond the shared sealed boundary.
 #![warn(clippy::indexing_slicing)]
 
 use std::collections::HashMap;
