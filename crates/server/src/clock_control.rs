@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use wharf_clock::{Clock, ManualClock};
 
-use super::ServerHandle;
+use crate::handle::ServerHandle;
 
 /// Why a clock-control operation was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

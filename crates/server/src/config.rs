@@ -11,8 +11,9 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::alarm::MemoryLimit;
+use crate::server_config::ServerConfig;
 use crate::tls::TlsListener;
-use crate::{ServerConfig, User, Users, limits_server};
+use crate::users::{User, Users};
 use wharf_base::limits;
 
 /// Defaults of every setting (the binary's flags have no defaults of their own, so that a
@@ -432,7 +433,7 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
             .heartbeat_secs
             .map(u32::from)
             .or(file.heartbeat_secs)
-            .unwrap_or(u32::from(limits_server::HEARTBEAT_SECS_DEFAULT)),
+            .unwrap_or(u32::from(limits::HEARTBEAT_SECS_DEFAULT)),
         users,
         vhosts: file.vhosts.into_iter().map(|v| v.name).collect(),
         disk_free_limit_bytes,

@@ -28,7 +28,6 @@ use tracing::{Instrument, debug, info, info_span};
 use super::auth::{PermissionCache, UserRegistry, required_permissions};
 use super::convert::{Close, broker_error_close, properties_from_wire, short, table_from_wire};
 use super::core::{ChanOp, CoreMsg, Op, OpenConn};
-use super::limits_server;
 use super::outbox::{OUTBOX_HARD_BYTES, Outbox, WriterCtx, run_writer};
 use wharf_base::limits;
 use wharf_broker::{self as broker, ChanRef, Command, ConnId, Publish};
@@ -78,7 +77,7 @@ pub struct ConnLimits {
 
 impl ConnLimits {
     /// The limits of `config`, clamped to the hard bounds (config may lower them only).
-    pub fn from_config(config: &super::ServerConfig) -> Self {
+    pub fn from_config(config: &crate::server_config::ServerConfig) -> Self {
         ConnLimits {
             connection_max: config.connection_max.min(limits::CONNECTIONS_MAX),
             channel_max: config
@@ -182,7 +181,8 @@ where
                 write,
                 WriterCtx {
                     conn: id,
-                    core: ctx.core.clone(),
+                    notify: ctx.core.clone(),
+                    drained: CoreMsg::Drained,
                     heartbeat: heartbeat_rx,
                 },
             )
@@ -319,10 +319,10 @@ impl Reader {
     /// is closed after missed beats), a bounded handshake, a short wait for `close-ok`.
     fn read_timeout(&self) -> Duration {
         match (self.phase, self.heartbeat) {
-            (Phase::Closing, _) => limits_server::CLOSE_OK_WAIT,
+            (Phase::Closing, _) => limits::CLOSE_OK_WAIT,
             (Phase::Running, Some(hb)) => hb * 2,
             (Phase::Running, None) => Duration::from_secs(u64::from(u32::MAX)),
-            _ => limits_server::HANDSHAKE_WAIT,
+            _ => limits::HANDSHAKE_WAIT,
         }
     }
 
@@ -675,7 +675,7 @@ impl Reader {
         let pushed = assembler.push(frame);
         let held_after = assembler.gathering_capacity_bytes();
         self.gathering_bytes = (self.gathering_bytes + held_after).saturating_sub(held_before);
-        if self.gathering_bytes > limits_server::GATHERING_BYTES_PER_CONNECTION_MAX {
+        if self.gathering_bytes > limits::GATHERING_BYTES_PER_CONNECTION_MAX {
             // Many channels each in the middle of a large message: refuse rather than hold
             // up to channel_max x MESSAGE_BODY_BYTES_MAX (STYLE 3.2).
             let close = Close::new(

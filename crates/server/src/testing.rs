@@ -16,7 +16,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use crate::{ClockControlError, Server, ServerConfig, ServerError, ServerHandle};
+use crate::clock_control::ClockControlError;
+use crate::error::ServerError;
+use crate::handle::ServerHandle;
+use crate::server_config::ServerConfig;
+use crate::start::Server;
 pub use wharf_base::{DurationError, parse_duration};
 use wharf_clock::{Clock, ManualClock, SystemClock};
 use wharf_wal::mmap::ReadOnlyMap;

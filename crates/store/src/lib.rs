@@ -1057,6 +1057,9 @@ fn from_recovery(err: RecoveryError) -> StoreError {
     }
 }
 
+mod appender;
+pub use appender::LogHealth;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -196,7 +196,7 @@ pub(crate) async fn clock_advance(
     let body = body_object(&body)?;
     let by = match body.get("by") {
         Some(JsonValue::String(t)) => {
-            crate::testing::parse_duration(t).map_err(|e| ApiError::BadRequest(e.to_string()))?
+            wharf_base::parse_duration(t).map_err(|e| ApiError::BadRequest(e.to_string()))?
         }
         Some(JsonValue::Number(n)) => std::time::Duration::from_millis(
             n.as_u64()

@@ -39,7 +39,8 @@ use tracing::{info, warn};
 
 use crate::admin::{AdminRequest, AdminView};
 use crate::auth::UserRegistry;
-use crate::{CoreMsg, ServerError};
+use crate::core::CoreMsg;
+use crate::error::ServerError;
 use wharf_broker::{BrokerError, Command, ErrorKind, GetOk, Reply};
 
 /// How to run the management API.
@@ -260,8 +261,6 @@ pub enum ApiError {
     NotFound,
     /// 400 with the reason (a refused definition, a malformed body).
     BadRequest(String),
-    /// 501: not offered yet (the reason says what to do instead).
-    NotImplemented(String),
     /// 500: the broker task is gone.
     Unavailable,
 }
@@ -297,9 +296,6 @@ impl IntoResponse for ApiError {
                 "Not Found".to_owned(),
             ),
             ApiError::BadRequest(reason) => (StatusCode::BAD_REQUEST, "bad_request", reason),
-            ApiError::NotImplemented(reason) => {
-                (StatusCode::NOT_IMPLEMENTED, "not_implemented", reason)
-            }
             ApiError::Unavailable => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal_error",
