@@ -3,12 +3,13 @@
 //! (`wharf --test-mode`) for tests in other languages ([`ClockCommand`], [`parse_duration`],
 //! [`TempDataDir`]).
 //!
-//! This is the server layer's public face for tests (DESIGN.md, "Injected time and disk are
-//! product features"): it starts a [`Server`](wharf_server::Server) on a `ManualClock` and on a `Storage` it can
-//! cut off (crash) or power down (`SimStorage::power_loss` in memory; on real files, a
-//! journal of what each unsynced write overwrote), then restarts it through the real
-//! recovery. It holds no rule: every expiry decision is the broker's, reached through
-//! [`ServerHandle::clock_advance`](wharf_server::ServerHandle::clock_advance). The broker layers below must not depend on it.
+//! This is the server layer's public face for tests (docs/DESIGN.md, "Injected time and disk
+//! are product features"): it starts a [`Server`](wharf_server::Server) on a `ManualClock` and
+//! on a `Storage` it can cut off (crash) or power down (`SimStorage::power_loss` in memory; on
+//! real files, a journal of what each unsynced write overwrote), then restarts it through the
+//! real recovery. It holds no rule: every expiry decision is the broker's, reached through
+//! [`ServerHandle::clock_advance`](wharf_server::ServerHandle::clock_advance). The broker
+//! layers below must not depend on it.
 //!
 //! # A message that must be dead-lettered after 30 minutes, checked in milliseconds
 //!

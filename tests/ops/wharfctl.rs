@@ -154,8 +154,8 @@ fn shell_words(line: &str) -> Vec<String> {
     words
 }
 
-/// The `rabbitmqctl set_policy` lines of the RabbitMQ documentation collected in
-/// `shared/seeds/` (TTL, queue expiry, dead-letter exchange), copied verbatim. The Windows
+/// The `rabbitmqctl set_policy` lines of RabbitMQ's documentation pages on TTL, queue expiry
+/// and dead-letter exchanges (the sources of docs/SEMANTICS.md), copied verbatim. The Windows
 /// variants of the same pages (`"{""message-ttl"":60000}"`) are `cmd.exe` quoting and mean
 /// the same words, so the POSIX lines cover them.
 fn seed_examples() -> Vec<(&'static str, &'static str, Value)> {

@@ -1,7 +1,7 @@
 //! The only code allowed to read the system clock (enforced by `clippy.toml`'s
 //! `disallowed-methods`). Everything else is handed a [`Clock`], so time can be injected: in our
-//! tests, and in the tests of services that run wharf on a manual clock (DESIGN.md, "Injected time
-//! and disk are product features").
+//! tests, and in the tests of services that run wharf on a manual clock (docs/DESIGN.md,
+//! "Injected time and disk are product features").
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
