@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use amq_protocol::protocol::{AMQPClass, basic, channel, confirm, connection, exchange, queue, tx};
+use amq_protocol::protocol::{AMQPClass, channel, connection};
 use amq_protocol::types::{AMQPValue, FieldTable as WireTable, LongString};
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
@@ -25,12 +25,13 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{Instrument, debug, info, info_span};
 
-use super::auth::{PermissionCache, UserRegistry, required_permissions};
-use super::convert::{Close, broker_error_close, properties_from_wire, short, table_from_wire};
-use super::core::{ChanOp, CoreMsg, Op, OpenConn};
-use super::outbox::{OUTBOX_HARD_BYTES, Outbox, WriterCtx, run_writer};
+use crate::auth::{Need, PermissionCache, UserRegistry, required_permissions};
+use crate::convert::{Close, broker_error_close, short};
+use crate::core::{ChanOp, CoreMsg, Op, OpenConn};
+use crate::methods::{self, Method, MethodId};
+use crate::outbox::{OUTBOX_HARD_BYTES, Outbox, WriterCtx, run_writer};
 use wharf_base::limits;
-use wharf_broker::{self as broker, ChanRef, Command, ConnId, Publish};
+use wharf_broker::{ChanRef, Command, ConnId};
 use wharf_protocol::{
     self as protocol, Assembled, ChannelId, ContentAssembler, Frame, ProtocolError,
     ProtocolHeaderCheck, reply_code,
@@ -361,12 +362,12 @@ impl Reader {
         }
         debug!(error = %e, "protocol error");
         let close = Close::new(e.reply_code(), &e.to_string());
-        self.close_connection(close, (0, 0));
+        self.close_connection(close, MethodId::NONE);
     }
 
     /// Closes the connection: through the broker task once it knows us (so the close comes
     /// after every reply already queued), directly before that.
-    fn close_connection(&mut self, close: Close, method: (u16, u16)) {
+    fn close_connection(&mut self, close: Close, method: MethodId) {
         if self.registered {
             self.ops.push(ChanOp {
                 channel: 0,
@@ -376,8 +377,8 @@ impl Reader {
             let frame = AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
                 reply_code: close.code,
                 reply_text: short(&close.text),
-                class_id: method.0,
-                method_id: method.1,
+                class_id: method.class,
+                method_id: method.method,
             }));
             self.outbox
                 .send(|b| protocol::encode_method(b, ChannelId(0), &frame));
@@ -453,7 +454,7 @@ impl Reader {
                 return;
             }
             let close = Close::new(reply_code::UNEXPECTED_FRAME, "expected a method frame");
-            self.close_connection(close, (0, 0));
+            self.close_connection(close, MethodId::NONE);
             return;
         };
         if ch.0 != 0 {
@@ -461,7 +462,7 @@ impl Reader {
                 reply_code::CHANNEL_ERROR,
                 &format!("channel {} used before the connection is open", ch.0),
             );
-            self.close_connection(close, (0, 0));
+            self.close_connection(close, MethodId::NONE);
             return;
         }
         match (self.phase, method) {
@@ -488,7 +489,7 @@ impl Reader {
                     reply_code::COMMAND_INVALID,
                     &format!("expected '{expected}'"),
                 );
-                self.close_connection(close, (0, 0));
+                self.close_connection(close, MethodId::NONE);
             }
         }
     }
@@ -529,7 +530,10 @@ impl Reader {
             info!(mechanism, "login refused");
             // With authentication_failure_close (RabbitMQ sends it in any case) the client
             // learns why in a 403 close.
-            self.close_connection(Close::new(reply_code::ACCESS_REFUSED, &text), (10, 11));
+            self.close_connection(
+                Close::new(reply_code::ACCESS_REFUSED, &text),
+                MethodId::CONNECTION_START_OK,
+            );
             return;
         }
         let tune = AMQPClass::Connection(connection::AMQPMethod::Tune(connection::Tune {
@@ -564,7 +568,10 @@ impl Reader {
                 format!("vhost {vhost} not found")
             };
             info!(%vhost, user = %self.user, "vhost access refused");
-            self.close_connection(Close::new(reply_code::NOT_ALLOWED, &text), (10, 40));
+            self.close_connection(
+                Close::new(reply_code::NOT_ALLOWED, &text),
+                MethodId::CONNECTION_OPEN,
+            );
             return;
         }
         let max = self.ctx.limits.connection_max;
@@ -572,7 +579,10 @@ impl Reader {
             // RabbitMQ's answer to one connection over `connection_max`.
             let text = format!("connection refused: node connection limit ({max}) is reached");
             info!(max, "connection limit reached");
-            self.close_connection(Close::new(reply_code::NOT_ALLOWED, &text), (10, 40));
+            self.close_connection(
+                Close::new(reply_code::NOT_ALLOWED, &text),
+                MethodId::CONNECTION_OPEN,
+            );
             return;
         };
         self.admission = Some(admission);
@@ -610,7 +620,7 @@ impl Reader {
                 if close.code == reply_code::NOT_ALLOWED {
                     close.text = format!("NOT_ALLOWED - vhost {vhost} not found");
                 }
-                self.close_connection(close, (10, 40));
+                self.close_connection(close, MethodId::CONNECTION_OPEN);
             }
             Err(_) => self.phase = Phase::Done,
         }
@@ -640,7 +650,10 @@ impl Reader {
                 self.channels.len(),
                 self.channel_max
             );
-            self.close_connection(Close::new(reply_code::NOT_ALLOWED, &text), (20, 10));
+            self.close_connection(
+                Close::new(reply_code::NOT_ALLOWED, &text),
+                MethodId::CHANNEL_OPEN,
+            );
             return;
         }
         if ch > self.channel_max {
@@ -648,7 +661,7 @@ impl Reader {
                 reply_code::CHANNEL_ERROR,
                 &format!("channel id {ch} exceeds channel_max {}", self.channel_max),
             );
-            self.close_connection(close, (20, 10));
+            self.close_connection(close, MethodId::CHANNEL_OPEN);
             return;
         }
         let Some(assembler) = self.channels.get_mut(&ch) else {
@@ -662,11 +675,11 @@ impl Reader {
                 Frame::Method(_, AMQPClass::Channel(channel::AMQPMethod::CloseOk(_))) => {}
                 Frame::Method(_, m) => {
                     let close = Close::new(reply_code::CHANNEL_ERROR, "expected 'channel.open'");
-                    self.close_connection(close, method_id(&m));
+                    self.close_connection(close, MethodId::of(&m));
                 }
                 _ => {
                     let close = Close::new(reply_code::CHANNEL_ERROR, "expected 'channel.open'");
-                    self.close_connection(close, (0, 0));
+                    self.close_connection(close, MethodId::NONE);
                 }
             }
             return;
@@ -682,7 +695,7 @@ impl Reader {
                 reply_code::RESOURCE_ERROR,
                 "too many partly received message bodies on this connection",
             );
-            self.close_connection(close, (60, 40));
+            self.close_connection(close, MethodId::BASIC_PUBLISH);
             return;
         }
         match pushed {
@@ -692,7 +705,7 @@ impl Reader {
             Err(e) if e.is_connection_error() => self.protocol_error(&e),
             Err(e) => {
                 let close = Close::new(e.reply_code(), &e.to_string());
-                self.push(ch, Op::Fail(close, (60, 40)));
+                self.push(ch, Op::Fail(close, MethodId::BASIC_PUBLISH));
             }
         }
     }
@@ -718,13 +731,16 @@ impl Reader {
             Frame::Method(_, m) => {
                 let close = Close::new(
                     reply_code::COMMAND_INVALID,
-                    &format!("unexpected method on channel 0: {}", method_label(&m)),
+                    &format!(
+                        "unexpected method on channel 0: {}",
+                        MethodId::of(&m).label()
+                    ),
                 );
-                self.close_connection(close, method_id(&m));
+                self.close_connection(close, MethodId::of(&m));
             }
             _ => {
                 let close = Close::new(reply_code::UNEXPECTED_FRAME, "content on channel 0");
-                self.close_connection(close, (0, 0));
+                self.close_connection(close, MethodId::NONE);
             }
         }
     }
@@ -744,7 +760,7 @@ impl Reader {
     /// Checks the user's permissions for `needs` (RabbitMQ's configure/write/read regexes,
     /// re-checked per operation through the connection's cache): on refusal the channel is
     /// closed with 403 `ACCESS_REFUSED` and RabbitMQ's text, after everything sent before.
-    fn authorized(&mut self, ch: u16, needs: &[super::auth::Need], method: (u16, u16)) -> bool {
+    fn authorized(&mut self, ch: u16, needs: &[Need], method: MethodId) -> bool {
         match self
             .permissions
             .authorize(&self.ctx.users, &self.user, &self.vhost, needs)
@@ -761,7 +777,7 @@ impl Reader {
         }
     }
 
-    fn cmd(&mut self, ch: u16, cmd: Command, method: (u16, u16), nowait: bool) {
+    fn cmd(&mut self, ch: u16, cmd: Command, method: MethodId, nowait: bool) {
         if !self.authorized(ch, &required_permissions(&cmd), method) {
             return;
         }
@@ -776,23 +792,12 @@ impl Reader {
     }
 
     fn on_content(&mut self, ch: u16, c: protocol::Content) {
-        let AMQPClass::Basic(basic::AMQPMethod::Publish(p)) = c.method else {
-            let close = Close::new(reply_code::COMMAND_INVALID, "unexpected content method");
-            self.close_connection(close, (60, 40));
-            return;
-        };
-        if p.immediate {
-            let close = Close::new(reply_code::NOT_IMPLEMENTED, "immediate=true");
-            self.close_connection(close, (60, 40));
-            return;
-        }
-        let publish = Publish {
-            vhost: self.vhost.clone(),
-            exchange: p.exchange.as_str().to_owned(),
-            routing_key: p.routing_key.as_str().to_owned(),
-            mandatory: p.mandatory,
-            properties: properties_from_wire(&c.header.properties),
-            body: c.body,
+        let publish = match methods::publish_from_content(c, &self.vhost) {
+            Ok(publish) => publish,
+            Err(close) => {
+                self.close_connection(close, MethodId::BASIC_PUBLISH);
+                return;
+            }
         };
         let allowed = self.permissions.authorize_publish(
             &self.ctx.users,
@@ -804,232 +809,44 @@ impl Reader {
             debug!(user = %self.user, %text, "access refused");
             self.push(
                 ch,
-                Op::Fail(Close::new(reply_code::ACCESS_REFUSED, &text), (60, 40)),
+                Op::Fail(
+                    Close::new(reply_code::ACCESS_REFUSED, &text),
+                    MethodId::BASIC_PUBLISH,
+                ),
             );
             return;
         }
         self.push(ch, Op::Publish(Box::new(publish)));
     }
 
-    #[expect(
-        clippy::too_many_lines,
-        reason = "one arm per AMQP method; splitting it would scatter the mapping"
-    )]
+    /// A method on an open channel: converted by its family in `methods`, then pushed as a
+    /// channel operation or (once its permissions are checked) as a broker command.
     fn on_method(&mut self, ch: u16, m: AMQPClass) {
-        let id = method_id(&m);
-        let chan = ChanRef::new(self.id, ch);
-        let owner = Some(ConnId(self.id));
-        let vhost = self.vhost.clone();
-        match m {
-            AMQPClass::Channel(channel::AMQPMethod::Open(_)) => self.push(ch, Op::Open),
-            AMQPClass::Channel(channel::AMQPMethod::Close(_)) => {
-                self.forget_channel(ch);
-                self.push(ch, Op::Close);
+        let id = MethodId::of(&m);
+        let scope = methods::Scope {
+            vhost: &self.vhost,
+            chan: ChanRef::new(self.id, ch),
+            owner: Some(ConnId(self.id)),
+        };
+        match methods::from_wire(m, &scope) {
+            Method::Op(op) => {
+                if matches!(op, Op::Close | Op::CloseOk) {
+                    self.forget_channel(ch);
+                }
+                self.push(ch, op);
             }
-            AMQPClass::Channel(channel::AMQPMethod::CloseOk(_)) => {
-                self.forget_channel(ch);
-                self.push(ch, Op::CloseOk);
-            }
-            AMQPClass::Channel(channel::AMQPMethod::Flow(f)) => self.push(ch, Op::Flow(f.active)),
-            AMQPClass::Exchange(exchange::AMQPMethod::Declare(d)) => {
-                let cmd = Command::ExchangeDeclare(broker::ExchangeDeclare {
-                    vhost,
-                    exchange: d.exchange.to_string(),
-                    kind: d.kind.to_string(),
-                    passive: d.passive,
-                    durable: d.durable,
-                    auto_delete: d.auto_delete,
-                    internal: d.internal,
-                    arguments: table_from_wire(&d.arguments),
-                });
-                self.cmd(ch, cmd, id, d.nowait);
-            }
-            AMQPClass::Exchange(exchange::AMQPMethod::Delete(d)) => {
-                let cmd = Command::ExchangeDelete {
-                    vhost,
-                    exchange: d.exchange.to_string(),
-                    if_unused: d.if_unused,
-                };
-                self.cmd(ch, cmd, id, d.nowait);
-            }
-            AMQPClass::Exchange(exchange::AMQPMethod::Bind(b)) => {
-                let cmd = Command::ExchangeBind {
-                    vhost,
-                    destination: b.destination.to_string(),
-                    source: b.source.to_string(),
-                    routing_key: b.routing_key.to_string(),
-                    arguments: table_from_wire(&b.arguments),
-                    bind: true,
-                };
-                self.cmd(ch, cmd, id, b.nowait);
-            }
-            AMQPClass::Exchange(exchange::AMQPMethod::Unbind(b)) => {
-                let cmd = Command::ExchangeBind {
-                    vhost,
-                    destination: b.destination.to_string(),
-                    source: b.source.to_string(),
-                    routing_key: b.routing_key.to_string(),
-                    arguments: table_from_wire(&b.arguments),
-                    bind: false,
-                };
-                self.cmd(ch, cmd, id, b.nowait);
-            }
-            AMQPClass::Queue(queue::AMQPMethod::Declare(d)) => {
-                let cmd = Command::QueueDeclare(broker::QueueDeclare {
-                    vhost,
-                    queue: d.queue.to_string(),
-                    passive: d.passive,
-                    durable: d.durable,
-                    exclusive: d.exclusive,
-                    auto_delete: d.auto_delete,
-                    arguments: table_from_wire(&d.arguments),
-                    owner,
-                });
-                self.cmd(ch, cmd, id, d.nowait);
-            }
-            AMQPClass::Queue(queue::AMQPMethod::Bind(b)) => {
-                let cmd = Command::QueueBind {
-                    vhost,
-                    queue: b.queue.to_string(),
-                    exchange: b.exchange.to_string(),
-                    routing_key: b.routing_key.to_string(),
-                    arguments: table_from_wire(&b.arguments),
-                    bind: true,
-                    owner,
-                };
-                self.cmd(ch, cmd, id, b.nowait);
-            }
-            AMQPClass::Queue(queue::AMQPMethod::Unbind(b)) => {
-                let cmd = Command::QueueBind {
-                    vhost,
-                    queue: b.queue.to_string(),
-                    exchange: b.exchange.to_string(),
-                    routing_key: b.routing_key.to_string(),
-                    arguments: table_from_wire(&b.arguments),
-                    bind: false,
-                    owner,
-                };
-                self.cmd(ch, cmd, id, false);
-            }
-            AMQPClass::Queue(queue::AMQPMethod::Purge(p)) => {
-                let cmd = Command::QueuePurge {
-                    vhost,
-                    queue: p.queue.to_string(),
-                    owner,
-                };
-                self.cmd(ch, cmd, id, p.nowait);
-            }
-            AMQPClass::Queue(queue::AMQPMethod::Delete(d)) => {
-                let cmd = Command::QueueDelete {
-                    vhost,
-                    queue: d.queue.to_string(),
-                    if_unused: d.if_unused,
-                    if_empty: d.if_empty,
-                    owner,
-                };
-                self.cmd(ch, cmd, id, d.nowait);
-            }
-            AMQPClass::Basic(basic::AMQPMethod::Qos(q)) => {
-                // amq-protocol drops prefetch_size (RabbitMQ refuses a non-zero one with 540);
-                // it is not seen here.
-                let cmd = Command::Qos {
-                    chan,
-                    prefetch_count: q.prefetch_count,
-                    global: q.global,
-                };
-                self.cmd(ch, cmd, id, false);
-            }
-            AMQPClass::Basic(basic::AMQPMethod::Consume(c)) => {
-                let cmd = Command::Consume {
-                    chan,
-                    queue: c.queue.to_string(),
-                    consumer_tag: c.consumer_tag.to_string(),
-                    no_ack: c.no_ack,
-                    exclusive: c.exclusive,
-                };
-                self.cmd(ch, cmd, id, c.nowait);
-            }
-            AMQPClass::Basic(basic::AMQPMethod::Cancel(c)) => {
-                let cmd = Command::Cancel {
-                    chan,
-                    consumer_tag: c.consumer_tag.to_string(),
-                };
-                self.cmd(ch, cmd, id, c.nowait);
-            }
-            AMQPClass::Basic(basic::AMQPMethod::Get(g)) => {
-                let cmd = Command::Get {
-                    chan,
-                    queue: g.queue.to_string(),
-                    no_ack: g.no_ack,
-                };
-                self.cmd(ch, cmd, id, false);
-            }
-            AMQPClass::Basic(basic::AMQPMethod::Ack(a)) => {
-                let cmd = Command::Ack {
-                    chan,
-                    delivery_tag: a.delivery_tag,
-                    multiple: a.multiple,
-                };
-                self.cmd(ch, cmd, id, true);
-            }
-            AMQPClass::Basic(basic::AMQPMethod::Nack(n)) => {
-                let cmd = Command::Nack {
-                    chan,
-                    delivery_tag: n.delivery_tag,
-                    multiple: n.multiple,
-                    requeue: n.requeue,
-                };
-                self.cmd(ch, cmd, id, true);
-            }
-            AMQPClass::Basic(basic::AMQPMethod::Reject(r)) => {
-                let cmd = Command::Reject {
-                    chan,
-                    delivery_tag: r.delivery_tag,
-                    requeue: r.requeue,
-                };
-                self.cmd(ch, cmd, id, true);
-            }
-            AMQPClass::Basic(basic::AMQPMethod::Recover(r)) => {
-                let cmd = Command::Recover {
-                    chan,
-                    requeue: r.requeue,
-                };
-                self.cmd(ch, cmd, id, false);
-            }
-            AMQPClass::Basic(basic::AMQPMethod::RecoverAsync(r)) => {
-                let cmd = Command::Recover {
-                    chan,
-                    requeue: r.requeue,
-                };
-                self.cmd(ch, cmd, id, true);
-            }
-            AMQPClass::Confirm(confirm::AMQPMethod::Select(s)) => {
-                self.push(ch, Op::ConfirmSelect { nowait: s.nowait });
-            }
-            AMQPClass::Tx(tx::AMQPMethod::Select(_)) => self.push(ch, Op::TxSelect),
-            AMQPClass::Tx(tx::AMQPMethod::Commit(_)) => self.push(ch, Op::TxCommit),
-            AMQPClass::Tx(tx::AMQPMethod::Rollback(_)) => self.push(ch, Op::TxRollback),
-            other => {
+            Method::Command { cmd, nowait } => self.cmd(ch, cmd, id, nowait),
+            Method::Unimplemented => {
                 // Methods only a server sends (deliver, get-ok, ...) or connection methods on
                 // a channel: RabbitMQ answers "unimplemented method" with COMMAND_INVALID.
                 let close = Close::new(
                     reply_code::COMMAND_INVALID,
-                    &format!("unimplemented method {}", method_label(&other)),
+                    &format!("unimplemented method {}", id.label()),
                 );
                 self.close_connection(close, id);
             }
         }
     }
-}
-
-/// A method's (class id, method id).
-fn method_id(m: &AMQPClass) -> (u16, u16) {
-    (m.get_amqp_class_id(), m.get_amqp_method_id())
-}
-
-fn method_label(m: &AMQPClass) -> &'static str {
-    let (class, method) = method_id(m);
-    protocol::method_name(class, method).unwrap_or("unknown")
 }
 
 /// SASL PLAIN: `authzid NUL authcid NUL password`.

@@ -51,6 +51,7 @@ mod core;
 mod error;
 mod handle;
 mod listener;
+mod methods;
 mod mgmt;
 mod outbox;
 mod recovery;

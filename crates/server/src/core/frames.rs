@@ -2,11 +2,12 @@
 //! encoded into the connections' outboxes, in order, and the metrics counters; plus the flow
 //! control of a connection whose outbox passed its high mark.
 
-use amq_protocol::protocol::{AMQPClass, basic, channel, exchange, queue};
+use amq_protocol::protocol::{AMQPClass, basic, channel};
 use tracing::{debug, info, warn};
 
 use super::Core;
 use crate::convert::{properties_to_wire, short};
+use crate::methods::{self, MethodId};
 use crate::outbox::OUTBOX_HIGH_BYTES;
 use wharf_broker::{DeathFate, DeathReason, Effect, Outcome, QueueDeletedReason, Reply};
 use wharf_protocol::{self as protocol, ChannelId, DeliverRef};
@@ -14,7 +15,7 @@ use wharf_protocol::{self as protocol, ChannelId, DeliverRef};
 impl Core {
     /// Writes the reply of a successful command (before its effects: consume-ok before the
     /// first delivery, get-ok with its content).
-    pub(super) fn send_reply(&mut self, conn: u64, ch: u16, method: (u16, u16), reply: &Reply) {
+    pub(super) fn send_reply(&mut self, conn: u64, ch: u16, method: MethodId, reply: &Reply) {
         if let Reply::GetOk(g) = reply {
             self.counters.delivered += 1;
             let Some(c) = self.conns.get_mut(&conn) else {
@@ -37,7 +38,7 @@ impl Core {
             self.dirty.insert(conn);
             return;
         }
-        if let Some(frame) = reply_method(method, reply) {
+        if let Some(frame) = methods::reply(method, reply) {
             self.reply(conn, ch, &frame);
         }
     }
@@ -217,53 +218,4 @@ impl Core {
 
 pub(super) fn method_channel(m: channel::AMQPMethod) -> AMQPClass {
     AMQPClass::Channel(m)
-}
-
-/// The reply frame of a successful method, by its (class, method) id.
-pub(super) fn reply_method(method: (u16, u16), reply: &Reply) -> Option<AMQPClass> {
-    use AMQPClass as C;
-    Some(match (method, reply) {
-        ((40, 10), _) => C::Exchange(exchange::AMQPMethod::DeclareOk(exchange::DeclareOk {})),
-        ((40, 20), _) => C::Exchange(exchange::AMQPMethod::DeleteOk(exchange::DeleteOk {})),
-        ((40, 30), _) => C::Exchange(exchange::AMQPMethod::BindOk(exchange::BindOk {})),
-        ((40, 40), _) => C::Exchange(exchange::AMQPMethod::UnbindOk(exchange::UnbindOk {})),
-        (
-            (50, 10),
-            Reply::QueueDeclareOk {
-                queue,
-                message_count,
-                consumer_count,
-            },
-        ) => C::Queue(queue::AMQPMethod::DeclareOk(queue::DeclareOk {
-            queue: short(queue),
-            message_count: *message_count,
-            consumer_count: *consumer_count,
-        })),
-        ((50, 20), _) => C::Queue(queue::AMQPMethod::BindOk(queue::BindOk {})),
-        ((50, 50), _) => C::Queue(queue::AMQPMethod::UnbindOk(queue::UnbindOk {})),
-        ((50, 30), Reply::PurgeOk { message_count }) => {
-            C::Queue(queue::AMQPMethod::PurgeOk(queue::PurgeOk {
-                message_count: *message_count,
-            }))
-        }
-        ((50, 40), Reply::DeleteOk { message_count }) => {
-            C::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk {
-                message_count: *message_count,
-            }))
-        }
-        ((60, 10), _) => C::Basic(basic::AMQPMethod::QosOk(basic::QosOk {})),
-        ((60, 20), Reply::ConsumeOk { consumer_tag }) => {
-            C::Basic(basic::AMQPMethod::ConsumeOk(basic::ConsumeOk {
-                consumer_tag: short(consumer_tag),
-            }))
-        }
-        ((60, 30), Reply::CancelOk { consumer_tag }) => {
-            C::Basic(basic::AMQPMethod::CancelOk(basic::CancelOk {
-                consumer_tag: short(consumer_tag),
-            }))
-        }
-        ((60, 70), Reply::GetEmpty) => C::Basic(basic::AMQPMethod::GetEmpty(basic::GetEmpty {})),
-        ((60, 110), _) => C::Basic(basic::AMQPMethod::RecoverOk(basic::RecoverOk {})),
-        _ => return None,
-    })
 }

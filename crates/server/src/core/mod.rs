@@ -49,6 +49,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::admin::{AdminDone, MessageCounters};
 use crate::auth::UserRegistry;
+use crate::methods::MethodId;
 use crate::outbox::Outbox;
 use wharf_broker::{Broker, Command, Event, Publish};
 use wharf_clock::Clock;
@@ -67,7 +68,7 @@ const BATCH_MSGS_MAX: usize = 64;
 )]
 enum TxOp {
     Publish(Box<Publish>),
-    Cmd(Command, (u16, u16)),
+    Cmd(Command, MethodId),
 }
 
 #[derive(Debug, Default)]

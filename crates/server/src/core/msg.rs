@@ -7,6 +7,7 @@ use tokio::sync::oneshot;
 
 use crate::admin::AdminRequest;
 use crate::convert::Close;
+use crate::methods::MethodId;
 use crate::outbox::Outbox;
 use wharf_broker::{BrokerError, Command, Publish};
 
@@ -84,7 +85,7 @@ pub enum Op {
         /// The command.
         cmd: Command,
         /// The method's class and method ids (for the reply and for error closes).
-        method: (u16, u16),
+        method: MethodId,
         /// No reply wanted.
         nowait: bool,
     },
@@ -103,7 +104,7 @@ pub enum Op {
     TxRollback,
     /// The reader found a channel error (e.g. a message over the size limit, 406), or with a
     /// connection-level `Close`, a connection error.
-    Fail(Close, (u16, u16)),
+    Fail(Close, MethodId),
     /// `connection.close` from the client (channel 0): answered with `close-ok` after every
     /// operation sent before it.
     ClientClose,

@@ -9,6 +9,7 @@ use super::frames::method_channel;
 use super::msg::{Op, OpenConn};
 use super::{ChanState, ConnState, Core, TxOp};
 use crate::convert::{Close, broker_error_close, short};
+use crate::methods::MethodId;
 use wharf_broker::{ChanRef, Command, Publish};
 use wharf_protocol::{self as protocol, ChannelId, reply_code};
 
@@ -59,7 +60,7 @@ impl Core {
                     .to_owned(),
                 connection: true,
             };
-            self.close_connection(conn, &close, (0, 0));
+            self.close_connection(conn, &close, MethodId::NONE);
         }
         self.stopping = true;
     }
@@ -78,7 +79,7 @@ impl Core {
                 c.outbox.discard_unreleased();
             }
             let close = Close::new(reply_code::INTERNAL_ERROR, "write-ahead log failed");
-            self.close_connection(conn, &close, (0, 0));
+            self.close_connection(conn, &close, MethodId::NONE);
         }
         for (_, outbox) in self.dropped_dirty.drain(..) {
             // Nothing is held any more: the close is released at once.
@@ -184,7 +185,7 @@ impl Core {
         };
         if c.channels.contains_key(&ch) {
             let close = Close::new(reply_code::CHANNEL_ERROR, "second 'channel.open' seen");
-            self.close_connection(conn, &close, (20, 10));
+            self.close_connection(conn, &close, MethodId::CHANNEL_OPEN);
             return;
         }
         c.channels.insert(ch, ChanState::default());
@@ -200,7 +201,7 @@ impl Core {
                 );
                 self.apply_outcome(out, Some((conn, ch)));
             }
-            Err(e) => self.fail(conn, ch, &broker_error_close(&e), (20, 10)),
+            Err(e) => self.fail(conn, ch, &broker_error_close(&e), MethodId::CHANNEL_OPEN),
         }
     }
 
@@ -231,35 +232,39 @@ impl Core {
                 if state.tx.is_some() {
                     (
                         Some("cannot switch from tx to confirm mode"),
-                        (85, 10),
+                        MethodId::CONFIRM_SELECT,
                         None,
                     )
                 } else {
                     state.confirm_next.get_or_insert(1);
                     let ok =
                         AMQPClass::Confirm(confirm::AMQPMethod::SelectOk(confirm::SelectOk {}));
-                    (None, (85, 10), (!nowait).then_some(ok))
+                    (None, MethodId::CONFIRM_SELECT, (!nowait).then_some(ok))
                 }
             }
             Op::TxSelect => {
                 if state.confirm_next.is_some() {
                     (
                         Some("cannot switch from confirm to tx mode"),
-                        (90, 10),
+                        MethodId::TX_SELECT,
                         None,
                     )
                 } else {
                     state.tx.get_or_insert_with(Vec::new);
                     let ok = AMQPClass::Tx(tx::AMQPMethod::SelectOk(tx::SelectOk {}));
-                    (None, (90, 10), Some(ok))
+                    (None, MethodId::TX_SELECT, Some(ok))
                 }
             }
             _ => match state.tx.as_mut() {
-                None => (Some("channel is not transactional"), (90, 30), None),
+                None => (
+                    Some("channel is not transactional"),
+                    MethodId::TX_ROLLBACK,
+                    None,
+                ),
                 Some(buffer) => {
                     buffer.clear();
                     let ok = AMQPClass::Tx(tx::AMQPMethod::RollbackOk(tx::RollbackOk {}));
-                    (None, (90, 30), Some(ok))
+                    (None, MethodId::TX_ROLLBACK, Some(ok))
                 }
             },
         };
@@ -280,7 +285,7 @@ impl Core {
                 reply_code::PRECONDITION_FAILED,
                 "channel is not transactional",
             );
-            self.fail(conn, ch, &close, (90, 20));
+            self.fail(conn, ch, &close, MethodId::TX_COMMIT);
             return;
         };
         for op in ops {
@@ -327,7 +332,7 @@ impl Core {
                     self.dirty.insert(conn);
                 }
             }
-            Err(e) => self.fail(conn, ch, &broker_error_close(&e), (60, 40)),
+            Err(e) => self.fail(conn, ch, &broker_error_close(&e), MethodId::BASIC_PUBLISH),
         }
     }
 
@@ -336,7 +341,7 @@ impl Core {
         conn: u64,
         ch: u16,
         cmd: Command,
-        method: (u16, u16),
+        method: MethodId,
         nowait: bool,
     ) {
         // An ack settles every message it names (many with `multiple`): count those.
@@ -372,7 +377,7 @@ impl Core {
     }
 
     /// Closes the channel (403-406) or the whole connection (5xx) as `close` says (S-ERR-1).
-    pub(super) fn fail(&mut self, conn: u64, ch: u16, close: &Close, method: (u16, u16)) {
+    pub(super) fn fail(&mut self, conn: u64, ch: u16, close: &Close, method: MethodId) {
         if close.connection {
             self.close_connection(conn, close, method);
             return;
@@ -381,8 +386,8 @@ impl Core {
         let frame = AMQPClass::Channel(channel::AMQPMethod::Close(channel::Close {
             reply_code: close.code,
             reply_text: short(&close.text),
-            class_id: method.0,
-            method_id: method.1,
+            class_id: method.class,
+            method_id: method.method,
         }));
         self.reply(conn, ch, &frame);
         if let Some(state) = self.chan_mut(conn, ch) {
@@ -393,7 +398,7 @@ impl Core {
         self.close_channel_in_broker(conn, ch);
     }
 
-    pub(super) fn close_connection(&mut self, conn: u64, close: &Close, method: (u16, u16)) {
+    pub(super) fn close_connection(&mut self, conn: u64, close: &Close, method: MethodId) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
@@ -401,8 +406,8 @@ impl Core {
         let frame = AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
             reply_code: close.code,
             reply_text: short(&close.text),
-            class_id: method.0,
-            method_id: method.1,
+            class_id: method.class,
+            method_id: method.method,
         }));
         c.append(|buf| protocol::encode_method(buf, ChannelId(0), &frame));
         c.outbox.set_closing();
