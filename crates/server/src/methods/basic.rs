@@ -5,8 +5,8 @@
 
 use amq_protocol::protocol::{AMQPClass, basic};
 
-use super::dispatch::{Method, Scope};
 use super::id::MethodId;
+use super::scope::{Method, Scope};
 use crate::convert::short;
 use wharf_broker::{Command, Reply};
 

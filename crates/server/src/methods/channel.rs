@@ -4,7 +4,7 @@
 
 use amq_protocol::protocol::channel;
 
-use super::dispatch::Method;
+use super::scope::Method;
 use crate::core::Op;
 
 /// A channel-class method received on an open channel.

@@ -3,8 +3,8 @@
 
 use amq_protocol::protocol::{AMQPClass, exchange};
 
-use super::dispatch::{Method, Scope};
 use super::id::MethodId;
+use super::scope::{Method, Scope};
 use crate::convert::table_from_wire;
 use wharf_broker::{self as broker, Command};
 

@@ -4,6 +4,7 @@
 //! frame that answers it once the broker accepted it.
 //!
 //! - `id.rs`: [`MethodId`], named method ids for close frames and replies.
+//! - `scope.rs`: what the families share ([`Scope`], [`Method`]).
 //! - `dispatch.rs`: a decoded method to its family, and a reply to its family.
 //! - `channel.rs`: `channel.open`, `close`, `close-ok`, `flow`.
 //! - `exchange.rs`: `exchange.declare`, `delete`, `bind`, `unbind`.
@@ -24,7 +25,9 @@ mod id;
 mod modes;
 mod publish;
 mod queue;
+mod scope;
 
-pub(crate) use dispatch::{Method, Scope, from_wire, reply};
+pub(crate) use dispatch::{from_wire, reply};
 pub(crate) use id::MethodId;
 pub(crate) use publish::from_content as publish_from_content;
+pub(crate) use scope::{Method, Scope};

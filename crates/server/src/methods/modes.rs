@@ -4,7 +4,7 @@
 
 use amq_protocol::protocol::{confirm, tx};
 
-use super::dispatch::Method;
+use super::scope::Method;
 use crate::core::Op;
 
 /// A confirm-class method.

@@ -4,8 +4,8 @@
 
 use amq_protocol::protocol::{AMQPClass, queue};
 
-use super::dispatch::{Method, Scope};
 use super::id::MethodId;
+use super::scope::{Method, Scope};
 use crate::convert::{short, table_from_wire};
 use wharf_broker::{self as broker, Command, Reply};
 
