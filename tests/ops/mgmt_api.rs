@@ -18,7 +18,7 @@ use lapin::types::FieldTable as LapinTable;
 use lapin::{BasicProperties, Channel};
 use serde_json::{Value, json};
 use support::{TestServer, within};
-use wharf_ctl::client::{Answer, Client};
+use wharf_ctl::{Answer, Client};
 use wharf_server::{Server, ServerConfig, User, Users};
 
 async fn start() -> (TestServer, Client) {

@@ -17,7 +17,7 @@ use crate::support;
 use std::path::Path;
 
 use support::{TestServer, within};
-use wharf_ctl::client::{Answer, Client, Unreachable};
+use wharf_ctl::{Answer, Client, Unreachable};
 use wharf_server::TlsListener;
 use wharf_server::{Server, ServerConfig, ServerError};
 
