@@ -11,7 +11,7 @@ use tracing::info;
 
 use wharf_base::limits;
 use wharf_clock::{Clock, Stopwatch};
-use wharf_store::LogHealth;
+use wharf_store::{LogHealth, RecoverySummary, StoreError};
 
 use crate::alarm;
 use crate::auth;
@@ -21,7 +21,7 @@ use crate::error::ServerError;
 use crate::handle::ServerHandle;
 use crate::listener::{accept_loop, bind_plain, bind_tls, tls_accept_loop};
 use crate::mgmt;
-use crate::recovery::{LiveCounts, Recovered, recover};
+use crate::recovery::{DowntimeDeaths, LiveCounts, Recovered, recover};
 use crate::server_config::ServerConfig;
 
 /// The server entry point.
@@ -71,32 +71,16 @@ impl Server {
             Some(t) => Some(bind_tls(t).await?),
             None => None,
         };
-        // The one recovery summary line (STYLE 3.5): what came back, what died while the
-        // broker was down (S-DUR-5), how long it took in real time.
-        info!(
-            addr = %local_addr,
-            tls_addr = ?tls_listener.as_ref().map(|(_, a, _)| *a),
-            data_dir = %config.data_dir.display(),
+        let tls_addr = tls_listener.as_ref().map(|(_, a, _)| *a);
+        log_listening(
+            &config,
+            (local_addr, tls_addr),
             recovery_ms,
-            records = summary.records,
-            queues = live.queues,
-            messages = live.messages,
-            expired_in_downtime = downtime.died,
-            dead_lettered = downtime.dead_lettered,
-            dropped = downtime.died - downtime.dead_lettered,
-            torn_tail_bytes = summary.torn_tail_bytes,
-            salvaged_records = summary.salvaged_records,
-            "wharf listening"
+            &summary,
+            &live,
+            &downtime,
         );
-
-        let (core_tx, core_rx) = mpsc::channel(limits::CORE_QUEUE_BATCHES_MAX);
-        let (core_done_tx, core_done) = watch::channel(false);
-        let core_task = tokio::spawn(async move {
-            // Tell the handle when the broker task ends, however it ends (a panic included:
-            // the guard runs on unwind), so the binary exits instead of serving nothing.
-            let _done = DoneGuard(core_done_tx);
-            core.run(core_rx).await
-        });
+        let (core_tx, core_task, core_done) = spawn_core(core);
         let (stop_accepting, stop_rx) = watch::channel(false);
         let (alive, connections_gone) = mpsc::channel(1);
         let ctx = connection::ConnCtx {
@@ -148,6 +132,52 @@ impl Server {
             mgmt_tls_addr,
         })
     }
+}
+
+/// The one recovery summary line (STYLE 3.5): what came back, what died while the broker was
+/// down (S-DUR-5), how long it took in real time.
+fn log_listening(
+    config: &ServerConfig,
+    (addr, tls_addr): (SocketAddr, Option<SocketAddr>),
+    recovery_ms: u64,
+    summary: &RecoverySummary,
+    live: &LiveCounts,
+    downtime: &DowntimeDeaths,
+) {
+    info!(
+        %addr,
+        ?tls_addr,
+        data_dir = %config.data_dir.display(),
+        recovery_ms,
+        records = summary.records,
+        queues = live.queues,
+        messages = live.messages,
+        expired_in_downtime = downtime.died,
+        dead_lettered = downtime.dead_lettered,
+        dropped = downtime.died - downtime.dead_lettered,
+        torn_tail_bytes = summary.torn_tail_bytes,
+        salvaged_records = summary.salvaged_records,
+        "wharf listening"
+    );
+}
+
+/// Spawns the broker task: (its inbox, its task, a flag set once it ended).
+fn spawn_core(
+    core: core::Core,
+) -> (
+    mpsc::Sender<CoreMsg>,
+    JoinHandle<Result<(), StoreError>>,
+    watch::Receiver<bool>,
+) {
+    let (core_tx, core_rx) = mpsc::channel(limits::CORE_QUEUE_BATCHES_MAX);
+    let (core_done_tx, core_done) = watch::channel(false);
+    let core_task = tokio::spawn(async move {
+        // Tell the handle when the broker task ends, however it ends (a panic included: the
+        // guard runs on unwind), so the binary exits instead of serving nothing.
+        let _done = DoneGuard(core_done_tx);
+        core.run(core_rx).await
+    });
+    (core_tx, core_task, core_done)
 }
 
 /// What the management API takes from the rest of the start.
