@@ -1,6 +1,7 @@
 //! Errors of starting or stopping the server ([`ServerError`]).
 
 use crate::tls;
+use wharf_broker::BrokerError;
 use wharf_store::StoreError;
 
 /// Errors of starting or stopping the server.
@@ -19,12 +20,13 @@ pub enum ServerError {
         source: std::io::Error,
     },
     /// A configured vhost could not be created.
-    #[error("cannot create vhost '{name}': {reason}")]
+    #[error("cannot create vhost '{name}': {refusal}")]
     Vhost {
         /// The vhost.
         name: String,
-        /// Why.
-        reason: String,
+        /// The broker's refusal (in the message, so not also a `source`: a report of the
+        /// chain would print it twice).
+        refusal: BrokerError,
     },
     /// A configured user could not be put into the broker.
     #[error("cannot create user '{name}': {reason}")]
@@ -39,5 +41,5 @@ pub enum ServerError {
     Tls(#[from] tls::TlsError),
     /// A task of the server failed.
     #[error("server task failed: {0}")]
-    Task(String),
+    Task(tokio::task::JoinError),
 }

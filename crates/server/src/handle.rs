@@ -173,10 +173,7 @@ impl ServerHandle {
         }
         let _ = self.core.send(CoreMsg::Shutdown).await;
         drop(self.core);
-        let stored = self
-            .core_task
-            .await
-            .map_err(|e| ServerError::Task(e.to_string()));
+        let stored = self.core_task.await.map_err(ServerError::Task);
         // Give connections the time to flush their 320 close and see close-ok (bounded).
         let _ = tokio::time::timeout(limits::CLOSE_OK_WAIT, self.connections_gone.recv()).await;
         stored??;

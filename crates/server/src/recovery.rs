@@ -102,7 +102,7 @@ pub(crate) async fn recover(
         Store::open_with(&store_config, storage, &WalConfig::default())
     })
     .await
-    .map_err(|e| ServerError::Task(e.to_string()))??;
+    .map_err(ServerError::Task)??;
     store.set_checkpoint_trigger(wharf_store::CheckpointTrigger {
         enabled: true,
         log_bytes_min: config.checkpoint_log_bytes_min,
@@ -120,9 +120,9 @@ pub(crate) async fn recover(
                 },
                 clock.now_ms(),
             )
-            .map_err(|e| ServerError::Vhost {
+            .map_err(|refusal| ServerError::Vhost {
                 name: vhost.clone(),
-                reason: e.to_string(),
+                refusal,
             })?;
         recovered.events.extend(added.events);
     }

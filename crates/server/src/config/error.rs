@@ -5,8 +5,8 @@
 pub enum ConfigError {
     /// The file is not valid TOML, has an unknown key, or a value of the wrong type; the
     /// text names the key (from the TOML parser).
-    #[error("{0}")]
-    Parse(String),
+    #[error(transparent)]
+    Parse(#[from] toml::de::Error),
     /// A value is out of range or inconsistent.
     #[error("{key}: {reason}")]
     Invalid {

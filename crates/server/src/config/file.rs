@@ -113,6 +113,6 @@ impl FileConfig {
     /// # Errors
     /// Invalid TOML, an unknown key or a wrong type: the message names the key and line.
     pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))
+        toml::from_str(text).map_err(ConfigError::Parse)
     }
 }

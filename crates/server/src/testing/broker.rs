@@ -43,7 +43,7 @@ pub enum TestBrokerError {
     Setup(#[from] io::Error),
     /// A task of the broker panicked or was cancelled.
     #[error("test broker task failed: {0}")]
-    Task(String),
+    Task(tokio::task::JoinError),
 }
 
 /// The disk a test broker's log lives on.
@@ -272,7 +272,7 @@ impl TestBroker {
                 let cut = cut.clone();
                 tokio::task::spawn_blocking(move || cut.power_loss())
                     .await
-                    .map_err(|e| TestBrokerError::Task(e.to_string()))??;
+                    .map_err(TestBrokerError::Task)??;
             }
         }
         running.kill().await
@@ -409,7 +409,7 @@ impl Running {
             }
             Err(e) => {
                 runtime.shutdown_background();
-                Err(TestBrokerError::Task(e.to_string()))
+                Err(TestBrokerError::Task(e))
             }
         }
     }
@@ -423,7 +423,7 @@ impl Running {
         let stopped = runtime.spawn(server.shutdown()).await;
         fence.cut();
         end_runtime(runtime).await?;
-        stopped.map_err(|e| TestBrokerError::Task(e.to_string()))??;
+        stopped.map_err(TestBrokerError::Task)??;
         Ok(())
     }
 
@@ -440,5 +440,5 @@ impl Running {
 pub(super) async fn end_runtime(runtime: tokio::runtime::Runtime) -> Result<(), TestBrokerError> {
     tokio::task::spawn_blocking(move || runtime.shutdown_timeout(RUNTIME_SHUTDOWN_WAIT))
         .await
-        .map_err(|e| TestBrokerError::Task(e.to_string()))
+        .map_err(TestBrokerError::Task)
 }
