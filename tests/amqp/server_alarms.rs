@@ -26,7 +26,7 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
 use support::raw::Raw;
 use support::{TestServer, reply_code, reply_text, within};
-use wharf_server::alarm::{MemoryLimit, ResourceProbe};
+use wharf_server::{MemoryLimit, ResourceProbe};
 
 /// How long a confirm must stay away to count as held.
 const HELD_FOR: Duration = Duration::from_millis(300);

@@ -2,7 +2,7 @@
 //! a configured user logs in to its vhost, is refused 530 on another, a wrong password gets
 //! 403; configured vhosts exist at start and survive a restart; and the real binary started
 //! with `--config` serves the configured user. Only 127.0.0.1 is used (the non-loopback side
-//! of `loopback_users` is unit-tested in `src/config.rs`).
+//! of `loopback_users` is unit-tested in `crates/server/src/config/tests.rs`).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -20,7 +20,7 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use tokio::sync::oneshot;
-use wharf_server::admin::AdminRequest;
+use wharf_server::AdminRequest;
 
 /// Memory the broker holds for queued message content right now.
 async fn loaded_bytes(server: &TestServer) -> u64 {

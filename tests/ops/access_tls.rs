@@ -19,7 +19,7 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use support::TestServer;
 use support::raw::Raw;
 use wharf_protocol::{self as protocol, ChannelId, Frame};
-use wharf_server::tls::TlsListener;
+use wharf_server::TlsListener;
 
 /// A self-signed certificate for `localhost`, written as PEM files into `dir`.
 fn certificate(dir: &std::path::Path) -> (CertificateDer<'static>, TlsListener) {

@@ -20,7 +20,7 @@ use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use support::{TestServer, reply_code, reply_text, within};
 use wharf_broker::Command;
-use wharf_server::auth::hash_password;
+use wharf_server::hash_password;
 
 /// `guest` / `guest` as RabbitMQ 3.13.2 exports it (`rabbit_password_hashing_sha256`).
 const RABBITMQ_GUEST_HASH: &str = "BMfxN8drrYcIqXZMr+pWTpDT0nMcOagMduLX0bjr4jwud/pN";

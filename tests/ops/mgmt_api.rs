@@ -18,7 +18,7 @@ use lapin::types::FieldTable as LapinTable;
 use lapin::{BasicProperties, Channel};
 use serde_json::{Value, json};
 use support::{TestServer, within};
-use wharf_ctl::client::{Answer, Client};
+use wharf_ctl::{Answer, Client};
 use wharf_server::{Server, ServerConfig, User, Users};
 
 async fn start() -> (TestServer, Client) {
@@ -974,7 +974,7 @@ async fn metrics_count_acked_messages_not_ack_methods() {
 #[derive(Debug)]
 struct FixedProbe;
 
-impl wharf_server::alarm::ResourceProbe for FixedProbe {
+impl wharf_server::ResourceProbe for FixedProbe {
     fn disk_free_bytes(&self) -> std::io::Result<u64> {
         Ok(123_456_789)
     }
@@ -988,7 +988,7 @@ async fn metrics_report_free_disk_and_memory_as_the_alarm_monitor_measured_them(
     let server = TestServer::start_with(|c| {
         c.mgmt_bind = Some("127.0.0.1:0".to_owned());
         c.resource_probe = Some(std::sync::Arc::new(FixedProbe));
-        c.memory_high_watermark = wharf_server::alarm::MemoryLimit::Bytes(1 << 30);
+        c.memory_high_watermark = wharf_server::MemoryLimit::Bytes(1 << 30);
     })
     .await;
     server.handle.check_resources().await;

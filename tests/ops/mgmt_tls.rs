@@ -17,8 +17,8 @@ use crate::support;
 use std::path::Path;
 
 use support::{TestServer, within};
-use wharf_ctl::client::{Answer, Client, Unreachable};
-use wharf_server::tls::TlsListener;
+use wharf_ctl::{Answer, Client, Unreachable};
+use wharf_server::TlsListener;
 use wharf_server::{Server, ServerConfig, ServerError};
 
 /// A self-signed certificate for 127.0.0.1 written as PEM files into `dir`: (certificate

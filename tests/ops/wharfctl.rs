@@ -17,7 +17,7 @@ use lapin::types::FieldTable as LapinTable;
 use lapin::{BasicProperties, Channel};
 use serde_json::{Value, json};
 use support::{TestServer, within};
-use wharf_ctl::client::Client;
+use wharf_ctl::Client;
 
 async fn start() -> TestServer {
     TestServer::start_with(|c| c.mgmt_bind = Some("127.0.0.1:0".to_owned())).await

@@ -217,20 +217,11 @@ fn circles_in(src: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Crates whose re-cut is under way (issue 13): their circles are printed, not failed. Empty
-/// once the re-cut has landed.
-const CIRCLES_BEING_REMOVED: &[&str] = &["wharf-server"];
-
 #[test]
 fn no_import_circle_between_modules() {
     let mut found = Vec::new();
-    for (dir, name) in packages() {
-        let circles = circles_in(&dir.join("src"));
-        if CIRCLES_BEING_REMOVED.contains(&name.as_str()) {
-            println!("{name} (being re-cut): {circles:#?}");
-        } else {
-            found.extend(circles);
-        }
+    for (dir, _) in packages() {
+        found.extend(circles_in(&dir.join("src")));
     }
     assert!(
         found.is_empty(),

@@ -197,14 +197,10 @@ fn named_paths(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// Files whose re-cut is under way (issue 13): their references are fixed when it lands.
-const BEING_RECUT: &[&str] = &["crates/server/src", "tests/amqp/server_config.rs"];
-
 #[test]
 fn every_file_named_exists() {
     let mut missing = Vec::new();
-    let recut = |f: &Path| BEING_RECUT.iter().any(|r| f.starts_with(root().join(r)));
-    for file in sources().into_iter().filter(|f| !recut(f)) {
+    for file in sources() {
         let package = file
             .ancestors()
             .find(|d| d.join("Cargo.toml").exists())

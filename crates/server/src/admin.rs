@@ -1,4 +1,4 @@
-//! The admin path into the broker task (DESIGN.md: "the same broker commands serve the admin
+//! The admin path into the broker task (docs/DESIGN.md: "the same broker commands serve the admin
 //! API"): what the management API (`crate::mgmt`) may ask the broker task, and how it is
 //! answered. A request is either a broker [`Command`] (answered once its events are durable,
 //! like the AMQP path's definition replies, S-DUR-1), a take of messages through a private

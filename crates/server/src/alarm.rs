@@ -4,7 +4,7 @@
 //! on and publishes the combined reason on a `watch` channel; a connection that publishes
 //! while it is set stops being read (its publishes wait in TCP, nothing is refused or lost) and
 //! is told `connection.blocked`; connections that only consume go on, so queues can drain.
-//! [`monitor`] samples a [`ResourceProbe`] every `limits_server::RESOURCE_CHECK_INTERVAL` and
+//! [`monitor`] samples a [`ResourceProbe`] every `limits::RESOURCE_CHECK_INTERVAL` and
 //! raises or clears the alarms, with hysteresis so that they do not flap.
 //!
 //! Memory is measured as the process's resident anonymous memory (`/proc/self/statm`: resident
@@ -13,8 +13,8 @@
 //! overhead alike, which an account of queued bytes would miss, while the segment pages mapped
 //! for reading (file-backed, reclaimable) are left out.
 //!
-//! Depends on tokio (the watch channel, the timer), `rustix` (statvfs, sysinfo) and `wal` (the
-//! writer's disk-full state); holds no business rule.
+//! Depends on tokio (the watch channel, the timer), `rustix` (statvfs, sysinfo) and the store (the
+//! log writer's disk-full state, `wharf_store::LogHealth`); holds no business rule.
 
 use std::fmt::Debug;
 use std::io;
@@ -24,8 +24,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{info, warn};
 
-use super::limits_server;
-use wharf_wal::Appender;
+use wharf_base::limits;
+use wharf_store::LogHealth;
 
 /// RabbitMQ's `connection.blocked` reason for the disk alarm.
 pub const REASON_DISK: &str = "low on disk";
@@ -173,6 +173,10 @@ struct Sources {
 /// What the monitor measured at its last check, kept for the metrics endpoint so that free
 /// disk space is measured once, by the monitor.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[expect(
+    clippy::struct_field_names,
+    reason = "units go last in names (STYLE 3.6), and both samples are bytes"
+)]
 pub struct Samples {
     /// Free bytes on the data directory's file system.
     pub disk_free_bytes: Option<u64>,
@@ -284,9 +288,9 @@ pub struct Thresholds {
 }
 
 /// Whether the disk alarm is on after seeing `free` bytes: on below the limit, off again only
-/// once free space is [`limits_server::ALARM_HYSTERESIS_PERCENT`] above it.
+/// once free space is [`limits::ALARM_HYSTERESIS_PERCENT`] above it.
 pub fn disk_alarm(was_on: bool, free: u64, limit: u64) -> bool {
-    let clear_at = limit.saturating_add(limit / 100 * limits_server::ALARM_HYSTERESIS_PERCENT);
+    let clear_at = limit.saturating_add(limit / 100 * limits::ALARM_HYSTERESIS_PERCENT);
     if was_on {
         free < clear_at
     } else {
@@ -295,9 +299,9 @@ pub fn disk_alarm(was_on: bool, free: u64, limit: u64) -> bool {
 }
 
 /// Whether the memory alarm is on after seeing `used` bytes: on at the limit, off again only
-/// once use is [`limits_server::ALARM_HYSTERESIS_PERCENT`] below it.
+/// once use is [`limits::ALARM_HYSTERESIS_PERCENT`] below it.
 pub fn memory_alarm(was_on: bool, used: u64, limit: u64) -> bool {
-    let clear_below = limit.saturating_sub(limit / 100 * limits_server::ALARM_HYSTERESIS_PERCENT);
+    let clear_below = limit.saturating_sub(limit / 100 * limits::ALARM_HYSTERESIS_PERCENT);
     if was_on {
         used >= clear_below
     } else {
@@ -315,7 +319,7 @@ pub struct Monitor {
     /// The alarms it raises.
     pub alarms: Arc<Alarms>,
     /// The log, for its disk-full state.
-    pub wal: Appender,
+    pub wal: LogHealth,
     /// Whether a probe error was already logged (logged once, not every second).
     pub probe_failed: bool,
 }
@@ -388,7 +392,7 @@ impl Monitor {
 /// Runs the monitor: a check every `RESOURCE_CHECK_INTERVAL`, and one at each request (answered
 /// once done), until the request channel closes.
 pub async fn monitor(mut monitor: Monitor, mut requests: mpsc::Receiver<oneshot::Sender<()>>) {
-    let mut every = tokio::time::interval(limits_server::RESOURCE_CHECK_INTERVAL);
+    let mut every = tokio::time::interval(limits::RESOURCE_CHECK_INTERVAL);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -481,7 +485,7 @@ mod tests {
                 memory_limit_bytes: 1,
             },
             alarms: alarms.clone(),
-            wal: appender.clone(),
+            wal: LogHealth::from(appender.clone()),
             probe_failed: false,
         };
         monitor.thresholds.memory_limit_bytes = u64::MAX;

@@ -1,6 +1,6 @@
 //! Clock control (`--test-clock`, `crate::testing`): moving a server's manual clock from
 //! outside and waking the broker at once, so every TTL, queue lease and scheduled message
-//! reacts exactly as if that time had passed (DESIGN.md, "Injected time and disk are product
+//! reacts exactly as if that time had passed (docs/DESIGN.md, "Injected time and disk are product
 //! features"). The management API and `wharfctl clock` expose these operations; the fixture
 //! binary reads them from stdin. Holds no rule of its own: what is due is the broker's
 //! decision (`Broker::expire_due`), reached through the broker task's timer step.
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use wharf_clock::{Clock, ManualClock};
 
-use super::ServerHandle;
+use crate::handle::ServerHandle;
 
 /// Why a clock-control operation was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -22,7 +22,7 @@ use amq_protocol::types::{
     ShortString,
 };
 
-use wharf_broker::{BrokerError, ErrorKind, Properties};
+use wharf_broker::{BrokerError, Properties};
 use wharf_broker::{FieldTable, Value};
 use wharf_protocol::reply_code;
 
@@ -283,17 +283,8 @@ impl Close {
 /// The one mapping from a broker refusal to what the client sees (S-ERR-1, STYLE 3.3):
 /// 403/404/405/406 close the channel; 503, 504, 530, 540, 541 close the connection.
 pub fn broker_error_close(e: &BrokerError) -> Close {
-    let code = match e.kind {
-        ErrorKind::AccessRefused => reply_code::ACCESS_REFUSED,
-        ErrorKind::NotFound => reply_code::NOT_FOUND,
-        ErrorKind::ResourceLocked => reply_code::RESOURCE_LOCKED,
-        ErrorKind::PreconditionFailed => reply_code::PRECONDITION_FAILED,
-        ErrorKind::NotAllowed => reply_code::NOT_ALLOWED,
-        ErrorKind::CommandInvalid => reply_code::COMMAND_INVALID,
-        ErrorKind::ChannelError => reply_code::CHANNEL_ERROR,
-        ErrorKind::NotImplemented => reply_code::NOT_IMPLEMENTED,
-        ErrorKind::InternalError => reply_code::INTERNAL_ERROR,
-    };
+    // The broker's table is the one mapping of kinds to codes (`ErrorKind::reply_code`).
+    let code = e.kind.reply_code();
     Close {
         code,
         text: format!("{} - {}", reply_code_name(code), e.text),
@@ -305,6 +296,7 @@ pub fn broker_error_close(e: &BrokerError) -> Close {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use wharf_broker::ErrorKind;
 
     #[test]
     fn broker_errors_map_to_rabbitmq_closes() {

@@ -28,7 +28,6 @@ use bytes::BytesMut;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 
-use super::core::CoreMsg;
 use wharf_protocol as protocol;
 use wharf_store::Ticket;
 
@@ -254,12 +253,16 @@ impl Outbox {
     }
 }
 
-/// What the writer needs besides the outbox.
-pub struct WriterCtx {
-    /// The connection's id, for `CoreMsg::Drained`.
+/// What the writer needs besides the outbox. `M` is the message type of whoever throttles the
+/// connection (the broker task); the outbox only hands it `drained(conn)` and knows nothing
+/// of what it means.
+pub struct WriterCtx<M> {
+    /// The connection's id, passed to `drained`.
     pub conn: u64,
-    /// To tell the broker task that a throttled connection drained.
-    pub core: mpsc::Sender<CoreMsg>,
+    /// Where to tell that a throttled connection drained below [`OUTBOX_LOW_BYTES`].
+    pub notify: mpsc::Sender<M>,
+    /// The message that says so.
+    pub drained: fn(u64) -> M,
     /// Send a heartbeat after this long without writing anything (None: heartbeats off).
     pub heartbeat: tokio::sync::watch::Receiver<Option<Duration>>,
 }
@@ -267,10 +270,10 @@ pub struct WriterCtx {
 /// The writer task: flushes the outbox to the socket (TCP or TLS), one `write_all` per batch, and sends
 /// heartbeats when idle. Ends when the outbox is finished and empty, or on a write error
 /// (then the reader notices the closed socket).
-pub async fn run_writer<W: AsyncWrite + Unpin>(
+pub async fn run_writer<W: AsyncWrite + Unpin, M>(
     outbox: std::sync::Arc<Outbox>,
     mut sock: W,
-    ctx: WriterCtx,
+    ctx: WriterCtx<M>,
 ) {
     loop {
         let (chunk, finished) = {
@@ -307,7 +310,7 @@ pub async fn run_writer<W: AsyncWrite + Unpin>(
             }
             drained
         };
-        if drained && ctx.core.send(CoreMsg::Drained(ctx.conn)).await.is_err() {
+        if drained && ctx.notify.send((ctx.drained)(ctx.conn)).await.is_err() {
             break;
         }
     }

@@ -9,6 +9,7 @@
 //! - `store`: [`Store`] and its methods: `open` (recovery, close), `log` (append, tickets,
 //!   durability), `checkpoints` (when and how checkpoints are taken).
 //! - `replay`: recovery's log visitor and its [`RecoverySummary`].
+//! - `appender`: [`LogHealth`], what the server's resource monitor may ask of the log.
 //! - `batch`: one batch of events encoded and size-checked before anything is appended.
 //! - `checkpoint_trigger`: [`CheckpointTrigger`], [`CheckpointDone`].
 //! - `checkpoint`: the checkpoint file: write, read, load (a public namespace).
@@ -26,6 +27,7 @@
 //! the segments it covers. At a clean shutdown [`Store::checkpoint_now`] does the same
 //! synchronously.
 
+mod appender;
 mod batch;
 pub mod checkpoint;
 mod checkpoint_trigger;
@@ -36,6 +38,7 @@ mod replay;
 mod store;
 mod stored;
 
+pub use appender::LogHealth;
 pub use checkpoint_trigger::{CheckpointDone, CheckpointTrigger};
 pub use error::{CheckpointDamage, LogDamage, LogGap, StoreError};
 pub use record_size::MessageRecordSize;

@@ -8,18 +8,15 @@
 //! order (vhosts, policies, exchanges, queues, bindings, users, permissions), stopping at the
 //! first refusal.
 
-use std::net::SocketAddr;
-
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::{ConnectInfo, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value as JsonValue, json};
 
-use super::handlers::{permission_json, policy_spec, user_json};
+use super::api::{Admin, AdminBody, ApiError};
 use super::json as j;
-use super::{Api, ApiError};
+use super::policies::policy_spec;
+use super::users::{permission_json, user_json};
 use wharf_broker::{Command, DestName, ExchangeDeclare, QueueDeclare};
 
 /// The exchanges every vhost has: not exported, and ignored on import.
@@ -27,12 +24,7 @@ fn predeclared(name: &str) -> bool {
     name.is_empty() || name.starts_with("amq.")
 }
 
-pub(crate) async fn export(
-    State(api): State<Api>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    api.admin(&headers, peer)?;
+pub(crate) async fn export(Admin(api): Admin) -> Result<Response, ApiError> {
     let mut defs = api
         .query(|view| {
             let b = view.broker;
@@ -232,13 +224,7 @@ fn commands(defs: &Map<String, JsonValue>) -> Result<Vec<Command>, ApiError> {
     Ok(out)
 }
 
-pub(crate) async fn import(
-    State(api): State<Api>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    api.admin(&headers, peer)?;
+pub(crate) async fn import(AdminBody(api, body): AdminBody) -> Result<Response, ApiError> {
     let defs = match serde_json::from_slice::<JsonValue>(&body) {
         Ok(JsonValue::Object(map)) => map,
         Ok(_) => {

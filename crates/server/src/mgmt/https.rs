@@ -18,7 +18,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tracing::{info, warn};
 
-use crate::limits_server;
+use wharf_base::limits;
 
 /// Finished handshakes waiting for axum to take them; more wait in their tasks.
 const READY_STREAMS_MAX: usize = 64;
@@ -63,7 +63,7 @@ async fn accept_loop(
                     let ready = ready.clone();
                     tokio::spawn(async move {
                         let handshake =
-                            tokio::time::timeout(limits_server::HANDSHAKE_WAIT, acceptor.accept(stream));
+                            tokio::time::timeout(limits::HANDSHAKE_WAIT, acceptor.accept(stream));
                         match handshake.await {
                             Ok(Ok(tls)) => {
                                 // axum gone (shutting down): the stream is dropped, closing it.

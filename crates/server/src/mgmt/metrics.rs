@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
-use super::{Api, ApiError};
+use super::api::{Api, ApiError};
 use crate::admin::{AdminView, MessageCounters};
 use crate::alarm::Samples;
 use wharf_broker::QueueInfo;

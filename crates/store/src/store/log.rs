@@ -87,9 +87,9 @@ impl Store {
         self.appender.durable_lsn().0
     }
 
-    /// A handle on the log for its state (`disk_full`, `stats`) and for nudging a writer paused
-    /// on a full disk (`retry_now`); the server's resource monitor holds one.
-    pub fn wal_appender(&self) -> Appender {
+    /// The log's appender, for [`crate::LogHealth`] (the server's resource monitor gets that
+    /// handle, not this one: nothing outside the store appends around it).
+    pub(crate) fn wal_appender(&self) -> Appender {
         self.appender.clone()
     }
 

@@ -1,0 +1,29 @@
+//! Defaults of every setting (the binary's flags have no defaults of their own, so that a
+//! flag left out lets the file speak).
+
+/// `bind`.
+pub const BIND: &str = "127.0.0.1";
+/// `port`.
+pub const PORT: u16 = 5672;
+/// `data_dir`.
+pub const DATA_DIR: &str = "./wharf-data";
+/// `mgmt_port`.
+pub const MGMT_PORT: u16 = 15672;
+/// `log`.
+pub const LOG: &str = "info";
+/// `loopback_users` (RabbitMQ's default).
+pub const LOOPBACK_USERS: &[&str] = &["guest"];
+/// `disk_free_limit`, bytes (RabbitMQ's 50 MB).
+pub const DISK_FREE_LIMIT_BYTES: u64 = wharf_base::limits::DISK_FREE_LIMIT_BYTES_DEFAULT;
+/// `memory_high_watermark`, a fraction of RAM (RabbitMQ's 0.4).
+pub const MEMORY_HIGH_WATERMARK: f64 = wharf_base::limits::MEMORY_HIGH_WATERMARK_DEFAULT;
+/// `tls.port` / `--tls-port` (RabbitMQ's AMQPS port).
+pub const TLS_PORT: u16 = 5671;
+/// `mgmt_tls.port` (RabbitMQ's `management.ssl.port`).
+pub const MGMT_TLS_PORT: u16 = 15671;
+/// `checkpoint_log_bytes_min`, bytes.
+pub const CHECKPOINT_LOG_BYTES_MIN: u64 = wharf_base::limits::CHECKPOINT_LOG_BYTES_MIN;
+/// `fsync`.
+pub const FSYNC: &str = "always";
+/// `message_memory_bytes`, bytes.
+pub const MESSAGE_MEMORY_BYTES: u64 = wharf_base::limits::MESSAGE_MEMORY_BYTES;

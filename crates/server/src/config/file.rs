@@ -1,0 +1,118 @@
+//! The file as written (TOML): every key optional, unknown keys refused; parsed by
+//! [`FileConfig::parse`].
+
+use serde::Deserialize;
+use std::path::PathBuf;
+
+use super::error::ConfigError;
+
+/// A size as written in the file: bytes, a string with RabbitMQ's units (`"50MB"`,
+/// `"512MiB"`, `"2GB"`), or (for memory only) a fraction of RAM such as `0.4`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum SizeSetting {
+    /// A number of bytes.
+    Bytes(u64),
+    /// A fraction of RAM.
+    Fraction(f64),
+    /// Bytes with a unit, or a fraction as text (from a flag).
+    Text(String),
+}
+
+/// The file as written: every key optional, unknown keys refused.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Address to listen on.
+    pub bind: Option<String>,
+    /// AMQP port (wider than `u16` so that 70000 is refused by name in `validate`).
+    pub port: Option<u32>,
+    /// Data directory.
+    pub data_dir: Option<PathBuf>,
+    /// Management port (reserved).
+    pub mgmt_port: Option<u32>,
+    /// Log filter.
+    pub log: Option<String>,
+    /// Heartbeat proposed to clients, seconds (0: none).
+    pub heartbeat_secs: Option<u32>,
+    /// Users who may log in only from loopback.
+    pub loopback_users: Option<Vec<String>>,
+    /// Whether `guest`/`guest` exists besides the listed users (default true).
+    pub default_user: Option<bool>,
+    /// Free disk space below which publishers are blocked.
+    pub disk_free_limit: Option<SizeSetting>,
+    /// Memory use (bytes, or a fraction of RAM) above which publishers are blocked.
+    pub memory_high_watermark: Option<SizeSetting>,
+    /// Open connections at most.
+    pub connection_max: Option<u64>,
+    /// `channel_max` offered to clients.
+    pub channel_max: Option<u64>,
+    /// `frame_max` offered to clients, bytes.
+    pub frame_max: Option<u64>,
+    /// Largest message body accepted, bytes.
+    pub max_message_size: Option<u64>,
+    /// Unacked deliveries per channel at most, prefetch 0 included.
+    pub unacked_per_channel_max: Option<u64>,
+    /// Users.
+    #[serde(default)]
+    pub users: Vec<FileUser>,
+    /// Vhosts to create at start.
+    #[serde(default)]
+    pub vhosts: Vec<FileVhost>,
+    /// The AMQPS listener (`[tls]`).
+    pub tls: Option<FileTls>,
+    /// The management API over HTTPS (`[mgmt_tls]`, the same keys as `[tls]`).
+    pub mgmt_tls: Option<FileTls>,
+    /// The floor of the periodic checkpoint threshold (bytes or a unit string).
+    pub checkpoint_log_bytes_min: Option<SizeSetting>,
+    /// When the log is fsynced (only `"always"`).
+    pub fsync: Option<String>,
+    /// Memory for the content of queued messages (bytes or a unit string).
+    pub message_memory_bytes: Option<SizeSetting>,
+}
+
+/// The `[tls]` table (AMQPS is served when both files are named), and the `[mgmt_tls]` table
+/// (the management API over HTTPS, likewise).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileTls {
+    /// PEM certificate chain, leaf first.
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key.
+    pub key_file: Option<PathBuf>,
+    /// The port (default 5671 for `[tls]`, 15671 for `[mgmt_tls]`; wider than `u16` so that
+    /// 70000 is refused by name).
+    pub port: Option<u32>,
+}
+
+/// A `[[users]]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileUser {
+    /// Name.
+    pub name: String,
+    /// Password, plain text.
+    pub password: String,
+    /// Vhosts the user may open (`"*"`: all); default `["/"]`.
+    pub vhosts: Option<Vec<String>>,
+    /// Tags (`administrator`, `management`, `monitoring`, `policymaker`); default none.
+    pub tags: Option<Vec<String>>,
+}
+
+/// A `[[vhosts]]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileVhost {
+    /// Name.
+    pub name: String,
+}
+
+impl FileConfig {
+    /// Parses a TOML text.
+    ///
+    /// # Errors
+    /// Invalid TOML, an unknown key or a wrong type: the message names the key and line.
+    pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
+        toml::from_str(text).map_err(ConfigError::Parse)
+    }
+}

@@ -1,0 +1,407 @@
+//! One client connection: the protocol header, the handshake (start, SASL PLAIN / AMQPLAIN,
+//! tune, open), then the reader loop that decodes frames, assembles contents per channel,
+//! checks channel states and turns methods into broker operations for the broker task. Replies
+//! and deliveries come back through the connection's [`Outbox`], which a writer task flushes.
+//!
+//! The reader sends one batch of operations per socket read; when the broker task's bounded
+//! channel is full the send waits, so the reader stops reading its socket and a publisher that
+//! outruns the broker is throttled by TCP, not buffered. The same holds while a resource
+//! alarm is on (`alarm`): a batch holding a publish is kept back, and the socket not read,
+//! until the alarm clears (RabbitMQ's "blocked" state; a connection that does not publish is
+//! never held). Business rules stay in the broker;
+//! this file only checks the protocol (S-ERR-1: wrong state, bad frames).
+
+//!
+//! - `mod.rs`: what a connection needs ([`ConnCtx`], [`ConnLimits`]), the reader's state,
+//!   the read loop (alarms, timeouts) and the connection close.
+//! - `handshake.rs`: protocol header to `connection.open` (SASL PLAIN / AMQPLAIN, tune, the
+//!   vhost and connection-limit checks).
+//! - `running.rs`: frames of an open connection: channel states, content assembly, methods
+//!   (converted in `crate::methods`), permission checks.
+//! - `admission.rs`: one place among `connection_max`.
+
+mod admission;
+mod handshake;
+mod running;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+use amq_protocol::protocol::{AMQPClass, connection};
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+use tracing::{Instrument, debug, info, info_span};
+
+use crate::auth::{PermissionCache, UserRegistry};
+use crate::convert::{Close, short};
+use crate::core::{ChanOp, CoreMsg, Op};
+use crate::methods::MethodId;
+use crate::outbox::{OUTBOX_HARD_BYTES, Outbox, WriterCtx, run_writer};
+use admission::Admission;
+use wharf_base::limits;
+use wharf_protocol::{
+    self as protocol, ChannelId, ContentAssembler, Frame, ProtocolError, ProtocolHeaderCheck,
+};
+
+/// What a connection needs from the server.
+#[derive(Clone)]
+pub struct ConnCtx {
+    /// The broker task.
+    pub core: mpsc::Sender<CoreMsg>,
+    /// Who may log in, and what they may do (shared with the broker task, which refreshes it).
+    pub users: Arc<UserRegistry>,
+    /// Connection ids, shared by every listener (AMQP and AMQPS).
+    pub next_id: Arc<std::sync::atomic::AtomicU64>,
+    /// The heartbeat interval we propose, in seconds (0: none).
+    pub heartbeat_secs: u16,
+    /// Held (never used to send) while a connection task lives, so shutdown can wait until
+    /// every connection has flushed its close.
+    pub alive: mpsc::Sender<()>,
+    /// The resource alarm's reason while one is on (see `alarm`).
+    pub alarm: watch::Receiver<Option<String>>,
+    /// The configured limits.
+    pub limits: ConnLimits,
+    /// Connections open now (past `connection.open`), against `limits.connection_max`.
+    pub open_connections: Arc<AtomicU32>,
+}
+
+/// The configured limits a connection applies (each at most its bound in `wharf_base::limits`).
+#[derive(Debug, Clone, Copy)]
+#[expect(
+    clippy::struct_field_names,
+    reason = "named as the configuration keys they come from"
+)]
+pub struct ConnLimits {
+    /// Open connections at most.
+    pub connection_max: u32,
+    /// `channel_max` offered in `connection.tune`.
+    pub channel_max: u16,
+    /// `frame_max` offered in `connection.tune`.
+    pub frame_max: u32,
+    /// Largest message body accepted.
+    pub message_bytes_max: u32,
+}
+
+impl ConnLimits {
+    /// The limits of `config`, clamped to the hard bounds (config may lower them only).
+    pub fn from_config(config: &crate::server_config::ServerConfig) -> Self {
+        ConnLimits {
+            connection_max: config.connection_max.min(limits::CONNECTIONS_MAX),
+            channel_max: config
+                .channel_max
+                .clamp(1, limits::CHANNELS_PER_CONNECTION_MAX),
+            frame_max: config
+                .frame_max
+                .clamp(limits::FRAME_BYTES_MIN, limits::FRAME_BYTES_MAX),
+            message_bytes_max: config.message_bytes_max.min(limits::MESSAGE_BODY_BYTES_MAX),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Header,
+    StartOk,
+    TuneOk,
+    Open,
+    Running,
+    /// We sent `connection.close`: only `close-ok` (or `close`) matters now.
+    Closing,
+    Done,
+}
+
+struct Reader {
+    id: u64,
+    peer: SocketAddr,
+    ctx: ConnCtx,
+    outbox: Arc<Outbox>,
+    heartbeat_tx: watch::Sender<Option<Duration>>,
+    heartbeat: Option<Duration>,
+    phase: Phase,
+    frame_max: u32,
+    channel_max: u16,
+    vhost: String,
+    /// The user who logged in (checked against each `connection.open`'s vhost).
+    user: String,
+    /// This connection's permission decisions (dropped when permissions change).
+    permissions: PermissionCache,
+    cancel_notify: bool,
+    blocked_notify: bool,
+    channels: HashMap<u16, ContentAssembler>,
+    /// Bytes held by the assemblers for bodies still arriving, over all channels.
+    gathering_bytes: usize,
+    ops: Vec<ChanOp>,
+    /// The core already knows this connection (it must be told when it goes).
+    registered: bool,
+    /// Its place among `connection_max` open connections, once open.
+    admission: Option<Admission>,
+}
+
+/// Serves one accepted TCP socket until it closes.
+pub async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: ConnCtx) {
+    let _ = stream.set_nodelay(true);
+    let (read, write) = stream.into_split();
+    serve_halves(read, write, peer, id, ctx).await;
+}
+
+/// Serves any byte stream (a TLS session over TCP) until it closes.
+pub async fn serve_stream<S>(stream: S, peer: SocketAddr, id: u64, ctx: ConnCtx)
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (read, write) = tokio::io::split(stream);
+    serve_halves(read, write, peer, id, ctx).await;
+}
+
+async fn serve_halves<R, W>(read: R, write: W, peer: SocketAddr, id: u64, ctx: ConnCtx)
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let span = info_span!("conn", id, peer = %peer);
+    async move {
+        let outbox = Arc::new(Outbox::default());
+        let (heartbeat_tx, heartbeat_rx) = watch::channel(None);
+        let writer = tokio::spawn(
+            run_writer(
+                outbox.clone(),
+                write,
+                WriterCtx {
+                    conn: id,
+                    notify: ctx.core.clone(),
+                    drained: CoreMsg::Drained,
+                    heartbeat: heartbeat_rx,
+                },
+            )
+            .in_current_span(),
+        );
+        let mut reader = Reader {
+            id,
+            peer,
+            ctx,
+            outbox: outbox.clone(),
+            heartbeat_tx,
+            heartbeat: None,
+            phase: Phase::Header,
+            frame_max: limits::FRAME_BYTES_MAX,
+            channel_max: limits::CHANNELS_PER_CONNECTION_MAX,
+            vhost: String::new(),
+            user: String::new(),
+            permissions: PermissionCache::default(),
+            cancel_notify: false,
+            blocked_notify: false,
+            channels: HashMap::new(),
+            gathering_bytes: 0,
+            ops: Vec::new(),
+            registered: false,
+            admission: None,
+        };
+        debug!("accepted");
+        let alive = reader.ctx.alive.clone();
+        reader.run(read).await;
+        if reader.registered {
+            let _ = reader.ctx.core.send(CoreMsg::Closed(id)).await;
+        }
+        outbox.finish();
+        let _ = writer.await;
+        drop(alive);
+        debug!("closed");
+    }
+    .instrument(span)
+    .await;
+}
+
+impl Reader {
+    async fn run<R: AsyncRead + Unpin>(&mut self, mut sock: R) {
+        let mut buf = BytesMut::with_capacity(64 * 1024);
+        loop {
+            self.process(&mut buf).await;
+            self.hold_while_alarm().await;
+            if !self.ops.is_empty() {
+                let ops = std::mem::take(&mut self.ops);
+                let msg = CoreMsg::Ops { conn: self.id, ops };
+                if self.ctx.core.send(msg).await.is_err() {
+                    return;
+                }
+            }
+            if self.phase == Phase::Done {
+                return;
+            }
+            if buf.capacity() - buf.len() < 4096 {
+                buf.reserve(64 * 1024);
+            }
+            // A client that sends but does not read (confirms, replies pile up): stop reading
+            // it until the writer catches up, so its outbox stays bounded. Deliveries alone
+            // never get here (they pause at OUTBOX_HIGH_BYTES).
+            self.outbox.wait_below(OUTBOX_HARD_BYTES).await;
+            let wait = self.read_timeout();
+            let closing = self.phase == Phase::Closing;
+            tokio::select! {
+                r = tokio::time::timeout(wait, sock.read_buf(&mut buf)) => match r {
+                    Err(_) => {
+                        if !closing {
+                            info!("missed heartbeats from client, closing");
+                        }
+                        return;
+                    }
+                    Ok(Ok(0) | Err(_)) => return,
+                    Ok(Ok(_)) => {}
+                },
+                () = self.outbox.closing(), if !closing => {
+                    self.phase = Phase::Closing;
+                }
+            }
+        }
+    }
+
+    /// RabbitMQ's resource alarm rule: a batch that holds a publish is not passed on while an
+    /// alarm is on, and the socket is not read meanwhile (the client's further publishes wait
+    /// in TCP; nothing is refused or lost). The client is told `connection.blocked` if it
+    /// advertised the capability, and `connection.unblocked` when the alarm clears. Batches
+    /// without a publish (acks, consumes, declares) always pass, so consumers drain queues.
+    /// Heartbeats are not awaited while held (RabbitMQ pauses its heartbeat monitor too).
+    async fn hold_while_alarm(&mut self) {
+        if !self.ops.iter().any(|op| matches!(op.op, Op::Publish(_))) {
+            return;
+        }
+        let mut alarm = self.ctx.alarm.clone();
+        let Some(reason) = alarm.borrow_and_update().clone() else {
+            return;
+        };
+        info!(%reason, "publisher blocked by a resource alarm");
+        if self.blocked_notify {
+            let blocked =
+                AMQPClass::Connection(connection::AMQPMethod::Blocked(connection::Blocked {
+                    reason: short(&reason),
+                }));
+            self.outbox
+                .send(|b| protocol::encode_method(b, ChannelId(0), &blocked));
+        }
+        loop {
+            tokio::select! {
+                changed = alarm.changed() => {
+                    if changed.is_err() || alarm.borrow_and_update().is_none() {
+                        break;
+                    }
+                }
+                () = self.outbox.closing() => {
+                    // The server closes this connection (shutdown): what was held was never
+                    // confirmed, and now never will be.
+                    self.ops.clear();
+                    self.phase = Phase::Closing;
+                    return;
+                }
+            }
+        }
+        info!("publisher unblocked");
+        if self.blocked_notify {
+            let unblocked =
+                AMQPClass::Connection(connection::AMQPMethod::Unblocked(connection::Unblocked {}));
+            self.outbox
+                .send(|b| protocol::encode_method(b, ChannelId(0), &unblocked));
+        }
+    }
+
+    /// How long the socket may stay silent: two heartbeat intervals once negotiated (the peer
+    /// is closed after missed beats), a bounded handshake, a short wait for `close-ok`.
+    fn read_timeout(&self) -> Duration {
+        match (self.phase, self.heartbeat) {
+            (Phase::Closing, _) => limits::CLOSE_OK_WAIT,
+            (Phase::Running, Some(hb)) => hb * 2,
+            (Phase::Running, None) => Duration::from_secs(u64::from(u32::MAX)),
+            _ => limits::HANDSHAKE_WAIT,
+        }
+    }
+
+    async fn process(&mut self, buf: &mut BytesMut) {
+        if self.phase == Phase::Header {
+            match protocol::check_protocol_header(buf) {
+                ProtocolHeaderCheck::Incomplete => return,
+                ProtocolHeaderCheck::Refused => {
+                    self.outbox.send(protocol::encode_protocol_header);
+                    self.phase = Phase::Done;
+                    return;
+                }
+                ProtocolHeaderCheck::Accepted => {
+                    buf.advance(8);
+                    self.send_start();
+                    self.phase = Phase::StartOk;
+                }
+            }
+        }
+        while !matches!(self.phase, Phase::Done) {
+            match protocol::decode(buf, self.frame_max) {
+                Ok(Some(frame)) => self.on_frame(frame).await,
+                Ok(None) => return,
+                Err(e) => {
+                    self.protocol_error(&e);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn protocol_error(&mut self, e: &ProtocolError) {
+        if self.phase == Phase::Closing {
+            self.phase = Phase::Done;
+            return;
+        }
+        debug!(error = %e, "protocol error");
+        let close = Close::new(e.reply_code(), &e.to_string());
+        self.close_connection(close, MethodId::NONE);
+    }
+
+    /// Closes the connection: through the broker task once it knows us (so the close comes
+    /// after every reply already queued), directly before that.
+    fn close_connection(&mut self, close: Close, method: MethodId) {
+        if self.registered {
+            self.ops.push(ChanOp {
+                channel: 0,
+                op: Op::Fail(close, method),
+            });
+        } else {
+            let frame = AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
+                reply_code: close.code,
+                reply_text: short(&close.text),
+                class_id: method.class,
+                method_id: method.method,
+            }));
+            self.outbox
+                .send(|b| protocol::encode_method(b, ChannelId(0), &frame));
+        }
+        self.phase = Phase::Closing;
+    }
+
+    async fn on_frame(&mut self, frame: Frame) {
+        match self.phase {
+            Phase::Closing => self.on_frame_closing(&frame),
+            Phase::Running => self.on_frame_running(frame),
+            Phase::StartOk | Phase::TuneOk | Phase::Open => self.on_handshake(frame).await,
+            Phase::Header | Phase::Done => {}
+        }
+    }
+
+    fn on_frame_closing(&mut self, frame: &Frame) {
+        match frame {
+            Frame::Method(_, AMQPClass::Connection(connection::AMQPMethod::CloseOk(_))) => {
+                self.phase = Phase::Done;
+            }
+            Frame::Method(_, AMQPClass::Connection(connection::AMQPMethod::Close(_))) => {
+                self.send_close_ok();
+                self.phase = Phase::Done;
+            }
+            _ => {}
+        }
+    }
+
+    fn send_close_ok(&self) {
+        let ok = AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {}));
+        self.outbox
+            .send(|b| protocol::encode_method(b, ChannelId(0), &ok));
+    }
+}

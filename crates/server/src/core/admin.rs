@@ -1,0 +1,150 @@
+//! The management API's requests (`crate::admin`): commands applied as an operator (answered
+//! once durable), queries against the broker's state, taking messages, and the connection and
+//! channel listings.
+
+use super::{Core, TICKET_THIS_BATCH};
+use crate::admin::{AdminDone, AdminRequest, AdminView, ChannelInfo, ConnectionInfo};
+use wharf_broker::{BrokerError, ChanRef, Command, GetOk, Reply};
+use wharf_store::Store;
+
+impl Core {
+    pub(super) fn admin(&mut self, req: AdminRequest) {
+        match req {
+            AdminRequest::Command { cmd, done } => match self.broker.handle(*cmd, self.now()) {
+                Ok(mut out) => {
+                    let reply = std::mem::take(&mut out.reply);
+                    let durable = !out.events.is_empty();
+                    self.apply_outcome(out, None);
+                    // Users, permissions and vhosts may have changed: connections see the
+                    // new definitions from their next operation on (the generation moves).
+                    if let Some(registry) = &self.registry {
+                        registry.refresh(&self.broker);
+                    }
+                    self.admin_answer(AdminDone::Command(done, reply), durable);
+                }
+                Err(e) => {
+                    let _ = done.send(Err(e));
+                }
+            },
+            AdminRequest::Take {
+                vhost,
+                queue,
+                count,
+                done,
+            } => match self.admin_take(&vhost, &queue, count) {
+                Ok((taken, durable)) => self.admin_answer(AdminDone::Take(done, taken), durable),
+                Err(e) => {
+                    let _ = done.send(Err(e));
+                }
+            },
+            AdminRequest::Query(query) => {
+                let view = AdminView {
+                    broker: &self.broker,
+                    connections: self.connection_infos(),
+                    counters: self.counters,
+                    now_ms: self.now(),
+                    sync: self.store.as_ref().map(Store::sync_stats),
+                };
+                query(&view);
+            }
+        }
+    }
+
+    /// Answers now when nothing was logged, else once this batch's records are durable.
+    pub(super) fn admin_answer(&mut self, answer: AdminDone, durable: bool) {
+        if durable || !self.admin_waiting.is_empty() {
+            // Behind earlier durable answers too, so answers keep their order.
+            let ticket = if durable { TICKET_THIS_BATCH } else { 0 };
+            self.admin_waiting.push_back((ticket, answer));
+        } else {
+            answer.send();
+        }
+    }
+
+    /// `basic.get` with `no_ack` on a private connection and channel (the id no client gets:
+    /// the accept loop counts up from 1), closed again before returning.
+    pub(super) fn admin_take(
+        &mut self,
+        vhost: &str,
+        queue: &str,
+        count: u32,
+    ) -> Result<(Vec<GetOk>, bool), BrokerError> {
+        const ADMIN_CONN: u64 = u64::MAX;
+        let now = self.now();
+        let conn = wharf_broker::ConnId(ADMIN_CONN);
+        let chan = ChanRef::new(ADMIN_CONN, 1);
+        let opened = self.broker.handle(
+            Command::ConnectionOpen {
+                conn,
+                vhost: vhost.to_owned(),
+            },
+            now,
+        )?;
+        self.apply_outcome(opened, None);
+        let mut result = self
+            .broker
+            .handle(Command::ChannelOpen { chan }, now)
+            .map(|out| self.apply_outcome(out, None));
+        let mut taken = Vec::new();
+        let mut durable = false;
+        while result.is_ok() && taken.len() < count as usize {
+            let get = Command::Get {
+                chan,
+                queue: queue.to_owned(),
+                no_ack: true,
+            };
+            match self.broker.handle(get, now) {
+                Ok(mut out) => {
+                    durable |= !out.events.is_empty();
+                    let reply = std::mem::take(&mut out.reply);
+                    self.apply_outcome(out, None);
+                    match reply {
+                        Reply::GetOk(g) => {
+                            self.counters.delivered += 1;
+                            taken.push(g);
+                        }
+                        _ => break,
+                    }
+                }
+                Err(e) => result = Err(e),
+            }
+        }
+        if let Ok(out) = self.broker.handle(Command::ConnectionClose { conn }, now) {
+            durable |= !out.events.is_empty();
+            self.apply_outcome(out, None);
+        }
+        result.map(|()| (taken, durable))
+    }
+
+    pub(super) fn connection_infos(&self) -> Vec<ConnectionInfo> {
+        let mut out: Vec<ConnectionInfo> = self
+            .conns
+            .iter()
+            .map(|(&id, c)| {
+                let mut channels: Vec<ChannelInfo> = c
+                    .channels
+                    .iter()
+                    .filter(|(_, s)| !s.closing)
+                    .map(|(&number, s)| ChannelInfo {
+                        number,
+                        confirm: s.confirm_next.is_some(),
+                        transactional: s.tx.is_some(),
+                    })
+                    .collect();
+                channels.sort_by_key(|ch| ch.number);
+                ConnectionInfo {
+                    id,
+                    vhost: c.vhost.clone(),
+                    user: c.user.clone(),
+                    peer: c.peer,
+                    opened_at_ms: c.opened_at_ms,
+                    frame_max: c.frame_max,
+                    throttled: c.throttled,
+                    channels,
+                }
+            })
+            .collect();
+        out.sort_by_key(|c| c.id);
+        out
+    }
+}

@@ -1,0 +1,284 @@
+//! The broker task's loop and its durability gate: drain a batch of messages, apply them,
+//! log the batch's events with one `store.log`, then seal each touched outbox with the batch's
+//! ticket and release what the durability waiter reports durable (S-DUR-3/4, S-DLX-7); the
+//! expiry timer is re-armed after every batch.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tracing::{error, warn};
+
+use super::msg::CoreMsg;
+use super::{BATCH_MSGS_MAX, Core, DurableFuture, TICKET_THIS_BATCH};
+use crate::admin::MessageCounters;
+use wharf_broker::{Broker, Event};
+use wharf_clock::Clock;
+use wharf_store::{Store, StoreError, Ticket};
+
+impl Core {
+    /// A broker task over a recovered broker and its store.
+    pub fn new(broker: Broker, store: Store, clock: Arc<dyn Clock>) -> Self {
+        let (to_waiter, from_core) = mpsc::channel(4096);
+        let (durable_tx, durable) = watch::channel(Ok(0));
+        tokio::spawn(durability_waiter(from_core, durable_tx));
+        Core {
+            broker,
+            store: Some(store),
+            clock,
+            conns: HashMap::new(),
+            events: Vec::new(),
+            last_ticket: 0,
+            dirty: HashSet::new(),
+            dropped_dirty: Vec::new(),
+            held: HashMap::new(),
+            waited_ticket: 0,
+            to_waiter,
+            durable,
+            armed: None,
+            stopping: false,
+            ticks: Vec::new(),
+            admin_waiting: VecDeque::new(),
+            counters: MessageCounters::default(),
+            registry: None,
+            message_memory_bytes: wharf_base::limits::MESSAGE_MEMORY_BYTES,
+        }
+    }
+
+    /// Logs events produced before serving (recovery's `recovered(now)`).
+    pub fn log_startup(&mut self, events: Vec<Event>) -> Result<(), StoreError> {
+        self.events = events;
+        self.log_batch()
+    }
+
+    /// Runs until shutdown; then makes everything durable and closes the store.
+    pub async fn run(mut self, mut rx: mpsc::Receiver<CoreMsg>) -> Result<(), StoreError> {
+        let mut batch = Vec::with_capacity(BATCH_MSGS_MAX);
+        let mut sleep = Box::pin(tokio::time::sleep(Duration::ZERO));
+        self.rearm(&mut sleep);
+        loop {
+            tokio::select! {
+                biased;
+                changed = self.durable.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                }
+                () = &mut sleep, if self.armed.is_some() => {
+                    self.armed = None;
+                    self.expire();
+                }
+                n = rx.recv_many(&mut batch, BATCH_MSGS_MAX) => {
+                    if n == 0 {
+                        break;
+                    }
+                    for msg in batch.drain(..) {
+                        self.on_msg(msg);
+                    }
+                }
+            }
+            if let Err(e) = self.end_batch() {
+                error!(error = %e, "write-ahead log failed; closing every connection");
+                self.fail_all();
+                break;
+            }
+            let durable_failure = self.durable.borrow().as_ref().err().cloned();
+            if let Some(e) = durable_failure {
+                error!(error = %e, "making the log durable failed; closing every connection");
+                self.fail_all();
+                break;
+            }
+            if self.stopping {
+                break;
+            }
+            self.rearm(&mut sleep);
+        }
+        let store = self.store.take();
+        // A clean shutdown ends with a checkpoint when the log since the last one is over the
+        // periodic threshold, so the next start reads little log. Only when every event was
+        // logged (the snapshot must match the log).
+        let snapshot = self.events.is_empty().then(|| self.broker.snapshot());
+        let closed = match store {
+            Some(mut store) => tokio::task::spawn_blocking(move || {
+                if let Some(snapshot) = snapshot
+                    && let Err(e) = store.checkpoint_at_shutdown(snapshot)
+                {
+                    warn!(error = %e, "checkpoint at shutdown failed; the log keeps everything");
+                }
+                store.close()
+            })
+            .await
+            .unwrap_or_else(|e| Err(StoreError::Log(format!("close task failed: {e}")))),
+            None => Ok(()),
+        };
+        // Closing the store made everything logged durable: the last held frames (the 320
+        // closes of a shutdown) may go. After a failure they were discarded (fail_all).
+        if closed.is_ok() {
+            for outbox in self.held.values() {
+                outbox.release(Ticket::MAX);
+            }
+        }
+        for c in self.conns.values() {
+            c.outbox.flush();
+        }
+        closed
+    }
+
+    pub(super) fn now(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    pub(super) fn rearm(&mut self, sleep: &mut Pin<Box<tokio::time::Sleep>>) {
+        let next = self.broker.next_deadline();
+        if next == self.armed {
+            return;
+        }
+        self.armed = next;
+        if let Some(deadline) = next {
+            let wait_ms = deadline.saturating_sub(self.now());
+            sleep.set(tokio::time::sleep(Duration::from_millis(wait_ms)));
+        }
+    }
+
+    pub(super) fn expire(&mut self) {
+        let out = self.broker.expire_due(self.now());
+        self.apply_outcome(out, None);
+    }
+
+    pub(super) fn on_msg(&mut self, msg: CoreMsg) {
+        match msg {
+            CoreMsg::Open(open) => self.open_conn(*open),
+            CoreMsg::Ops { conn, ops } => {
+                for op in ops {
+                    self.on_op(conn, op.channel, op.op);
+                }
+            }
+            CoreMsg::Closed(conn) => self.drop_conn(conn),
+            CoreMsg::Drained(conn) => self.unthrottle(conn),
+            CoreMsg::Tick(done) => {
+                self.expire();
+                // Answered after this batch's effects are flushed (end_batch).
+                self.ticks.push(done);
+            }
+            CoreMsg::Shutdown => self.shutdown(),
+            CoreMsg::Admin(req) => self.admin(req),
+        }
+    }
+
+    pub(super) fn log_batch(&mut self) -> Result<(), StoreError> {
+        if !self.events.is_empty() {
+            let store = self
+                .store
+                .as_ref()
+                .ok_or_else(|| StoreError::Log("store closed".to_owned()))?;
+            if let Some(ticket) = store.log(&self.events)? {
+                self.last_ticket = ticket;
+            }
+            self.events.clear();
+        }
+        Ok(())
+    }
+
+    /// Seals every outbox that got frames in this batch with the store's latest ticket,
+    /// releases what is durable, and asks the durability waiter about the rest.
+    pub(super) fn end_batch(&mut self) -> Result<(), StoreError> {
+        self.log_batch()?;
+        if let Some(failure) = self.broker.storage_failure() {
+            return Err(StoreError::Log(failure.to_owned()));
+        }
+        // The broker now reflects the log exactly: a snapshot for a checkpoint fits here.
+        if let Some(store) = self.store.as_mut() {
+            store.maybe_checkpoint(&self.broker);
+        }
+        let ticket = self.last_ticket;
+        let watermark = self.watermark();
+        // Bodies of durable queued messages beyond the budget go back to disk (DESIGN
+        // "Memory"); only when there is a store to read them back from.
+        if self.store.is_some() {
+            self.broker.page_out(watermark, self.message_memory_bytes);
+        }
+        self.held.retain(|_, outbox| outbox.release(watermark));
+        for conn in std::mem::take(&mut self.dirty) {
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.flush_acks();
+                if c.outbox.seal(ticket, watermark) {
+                    self.held.insert(conn, c.outbox.clone());
+                }
+            }
+        }
+        for (conn, outbox) in std::mem::take(&mut self.dropped_dirty) {
+            if outbox.seal(ticket, watermark) {
+                self.held.insert(conn, outbox);
+            }
+        }
+        // Management answers of this batch wait for its ticket, like frames.
+        let mut admin_holds = false;
+        for entry in self.admin_waiting.iter_mut().rev() {
+            match entry.0 {
+                0 => {}
+                TICKET_THIS_BATCH => {
+                    entry.0 = ticket;
+                    admin_holds = true;
+                }
+                _ => break,
+            }
+        }
+        if (!self.held.is_empty() || admin_holds)
+            && ticket > watermark
+            && ticket > self.waited_ticket
+            && let Some(store) = self.store.as_ref()
+        {
+            let fut: DurableFuture = Box::pin(store.durable(ticket));
+            self.waited_ticket = ticket;
+            if self.to_waiter.try_send((ticket, fut)).is_err() {
+                warn!("durability waiter is behind; frames wait for the next batch");
+                self.waited_ticket = watermark;
+            }
+        }
+        while self
+            .admin_waiting
+            .front()
+            .is_some_and(|&(t, _)| t <= watermark)
+        {
+            if let Some((_, answer)) = self.admin_waiting.pop_front() {
+                answer.send();
+            }
+        }
+        for done in self.ticks.drain(..) {
+            let _ = done.send(());
+        }
+        Ok(())
+    }
+
+    pub(super) fn watermark(&self) -> Ticket {
+        let from_waiter = self.durable.borrow().as_ref().copied().unwrap_or(0);
+        let from_store = self.store.as_ref().map_or(0, Store::durable_watermark);
+        from_waiter.max(from_store)
+    }
+}
+
+/// Awaits the store's durability futures in ticket order and publishes the durable ticket
+/// (or the failure) to the broker task. Never waits on the broker task, so the bounded channel
+/// between them cannot deadlock.
+pub(super) async fn durability_waiter(
+    mut from_core: mpsc::Receiver<(Ticket, DurableFuture)>,
+    durable: watch::Sender<Result<Ticket, String>>,
+) {
+    while let Some((ticket, fut)) = from_core.recv().await {
+        match fut.await {
+            Ok(()) => {
+                durable.send_modify(|d| {
+                    if let Ok(t) = d {
+                        *t = (*t).max(ticket);
+                    }
+                });
+            }
+            Err(e) => {
+                let _ = durable.send(Err(e.to_string()));
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! The messages connections and the server handle send the broker task: [`CoreMsg`], and the
+//! channel operations ([`Op`]) a connection's reader converted to broker terms.
+
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+
+use crate::admin::AdminRequest;
+use crate::convert::Close;
+use crate::methods::MethodId;
+use crate::outbox::Outbox;
+use wharf_broker::{BrokerError, Command, Publish};
+
+/// Messages from connections (and the handle) to the broker task.
+#[derive(Debug)]
+pub enum CoreMsg {
+    /// A connection finished its handshake and asks to open `vhost`.
+    Open(Box<OpenConn>),
+    /// Channel operations of one connection, in the order the client sent them.
+    Ops {
+        /// The connection.
+        conn: u64,
+        /// Its operations.
+        ops: Vec<ChanOp>,
+    },
+    /// The connection is gone (socket closed or close handshake done).
+    Closed(u64),
+    /// A throttled connection's outbox drained below the low mark.
+    Drained(u64),
+    /// Run the timer step now (tests on a manual clock); answered when done.
+    Tick(oneshot::Sender<()>),
+    /// Close every connection (320), make everything durable, stop.
+    Shutdown,
+    /// A request of the management API (`server::admin`).
+    Admin(AdminRequest),
+}
+
+/// A connection asking to be opened.
+#[derive(Debug)]
+pub struct OpenConn {
+    /// The connection id.
+    pub conn: u64,
+    /// The virtual host from `connection.open`.
+    pub vhost: String,
+    /// The user it logged in as (for the management API's listings).
+    pub user: String,
+    /// The client's address.
+    pub peer: std::net::SocketAddr,
+    /// Where its frames go.
+    pub outbox: Arc<Outbox>,
+    /// The negotiated `frame_max`.
+    pub frame_max: u32,
+    /// The client advertised `consumer_cancel_notify`.
+    pub cancel_notify: bool,
+    /// The answer: `Ok` once open, or the refusal (530 for an unknown vhost).
+    pub done: oneshot::Sender<Result<(), BrokerError>>,
+}
+
+/// One operation on one channel.
+#[derive(Debug)]
+pub struct ChanOp {
+    /// The channel number.
+    pub channel: u16,
+    /// The operation.
+    pub op: Op,
+}
+
+/// What a client asked of a channel, already converted to broker terms by the reader.
+#[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "acks are the hot command; boxing them would cost an allocation each"
+)]
+pub enum Op {
+    /// `channel.open`.
+    Open,
+    /// `channel.close` from the client.
+    Close,
+    /// `channel.close-ok`: the client's answer to our `channel.close`.
+    CloseOk,
+    /// `channel.flow`.
+    Flow(bool),
+    /// A method that maps to one broker command; `method` is its (class, method) id.
+    Cmd {
+        /// The command.
+        cmd: Command,
+        /// The method's class and method ids (for the reply and for error closes).
+        method: MethodId,
+        /// No reply wanted.
+        nowait: bool,
+    },
+    /// `basic.publish` with its content.
+    Publish(Box<Publish>),
+    /// `confirm.select`.
+    ConfirmSelect {
+        /// No reply wanted.
+        nowait: bool,
+    },
+    /// `tx.select`.
+    TxSelect,
+    /// `tx.commit`.
+    TxCommit,
+    /// `tx.rollback`.
+    TxRollback,
+    /// The reader found a channel error (e.g. a message over the size limit, 406), or with a
+    /// connection-level `Close`, a connection error.
+    Fail(Close, MethodId),
+    /// `connection.close` from the client (channel 0): answered with `close-ok` after every
+    /// operation sent before it.
+    ClientClose,
+}

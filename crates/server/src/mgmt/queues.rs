@@ -1,0 +1,302 @@
+//! `/api/queues`: listings with effective policies and TTLs (resolved by the broker's own
+//! functions), declare, delete, purge, and RabbitMQ's "get messages".
+//! Handlers map the request to a broker command or query and the answer to RabbitMQ's JSON;
+//! validation is the broker's (STYLE 2.2).
+
+use axum::extract::{Path, Query};
+use serde_json::{Value as JsonValue, json};
+use std::collections::HashMap;
+
+use super::api::{Admin, AdminBody, Api, ApiError, ApiResult};
+use super::json as j;
+use super::reply::{
+    body_object, created_or_updated, field_bool, no_content, ok_json, query_flag, vhosts_of,
+};
+
+use wharf_broker::{
+    Command, PolicyInfo, QueueDeclare, QueueInfo, QueueSettings, parse_policy, parse_queue_args,
+};
+
+/// A vhost's policies parsed once per listing (by the broker's own `parse_policy`), keyed by
+/// (operator, name).
+pub(crate) struct ParsedPolicies(HashMap<(bool, String), QueueSettings>);
+
+impl ParsedPolicies {
+    pub(crate) fn new(policies: &[PolicyInfo]) -> Self {
+        ParsedPolicies(
+            policies
+                .iter()
+                .filter_map(|p| {
+                    let parsed = parse_policy(&p.policy, p.operator).ok()?;
+                    Some(((p.operator, p.policy.name.clone()), parsed.settings))
+                })
+                .collect(),
+        )
+    }
+
+    fn get(&self, name: Option<&String>, operator: bool) -> Option<QueueSettings> {
+        self.0.get(&(operator, name?.clone())).cloned()
+    }
+}
+
+/// A queue's JSON with its effective policy definition and effective message TTL, both
+/// resolved by the broker's own functions (`parse_policy`, `QueueSettings::effective`).
+/// Built outside the broker task: only the listings are copied out of it.
+pub(crate) fn queue_json(q: &QueueInfo, policies: &ParsedPolicies) -> JsonValue {
+    let policy = policies.get(q.policy.as_ref(), false);
+    let operator = policies.get(q.operator_policy.as_ref(), true);
+    let from_policies = QueueSettings::effective(
+        &QueueSettings::default(),
+        policy.as_ref(),
+        operator.as_ref(),
+    );
+    let args = parse_queue_args(&q.vhost, &q.name, &q.arguments).unwrap_or_default();
+    let all = QueueSettings::effective(&args, policy.as_ref(), operator.as_ref());
+    let mut out = j::queue(q, &settings_json(&from_policies));
+    if let Some(map) = out.as_object_mut() {
+        map.insert(
+            "effective_message_ttl".to_owned(),
+            json!(all.message_ttl_ms),
+        );
+    }
+    out
+}
+
+/// Settings in policy-definition form (the keys a policy would use).
+fn settings_json(s: &QueueSettings) -> JsonValue {
+    let mut map = serde_json::Map::new();
+    if let Some(v) = s.message_ttl_ms {
+        map.insert("message-ttl".into(), json!(v));
+    }
+    if let Some(v) = s.expires_ms {
+        map.insert("expires".into(), json!(v));
+    }
+    if let Some(v) = &s.dead_letter_exchange {
+        map.insert("dead-letter-exchange".into(), json!(v));
+    }
+    if let Some(v) = &s.dead_letter_routing_key {
+        map.insert("dead-letter-routing-key".into(), json!(v));
+    }
+    if let Some(v) = s.max_length {
+        map.insert("max-length".into(), json!(v));
+    }
+    if let Some(v) = s.max_length_bytes {
+        map.insert("max-length-bytes".into(), json!(v));
+    }
+    if let Some(v) = s.overflow {
+        let name = match v {
+            wharf_broker::Overflow::DropHead => "drop-head",
+            wharf_broker::Overflow::RejectPublish => "reject-publish",
+            wharf_broker::Overflow::RejectPublishDlx => "reject-publish-dlx",
+        };
+        map.insert("overflow".into(), json!(name));
+    }
+    if let Some(v) = s.delivery_limit {
+        map.insert("delivery-limit".into(), json!(v));
+    }
+    JsonValue::Object(map)
+}
+
+/// The queues of each vhost (all of them, or the one named `only`) with the vhost's
+/// policies, copied out of the broker task.
+async fn queue_rows(
+    api: &Api,
+    vhosts: Vec<String>,
+    only: Option<String>,
+) -> Result<Vec<(Vec<QueueInfo>, Vec<PolicyInfo>)>, ApiError> {
+    api.query(move |view| {
+        vhosts
+            .iter()
+            .map(|v| {
+                let mut queues = view.broker.queues(v);
+                if let Some(name) = &only {
+                    queues.retain(|q| &q.name == name);
+                }
+                (queues, view.broker.policies(v))
+            })
+            .collect()
+    })
+    .await
+}
+
+fn queues_json(rows: &[(Vec<QueueInfo>, Vec<PolicyInfo>)]) -> Vec<JsonValue> {
+    let mut list = Vec::new();
+    for (queues, policies) in rows {
+        let parsed = ParsedPolicies::new(policies);
+        list.extend(queues.iter().map(|q| queue_json(q, &parsed)));
+    }
+    list
+}
+
+async fn queue_list(api: &Api, vhost: Option<String>) -> ApiResult {
+    let vhosts = vhosts_of(api, vhost).await?;
+    let rows = queue_rows(api, vhosts, None).await?;
+    Ok(ok_json(JsonValue::Array(queues_json(&rows))))
+}
+
+pub(crate) async fn queues_all(Admin(api): Admin) -> ApiResult {
+    queue_list(&api, None).await
+}
+
+pub(crate) async fn queues_vhost(Path(vhost): Path<String>, Admin(api): Admin) -> ApiResult {
+    queue_list(&api, Some(vhost)).await
+}
+
+async fn find_queue(api: &Api, vhost: String, name: String) -> Result<JsonValue, ApiError> {
+    let rows = queue_rows(api, vec![vhost], Some(name)).await?;
+    queues_json(&rows)
+        .into_iter()
+        .next()
+        .ok_or(ApiError::NotFound)
+}
+
+pub(crate) async fn queue_get(
+    Path((vhost, name)): Path<(String, String)>,
+    Admin(api): Admin,
+) -> ApiResult {
+    Ok(ok_json(find_queue(&api, vhost, name).await?))
+}
+
+pub(crate) async fn queue_put(
+    Path((vhost, name)): Path<(String, String)>,
+    AdminBody(api, body): AdminBody,
+) -> ApiResult {
+    let map = body_object(&body)?;
+    let arguments = j::json_to_table(map.get("arguments").unwrap_or(&JsonValue::Null))
+        .map_err(ApiError::BadRequest)?;
+    let declare = QueueDeclare {
+        vhost: vhost.clone(),
+        queue: name.clone(),
+        passive: false,
+        durable: field_bool(&map, "durable", true)?,
+        exclusive: false,
+        auto_delete: field_bool(&map, "auto_delete", false)?,
+        arguments,
+        owner: None,
+    };
+    let existed = find_queue(&api, vhost, name).await.is_ok();
+    api.command(Command::QueueDeclare(declare)).await?;
+    Ok(created_or_updated(!existed))
+}
+
+pub(crate) async fn queue_delete(
+    Path((vhost, queue)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+    Admin(api): Admin,
+) -> ApiResult {
+    // queue.delete of an unknown queue succeeds in AMQP; the API says 404.
+    find_queue(&api, vhost.clone(), queue.clone()).await?;
+    api.command(Command::QueueDelete {
+        vhost,
+        queue,
+        if_unused: query_flag(&q, "if-unused"),
+        if_empty: query_flag(&q, "if-empty"),
+        owner: None,
+    })
+    .await?;
+    Ok(no_content())
+}
+
+pub(crate) async fn queue_purge(
+    Path((vhost, queue)): Path<(String, String)>,
+    Admin(api): Admin,
+) -> ApiResult {
+    api.command(Command::QueuePurge {
+        vhost,
+        queue,
+        owner: None,
+    })
+    .await?;
+    Ok(no_content())
+}
+
+/// RabbitMQ's "get messages": `ack_requeue_true` (and `reject_requeue_true`) peek without
+/// changing the queue (the broker's read-only `ready_messages`); `ack_requeue_false` takes
+/// the messages and acks them through broker commands.
+pub(crate) async fn queue_get_messages(
+    Path((vhost, queue)): Path<(String, String)>,
+    AdminBody(api, body): AdminBody,
+) -> ApiResult {
+    let map = body_object(&body)?;
+    let count = match map.get("count") {
+        None => 1,
+        Some(v) => v
+            .as_u64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| ApiError::BadRequest(format!("'count' must be an integer, got {v}")))?,
+    };
+    let ackmode = map
+        .get("ackmode")
+        .and_then(JsonValue::as_str)
+        .ok_or_else(|| ApiError::BadRequest("'ackmode' is required".to_owned()))?
+        .to_owned();
+    let encoding = map
+        .get("encoding")
+        .and_then(JsonValue::as_str)
+        .unwrap_or("auto")
+        .to_owned();
+    if encoding != "auto" && encoding != "base64" {
+        return Err(ApiError::BadRequest(format!(
+            "'encoding' must be auto or base64, got '{encoding}'"
+        )));
+    }
+    let truncate = map
+        .get("truncate")
+        .and_then(|v| {
+            v.as_u64()
+                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        })
+        .and_then(|n| usize::try_from(n).ok());
+    let out: Vec<JsonValue> = match ackmode.as_str() {
+        "ack_requeue_true" | "reject_requeue_true" => {
+            let limit = count as usize;
+            api.query(move |view| {
+                if !view.broker.queues(&vhost).iter().any(|q| q.name == queue) {
+                    return None;
+                }
+                // Reads back only the first `count` messages (the rest may be on disk).
+                let total = view
+                    .broker
+                    .queues(&vhost)
+                    .iter()
+                    .find(|q| q.name == queue)
+                    .map_or(0, |q| q.ready);
+                let ready = view.broker.peek_messages(&vhost, &queue, limit);
+                Some(
+                    ready
+                        .into_iter()
+                        .take(limit)
+                        .enumerate()
+                        .map(|(i, (m, redelivered))| {
+                            let left = total.saturating_sub(i as u64 + 1);
+                            j::message(&m, redelivered, left, &encoding, truncate)
+                        })
+                        .collect(),
+                )
+            })
+            .await?
+            .ok_or(ApiError::NotFound)?
+        }
+        "ack_requeue_false" => api
+            .take(vhost, queue, count)
+            .await?
+            .iter()
+            .map(|g| {
+                j::message(
+                    &g.message,
+                    g.redelivered,
+                    u64::from(g.message_count),
+                    &encoding,
+                    truncate,
+                )
+            })
+            .collect(),
+        other => {
+            return Err(ApiError::BadRequest(format!(
+                "'ackmode' must be ack_requeue_true, ack_requeue_false or reject_requeue_true, got '{other}'"
+            )));
+        }
+    };
+    Ok(ok_json(JsonValue::Array(out)))
+}

@@ -1,0 +1,66 @@
+//! `/api/vhosts`: list, show, create and delete vhosts.
+//! Handlers map the request to a broker command or query and the answer to RabbitMQ's JSON;
+//! validation is the broker's (STYLE 2.2).
+
+use axum::extract::Path;
+use serde_json::{Value as JsonValue, json};
+
+use super::api::{Admin, ApiError, ApiResult};
+use super::reply::{created_or_updated, known_vhost, no_content, ok_json};
+use crate::admin::AdminView;
+
+use wharf_broker::Command;
+
+fn vhost_json(view: &AdminView<'_>, name: &str) -> JsonValue {
+    let qs = view.broker.queues(name);
+    let ready: u64 = qs.iter().map(|q| q.ready).sum();
+    let unacked: u64 = qs.iter().map(|q| q.unacked).sum();
+    json!({
+        "name": name,
+        "description": "",
+        "tags": [],
+        "default_queue_type": "classic",
+        "tracing": false,
+        "messages": ready.saturating_add(unacked),
+        "messages_ready": ready,
+        "messages_unacknowledged": unacked,
+    })
+}
+
+pub(crate) async fn vhosts(Admin(api): Admin) -> ApiResult {
+    let list = api
+        .query(|view| {
+            let list: Vec<JsonValue> = view
+                .broker
+                .vhost_names()
+                .iter()
+                .map(|v| vhost_json(view, v))
+                .collect();
+            list
+        })
+        .await?;
+    Ok(ok_json(JsonValue::Array(list)))
+}
+
+pub(crate) async fn vhost_get(Path(vhost): Path<String>, Admin(api): Admin) -> ApiResult {
+    let found = api
+        .query(move |view| known_vhost(view, &vhost).then(|| vhost_json(view, &vhost)))
+        .await?;
+    Ok(ok_json(found.ok_or(ApiError::NotFound)?))
+}
+
+pub(crate) async fn vhost_put(Path(vhost): Path<String>, Admin(api): Admin) -> ApiResult {
+    let v = vhost.clone();
+    let existed = api.query(move |view| known_vhost(view, &v)).await?;
+    api.command(Command::VhostAdd { vhost }).await?;
+    Ok(created_or_updated(!existed))
+}
+
+pub(crate) async fn vhost_delete(Path(vhost): Path<String>, Admin(api): Admin) -> ApiResult {
+    let v = vhost.clone();
+    if !api.query(move |view| known_vhost(view, &v)).await? {
+        return Err(ApiError::NotFound);
+    }
+    api.command(Command::VhostDelete { vhost }).await?;
+    Ok(no_content())
+}

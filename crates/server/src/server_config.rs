@@ -1,0 +1,110 @@
+//! [`ServerConfig`]: how to run a server (listeners, data directory, clock, users, limits,
+//! alarms, the management API). The file schema that fills it lives in `config`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use wharf_base::limits;
+use wharf_clock::{Clock, ManualClock, SystemClock};
+use wharf_wal::Storage;
+
+use crate::alarm;
+use crate::tls;
+use crate::users::Users;
+
+/// How to run a server.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Address to listen on, `host:port` (port 0 picks a free one).
+    pub bind: String,
+    /// The data directory.
+    pub data_dir: PathBuf,
+    /// The clock (`SystemClock`; a `ManualClock` in tests).
+    pub clock: Arc<dyn Clock>,
+    /// Heartbeat interval proposed to clients, seconds (0 = none).
+    pub heartbeat_secs: u16,
+    /// Who may log in.
+    pub users: Users,
+    /// Start despite corrupt records in the middle of the log (S-DUR-7).
+    pub salvage: bool,
+    /// Vhosts created at start if missing (before the listener opens).
+    pub vhosts: Vec<String>,
+    /// The disk alarm goes on when the data directory's file system has less free space.
+    pub disk_free_limit_bytes: u64,
+    /// The memory alarm goes on when the process uses this much (see `alarm`).
+    pub memory_high_watermark: alarm::MemoryLimit,
+    /// Where free disk and memory use are read (`None`: the machine, [`alarm::SystemProbe`]).
+    pub resource_probe: Option<Arc<dyn alarm::ResourceProbe>>,
+    /// Open connections at most; one more is refused at `connection.open` (530).
+    pub connection_max: u32,
+    /// `channel_max` offered in `connection.tune` (at most
+    /// `limits::CHANNELS_PER_CONNECTION_MAX`).
+    pub channel_max: u16,
+    /// `frame_max` offered in `connection.tune` (between `limits::FRAME_BYTES_MIN` and
+    /// `limits::FRAME_BYTES_MAX`).
+    pub frame_max: u32,
+    /// Largest message body accepted (at most `limits::MESSAGE_BODY_BYTES_MAX`).
+    pub message_bytes_max: u32,
+    /// Unacknowledged deliveries one channel may hold, prefetch 0 included (at most
+    /// `limits::UNACKED_PER_CHANNEL_MAX`).
+    pub unacked_per_channel_max: u32,
+    /// Where the management HTTP API listens (`host:port`, port 0 picks one); `None`: not
+    /// served.
+    pub mgmt_bind: Option<String>,
+    /// RabbitMQ's `loopback_users`: these names may log in from a loopback address only
+    /// (besides every `User` with `loopback_only`).
+    pub loopback_users: Vec<String>,
+    /// The AMQPS listener, if any.
+    pub tls: Option<tls::TlsListener>,
+    /// The management API over HTTPS too (besides `mgmt_bind`), if any; served only when
+    /// `mgmt_bind` is set.
+    pub mgmt_tls: Option<tls::TlsListener>,
+    /// The floor of the periodic checkpoint threshold: a checkpoint is taken once the log
+    /// written since the last one exceeds the larger of this and the last checkpoint's size
+    /// (`store::CheckpointTrigger`); default `limits::CHECKPOINT_LOG_BYTES_MIN`.
+    pub checkpoint_log_bytes_min: u64,
+    /// Memory for the content of queued messages: beyond it the oldest persistent messages
+    /// of durable queues are paged out once durable and read back when delivered (DESIGN
+    /// "Memory"); default `limits::MESSAGE_MEMORY_BYTES`, 0 keeps none in memory.
+    pub message_memory_bytes: u64,
+    /// The disk the log lives on: `None` for real files in `data_dir`; `Some` for another
+    /// [`Storage`], e.g. a `wal::SimStorage` that can lose power (`crate::testing`).
+    pub storage: Option<Arc<dyn Storage>>,
+    /// Clock control (`--test-clock`): when set, the server runs on this clock (the `clock`
+    /// field is then ignored) and [`ServerHandle::clock_advance`] and friends may move it.
+    /// `None` (the default): they are refused.
+    pub clock_control: Option<ManualClock>,
+}
+
+impl ServerConfig {
+    /// Defaults: system clock, 60 s heartbeats, guest/guest from loopback.
+    pub fn new(bind: impl Into<String>, data_dir: impl Into<PathBuf>) -> Self {
+        ServerConfig {
+            bind: bind.into(),
+            data_dir: data_dir.into(),
+            clock: Arc::new(SystemClock),
+            heartbeat_secs: limits::HEARTBEAT_SECS_DEFAULT,
+            users: Users::default(),
+            salvage: false,
+            vhosts: Vec::new(),
+            disk_free_limit_bytes: limits::DISK_FREE_LIMIT_BYTES_DEFAULT,
+            memory_high_watermark: alarm::MemoryLimit::Fraction(
+                limits::MEMORY_HIGH_WATERMARK_DEFAULT,
+            ),
+            resource_probe: None,
+            connection_max: limits::CONNECTIONS_MAX,
+            channel_max: limits::CHANNELS_PER_CONNECTION_MAX,
+            frame_max: limits::FRAME_BYTES_MAX,
+            message_bytes_max: limits::MESSAGE_BODY_BYTES_MAX,
+            unacked_per_channel_max: limits::UNACKED_PER_CHANNEL_MAX,
+            mgmt_bind: None,
+            loopback_users: vec!["guest".to_owned()],
+            tls: None,
+            mgmt_tls: None,
+            checkpoint_log_bytes_min: limits::CHECKPOINT_LOG_BYTES_MIN,
+            message_memory_bytes: limits::MESSAGE_MEMORY_BYTES,
+            storage: None,
+            clock_control: None,
+        }
+    }
+}

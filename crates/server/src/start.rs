@@ -1,0 +1,259 @@
+//! [`Server::start`]: recovery first (S-DUR-5), then the broker task, the listeners, the
+//! resource monitor and the management API, handed back as a [`ServerHandle`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tracing::info;
+
+use wharf_base::limits;
+use wharf_clock::{Clock, Stopwatch};
+use wharf_store::{LogHealth, RecoverySummary, StoreError};
+
+use crate::alarm;
+use crate::auth;
+use crate::connection;
+use crate::core::{self, CoreMsg};
+use crate::error::ServerError;
+use crate::handle::ServerHandle;
+use crate::listener::{accept_loop, bind_plain, bind_tls, tls_accept_loop};
+use crate::mgmt;
+use crate::recovery::{DowntimeDeaths, LiveCounts, Recovered, recover};
+use crate::server_config::ServerConfig;
+
+/// The server entry point.
+#[derive(Debug)]
+pub struct Server;
+
+/// Sets its flag when dropped.
+struct DoneGuard(watch::Sender<bool>);
+
+impl Drop for DoneGuard {
+    fn drop(&mut self) {
+        let _ = self.0.send(true);
+    }
+}
+
+impl Server {
+    /// Recovers the store in `config.data_dir`, then listens on `config.bind`. Clients are
+    /// served only after recovery (S-DUR-5).
+    ///
+    /// # Errors
+    /// The store cannot be opened (corrupt log, unusable directory); the address is taken.
+    pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
+        let clock: Arc<dyn Clock> = match &config.clock_control {
+            Some(manual) => Arc::new(manual.clone()),
+            None => config.clock.clone(),
+        };
+        let stopwatch = Stopwatch::start();
+        let Recovered {
+            store,
+            broker,
+            summary,
+            events,
+            downtime,
+        } = recover(&config, clock.as_ref()).await?;
+        let registry = Arc::new(registry_for(&config));
+        let alarms = Arc::new(alarm::Alarms::default());
+        let log_health = LogHealth::of(&store);
+        let live = LiveCounts::of(&broker);
+        let mut core = core::Core::new(broker, store, clock.clone());
+        core.set_registry(registry.clone());
+        core.set_message_memory_bytes(config.message_memory_bytes);
+        core.log_startup(events)?;
+        let recovery_ms = stopwatch.elapsed_ms();
+
+        let (listener, local_addr) = bind_plain(&config.bind).await?;
+        let tls_listener = match &config.tls {
+            Some(t) => Some(bind_tls(t).await?),
+            None => None,
+        };
+        let tls_addr = tls_listener.as_ref().map(|(_, a, _)| *a);
+        log_listening(
+            &config,
+            (local_addr, tls_addr),
+            recovery_ms,
+            &summary,
+            &live,
+            &downtime,
+        );
+        let (core_tx, core_task, core_done) = spawn_core(core);
+        let (stop_accepting, stop_rx) = watch::channel(false);
+        let (alive, connections_gone) = mpsc::channel(1);
+        let ctx = connection::ConnCtx {
+            core: core_tx.clone(),
+            users: registry.clone(),
+            next_id: Arc::new(AtomicU64::new(1)),
+            heartbeat_secs: config.heartbeat_secs,
+            alive,
+            alarm: alarms.subscribe(),
+            limits: connection::ConnLimits::from_config(&config),
+            open_connections: Arc::default(),
+        };
+        let (tls_local_addr, tls_accept_task) = tls_listener
+            .map(|(listener, addr, acceptor)| {
+                let loop_ = tls_accept_loop(listener, acceptor, ctx.clone(), stop_rx.clone());
+                (addr, tokio::spawn(loop_))
+            })
+            .unzip();
+        let accept_task = tokio::spawn(accept_loop(listener, ctx, stop_rx.clone()));
+        let (monitor, monitor_task) = start_monitor(&config, log_health, alarms.clone());
+        let (mgmt, mgmt_tls_addr) = start_mgmt(
+            &config,
+            MgmtParts {
+                registry: registry.clone(),
+                recovery_ms,
+                amqp_addr: local_addr,
+                alarms: alarms.clone(),
+            },
+            core_tx.clone(),
+            stop_rx,
+        )
+        .await?;
+        Ok(ServerHandle {
+            local_addr,
+            clock_control: config.clock_control.clone(),
+            core: core_tx,
+            stop_accepting,
+            accept_task,
+            tls_local_addr,
+            tls_accept_task,
+            registry,
+            core_task,
+            core_done,
+            connections_gone,
+            alarms,
+            monitor,
+            monitor_task,
+            mgmt,
+            mgmt_tls_addr,
+        })
+    }
+}
+
+/// The one recovery summary line (STYLE 3.5): what came back, what died while the broker was
+/// down (S-DUR-5), how long it took in real time.
+fn log_listening(
+    config: &ServerConfig,
+    (addr, tls_addr): (SocketAddr, Option<SocketAddr>),
+    recovery_ms: u64,
+    summary: &RecoverySummary,
+    live: &LiveCounts,
+    downtime: &DowntimeDeaths,
+) {
+    info!(
+        %addr,
+        ?tls_addr,
+        data_dir = %config.data_dir.display(),
+        recovery_ms,
+        records = summary.records,
+        queues = live.queues,
+        messages = live.messages,
+        expired_in_downtime = downtime.died,
+        dead_lettered = downtime.dead_lettered,
+        dropped = downtime.died - downtime.dead_lettered,
+        torn_tail_bytes = summary.torn_tail_bytes,
+        salvaged_records = summary.salvaged_records,
+        "wharf listening"
+    );
+}
+
+/// Spawns the broker task: (its inbox, its task, a flag set once it ended).
+fn spawn_core(
+    core: core::Core,
+) -> (
+    mpsc::Sender<CoreMsg>,
+    JoinHandle<Result<(), StoreError>>,
+    watch::Receiver<bool>,
+) {
+    let (core_tx, core_rx) = mpsc::channel(limits::CORE_QUEUE_BATCHES_MAX);
+    let (core_done_tx, core_done) = watch::channel(false);
+    let core_task = tokio::spawn(async move {
+        // Tell the handle when the broker task ends, however it ends (a panic included: the
+        // guard runs on unwind), so the binary exits instead of serving nothing.
+        let _done = DoneGuard(core_done_tx);
+        core.run(core_rx).await
+    });
+    (core_tx, core_task, core_done)
+}
+
+/// What the management API takes from the rest of the start.
+struct MgmtParts {
+    registry: Arc<auth::UserRegistry>,
+    recovery_ms: u64,
+    amqp_addr: SocketAddr,
+    alarms: Arc<alarm::Alarms>,
+}
+
+/// Starts the management API when `mgmt_bind` is set: (its address and task, its HTTPS
+/// address).
+async fn start_mgmt(
+    config: &ServerConfig,
+    parts: MgmtParts,
+    core: mpsc::Sender<CoreMsg>,
+    stop: watch::Receiver<bool>,
+) -> Result<(Option<(SocketAddr, JoinHandle<()>)>, Option<SocketAddr>), ServerError> {
+    let Some(bind) = &config.mgmt_bind else {
+        return Ok((None, None));
+    };
+    let mgmt_config = mgmt::MgmtConfig {
+        bind: bind.clone(),
+        users: parts.registry,
+        recovery_ms: parts.recovery_ms,
+        amqp_addr: parts.amqp_addr,
+        clock: config.clock_control.clone(),
+        tls: config.mgmt_tls.clone(),
+        alarms: Some(parts.alarms),
+    };
+    let m = mgmt::serve(mgmt_config, core, stop).await?;
+    Ok((Some((m.addr, m.task)), m.tls_addr))
+}
+
+/// Spawns the resource monitor (see `alarm`) over the configured probe and limits.
+fn start_monitor(
+    config: &ServerConfig,
+    wal: LogHealth,
+    alarms: Arc<alarm::Alarms>,
+) -> (mpsc::Sender<oneshot::Sender<()>>, JoinHandle<()>) {
+    let probe = config.resource_probe.clone().unwrap_or_else(|| {
+        Arc::new(alarm::SystemProbe {
+            dir: config.data_dir.clone(),
+        })
+    });
+    let thresholds = alarm::Thresholds {
+        disk_free_limit_bytes: config.disk_free_limit_bytes,
+        // A fraction is of the RAM, or of the cgroup v2 limit when lower.
+        memory_limit_bytes: config
+            .memory_high_watermark
+            .bytes(alarm::memory_available_bytes()),
+    };
+    info!(
+        disk_free_limit_bytes = thresholds.disk_free_limit_bytes,
+        memory_limit_bytes = thresholds.memory_limit_bytes,
+        "resource alarms armed"
+    );
+    let monitor = alarm::Monitor {
+        probe,
+        thresholds,
+        alarms,
+        wal,
+        probe_failed: false,
+    };
+    let (tx, rx) = mpsc::channel(8);
+    (tx, tokio::spawn(alarm::monitor(monitor, rx)))
+}
+
+/// The registry of a server: `loopback_users` plus every configured `loopback_only` user may
+/// log in from loopback only (filled from the broker by the broker task).
+fn registry_for(config: &ServerConfig) -> auth::UserRegistry {
+    let loopback_only = config
+        .users
+        .0
+        .iter()
+        .filter(|u| u.loopback_only)
+        .map(|u| u.name.clone());
+    auth::UserRegistry::new(config.loopback_users.iter().cloned().chain(loopback_only))
+}
