@@ -27,13 +27,13 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
-use crate::binary_common;
+use crate::support::binary;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use binary_common::Broker;
+use binary::Broker;
 use futures_lite::StreamExt;
 use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable, LongString};

@@ -10,11 +10,11 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
-use crate::binary_common;
+use crate::support::binary;
 
 use std::time::{Duration, Instant};
 
-use binary_common::{Broker, is_not_found};
+use binary::{Broker, is_not_found};
 use futures_lite::StreamExt;
 use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable, LongString};

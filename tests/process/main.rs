@@ -7,9 +7,6 @@
 //! names keep their file as a prefix (`cargo test --test process <name>::`). Depends only on
 //! wharf's public API, the test clients and the shared helpers under tests/.
 
-#[path = "../binary_common/mod.rs"]
-mod binary_common;
-
 #[path = "../support/mod.rs"]
 mod support;
 

@@ -1,6 +1,9 @@
-//! Shared helpers of the server tests: an in-process wharf on 127.0.0.1:0 with a temporary
-//! data directory and a manual clock, lapin connections, and reply-code extraction from
-//! lapin's errors. Depends only on wharf's public API and the test clients.
+//! The one place of the helpers shared by the root tests (amqp, ops, process): an in-process
+//! wharf on 127.0.0.1:0 with a temporary data directory and a manual clock, lapin connections,
+//! and reply-code extraction from lapin's errors (here); raw AMQP frames (`raw`); the real
+//! `wharf` binary as a child process, signalled by its pid (`binary`). Depends only on wharf's
+//! public API and the test clients. Each crate's own tests keep theirs beside them
+//! (`crates/*/tests/*_common`).
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 #![allow(
     clippy::unwrap_used,
@@ -104,4 +107,5 @@ pub async fn within<T>(secs: u64, fut: impl std::future::Future<Output = T>) -> 
         .await
         .expect("no answer from the server in time")
 }
+pub mod binary;
 pub mod raw;

@@ -2,7 +2,6 @@
 //! spawn it on a data directory with `--port 0`, learn its address from its start line, stop
 //! it gracefully (SIGTERM) or kill it (SIGKILL), always by the pid we spawned. Depends only on
 //! the binary's command line and log line, lapin and std; never on wharf's library.
-#![allow(dead_code, reason = "each test binary uses a different subset")]
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
