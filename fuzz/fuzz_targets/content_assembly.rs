@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use wharf_protocol::{self, Assembled, ContentAssembler, Frame, reply_code};
+use wharf_protocol::{self as protocol, Assembled, ContentAssembler, Frame, reply_code};
 
 fuzz_target!(|data: &[u8]| {
     let (limit, stream) = match data {

@@ -5,7 +5,7 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use wharf_protocol;
+use wharf_protocol as protocol;
 
 fuzz_target!(|data: &[u8]| {
     let _ = protocol::check_protocol_header(data);
