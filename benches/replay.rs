@@ -93,7 +93,7 @@ fn write_log(config: &StoreConfig, n: usize, queues: usize) -> u64 {
                 now,
             )
             .unwrap();
-        store.log(&declare.events).unwrap();
+        store.log(&declare.events, &mut Vec::new()).unwrap();
     }
     let body = Bytes::from(vec![0x5a; BODY_BYTES]);
     let mut events = Vec::with_capacity(BATCH);
@@ -112,7 +112,10 @@ fn write_log(config: &StoreConfig, n: usize, queues: usize) -> u64 {
         });
         events.extend(broker.handle(publish, now).unwrap().events);
         if events.len() >= BATCH || i + 1 == n {
-            ticket = store.log(&events).unwrap().unwrap_or(ticket);
+            ticket = store
+                .log(&events, &mut Vec::new())
+                .unwrap()
+                .unwrap_or(ticket);
             events.clear();
         }
     }
@@ -180,7 +183,10 @@ fn write_churn(store: &Store, broker: &mut Broker, pairs: usize) -> u64 {
         };
         events.extend(broker.handle(get, now).unwrap().events);
         if events.len() >= BATCH || i + 1 == pairs {
-            ticket = store.log(&events).unwrap().unwrap_or(ticket);
+            ticket = store
+                .log(&events, &mut Vec::new())
+                .unwrap()
+                .unwrap_or(ticket);
             events.clear();
         }
     }

@@ -48,8 +48,8 @@
 //! disk: [`Broker::page_out`] beyond a memory budget, and everything recovery restores); the
 //! broker reads it back through the [`MessageLoader`] the store hands it
 //! ([`Broker::set_loader`]) when it delivers or dead-letters it, and a failure to read is
-//! kept for the server ([`Broker::storage_failure`]), which stops. The store tells the broker
-//! where it wrote a message's record ([`Message::set_stored`]) and hands it its rule for the
+//! kept for the server ([`Broker::storage_failure`]), which stops. The store reports where
+//! it wrote each message's record and the broker records it ([`Broker::messages_logged`]) and hands it its rule for the
 //! size of a message's record ([`RecordSize`], [`Broker::set_record_size`]), by which a
 //! persistent message too large to log is refused before anything changes (S-DUR-3). Each
 //! queue keeps an index of its ready messages ordered by deadline, so expiry anywhere in a
@@ -86,10 +86,10 @@ pub use routing::{TopicIndex, topic_matches};
 pub use types::{
     ApplyTo, BindingInfo, ChanRef, ChannelId, Command, ConnId, ConsumerInfo, DeathFate,
     DeathReason, DelayedType, Delivery, DeliveryTag, DestName, DurableMessage, DurableState,
-    Effect, Event, ExchangeDeclare, ExchangeInfo, ExchangeKind, GetOk, Message, MessageId,
-    MessageLoader, MessageRecord, MessageRef, Outcome, PermissionInfo, Placement, PolicyInfo,
-    PolicySpec, Properties, Publish, PublishResult, QueueDeclare, QueueDeletedReason, QueueInfo,
-    QueueSnapshot, RecordSize, Reply, SettleKind, Snapshot, SnapshotMessage, StoredAt, StoredEvent,
-    StoredMessage, StoredSlot, UserInfo,
+    Effect, Event, ExchangeDeclare, ExchangeInfo, ExchangeKind, GetOk, LoggedMessage, Message,
+    MessageId, MessageLoader, MessageRecord, MessageRef, Outcome, PermissionInfo, Placement,
+    PolicyInfo, PolicySpec, Properties, Publish, PublishResult, QueueDeclare, QueueDeletedReason,
+    QueueInfo, QueueSnapshot, RecordSize, Reply, SettleKind, Snapshot, SnapshotMessage, StoredAt,
+    StoredEvent, StoredMessage, StoredSlot, UserInfo,
 };
 pub use value::{FieldTable, Value};

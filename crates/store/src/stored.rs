@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::codec;
-use wharf_broker::{Message, MessageId, MessageLoader, StoredAt, StoredMessage};
+use wharf_broker::{Message, MessageId, MessageLoader, StoredAt, StoredMessage, StoredSlot};
 use wharf_wal::{Position, Reader, SegmentId, StorageFile, read_frame_at};
 
 const CHECKPOINT_BIT: u64 = 1 << 63;
@@ -211,10 +211,10 @@ impl MessageLoader for StoredReader {
     fn load(&self, s: &StoredMessage) -> Result<Message, String> {
         let found = self.find(s)?;
         let (kind, at) = (found.kind, found.at);
-        let message =
+        let mut message =
             codec::decode_message_part(kind, &found.into_part()).map_err(|e| e.to_string())?;
         // Durable already (it was read back): it may be paged out again at once.
-        message.set_stored(0, at);
+        message.stored = StoredSlot::written(0, at);
         Ok(message)
     }
 }

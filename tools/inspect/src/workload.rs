@@ -85,9 +85,11 @@ impl Driver {
     }
 
     fn log(&mut self, out: &Outcome) -> anyhow::Result<()> {
-        if let Some(t) = self.store.log(&out.events)? {
+        let mut logged = Vec::new();
+        if let Some(t) = self.store.log(&out.events, &mut logged)? {
             self.last = Some(t);
         }
+        self.broker.messages_logged(&logged);
         Ok(())
     }
 

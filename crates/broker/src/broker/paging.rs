@@ -7,13 +7,22 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::Broker;
-use crate::types::{Message, MessageLoader, MessageRef};
+use crate::types::{LoggedMessage, Message, MessageLoader, MessageRef};
 
 impl Broker {
     /// Hands the broker the store's reader of stored messages (before `recovered`, which may
     /// dead-letter stored messages).
     pub fn set_loader(&mut self, loader: Arc<dyn MessageLoader>) {
         self.loader = Some(loader);
+    }
+
+    /// Records where the store wrote the records of the messages it just logged (what
+    /// `Store::log` reported): once a record's Lsn is durable, [`Broker::page_out`] may leave
+    /// that message's content on disk.
+    pub fn messages_logged(&mut self, logged: &[LoggedMessage]) {
+        for l in logged {
+            l.message.set_stored(l.lsn, l.at);
+        }
     }
 
     /// The first failure to read a stored message back, if any: the store is damaged and the

@@ -67,9 +67,11 @@ pub struct Message {
     pub properties: Properties,
     /// Its body.
     pub body: Bytes,
-    /// Where the store wrote its record, once it did (told through [`Message::set_stored`]):
-    /// lets the broker drop the content from memory and read it back later (DESIGN
-    /// "Memory"). A new message starts with `StoredSlot::default()`.
+    /// Where the store wrote its record, once it did (the store reports it and the broker
+    /// records it: [`crate::Broker::messages_logged`]): lets the broker drop the content from
+    /// memory and read it back later (DESIGN "Memory"). A new message starts with
+    /// `StoredSlot::default()`; one decoded from a record already on disk with
+    /// [`StoredSlot::written`].
     pub stored: StoredSlot,
 }
 
@@ -84,13 +86,12 @@ impl Message {
         u32::try_from(self.body.len()).unwrap_or(u32::MAX)
     }
 
-    /// The store tells the broker where it wrote this message's record: the record's Lsn
-    /// (durable once the log's watermark reaches it) and the store's opaque position of it.
-    /// Called by the store right after appending the record (or reading the message back,
-    /// with Lsn 0: durable already); a second call keeps the first. The slot lives in the
-    /// shared message, so every queue and delivery holding it sees it at once, for the price
-    /// of one write and no lookup.
-    pub fn set_stored(&self, lsn: u64, at: StoredAt) {
+    /// Records where the store wrote this message's record: the record's Lsn (durable once
+    /// the log's watermark reaches it) and the store's opaque position of it. Only the broker
+    /// writes it, from what the store reported ([`crate::Broker::messages_logged`]); a second
+    /// call keeps the first. The slot lives in the shared message, so every queue and
+    /// delivery holding it sees it at once, for the price of one write and no lookup.
+    pub(crate) fn set_stored(&self, lsn: u64, at: StoredAt) {
         let _ = self.stored.0.set((lsn, at));
     }
 
@@ -112,12 +113,36 @@ impl Message {
 }
 
 /// Where a message's record is, once written: the record's Lsn (durable once the log's
-/// watermark reaches it) and the store's opaque position of it. Set once, through
-/// [`Message::set_stored`]; opaque otherwise. Not part of the
+/// watermark reaches it) and the store's opaque position of it. Set once, by the broker from
+/// what the store reported, or when a message is decoded from a record on disk
+/// ([`StoredSlot::written`]); opaque otherwise. Not part of the
 /// message's value: a clone starts empty (a copy with another id is another message) and
 /// equality ignores it.
 #[derive(Debug, Default)]
 pub struct StoredSlot(std::sync::OnceLock<(u64, StoredAt)>);
+
+impl StoredSlot {
+    /// The slot of a message decoded from a record the store knows the position of (read
+    /// back from disk: durable already, Lsn 0), so that it may be left on disk again.
+    pub fn written(lsn: u64, at: StoredAt) -> Self {
+        let slot = Self::default();
+        let _ = slot.0.set((lsn, at));
+        slot
+    }
+}
+
+/// What the store reports for each message whose record it appended (`Store::log`): the
+/// message, its record's Lsn and the store's position of it, for
+/// [`crate::Broker::messages_logged`].
+#[derive(Debug, Clone)]
+pub struct LoggedMessage {
+    /// The message the record holds.
+    pub message: std::sync::Arc<Message>,
+    /// The record's Lsn.
+    pub lsn: u64,
+    /// The store's position of the record.
+    pub at: StoredAt,
+}
 
 impl Clone for StoredSlot {
     fn clone(&self) -> Self {

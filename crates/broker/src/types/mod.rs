@@ -27,7 +27,8 @@ pub use info::{
     BindingInfo, ConsumerInfo, ExchangeInfo, PermissionInfo, PolicyInfo, QueueInfo, UserInfo,
 };
 pub use message::{
-    Message, MessageLoader, MessageRef, Properties, RecordSize, StoredAt, StoredMessage, StoredSlot,
+    LoggedMessage, Message, MessageLoader, MessageRef, Properties, RecordSize, StoredAt,
+    StoredMessage, StoredSlot,
 };
 pub use outcome::{
     DeathFate, DeathReason, Delivery, Effect, GetOk, Outcome, PublishResult, QueueDeletedReason,

@@ -30,6 +30,7 @@ impl Core {
             clock,
             conns: HashMap::new(),
             events: Vec::new(),
+            logged: Vec::new(),
             last_ticket: 0,
             dirty: HashSet::new(),
             dropped_dirty: Vec::new(),
@@ -173,9 +174,11 @@ impl Core {
                 .store
                 .as_ref()
                 .ok_or_else(|| StoreError::Log("store closed".to_owned()))?;
-            if let Some(ticket) = store.log(&self.events)? {
+            if let Some(ticket) = store.log(&self.events, &mut self.logged)? {
                 self.last_ticket = ticket;
             }
+            self.broker.messages_logged(&self.logged);
+            self.logged.clear();
             self.events.clear();
         }
         Ok(())

@@ -51,7 +51,7 @@ use crate::admin::{AdminDone, MessageCounters};
 use crate::auth::UserRegistry;
 use crate::methods::MethodId;
 use crate::outbox::Outbox;
-use wharf_broker::{Broker, Command, Event, Publish};
+use wharf_broker::{Broker, Command, Event, LoggedMessage, Publish};
 use wharf_clock::Clock;
 use wharf_protocol::{self as protocol, ChannelId};
 use wharf_store::{Store, StoreError, Ticket};
@@ -166,6 +166,8 @@ pub struct Core {
     conns: HashMap<u64, ConnState>,
     /// Events of the current batch.
     events: Vec<Event>,
+    /// Where the store wrote the messages of the current batch (reused, for the broker).
+    logged: Vec<LoggedMessage>,
     /// The last ticket the store returned.
     last_ticket: Ticket,
     /// Connections whose outbox got bytes in this batch.

@@ -9,7 +9,7 @@ use std::sync::{Arc, PoisonError};
 use super::{Store, Ticket};
 use crate::error::StoreError;
 use crate::stored;
-use wharf_broker::{Event, MessageLoader};
+use wharf_broker::{Event, LoggedMessage, MessageLoader};
 use wharf_wal::{Appender, Lsn, SyncSnapshot};
 
 impl Store {
@@ -20,12 +20,21 @@ impl Store {
     /// as several records of the same kind over consecutive parts of its ids, which replay
     /// applies to the same effect.
     ///
+    /// For each message whose record it appended, pushes where it went onto `logged`: the
+    /// caller hands that to the broker (`Broker::messages_logged`), which may then leave the
+    /// message's content on disk once the record is durable. The store itself writes nothing
+    /// into the broker's state.
+    ///
     /// # Errors
     /// The log has failed (fail-stop), an event does not fit the format, or a record is too
     /// large (e.g. a message routed to so many long-named queues that its one record cannot
     /// hold them); nothing of the batch was appended then. Every error is fail-stop for the
     /// caller (see the module doc).
-    pub fn log(&self, events: &[Event]) -> Result<Option<Ticket>, StoreError> {
+    pub fn log(
+        &self,
+        events: &[Event],
+        logged: &mut Vec<LoggedMessage>,
+    ) -> Result<Option<Ticket>, StoreError> {
         if events.is_empty() {
             return Ok(None);
         }
@@ -41,11 +50,15 @@ impl Store {
             last = appended.lsn;
             self.last_segment
                 .fetch_max(appended.position.segment.0, Ordering::Relaxed);
-            // The broker may now leave the message's content on disk once `last` is durable.
+            // The broker may leave the message's content on disk once `last` is durable.
             if let Some(message) = message
                 && let Some(at) = stored::pack_log(appended.position)
             {
-                message.set_stored(last.0, at);
+                logged.push(LoggedMessage {
+                    message,
+                    lsn: last.0,
+                    at,
+                });
             }
             bytes += wharf_wal::frame_bytes(payload.len()) as u64;
             start = end;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use proptest::prelude::*;
-use store_common::{Driver, Op, T0_MS, log, op, replay, setup, store_config};
+use store_common::{Driver, Op, T0_MS, log, log_for, op, replay, setup, store_config};
 use wharf_broker::{
     Broker, Command, Event, FieldTable, Message, MessageId, Properties, QueueSnapshot, Snapshot,
     SnapshotMessage,
@@ -109,7 +109,7 @@ fn run_with_checkpoints(seed: u64, ops: &[Op], points: &[u8], paging: bool) {
         if paging {
             plain.apply(op);
         }
-        ticket = ticket.max(log(&store, &events).unwrap());
+        ticket = ticket.max(log_for(&store, &mut live.broker, &events).unwrap());
         if paging {
             store.wait_durable(ticket).unwrap();
             live.broker.page_out(ticket, 0);
@@ -536,7 +536,7 @@ fn a_publish_too_large_for_one_record_fails_cleanly_and_logs_nothing() {
     let small = Event::VhostAdded {
         vhost: "other".into(),
     };
-    let err = store.log(&[small, too_large]).unwrap_err();
+    let err = store.log(&[small, too_large], &mut Vec::new()).unwrap_err();
     assert!(matches!(err, StoreError::RecordTooLarge { .. }), "{err}");
     drop(store);
     let (_store, recovered, _) = open_on(&sim, 1024 * 1024, false).unwrap();
@@ -692,4 +692,51 @@ fn s_dur_1_users_and_permissions_survive_a_checkpoint_and_segment_deletion() {
     let (_store, last, _) = open(&sim).unwrap();
     assert!(last.users().is_empty());
     assert!(last.users_ever_defined(), "guest must not be seeded again");
+}
+
+/// What `Store::log` reports is what lets the broker leave content on disk (DESIGN "Memory"):
+/// handed to the broker (`Broker::messages_logged`, as the server does), every durable
+/// queued message's content leaves memory at a budget of 0; not handed over, none does, and
+/// the store itself never writes into the broker's messages.
+#[test]
+fn the_broker_pages_out_only_what_the_store_reported() {
+    for hand_over in [true, false] {
+        let sim = SimStorage::new(7);
+        let (store, _, _) = open(&sim).unwrap();
+        let mut live = Driver::new();
+        live.broker.set_loader(store.loader());
+        let mut ticket = 0;
+        for op in setup() {
+            let events = live.apply(&op);
+            ticket = ticket.max(log_for(&store, &mut live.broker, &events).unwrap());
+        }
+        let empty = live.broker.loaded_bytes();
+        let publish = Op::Publish {
+            exchange: Some(0),
+            key: 0,
+            persistent: true,
+            expiration_ms: None,
+            delay_ms: None,
+            body_len: 1000,
+        };
+        for _ in 0..10 {
+            let events = live.apply(&publish);
+            let logged = if hand_over {
+                log_for(&store, &mut live.broker, &events)
+            } else {
+                log(&store, &events)
+            };
+            ticket = ticket.max(logged.unwrap());
+        }
+        store.wait_durable(ticket).unwrap();
+        let queued = live.broker.loaded_bytes();
+        assert!(queued >= empty + 10 * 1000, "{queued} {empty}");
+        live.broker.page_out(ticket, 0);
+        let expected = if hand_over { empty } else { queued };
+        assert_eq!(
+            live.broker.loaded_bytes(),
+            expected,
+            "hand_over: {hand_over}"
+        );
+    }
 }

@@ -107,7 +107,7 @@ fn faulty_run(sim: &SimStorage, fault: Fault, n: u64, ops: &[Op]) -> Run {
             run.faulted = true;
             // Fail-stop: nothing is accepted after a failure.
             assert!(
-                store.log(&events).is_err(),
+                store.log(&events, &mut Vec::new()).is_err(),
                 "log accepted a record after a failure"
             );
             assert!(store.wait_durable(store.durable_watermark() + 1).is_err());

@@ -40,7 +40,7 @@ fn workload(store: &Store, broker: &mut Broker) {
     let chan = ChanRef::new(1, 1);
     let mut run = |cmd: Command, now: u64| {
         let o = broker.handle(cmd, now).unwrap();
-        store.log(&o.events).unwrap();
+        store.log(&o.events, &mut Vec::new()).unwrap();
         o
     };
     run(

@@ -218,12 +218,18 @@ fn an_event_that_cannot_be_encoded_appends_nothing_of_its_batch() {
     let bad = Event::VhostAdded {
         vhost: "v".repeat(70_000),
     };
-    let before = store.log(std::slice::from_ref(&good)).unwrap().unwrap();
+    let before = store
+        .log(std::slice::from_ref(&good), &mut Vec::new())
+        .unwrap()
+        .unwrap();
     assert!(matches!(
-        store.log(&[good.clone(), bad]),
+        store.log(&[good.clone(), bad], &mut Vec::new()),
         Err(StoreError::Encode(_))
     ));
-    let ticket = store.log(std::slice::from_ref(&good)).unwrap().unwrap();
+    let ticket = store
+        .log(std::slice::from_ref(&good), &mut Vec::new())
+        .unwrap()
+        .unwrap();
     assert_eq!(ticket, before + 1, "the refused batch took no Lsn");
     store.close().unwrap();
     let (_, _, summary) = open(&sim).unwrap();

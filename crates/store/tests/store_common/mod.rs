@@ -535,7 +535,17 @@ pub fn replay(events: &[Event]) -> Broker {
     b
 }
 
-/// Logs `events` and returns the ticket (0 when there were none).
+/// Logs `events` and returns the ticket (0 when there were none). Where the messages' records
+/// went is not handed to any broker: for tests that never page content out.
 pub fn log(store: &Store, events: &[Event]) -> Result<Ticket, StoreError> {
-    Ok(store.log(events)?.unwrap_or(0))
+    Ok(store.log(events, &mut Vec::new())?.unwrap_or(0))
+}
+
+/// Logs `events` as the server does: where the messages' records went is handed to `broker`,
+/// which may then leave their content on disk once durable (`Broker::page_out`).
+pub fn log_for(store: &Store, broker: &mut Broker, events: &[Event]) -> Result<Ticket, StoreError> {
+    let mut logged = Vec::new();
+    let ticket = store.log(events, &mut logged)?.unwrap_or(0);
+    broker.messages_logged(&logged);
+    Ok(ticket)
 }
