@@ -35,6 +35,7 @@
 
 use std::fmt::Write as _;
 
+use crate::args::type_name;
 use crate::error::BrokerError;
 use crate::value::{FieldTable, Value};
 
@@ -202,33 +203,9 @@ pub fn validate_binding_args(binding_args: &FieldTable) -> Result<(), BrokerErro
         ))),
         None => Err(BrokerError::precondition(format!(
             "Invalid x-match field type {} (value {}); expected longstr",
-            erlang_type(x_match),
+            type_name(x_match),
             erlang_term(x_match)
         ))),
-    }
-}
-
-/// RabbitMQ's name for a field's type (`rabbit_binary_parser`), as it appears in its errors.
-fn erlang_type(value: &Value) -> &'static str {
-    match value {
-        Value::Bool(_) => "bool",
-        Value::I8(_) => "byte",
-        Value::U8(_) => "unsignedbyte",
-        Value::I16(_) => "short",
-        Value::U16(_) => "unsignedshort",
-        Value::I32(_) => "signedint",
-        Value::U32(_) => "unsignedint",
-        Value::I64(_) => "long",
-        Value::F32(_) => "float",
-        Value::F64(_) => "double",
-        Value::Decimal { .. } => "decimal",
-        Value::ShortStr(_) => "shortstr",
-        Value::LongStr(_) => "longstr",
-        Value::Array(_) => "array",
-        Value::Timestamp(_) => "timestamp",
-        Value::Table(_) => "table",
-        Value::Bytes(_) => "binary",
-        Value::Void => "void",
     }
 }
 
@@ -260,7 +237,7 @@ fn write_term(out: &mut String, value: &Value) {
                 if i > 0 {
                     out.push(',');
                 }
-                let _ = write!(out, "{{{},", erlang_type(item));
+                let _ = write!(out, "{{{},", type_name(item));
                 write_term(out, item);
                 out.push('}');
             }
@@ -276,7 +253,7 @@ fn write_term(out: &mut String, value: &Value) {
                     out,
                     "{{{},{},",
                     erlang_binary(key.as_bytes()),
-                    erlang_type(item)
+                    type_name(item)
                 );
                 write_term(out, item);
                 out.push('}');
