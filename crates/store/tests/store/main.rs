@@ -9,6 +9,15 @@
 #[path = "../store_common/mod.rs"]
 mod store_common;
 
+// The broker's test driver (`H`), for tests that drive the broker with the store's rules.
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+#[path = "../../../broker/tests/broker_common/mod.rs"]
+mod broker_common;
+
 mod store_checkpoint;
 mod store_codec;
 mod store_crash;

@@ -10,102 +10,16 @@
 
 use std::sync::Arc;
 
-use wharf_broker::{
-    BrokerError, ChanRef, ChannelId, Command, ConnId, ExchangeDeclare, FieldTable, Outcome,
-    Properties, Publish, QueueDeclare,
-};
+use wharf_broker::{Command, FieldTable, Properties, Publish};
 use wharf_store::MessageRecordSize;
 
-const CH: ChanRef = ChanRef {
-    conn: ConnId(1),
-    channel: ChannelId(1),
-};
-const NOW: u64 = 1_000_000;
+use crate::broker_common::{H, persistent};
 
-/// A broker with the store's rule and one open channel.
-struct H {
-    b: wharf_broker::Broker,
-}
-
-impl H {
-    fn new() -> Self {
-        let mut b = wharf_broker::Broker::new();
-        b.set_record_size(Arc::new(MessageRecordSize));
-        let mut h = H { b };
-        h.ok(Command::ConnectionOpen {
-            conn: CH.conn,
-            vhost: "/".into(),
-        });
-        h.ok(Command::ChannelOpen { chan: CH });
-        h
-    }
-
-    fn try_cmd(&mut self, cmd: Command) -> Result<Outcome, BrokerError> {
-        let r = self.b.handle(cmd, NOW);
-        self.b.check_invariants();
-        r
-    }
-
-    fn ok(&mut self, cmd: Command) -> Outcome {
-        self.try_cmd(cmd).expect("command refused")
-    }
-
-    fn err(&mut self, cmd: Command) -> BrokerError {
-        self.try_cmd(cmd).expect_err("command accepted")
-    }
-
-    fn exchange(&mut self, name: &str, kind: &str) {
-        self.ok(Command::ExchangeDeclare(ExchangeDeclare {
-            vhost: "/".into(),
-            exchange: name.into(),
-            kind: kind.into(),
-            passive: false,
-            durable: true,
-            auto_delete: false,
-            internal: false,
-            arguments: FieldTable::new(),
-        }));
-    }
-
-    fn durable_queue(&mut self, name: &str) {
-        self.ok(Command::QueueDeclare(QueueDeclare {
-            vhost: "/".into(),
-            queue: name.into(),
-            passive: false,
-            durable: true,
-            exclusive: false,
-            auto_delete: false,
-            arguments: FieldTable::new(),
-            owner: Some(CH.conn),
-        }));
-    }
-
-    fn bind(&mut self, queue: &str, exchange: &str) {
-        self.ok(Command::QueueBind {
-            vhost: "/".into(),
-            queue: queue.into(),
-            exchange: exchange.into(),
-            routing_key: String::new(),
-            arguments: FieldTable::new(),
-            bind: true,
-            owner: Some(CH.conn),
-        });
-    }
-
-    fn ready(&self, queue: &str) -> u64 {
-        let queues = self.b.queues("/");
-        queues
-            .iter()
-            .find(|q| q.name == queue)
-            .map_or(0, |q| q.ready)
-    }
-}
-
-fn persistent() -> Properties {
-    Properties {
-        delivery_mode: Some(2),
-        ..Properties::default()
-    }
+/// The broker's own test driver, with the store's rule installed as `Store::open` does.
+fn broker_with_the_stores_rule() -> H {
+    let mut h = H::new();
+    h.b.set_record_size(Arc::new(MessageRecordSize));
+    h
 }
 
 /// A persistent message whose one log record could not hold it (a maximal body fanned out to
@@ -113,12 +27,12 @@ fn persistent() -> Properties {
 /// failing the log after the broker applied it (S-DUR-3: what is accepted is made durable).
 #[test]
 fn s_dur_3_a_message_too_large_to_log_is_refused_before_anything_changes() {
-    let mut h = H::new();
-    h.exchange("fan", "fanout");
+    let mut h = broker_with_the_stores_rule();
+    h.exchange("fan", "fanout", true, FieldTable::new());
     let names: Vec<String> = (0..1100).map(|i| format!("{i:0>250}")).collect();
     for name in &names {
-        h.durable_queue(name);
-        h.bind(name, "fan");
+        h.durable_queue(name, &[]);
+        h.bind(name, "fan", "");
     }
     let body = bytes::Bytes::from(vec![
         7u8;
