@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use modules::{Crate, ModPath, circles};
+use modules::{Crate, ModPath, circles, rust_files};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -282,7 +282,7 @@ fn only_wharf_clock_reads_the_system_clock() {
             continue; // wharf-perf measures the broker from outside, in real time
         }
         let mut files = Vec::new();
-        collect_rs(&dir.join("src"), &mut files);
+        rust_files(&dir.join("src"), &mut files);
         for file in files {
             let text = fs::read_to_string(&file).unwrap();
             let reads = text
@@ -298,18 +298,4 @@ fn only_wharf_clock_reads_the_system_clock() {
         offenders.is_empty(),
         "read the clock outside wharf-clock: {offenders:?}"
     );
-}
-
-fn collect_rs(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            collect_rs(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::{collect_rs, packages, root};
+use super::{packages, root, rust_files};
 
 /// Every Rust source and manifest of the workspace, and its Markdown (not docs/, which is
 /// what they refer to, but README and storage-format.md).
@@ -15,11 +15,11 @@ fn sources() -> Vec<PathBuf> {
     let mut files = Vec::new();
     for (dir, _) in packages() {
         for sub in ["src", "tests", "benches"] {
-            collect_rs(&dir.join(sub), &mut files);
+            rust_files(&dir.join(sub), &mut files);
         }
         files.push(dir.join("Cargo.toml"));
     }
-    collect_rs(&root().join("fuzz"), &mut files);
+    rust_files(&root().join("fuzz"), &mut files);
     files.push(root().join("README.md"));
     files.push(root().join("storage-format.md"));
     files.retain(|f| !f.starts_with(root().join("tools/inspect/tests/golden")));
