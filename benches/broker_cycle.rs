@@ -78,6 +78,7 @@ fn cycle(c: &mut Criterion) {
             consumer_tag: "c".into(),
             no_ack: false,
             exclusive: false,
+            arguments: wharf_broker::FieldTable::new(),
         },
         0,
     )

@@ -53,6 +53,9 @@ pub const GATHERING_BYTES_PER_CONNECTION_MAX: usize =
     2 * MESSAGE_BODY_BYTES_MAX as usize + 1024 * 1024;
 /// The heartbeat interval proposed in `connection.tune`, in seconds (RabbitMQ's 60).
 pub const HEARTBEAT_SECS_DEFAULT: u16 = 60;
+/// The consumer timeout where neither queue nor consumer sets one, in ms (RabbitMQ 3.13/4.x's
+/// `consumer_timeout`: 30 minutes; S-CONS-9).
+pub const CONSUMER_TIMEOUT_MS_DEFAULT: u64 = 30 * 60 * 1000;
 /// How often the resource monitor samples free disk and memory.
 pub const RESOURCE_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 /// An alarm clears only this many percent of its limit away from it (hysteresis).

@@ -79,7 +79,9 @@ mod routing;
 mod types;
 mod value;
 
-pub use args::{Overflow, QueueSettings, parse_policy, parse_queue_args};
+pub use args::{
+    Overflow, QUORUM_DELIVERY_LIMIT, QueueKind, QueueSettings, parse_policy, parse_queue_args,
+};
 pub use broker::Broker;
 pub use error::{BrokerError, ErrorKind};
 pub use routing::{TopicIndex, topic_matches};

@@ -220,6 +220,22 @@ pub fn properties_to_wire(p: &Properties) -> BasicProperties {
 
 /// A broker table as a wire table, dropping entries that cannot be put on the wire (keys over
 /// 255 octets). Tables from clients always convert; only broker-built ones could fail.
+/// The properties of a delivery: the message's, plus the `x-delivery-count` header a quorum
+/// queue adds to a message that came back (S-QQ-9; a `long`, as RabbitMQ sends it).
+pub fn delivery_properties(p: &Properties, count_header: Option<u32>) -> BasicProperties {
+    let w = properties_to_wire(p);
+    let Some(n) = count_header else {
+        return w;
+    };
+    let mut headers = w.headers().clone().unwrap_or_default();
+    headers.insert(
+        short("x-delivery-count"),
+        AMQPValue::LongLongInt(i64::from(n)),
+    );
+    w.with_headers(headers)
+}
+
+/// A field table for the wire, leaving out what cannot go (an overlong key).
 pub fn table_to_wire_lossy(table: &FieldTable) -> WireTable {
     table_to_wire(table).unwrap_or_else(|_| {
         let mut wire = WireTable::default();

@@ -108,6 +108,7 @@ pub(crate) async fn recover(
         log_bytes_min: config.checkpoint_log_bytes_min,
     });
     broker.set_unacked_per_channel_max(config.unacked_per_channel_max);
+    broker.set_consumer_timeout(config.consumer_timeout_ms);
     let mut recovered = broker.recovered(clock.now_ms());
     let downtime = DowntimeDeaths::of(&recovered);
     // Configured vhosts exist before any client can connect; existing ones are kept

@@ -48,6 +48,9 @@ pub struct ServerConfig {
     /// Unacknowledged deliveries one channel may hold, prefetch 0 included (at most
     /// `limits::UNACKED_PER_CHANNEL_MAX`).
     pub unacked_per_channel_max: u32,
+    /// The consumer timeout where neither queue nor consumer sets one, ms (S-CONS-9);
+    /// default `limits::CONSUMER_TIMEOUT_MS_DEFAULT`, `None`: no timeout.
+    pub consumer_timeout_ms: Option<u64>,
     /// Where the management HTTP API listens (`host:port`, port 0 picks one); `None`: not
     /// served.
     pub mgmt_bind: Option<String>,
@@ -97,6 +100,7 @@ impl ServerConfig {
             frame_max: limits::FRAME_BYTES_MAX,
             message_bytes_max: limits::MESSAGE_BODY_BYTES_MAX,
             unacked_per_channel_max: limits::UNACKED_PER_CHANNEL_MAX,
+            consumer_timeout_ms: Some(limits::CONSUMER_TIMEOUT_MS_DEFAULT),
             mgmt_bind: None,
             loopback_users: vec!["guest".to_owned()],
             tls: None,

@@ -104,6 +104,8 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
             "max-length" => s.max_length = Some(int()?),
             "max-length-bytes" => s.max_length_bytes = Some(int()?),
             "delivery-limit" => s.delivery_limit = Some(int()?),
+            // S-CONS-8: as `x-consumer-timeout`; the lowest wins.
+            "consumer-timeout" => s.consumer_timeout_ms = Some(int()?),
             "overflow" => {
                 let text = string()?;
                 s.overflow = Some(Overflow::parse(&text).ok_or_else(|| {

@@ -1,8 +1,12 @@
 //! Queue arguments (`x-message-ttl`, `x-expires`, `x-dead-letter-*`, `x-max-length*`,
-//! `x-overflow`, `x-delivery-limit`): validation with RabbitMQ's error texts, and the
-//! resolution of argument + policy + operator policy into a queue's effective settings
-//! (S-TTL-1, S-TTL-3, S-QEXP-1, S-DLX-2, S-LEN-1..2, S-POL-2).
+//! `x-overflow`, `x-delivery-limit`, `x-queue-type`, `x-single-active-consumer`,
+//! `x-consumer-timeout`, the quorum queue's own): validation with RabbitMQ's error texts, and
+//! the resolution of argument + policy + operator policy into a queue's effective settings
+//! (S-TTL-1, S-TTL-3, S-QEXP-1, S-DLX-2, S-LEN-1..2, S-POL-2, S-CONS, S-QQ).
 
+use super::queue_type::{
+    QueueKind, check_arguments_for_kind, check_dlx_strategy, check_leader_locator, queue_kind,
+};
 use super::texts::{rs_queue, type_name};
 use crate::error::BrokerError;
 use crate::value::{FieldTable, Value};
@@ -48,9 +52,20 @@ pub struct QueueSettings {
     pub max_length_bytes: Option<u64>,
     /// Overflow behaviour (S-LEN-2).
     pub overflow: Option<Overflow>,
-    /// Returns allowed before dead-lettering with `delivery_limit` (S-DLX-1).
+    /// Returns allowed before dead-lettering with `delivery_limit` (S-DLX-1); `u64::MAX`
+    /// means unlimited (a quorum queue's negative `x-delivery-limit`, S-QQ-3).
     pub delivery_limit: Option<u64>,
+    /// The queue type (argument only; S-QQ-1).
+    pub queue_type: Option<QueueKind>,
+    /// `x-single-active-consumer` (argument only; S-CONS-4).
+    pub single_active_consumer: Option<bool>,
+    /// Consumer timeout in ms: `x-consumer-timeout` or the `consumer-timeout` policy key,
+    /// the lowest wins (S-CONS-8).
+    pub consumer_timeout_ms: Option<u64>,
 }
+
+/// A quorum queue's delivery limit when none is set, as RabbitMQ 4.x (S-QQ-3).
+pub const QUORUM_DELIVERY_LIMIT: u64 = 20;
 
 fn lowest<T: Ord + Copy>(values: [Option<T>; 3]) -> Option<T> {
     values.into_iter().flatten().min()
@@ -85,13 +100,51 @@ impl QueueSettings {
                 p.max_length_bytes,
                 o.max_length_bytes,
             ]),
-            overflow: args.overflow.or(p.overflow),
-            delivery_limit: lowest([args.delivery_limit, p.delivery_limit, o.delivery_limit]),
+            overflow: Self::overflow(args, p),
+            delivery_limit: Self::delivery_limit(args, p, o),
+            queue_type: args.queue_type,
+            single_active_consumer: args.single_active_consumer,
+            consumer_timeout_ms: lowest([
+                args.consumer_timeout_ms,
+                p.consumer_timeout_ms,
+                o.consumer_timeout_ms,
+            ]),
+        }
+    }
+
+    /// The queue's type (classic unless `x-queue-type` says otherwise).
+    pub fn kind(&self) -> QueueKind {
+        self.queue_type.unwrap_or_default()
+    }
+
+    /// S-QQ-3: the lowest limit wins, an unlimited one (a quorum queue's negative argument)
+    /// wins over any other as RabbitMQ's `resolve_delivery_limit`; a quorum queue without one
+    /// has 20, a classic queue none (S-DLX-1).
+    fn delivery_limit(args: &Self, p: &Self, o: &Self) -> Option<u64> {
+        let set = [args.delivery_limit, p.delivery_limit, o.delivery_limit];
+        let limit = if set.contains(&Some(u64::MAX)) {
+            Some(u64::MAX)
+        } else {
+            lowest(set)
+        };
+        match (limit, args.kind()) {
+            (None, QueueKind::Quorum) => Some(QUORUM_DELIVERY_LIMIT),
+            (limit, _) => limit,
+        }
+    }
+
+    /// S-QQ-8: a quorum queue does not do `reject-publish-dlx`; RabbitMQ falls back to
+    /// `drop-head` (with a warning), and so does wharf.
+    fn overflow(args: &Self, p: &Self) -> Option<Overflow> {
+        let chosen = args.overflow.or(p.overflow);
+        match (chosen, args.kind()) {
+            (Some(Overflow::RejectPublishDlx), QueueKind::Quorum) => Some(Overflow::DropHead),
+            (chosen, _) => chosen,
         }
     }
 }
 
-pub(super) fn invalid_arg(key: &str, what: &str, reason: &str) -> BrokerError {
+pub(crate) fn invalid_arg(key: &str, what: &str, reason: &str) -> BrokerError {
     BrokerError::precondition(format!("invalid arg '{key}' for {what}: {reason}"))
 }
 
@@ -143,8 +196,18 @@ pub const QUEUE_ARGS: [&str; 9] = [
     "x-queue-type",
 ];
 
+/// The arguments this file's consumer and quorum rules add to the redeclare equivalence
+/// check (RabbitMQ checks every argument of the queue's type).
+pub const QUEUE_ARGS_CONS: [&str; 3] = [
+    "x-single-active-consumer",
+    "x-consumer-timeout",
+    "x-dead-letter-strategy",
+];
+
 /// Validates `queue.declare` arguments (406 naming the argument on any error) and returns
-/// the settings they carry. Unknown arguments are ignored, as RabbitMQ does.
+/// the settings they carry. The queue type comes first; an argument RabbitMQ knows for
+/// another queue type is refused (S-QQ-5); arguments no RabbitMQ queue type knows are
+/// ignored, as RabbitMQ does.
 ///
 /// # Errors
 /// `PRECONDITION_FAILED` with RabbitMQ's text, e.g.
@@ -155,7 +218,13 @@ pub fn parse_queue_args(
     args: &FieldTable,
 ) -> Result<QueueSettings, BrokerError> {
     let what = rs_queue(vhost, queue);
-    let mut s = QueueSettings::default();
+    let kind = queue_kind(vhost, queue, args)?;
+    // RabbitMQ validates only the arguments of the queue's type, and refuses the others.
+    check_arguments_for_kind(kind, vhost, queue, args)?;
+    let mut s = QueueSettings {
+        queue_type: args.get("x-queue-type").map(|_| kind),
+        ..QueueSettings::default()
+    };
     for (key, v) in args.iter() {
         match key {
             // S-TTL-1: any integer type, 0 <= n <= 2^32-1.
@@ -188,21 +257,54 @@ pub fn parse_queue_args(
                     invalid_arg(key, &what, &format!("{{invalid_overflow,<<\"{text}\">>}}"))
                 })?);
             }
-            "x-delivery-limit" => s.delivery_limit = Some(non_neg_int(key, v, &what)?),
-            "x-queue-type" => {
-                let text = string_arg(key, v, &what)?;
-                if text != "classic" {
-                    return Err(invalid_arg(
-                        key,
-                        &what,
-                        &format!("unsupported queue type '{text}'"),
-                    ));
-                }
-            }
-            _ => {}
+            "x-delivery-limit" => s.delivery_limit = Some(delivery_limit(kind, key, v, &what)?),
+            _ => consumer_and_quorum_arg(key, v, &what, &mut s)?,
         }
     }
     Ok(s)
+}
+
+/// S-QQ-3: a quorum queue takes any integer (negative: unlimited); a classic queue's
+/// (an extension, S-DLX-1) must be non-negative.
+fn delivery_limit(kind: QueueKind, key: &str, v: &Value, what: &str) -> Result<u64, BrokerError> {
+    match (kind, v.as_integer()) {
+        (QueueKind::Quorum, Some(i)) if i < 0 => Ok(u64::MAX),
+        _ => non_neg_int(key, v, what),
+    }
+}
+
+/// The arguments of consumers (S-CONS) and of quorum queues (S-QQ); others are left alone
+/// (the queue type check refuses those of other types).
+fn consumer_and_quorum_arg(
+    key: &str,
+    v: &Value,
+    what: &str,
+    s: &mut QueueSettings,
+) -> Result<(), BrokerError> {
+    match key {
+        // S-CONS-4: a bool, nothing else (RabbitMQ's check_bool_arg).
+        "x-single-active-consumer" => match v {
+            Value::Bool(b) => s.single_active_consumer = Some(*b),
+            other => {
+                return Err(invalid_arg(
+                    key,
+                    what,
+                    &format!("{{unacceptable_type,{}}}", type_name(other)),
+                ));
+            }
+        },
+        "x-consumer-timeout" => s.consumer_timeout_ms = Some(non_neg_int(key, v, what)?),
+        "x-dead-letter-strategy" => check_dlx_strategy(key, v, what)?,
+        "x-queue-leader-locator" => check_leader_locator(key, v, what)?,
+        "x-quorum-initial-group-size" if non_neg_int(key, v, what)? == 0 => {
+            return Err(invalid_arg(key, what, "{value_zero,0}"));
+        }
+        "x-quorum-initial-group-size" | "x-max-in-memory-length" | "x-max-in-memory-bytes" => {
+            non_neg_int(key, v, what)?;
+        }
+        _ => {}
+    }
+    Ok(())
 }
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Broker;
-use super::state::{Channel, Conn, QueueId};
+use super::state::{Channel, Conn, QueueId, Timer};
 use crate::error::{BrokerError, ErrorKind};
 use crate::types::{ChanRef, ChannelId, Command, ConnId, Outcome, QueueDeletedReason};
 
@@ -92,6 +92,7 @@ impl Broker {
                 unacked: BTreeMap::new(),
                 consumer_unacked: 0,
                 consumers: BTreeMap::new(),
+                ack_timer: None,
             },
         );
         Ok(())
@@ -105,6 +106,9 @@ impl Broker {
         };
         if let Some(c) = self.conns.get_mut(&chan.conn) {
             c.channels.remove(&chan.channel);
+        }
+        if let Some(t) = ch.ack_timer {
+            self.timers.remove(&(t, Timer::AckTimeout(chan)));
         }
         for (tag, qid) in &ch.consumers {
             self.remove_consumer(*qid, chan, tag, now, out);

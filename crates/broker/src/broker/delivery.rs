@@ -11,17 +11,28 @@
 use std::sync::Arc;
 
 use super::Broker;
+use super::consumers::ConsumeSpec;
 use super::marks::{Mark, push_mark};
-use super::state::{Channel, Consumer, Queue, QueueId, Unacked};
+use super::state::{Channel, Queue, QueueId, Unacked};
+use crate::args::QueueKind;
 use crate::error::{BrokerError, ErrorKind};
 use crate::queue::Taken;
 use crate::types::{
     ChanRef, Command, DeathReason, Delivery, DeliveryTag, Effect, Event, GetOk, MessageRef,
-    Outcome, QueueDeletedReason, Reply, SettleKind,
+    Outcome, Reply, SettleKind,
 };
 
 /// Unacked messages taken by one ack/nack/reject: one without allocating, or many.
 type TakenUnacked = std::iter::Chain<std::option::IntoIter<Unacked>, std::vec::IntoIter<Unacked>>;
+
+/// Who takes a message and on what terms: the consumer's serial (None for `basic.get`),
+/// `no_ack`, when, and the consumer timeout that applies (S-CONS-8).
+struct Taker {
+    consumer: Option<u64>,
+    no_ack: bool,
+    now: u64,
+    timeout_ms: Option<u64>,
+}
 
 /// Hands `taken` out on `ch` (a consumer's delivery or a `basic.get`): takes the channel's next
 /// delivery tag, then either settles it at once (`no_ack`: logged as an ack) or holds it as
@@ -33,10 +44,10 @@ fn hand_out(
     q: &mut Queue,
     qid: QueueId,
     taken: &Taken,
-    consumer: Option<u64>,
-    no_ack: bool,
+    by: &Taker,
     events: &mut Vec<Event>,
 ) -> u64 {
+    let (consumer, no_ack) = (by.consumer, by.no_ack);
     let delivery_tag = ch.next_tag;
     ch.next_tag += 1;
     let logged = q.logged() && taken.msg.is_persistent();
@@ -50,6 +61,8 @@ fn hand_out(
                 queue: qid,
                 taken: taken.clone(),
                 consumer,
+                delivered_ms: by.now,
+                timeout_ms: by.timeout_ms,
             },
         );
         Mark::Delivered
@@ -62,6 +75,12 @@ fn hand_out(
 
 pub(super) fn count_u32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// S-QQ-9: a quorum queue adds `x-delivery-count` once a message came back at least once
+/// (RabbitMQ 4.x counts every return, requeue or channel close).
+fn count_header(q: &Queue, delivery_count: u32) -> Option<u32> {
+    (q.eff.kind() == QueueKind::Quorum && delivery_count > 0).then_some(delivery_count)
 }
 
 impl Broker {
@@ -90,7 +109,16 @@ impl Broker {
                 consumer_tag,
                 no_ack,
                 exclusive,
-            } => self.consume(chan, &queue, consumer_tag, no_ack, exclusive, now, out),
+                arguments,
+            } => {
+                let spec = ConsumeSpec {
+                    tag: consumer_tag,
+                    no_ack,
+                    exclusive,
+                    arguments,
+                };
+                self.consume(chan, &queue, spec, now, out)
+            }
             Command::Cancel { chan, consumer_tag } => self.cancel(chan, consumer_tag, now, out),
             Command::Get {
                 chan,
@@ -149,109 +177,6 @@ impl Broker {
         self.channels.get(&chan).map_or(0, |c| c.unacked.len())
     }
 
-    #[expect(clippy::too_many_arguments, reason = "the fields of basic.consume")]
-    pub(super) fn consume(
-        &mut self,
-        chan: ChanRef,
-        queue: &str,
-        tag: String,
-        no_ack: bool,
-        exclusive: bool,
-        now: u64,
-        out: &mut Outcome,
-    ) -> Result<(), BrokerError> {
-        let vhost = self.chan_vhost(chan)?;
-        let qid = self.find_queue(&vhost, queue, Some(chan.conn))?;
-        let tag = if tag.is_empty() {
-            self.gen_consumer_tag(chan)
-        } else {
-            tag
-        };
-        let ch = self.channel_mut(chan)?;
-        if ch.consumers.contains_key(tag.as_str()) {
-            return Err(BrokerError::new(
-                ErrorKind::NotAllowed,
-                format!("attempt to reuse consumer tag '{tag}'"),
-            ));
-        }
-        let prefetch = ch.prefetch;
-        let q = &self.queues[&qid];
-        if (exclusive && !q.consumers.is_empty()) || q.consumers.iter().any(|c| c.exclusive) {
-            return Err(BrokerError::new(
-                ErrorKind::AccessRefused,
-                format!("queue '{queue}' in vhost '{vhost}' in exclusive use"),
-            ));
-        }
-        let tag_arc: Arc<str> = tag.as_str().into();
-        let serial = self.next_consumer;
-        self.next_consumer += 1;
-        let q = self.queues.get_mut(&qid).expect("found above");
-        q.consumers.push(Consumer {
-            serial,
-            chan,
-            tag: tag_arc.clone(),
-            no_ack,
-            exclusive,
-            prefetch,
-            unacked: 0,
-        });
-        q.had_consumer = true;
-        q.last_used_ms = now;
-        if let Some(ch) = self.channels.get_mut(&chan) {
-            ch.consumers.insert(tag_arc, qid);
-        }
-        out.reply = Reply::ConsumeOk { consumer_tag: tag };
-        self.mark_dirty(qid);
-        Ok(())
-    }
-
-    /// `basic.cancel`: an unknown tag is not an error (RabbitMQ answers cancel-ok).
-    fn cancel(
-        &mut self,
-        chan: ChanRef,
-        consumer_tag: String,
-        now: u64,
-        out: &mut Outcome,
-    ) -> Result<(), BrokerError> {
-        self.channel_mut(chan)?;
-        let qid = self
-            .channels
-            .get_mut(&chan)
-            .and_then(|c| c.consumers.remove(consumer_tag.as_str()));
-        if let Some(qid) = qid {
-            self.remove_consumer(qid, chan, &consumer_tag, now, out);
-        }
-        out.reply = Reply::CancelOk { consumer_tag };
-        Ok(())
-    }
-
-    /// Removes a consumer from its queue (the channel's map is the caller's business). The
-    /// lease restarts when the last consumer goes (S-QEXP-2); an auto-delete queue goes.
-    pub(super) fn remove_consumer(
-        &mut self,
-        qid: QueueId,
-        chan: ChanRef,
-        tag: &str,
-        now: u64,
-        out: &mut Outcome,
-    ) {
-        let Some(q) = self.queues.get_mut(&qid) else {
-            return;
-        };
-        q.consumers.retain(|c| !(c.chan == chan && &*c.tag == tag));
-        if q.rr >= q.consumers.len() {
-            q.rr = 0;
-        }
-        if q.consumers.is_empty() {
-            q.last_used_ms = now;
-            if q.auto_delete && q.had_consumer {
-                self.delete_queue(qid, QueueDeletedReason::AutoDelete, true, now, out);
-                return;
-            }
-        }
-        self.mark_dirty(qid);
-    }
-
     /// After acks or rejects: a global prefetch limit freed room for every consumer of the
     /// channel. (Per-consumer limits mark their own queue in `unacked_released`; without
     /// limits nothing was waiting for room.)
@@ -293,48 +218,29 @@ impl Broker {
         }
     }
 
-    pub(super) fn can_take(&self, qid: QueueId) -> Option<usize> {
-        let q = self.queues.get(&qid)?;
-        let n = q.consumers.len();
-        for k in 0..n {
-            let i = (q.rr + k) % n;
-            let c = q.consumers.get(i)?;
-            let Some(ch) = self.channels.get(&c.chan) else {
-                continue;
-            };
-            if !ch.flow {
-                continue;
-            }
-            if c.no_ack {
-                return Some(i);
-            }
-            let per_consumer = c.prefetch == 0 || c.unacked < u32::from(c.prefetch);
-            let global =
-                ch.global_prefetch == 0 || ch.consumer_unacked < u32::from(ch.global_prefetch);
-            // The safety cap holds whatever the prefetch (prefetch 0 means "no limit" to the
-            // client, not to us: STYLE 3.2).
-            let capped = ch.consumer_unacked < self.unacked_per_channel_max;
-            if per_consumer && global && capped {
-                return Some(i);
-            }
-        }
-        None
-    }
-
     /// Hands `taken` to consumer `ci` of `qid`.
-    pub(super) fn deliver(&mut self, qid: QueueId, ci: usize, mut taken: Taken, out: &mut Outcome) {
+    pub(super) fn deliver(
+        &mut self,
+        qid: QueueId,
+        ci: usize,
+        mut taken: Taken,
+        now: u64,
+        out: &mut Outcome,
+    ) {
         let Some(message) = self.loaded(&taken.msg) else {
             return;
         };
         taken.msg = MessageRef::Loaded(Arc::clone(&message));
+        let default_timeout = self.consumer_timeout_ms;
         let q = self.queues.get_mut(&qid).expect("caller checked the queue");
-        let n = q.consumers.len();
-        q.rr = (ci + 1) % n;
+        q.advance_round_robin(ci);
+        let queue_timeout = q.eff.consumer_timeout_ms;
         let c = q
             .consumers
             .get_mut(ci)
             .expect("caller picked a valid consumer");
         let (chan, tag, no_ack, serial) = (c.chan, c.tag.clone(), c.no_ack, c.serial);
+        let timeout_ms = c.timeout_ms.or(queue_timeout).or(default_timeout);
         let ch = self
             .channels
             .get_mut(&chan)
@@ -346,16 +252,26 @@ impl Broker {
             ch.consumer_unacked += 1;
             Some(serial)
         };
-        let delivery_tag = hand_out(ch, q, qid, &taken, consumer, no_ack, &mut out.events);
+        let by = Taker {
+            consumer,
+            no_ack,
+            now,
+            timeout_ms,
+        };
+        let delivery_tag = hand_out(ch, q, qid, &taken, &by, &mut out.events);
         out.effects.push(Effect::Deliver(Delivery {
             chan,
             consumer_tag: tag,
             delivery_tag: DeliveryTag(delivery_tag),
             redelivered: taken.redelivered,
             delivery_count: taken.delivery_count,
+            count_header: count_header(q, taken.delivery_count),
             queue: q.name.clone(),
             message,
         }));
+        if !no_ack && let Some(t) = timeout_ms {
+            self.arm_ack_timer(chan, now.saturating_add(t));
+        }
     }
 
     pub(super) fn get(
@@ -383,13 +299,25 @@ impl Broker {
             ));
         };
         taken.msg = MessageRef::Loaded(Arc::clone(&message));
+        let default_timeout = self.consumer_timeout_ms;
         let q = self.queues.get_mut(&qid).expect("found");
         let ch = self.channels.get_mut(&chan).expect("chan_vhost checked it");
-        let tag = hand_out(ch, q, qid, &taken, None, no_ack, &mut out.events);
+        let by = Taker {
+            consumer: None,
+            no_ack,
+            now,
+            timeout_ms: q.eff.consumer_timeout_ms.or(default_timeout),
+        };
+        let tag = hand_out(ch, q, qid, &taken, &by, &mut out.events);
+        if !no_ack && let Some(t) = by.timeout_ms {
+            self.arm_ack_timer(chan, now.saturating_add(t));
+        }
+        let q = &self.queues[&qid];
         out.reply = Reply::GetOk(GetOk {
             delivery_tag: DeliveryTag(tag),
             redelivered: taken.redelivered,
             delivery_count: taken.delivery_count,
+            count_header: count_header(q, taken.delivery_count),
             message_count: count_u32(q.ready.len()),
             message,
         });

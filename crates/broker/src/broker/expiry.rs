@@ -91,7 +91,7 @@ impl Broker {
                 .get_mut(&qid)
                 .and_then(|q| q.ready.pop_front())
                 .expect("checked non-empty");
-            self.deliver(qid, ci, taken, out);
+            self.deliver(qid, ci, taken, now, out);
         }
     }
 
@@ -158,6 +158,7 @@ impl Broker {
                     }
                 }
                 Timer::Scheduled(id) => self.fire_scheduled(id, now_ms, &mut out),
+                Timer::AckTimeout(chan) => self.fire_ack_timeout(chan, now_ms, &mut out),
             }
         }
         self.process_dirty(now_ms, &mut out);

@@ -36,10 +36,14 @@ impl Broker {
             );
             armed += 1;
         }
-        assert_eq!(armed, self.timers.len(), "timers without an owner");
         for (chan, ch) in &self.channels {
             self.check_channel(*chan, ch);
+            if let Some(t) = ch.ack_timer {
+                assert!(self.timers.contains(&(t, Timer::AckTimeout(*chan))));
+                armed += 1;
+            }
         }
+        assert_eq!(armed, self.timers.len(), "timers without an owner");
         for (xid, x) in &self.exchanges {
             self.check_exchange(*xid, x);
         }
@@ -117,6 +121,28 @@ impl Broker {
     /// The consumers of queue `qid`: each on an open channel that knows it, within its
     /// prefetch.
     fn check_consumers(&self, qid: QueueId, q: &Queue) {
+        assert!(
+            q.consumers
+                .windows(2)
+                .all(|w| w[0].priority >= w[1].priority),
+            "consumers of {} out of priority order",
+            q.name
+        );
+        // S-CONS-4: with single active consumer, exactly one consumer is active while any
+        // exist; without it, none is marked.
+        match q.active {
+            Some(serial) => assert!(
+                q.eff.single_active_consumer == Some(true)
+                    && q.consumers.iter().any(|c| c.serial == serial),
+                "active consumer of {} is gone",
+                q.name
+            ),
+            None => assert!(
+                q.eff.single_active_consumer != Some(true) || q.consumers.is_empty(),
+                "single-active queue {} without an active consumer",
+                q.name
+            ),
+        }
         for c in &q.consumers {
             let ch = self
                 .channels

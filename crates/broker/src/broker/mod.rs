@@ -8,8 +8,9 @@
 //!   shares.
 //! - `vhosts.rs`, `connections.rs`, `exchanges.rs` (with bindings), `queues.rs`,
 //!   `policies.rs` (S-POL), `access.rs` (users, permissions): the definitions.
-//! - `publish.rs` (routing, S-LEN), `delivery.rs` (consumers, get, acks, requeue, prefetch,
-//!   flow), `expiry.rs` (S-TTL, S-QEXP, timers), `dead_letter.rs` (S-DLX), `scheduling.rs`
+//! - `publish.rs` (routing, S-LEN), `delivery.rs` (deliveries, get, acks, requeue, prefetch,
+//!   flow), `consumers.rs` (consume, cancel, priorities, single active consumer, consumer
+//!   timeout: S-CONS), `expiry.rs` (S-TTL, S-QEXP, timers), `dead_letter.rs` (S-DLX), `scheduling.rs`
 //!   (S-SCHED): moving messages.
 //! - `replay.rs`, `recovery.rs`, `paging.rs`, `snapshot.rs`: durability's side.
 //! - `invariants.rs`, `queries.rs`: the invariant walk and the management queries.
@@ -18,6 +19,7 @@
 
 mod access;
 mod connections;
+mod consumers;
 mod dead_letter;
 mod delivery;
 mod exchanges;
@@ -68,6 +70,8 @@ pub struct Broker {
     /// Unacked deliveries a channel may hold over all its consumers (the safety cap for
     /// consumers without prefetch), `limits::UNACKED_PER_CHANNEL_MAX` or lower.
     unacked_per_channel_max: u32,
+    /// The consumer timeout where neither queue nor consumer sets one (S-CONS-9).
+    consumer_timeout_ms: Option<u64>,
     /// Users and permissions (`access.rs`).
     access: Access,
     /// Reads stored messages back (the store's; `None` in a broker that never stores).
@@ -106,6 +110,7 @@ impl Broker {
             dirty: Vec::new(),
             dead_letter_dropped: 0,
             unacked_per_channel_max: wharf_base::limits::UNACKED_PER_CHANNEL_MAX,
+            consumer_timeout_ms: None,
             access: Access::default(),
             loader: None,
             record_size: None,

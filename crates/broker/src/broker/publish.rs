@@ -368,7 +368,7 @@ impl Broker {
                 && let Some(ci) = self.can_take(qid)
             {
                 // Nothing left to drain, expire or re-arm: the queue was and stays empty.
-                self.deliver(qid, ci, taken, out);
+                self.deliver(qid, ci, taken, now, out);
                 continue;
             }
             let q = self.queues.get_mut(&qid).expect("looked up above");

@@ -33,6 +33,7 @@ impl Broker {
                 unacked: q.unacked,
                 ready_bytes: q.ready.bytes(),
                 consumers: u32::try_from(q.consumers.len()).unwrap_or(u32::MAX),
+                kind: q.eff.kind(),
             })
             .collect()
     }
@@ -104,14 +105,25 @@ impl Broker {
             .values()
             .filter_map(|id| self.queues.get(id))
             .flat_map(|q| {
-                q.consumers.iter().map(|c| ConsumerInfo {
-                    chan: c.chan,
-                    consumer_tag: c.tag.to_string(),
-                    queue: q.name.to_string(),
-                    no_ack: c.no_ack,
-                    exclusive: c.exclusive,
-                    prefetch_count: c.prefetch,
-                    unacked: c.unacked,
+                q.consumers.iter().map(|c| {
+                    // S-CONS-7: RabbitMQ's words for who receives.
+                    let (active, activity_status) = match q.active {
+                        _ if !q.single_active() => (true, "up"),
+                        Some(s) if s == c.serial => (true, "single_active"),
+                        _ => (false, "waiting"),
+                    };
+                    ConsumerInfo {
+                        chan: c.chan,
+                        consumer_tag: c.tag.to_string(),
+                        queue: q.name.to_string(),
+                        no_ack: c.no_ack,
+                        exclusive: c.exclusive,
+                        prefetch_count: c.prefetch,
+                        unacked: c.unacked,
+                        arguments: c.arguments.clone(),
+                        active,
+                        activity_status,
+                    }
                 })
             })
             .collect()

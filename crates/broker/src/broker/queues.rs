@@ -14,8 +14,8 @@ use super::Broker;
 use super::refusals::{locked, no_queue};
 use super::state::{Dest, Queue, QueueId, Timer};
 use crate::args::{
-    QUEUE_ARGS, QueueSettings, assert_args_equivalence, assert_field_equivalence, parse_queue_args,
-    rs_queue,
+    QUEUE_ARGS, QUEUE_ARGS_CONS, QueueSettings, assert_args_equivalence, assert_field_equivalence,
+    check_queue_properties, no_op_arguments, parse_queue_args, rs_queue,
 };
 use crate::error::{BrokerError, ErrorKind};
 use crate::queue::Ready;
@@ -81,6 +81,22 @@ impl Broker {
             d.queue.clone()
         };
         let settings = parse_queue_args(&d.vhost, &name, &d.arguments)?;
+        // S-QQ-2: a quorum queue is durable, shared and lasting.
+        check_queue_properties(
+            settings.kind(),
+            &rs_queue(&d.vhost, &name),
+            d.durable,
+            d.exclusive,
+            d.auto_delete,
+        )?;
+        let ignored = no_op_arguments(&d.arguments);
+        if !ignored.is_empty() {
+            out.effects.push(Effect::ArgumentsIgnored {
+                vhost: d.vhost.clone(),
+                queue: name.clone(),
+                arguments: ignored,
+            });
+        }
         let owner = if d.exclusive { d.owner } else { None };
         let qid = self.create_queue(
             &d.vhost,
@@ -135,6 +151,7 @@ impl Broker {
             assert_field_equivalence(&what, "durable", b(q.durable), b(d.durable))?;
             assert_field_equivalence(&what, "auto_delete", b(q.auto_delete), b(d.auto_delete))?;
             assert_args_equivalence(&what, &q.arguments, &d.arguments, &QUEUE_ARGS)?;
+            assert_args_equivalence(&what, &q.arguments, &d.arguments, &QUEUE_ARGS_CONS)?;
         }
         // S-QEXP-2: a declare renews the lease.
         let q = self
@@ -183,6 +200,7 @@ impl Broker {
                 unacked: 0,
                 consumers: Vec::new(),
                 rr: 0,
+                active: None,
                 had_consumer: false,
                 last_used_ms: now,
                 armed_msg: None,

@@ -62,6 +62,7 @@ impl Broker {
             let q = self.queues.get_mut(&qid).expect("listed above");
             q.consumers.clear();
             q.rr = 0;
+            q.active = None;
             q.unacked = 0;
             q.last_used_ms = now_ms;
             let transient_msgs: Vec<MessageId> = q

@@ -39,6 +39,12 @@ pub(super) struct Consumer {
     /// Per-consumer prefetch limit, fixed at `basic.consume` (0 = none).
     pub(super) prefetch: u16,
     pub(super) unacked: u32,
+    /// `x-priority` (S-CONS-1): a queue's consumers are kept highest first.
+    pub(super) priority: i64,
+    /// `x-consumer-timeout` (S-CONS-8), over the queue's and the server's.
+    pub(super) timeout_ms: Option<u64>,
+    /// The `basic.consume` arguments, as listed.
+    pub(super) arguments: FieldTable,
 }
 
 /// One queue. Invariant: `armed_msg` / `armed_lease` are exactly the entries of this queue in
@@ -62,8 +68,12 @@ pub(super) struct Queue {
     pub(super) eff: QueueSettings,
     pub(super) ready: Ready,
     pub(super) unacked: u64,
+    /// Highest `priority` first; registration order within a priority (S-CONS-1, S-CONS-5).
     pub(super) consumers: Vec<Consumer>,
+    /// Where the round-robin resumes: an index into `consumers`, within one priority.
     pub(super) rr: usize,
+    /// With single active consumer (S-CONS-4): the serial of the one consumer that receives.
+    pub(super) active: Option<u64>,
     pub(super) had_consumer: bool,
     pub(super) last_used_ms: u64,
     pub(super) armed_msg: Option<u64>,
@@ -131,6 +141,9 @@ pub(super) struct Unacked {
     pub(super) queue: QueueId,
     pub(super) taken: Taken,
     pub(super) consumer: Option<u64>,
+    /// When it was handed out, and the consumer timeout that applies to it (S-CONS-8).
+    pub(super) delivered_ms: u64,
+    pub(super) timeout_ms: Option<u64>,
 }
 
 /// One open channel.
@@ -143,6 +156,9 @@ pub(super) struct Channel {
     pub(super) unacked: BTreeMap<u64, Unacked>,
     pub(super) consumer_unacked: u32,
     pub(super) consumers: BTreeMap<Arc<str>, QueueId>,
+    /// The armed consumer-timeout timer (S-CONS-8): exactly this channel's entry in
+    /// `Broker::timers`.
+    pub(super) ack_timer: Option<u64>,
 }
 
 /// One open connection.
@@ -168,6 +184,8 @@ pub(super) enum Timer {
     Messages(QueueId),
     Lease(QueueId),
     Scheduled(MessageId),
+    /// A channel's oldest unacked delivery may have timed out (S-CONS-8).
+    AckTimeout(ChanRef),
 }
 
 /// The users and permissions of a broker. Invariant: every permission names an existing

@@ -240,6 +240,8 @@ pub enum Command {
         no_ack: bool,
         /// The only consumer of the queue.
         exclusive: bool,
+        /// Arguments (`x-priority`, `x-consumer-timeout`), validated here (S-CONS).
+        arguments: FieldTable,
     },
     /// `basic.cancel`.
     Cancel {

@@ -3,6 +3,7 @@
 
 use super::command::PolicySpec;
 use super::ids::{ChanRef, ConnId, DestName, ExchangeKind};
+use crate::args::QueueKind;
 use crate::value::FieldTable;
 
 /// A queue as the management API lists it.
@@ -32,6 +33,8 @@ pub struct QueueInfo {
     pub ready_bytes: u64,
     /// Consumers.
     pub consumers: u32,
+    /// The queue type (S-QQ-1).
+    pub kind: QueueKind,
 }
 
 /// An exchange as listed.
@@ -94,6 +97,13 @@ pub struct ConsumerInfo {
     pub prefetch_count: u16,
     /// Messages it holds unacked.
     pub unacked: u32,
+    /// The `basic.consume` arguments (`x-priority`, ...).
+    pub arguments: FieldTable,
+    /// It receives messages: always, unless it waits behind a single active consumer
+    /// (S-CONS-7).
+    pub active: bool,
+    /// RabbitMQ's `activity_status`: `up`, `single_active` or `waiting` (S-CONS-7).
+    pub activity_status: &'static str,
 }
 
 /// A user as stored and listed.

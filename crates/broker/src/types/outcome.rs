@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::event::Event;
 use super::ids::{ChanRef, DeliveryTag, MessageId};
 use super::message::Message;
+use crate::error::BrokerError;
 
 /// A message handed to a consumer (`basic.deliver`).
 #[derive(Debug, Clone, PartialEq)]
@@ -20,6 +21,9 @@ pub struct Delivery {
     pub redelivered: bool,
     /// Times it came back to the queue (RabbitMQ's `x-delivery-count`); 0 on first delivery.
     pub delivery_count: u32,
+    /// The `x-delivery-count` header to add (S-QQ-9): on a quorum queue, once the message
+    /// came back at least once; `None` otherwise.
+    pub count_header: Option<u32>,
     /// The queue it came from.
     pub queue: Arc<str>,
     /// The message (its exchange and routing key are the ones to put in `basic.deliver`).
@@ -35,6 +39,8 @@ pub struct GetOk {
     pub redelivered: bool,
     /// Times it came back to the queue.
     pub delivery_count: u32,
+    /// The `x-delivery-count` header to add, as [`Delivery::count_header`].
+    pub count_header: Option<u32>,
     /// Ready messages left in the queue.
     pub message_count: u32,
     /// The message.
@@ -186,6 +192,25 @@ pub enum Effect {
         /// queues, or dropped (no dead-letter exchange, exchange missing (S-DLX-4), cycle
         /// (S-DLX-6)).
         fate: DeathFate,
+    },
+    /// A delivery on `chan` stayed unacknowledged past its consumer timeout (S-CONS-8): the
+    /// server closes the channel with `error` (406) and then sends `ChannelClose`, which
+    /// requeues its unacked messages. The broker has changed nothing yet.
+    ChannelTimedOut {
+        /// The channel.
+        chan: ChanRef,
+        /// The close to send, with RabbitMQ's text.
+        error: BrokerError,
+    },
+    /// A queue was declared with arguments wharf accepts and does not act on (S-QQ-6): the
+    /// server logs a warning.
+    ArgumentsIgnored {
+        /// Virtual host.
+        vhost: String,
+        /// Queue.
+        queue: String,
+        /// The arguments.
+        arguments: Vec<&'static str>,
     },
 }
 

@@ -263,6 +263,7 @@ fn exclusive_queues_belong_to_their_connection() {
         consumer_tag: String::new(),
         no_ack: false,
         exclusive: false,
+        arguments: wharf_broker::FieldTable::new(),
     });
     assert_eq!(e.kind, ErrorKind::ResourceLocked);
     h.send("mine", Properties::default());
@@ -399,6 +400,7 @@ fn exclusive_consumer_and_auto_delete() {
         consumer_tag: "x".into(),
         no_ack: false,
         exclusive: true,
+        arguments: wharf_broker::FieldTable::new(),
     });
     let e = h.err(Command::Consume {
         chan: CH,
@@ -406,6 +408,7 @@ fn exclusive_consumer_and_auto_delete() {
         consumer_tag: "y".into(),
         no_ack: false,
         exclusive: false,
+        arguments: wharf_broker::FieldTable::new(),
     });
     assert_eq!(e.kind, ErrorKind::AccessRefused);
     let e = h.err(Command::Consume {
@@ -414,6 +417,7 @@ fn exclusive_consumer_and_auto_delete() {
         consumer_tag: "x".into(),
         no_ack: false,
         exclusive: false,
+        arguments: wharf_broker::FieldTable::new(),
     });
     assert_eq!(e.kind, ErrorKind::NotAllowed);
     h.ok(Command::Cancel {

@@ -223,7 +223,8 @@ fn command() -> impl Strategy<Value = Command> {
                 queue,
                 consumer_tag,
                 no_ack,
-                exclusive
+                exclusive,
+                arguments: wharf_broker::FieldTable::new(),
             }
         ),
         (chan(), name()).prop_map(|(chan, consumer_tag)| Command::Cancel { chan, consumer_tag }),

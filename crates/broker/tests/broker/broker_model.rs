@@ -611,6 +611,7 @@ impl Run {
                     consumer_tag: format!("c{q}"),
                     no_ack: false,
                     exclusive: false,
+                    arguments: wharf_broker::FieldTable::new(),
                 });
                 if let Some(queue) = self.r.queues[q].as_mut() {
                     queue.consumer = true;

@@ -294,6 +294,7 @@ fn to_command(op: &Op) -> Option<Command> {
                 consumer_tag: format!("c{q}-{prefetch}"),
                 no_ack: *prefetch == 0,
                 exclusive: false,
+                arguments: wharf_broker::FieldTable::new(),
             });
         }
         Op::Cancel(q) => Command::Cancel {

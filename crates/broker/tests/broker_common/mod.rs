@@ -181,6 +181,7 @@ impl H {
             consumer_tag: tag.into(),
             no_ack,
             exclusive: false,
+            arguments: wharf_broker::FieldTable::new(),
         })
     }
 

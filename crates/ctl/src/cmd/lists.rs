@@ -103,6 +103,7 @@ impl Ctl<'_, '_> {
                 "ack_required",
                 "prefetch_count",
                 "active",
+                "activity_status",
                 "arguments",
             ],
         );

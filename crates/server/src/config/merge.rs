@@ -132,6 +132,9 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
         unacked_per_channel_max: file
             .unacked_per_channel_max
             .unwrap_or(u64::from(limits::UNACKED_PER_CHANNEL_MAX)),
+        consumer_timeout_ms: file
+            .consumer_timeout
+            .unwrap_or(limits::CONSUMER_TIMEOUT_MS_DEFAULT),
         tls: merge_tls("tls", file.tls, flags.tls_port, defaults::TLS_PORT)?,
         mgmt_tls: merge_tls("mgmt_tls", file.mgmt_tls, None, defaults::MGMT_TLS_PORT)?,
         checkpoint_log_bytes_min,

@@ -54,6 +54,8 @@ pub struct Config {
     pub max_message_size: u64,
     /// Unacked deliveries per channel at most.
     pub unacked_per_channel_max: u64,
+    /// The consumer timeout, ms (S-CONS-9).
+    pub consumer_timeout_ms: u64,
     /// Names that may log in only from loopback.
     pub loopback_users: Vec<String>,
     /// AMQPS, when `tls.cert_file` and `tls.key_file` are both given.
@@ -105,6 +107,7 @@ impl Config {
             u32::try_from(self.max_message_size).map_err(|_| out_of_range("max_message_size"))?;
         server.unacked_per_channel_max = u32::try_from(self.unacked_per_channel_max)
             .map_err(|_| out_of_range("unacked_per_channel_max"))?;
+        server.consumer_timeout_ms = Some(self.consumer_timeout_ms);
         server.loopback_users.clone_from(&self.loopback_users);
         if let Some(t) = &self.tls {
             let port = u16::try_from(t.port).map_err(|_| invalid("tls.port", "above 65535"))?;

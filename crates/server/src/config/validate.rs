@@ -102,6 +102,8 @@ impl Config {
                 1,
                 u64::from(limits::UNACKED_PER_CHANNEL_MAX),
             ),
+            // S-CONS-9: positive, as RabbitMQ's `non_zero_positive_integer`.
+            ("consumer_timeout", self.consumer_timeout_ms, 1, u64::MAX),
         ] {
             if !(min..=max).contains(&value) {
                 return Err(invalid(

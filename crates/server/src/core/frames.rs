@@ -6,7 +6,7 @@ use amq_protocol::protocol::{AMQPClass, basic, channel};
 use tracing::{debug, info, warn};
 
 use super::Core;
-use crate::convert::{properties_to_wire, short};
+use crate::convert::{broker_error_close, delivery_properties, properties_to_wire, short};
 use crate::methods::{self, MethodId};
 use crate::outbox::OUTBOX_HIGH_BYTES;
 use wharf_broker::{DeathFate, DeathReason, Effect, Outcome, QueueDeletedReason, Reply};
@@ -29,7 +29,7 @@ impl Core {
                 routing_key: short(&m.routing_key),
                 message_count: g.message_count,
             }));
-            let props = properties_to_wire(&m.properties);
+            let props = delivery_properties(&m.properties, g.count_header);
             let frame_max = c.frame_max;
             c.append(|buf| {
                 protocol::encode_method(buf, ChannelId(ch), &get_ok);
@@ -88,7 +88,7 @@ impl Core {
                 let tag = short(&d.consumer_tag);
                 let exchange = short(&m.exchange);
                 let key = short(&m.routing_key);
-                let props = properties_to_wire(&m.properties);
+                let props = delivery_properties(&m.properties, d.count_header);
                 let frame_max = c.frame_max;
                 let ch = ChannelId(d.chan.channel.0);
                 let queued = c.append(|buf| {
@@ -144,34 +144,15 @@ impl Core {
                     self.reply(conn, chan.channel.0, &cancel);
                 }
             }
-            Effect::QueueDeleted {
-                vhost,
-                queue,
-                reason,
-            } => {
-                if reason == QueueDeletedReason::Expired {
-                    info!(%vhost, %queue, "queue expired (S-QEXP-5)");
-                } else {
-                    debug!(%vhost, %queue, ?reason, "queue deleted");
+            Effect::ChannelTimedOut { chan, error } => {
+                let (conn, ch) = (chan.conn.0, chan.channel.0);
+                warn!(conn, channel = ch, text = %error.text, "consumer timed out (S-CONS-8)");
+                // S-CONS-8: closing the channel requeues its unacked messages.
+                if self.chan_open(conn, ch) {
+                    self.fail(conn, ch, &broker_error_close(&error), MethodId::NONE);
                 }
             }
-            Effect::ExchangeDeleted { vhost, exchange } => {
-                debug!(%vhost, %exchange, "exchange deleted");
-            }
-            Effect::MessageDied {
-                vhost,
-                queue,
-                id,
-                reason,
-                fate,
-            } => {
-                if fate == DeathFate::ExchangeMissing {
-                    warn!(%vhost, %queue, id = id.0, reason = reason.name(),
-                        "dead-letter exchange missing; message dropped (S-DLX-4)");
-                } else {
-                    debug!(%vhost, %queue, id = id.0, reason = reason.name(), ?fate, "message died");
-                }
-            }
+            other => log_effect(&other),
         }
     }
 
@@ -213,6 +194,49 @@ impl Core {
                 self.flow(conn, id, true);
             }
         }
+    }
+}
+
+/// Effects that only deserve a log line.
+fn log_effect(effect: &Effect) {
+    match effect {
+        Effect::QueueDeleted {
+            vhost,
+            queue,
+            reason,
+        } => {
+            if *reason == QueueDeletedReason::Expired {
+                info!(%vhost, %queue, "queue expired (S-QEXP-5)");
+            } else {
+                debug!(%vhost, %queue, ?reason, "queue deleted");
+            }
+        }
+        Effect::ExchangeDeleted { vhost, exchange } => {
+            debug!(%vhost, %exchange, "exchange deleted");
+        }
+        Effect::MessageDied {
+            vhost,
+            queue,
+            id,
+            reason,
+            fate,
+        } => {
+            if *fate == DeathFate::ExchangeMissing {
+                warn!(%vhost, %queue, id = id.0, reason = reason.name(),
+                        "dead-letter exchange missing; message dropped (S-DLX-4)");
+            } else {
+                debug!(%vhost, %queue, id = id.0, reason = reason.name(), ?fate, "message died");
+            }
+        }
+        Effect::ArgumentsIgnored {
+            vhost,
+            queue,
+            arguments,
+        } => {
+            warn!(%vhost, %queue, ?arguments,
+                    "queue arguments accepted and not acted on: they change nothing on a single node (S-QQ-6)");
+        }
+        _ => {}
     }
 }
 

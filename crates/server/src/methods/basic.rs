@@ -7,7 +7,7 @@ use amq_protocol::protocol::{AMQPClass, basic};
 
 use super::id::MethodId;
 use super::scope::{Method, Scope};
-use crate::convert::short;
+use crate::convert::{short, table_from_wire};
 use wharf_broker::{Command, Reply};
 
 /// A basic-class method without content.
@@ -31,6 +31,7 @@ pub(super) fn from_wire(m: basic::AMQPMethod, scope: &Scope<'_>) -> Method {
                 consumer_tag: c.consumer_tag.to_string(),
                 no_ack: c.no_ack,
                 exclusive: c.exclusive,
+                arguments: table_from_wire(&c.arguments),
             },
             c.nowait,
         ),

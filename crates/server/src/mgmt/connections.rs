@@ -81,9 +81,10 @@ async fn consumer_list(api: &Api, vhost: Option<String>) -> ApiResult {
                         "ack_required": !k.no_ack,
                         "exclusive": k.exclusive,
                         "prefetch_count": k.prefetch_count,
-                        "active": true,
-                        "activity_status": "up",
-                        "arguments": {},
+                        // S-CONS-7: as the broker says (single active consumer).
+                        "active": k.active,
+                        "activity_status": k.activity_status,
+                        "arguments": j::table_to_json(&k.arguments),
                     }));
                 }
             }

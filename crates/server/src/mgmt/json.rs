@@ -112,7 +112,7 @@ pub fn queue(q: &QueueInfo, effective: &Json) -> Json {
         "arguments": table_to_json(&q.arguments),
         "node": NODE,
         "state": "running",
-        "type": "classic",
+        "type": q.kind.name(),
         "messages": q.ready.saturating_add(q.unacked),
         "messages_ready": q.ready,
         "messages_unacknowledged": q.unacked,

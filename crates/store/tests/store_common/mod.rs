@@ -462,6 +462,7 @@ fn command(op: &Op) -> Command {
             consumer_tag: format!("c{q}-{prefetch}"),
             no_ack: false,
             exclusive: false,
+            arguments: wharf_broker::FieldTable::new(),
         },
         Op::Cancel { q } => Command::Cancel {
             chan: CH,
