@@ -14,6 +14,7 @@ mod server_alarms;
 mod server_amqprs;
 mod server_basic;
 mod server_config;
+mod server_consumers;
 mod server_errors;
 mod server_flow;
 mod server_paging;

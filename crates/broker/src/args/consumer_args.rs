@@ -2,9 +2,9 @@
 //! validated with RabbitMQ's texts; stream consumer arguments are refused as RabbitMQ
 //! refuses them on classic and quorum queues.
 
-use super::queue_args::{invalid_arg, non_neg_int};
+use super::queue_args::non_neg_int;
 use super::queue_type::QueueKind;
-use super::texts::{rs_queue, type_name};
+use super::texts::{invalid_arg, rs_queue, type_name};
 use crate::error::BrokerError;
 use crate::value::FieldTable;
 

@@ -7,7 +7,7 @@
 use super::queue_type::{
     QueueKind, check_arguments_for_kind, check_dlx_strategy, check_leader_locator, queue_kind,
 };
-use super::texts::{rs_queue, type_name};
+use super::texts::{invalid_arg, rs_queue, type_name};
 use crate::error::BrokerError;
 use crate::value::{FieldTable, Value};
 use wharf_base::limits::TTL_MS_MAX;
@@ -142,10 +142,6 @@ impl QueueSettings {
             (chosen, _) => chosen,
         }
     }
-}
-
-pub(crate) fn invalid_arg(key: &str, what: &str, reason: &str) -> BrokerError {
-    BrokerError::precondition(format!("invalid arg '{key}' for {what}: {reason}"))
 }
 
 pub(super) fn non_neg_int(key: &str, v: &Value, what: &str) -> Result<u64, BrokerError> {

@@ -2,8 +2,7 @@
 //! 4.0's per-type argument lists, so an argument of another type is refused with RabbitMQ's
 //! text rather than ignored (S-QQ-5, the argument audit in `docs/SEMANTICS.md`).
 
-use super::queue_args::invalid_arg;
-use super::texts::{rs_queue, type_name};
+use super::texts::{invalid_arg, rs_queue, type_name};
 use crate::error::BrokerError;
 use crate::value::{FieldTable, Value};
 

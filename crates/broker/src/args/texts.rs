@@ -1,6 +1,12 @@
 //! RabbitMQ's wording in error texts: field type names, rendered values, `rs(Resource)`.
 
+use crate::error::BrokerError;
 use crate::value::Value;
+
+/// RabbitMQ's 406 for a bad argument: `invalid arg 'K' for queue 'q' in vhost '/': REASON`.
+pub(crate) fn invalid_arg(key: &str, what: &str, reason: &str) -> BrokerError {
+    BrokerError::precondition(format!("invalid arg '{key}' for {what}: {reason}"))
+}
 
 /// RabbitMQ's name for a field type, as it appears in its error texts.
 pub fn type_name(v: &Value) -> &'static str {

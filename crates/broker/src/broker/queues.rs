@@ -14,8 +14,8 @@ use super::Broker;
 use super::refusals::{locked, no_queue};
 use super::state::{Dest, Queue, QueueId, Timer};
 use crate::args::{
-    QUEUE_ARGS, QUEUE_ARGS_CONS, QueueSettings, assert_args_equivalence, assert_field_equivalence,
-    check_queue_properties, no_op_arguments, parse_queue_args, rs_queue,
+    Overflow, QUEUE_ARGS, QUEUE_ARGS_CONS, QueueKind, QueueSettings, assert_args_equivalence,
+    assert_field_equivalence, check_queue_properties, no_op_arguments, parse_queue_args, rs_queue,
 };
 use crate::error::{BrokerError, ErrorKind};
 use crate::queue::Ready;
@@ -89,7 +89,13 @@ impl Broker {
             d.exclusive,
             d.auto_delete,
         )?;
-        let ignored = no_op_arguments(&d.arguments);
+        let mut ignored = no_op_arguments(&d.arguments);
+        // S-QQ-8: `reject-publish-dlx` acts as `drop-head` on a quorum queue; say so.
+        if settings.kind() == QueueKind::Quorum
+            && settings.overflow == Some(Overflow::RejectPublishDlx)
+        {
+            ignored.push("x-overflow");
+        }
         if !ignored.is_empty() {
             out.effects.push(Effect::ArgumentsIgnored {
                 vhost: d.vhost.clone(),

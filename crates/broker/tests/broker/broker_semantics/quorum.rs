@@ -263,7 +263,7 @@ fn s_qq_7_dead_letter_strategy_values() {
 #[test]
 fn s_qq_8_reject_publish_dlx_falls_back_to_drop_head_on_a_quorum_queue() {
     let mut h = H::new();
-    h.durable_queue(
+    let o = h.durable_queue(
         "qq",
         &[
             quorum(),
@@ -271,6 +271,9 @@ fn s_qq_8_reject_publish_dlx_falls_back_to_drop_head_on_a_quorum_queue() {
             ("x-overflow", s("reject-publish-dlx")),
         ],
     );
+    assert!(o.effects.iter().any(
+        |e| matches!(e, Effect::ArgumentsIgnored { arguments, .. } if arguments == &["x-overflow"])
+    ));
     let second = {
         h.send("qq", Properties::default());
         h.send("qq", Properties::default()).published().unwrap()
