@@ -494,3 +494,28 @@ fn wrong_password_and_unknown_user_get_rabbitmq_text() {
     assert_eq!(users.check("guest", "nope", local).as_deref(), Some(text));
     assert_eq!(users.check("nobody", "guest", local).as_deref(), Some(text));
 }
+
+#[test]
+fn s_cons_9_consumer_timeout_defaults_to_30_minutes_and_must_be_positive() {
+    let c = merge(FileConfig::default(), Overrides::default()).unwrap();
+    assert_eq!(c.consumer_timeout_ms, 1_800_000);
+    assert_eq!(
+        c.server_config().unwrap().consumer_timeout_ms,
+        Some(1_800_000)
+    );
+    let c = merge(
+        FileConfig::parse("consumer_timeout = 5000\n").unwrap(),
+        Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(c.server_config().unwrap().consumer_timeout_ms, Some(5000));
+    let e = merge(
+        FileConfig::parse("consumer_timeout = 0\n").unwrap(),
+        Overrides::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, ConfigError::Invalid { ref key, .. } if key == "consumer_timeout"),
+        "{e:?}"
+    );
+}
