@@ -24,7 +24,7 @@ pub(crate) use expiration::parse_expiration;
 pub use policy::parse_policy;
 pub(crate) use policy::{Policy, select_policy};
 pub use queue_args::{Overflow, QUORUM_DELIVERY_LIMIT, QueueSettings, parse_queue_args};
-pub(crate) use queue_args::{QUEUE_ARGS, QUEUE_ARGS_CONS};
+pub(crate) use queue_args::{QUEUE_ARGS, QUEUE_ARGS_CONS, parse_logged_queue_args};
 pub use queue_type::QueueKind;
 pub(crate) use queue_type::{check_queue_properties, no_op_arguments};
 pub(crate) use texts::{rs_exchange, rs_queue, type_name};

@@ -260,6 +260,29 @@ pub fn parse_queue_args(
     Ok(s)
 }
 
+/// The arguments of a queue read back from the log. A queue logged before wharf checked
+/// the consumer and quorum arguments (S-CONS, S-QQ) may carry one it now refuses; it comes
+/// back with the arguments checked before (`QUEUE_ARGS`), as it ran then, rather than
+/// stopping recovery.
+///
+/// # Errors
+/// As [`parse_queue_args`], when even those fail (a damaged log).
+pub(crate) fn parse_logged_queue_args(
+    vhost: &str,
+    queue: &str,
+    args: &FieldTable,
+) -> Result<QueueSettings, BrokerError> {
+    parse_queue_args(vhost, queue, args).or_else(|_| {
+        let mut older = FieldTable::new();
+        for (key, v) in args.iter() {
+            if QUEUE_ARGS.contains(&key) {
+                older.insert(key, v.clone());
+            }
+        }
+        parse_queue_args(vhost, queue, &older)
+    })
+}
+
 /// S-QQ-3: a quorum queue takes any integer (negative: unlimited); a classic queue's
 /// (an extension, S-DLX-1) must be non-negative.
 fn delivery_limit(kind: QueueKind, key: &str, v: &Value, what: &str) -> Result<u64, BrokerError> {

@@ -202,11 +202,17 @@ pub fn no_op_arguments(args: &FieldTable) -> Vec<&'static str> {
         .collect()
 }
 
-/// `x-queue-leader-locator`: `client-local` or `balanced` (RabbitMQ 4.0).
-pub(super) fn check_leader_locator(key: &str, v: &Value, what: &str) -> Result<(), BrokerError> {
+/// A string argument that must be one of `allowed`; RabbitMQ's `unknown` reason otherwise.
+fn check_one_of(
+    key: &str,
+    v: &Value,
+    what: &str,
+    allowed: &[&str],
+    unknown: &str,
+) -> Result<(), BrokerError> {
     match v.as_str() {
-        Some("client-local" | "balanced") => Ok(()),
-        Some(_) => Err(invalid_arg(key, what, "invalid_queue_locator_arg")),
+        Some(text) if allowed.contains(&text) => Ok(()),
+        Some(_) => Err(invalid_arg(key, what, unknown)),
         None => Err(invalid_arg(
             key,
             what,
@@ -215,15 +221,14 @@ pub(super) fn check_leader_locator(key: &str, v: &Value, what: &str) -> Result<(
     }
 }
 
+/// `x-queue-leader-locator`: `client-local` or `balanced` (RabbitMQ 4.0).
+pub(super) fn check_leader_locator(key: &str, v: &Value, what: &str) -> Result<(), BrokerError> {
+    let allowed = ["client-local", "balanced"];
+    check_one_of(key, v, what, &allowed, "invalid_queue_locator_arg")
+}
+
 /// `x-dead-letter-strategy`: `at-most-once` or `at-least-once` (S-QQ-7).
 pub(super) fn check_dlx_strategy(key: &str, v: &Value, what: &str) -> Result<(), BrokerError> {
-    match v.as_str() {
-        Some("at-most-once" | "at-least-once") => Ok(()),
-        Some(_) => Err(invalid_arg(key, what, "invalid_dlx_strategy")),
-        None => Err(invalid_arg(
-            key,
-            what,
-            &format!("{{unacceptable_type,{}}}", type_name(v)),
-        )),
-    }
+    let allowed = ["at-most-once", "at-least-once"];
+    check_one_of(key, v, what, &allowed, "invalid_dlx_strategy")
 }

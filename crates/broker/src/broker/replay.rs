@@ -11,7 +11,7 @@
 use super::Broker;
 use super::refusals::corrupt;
 use super::state::Dest;
-use crate::args::{parse_policy, parse_queue_args};
+use crate::args::{parse_logged_queue_args, parse_policy};
 use crate::error::BrokerError;
 use crate::types::{
     DestName, Event, MessageId, MessageRef, Outcome, PermissionInfo, Placement, QueueDeletedReason,
@@ -99,7 +99,7 @@ impl Broker {
                 auto_delete,
                 arguments,
             } => {
-                let settings = parse_queue_args(vhost, queue, arguments)?;
+                let settings = parse_logged_queue_args(vhost, queue, arguments)?;
                 if !self.vhost(vhost)?.queues.contains_key(queue) {
                     self.create_queue(
                         vhost,

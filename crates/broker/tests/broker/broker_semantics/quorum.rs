@@ -304,3 +304,25 @@ fn s_qq_9_x_delivery_count_is_set_once_a_message_came_back() {
     assert_eq!(d[0].count_header, Some(2));
     assert!(d[0].redelivered);
 }
+
+#[test]
+fn s_qq_5_a_queue_logged_with_an_argument_now_refused_still_recovers() {
+    // Logged before wharf refused it: recovery keeps the queue, with the arguments it acted
+    // on then, instead of stopping.
+    let mut b = wharf_broker::Broker::new();
+    b.apply(&Event::QueueDeclared {
+        vhost: "/".into(),
+        queue: "old".into(),
+        auto_delete: false,
+        arguments: args(&[
+            ("x-max-in-memory-length", Value::I32(5)),
+            ("x-single-active-consumer", s("yes")),
+            ("x-message-ttl", Value::I32(1000)),
+        ]),
+    })
+    .unwrap();
+    b.check_invariants();
+    let q = b.queues("/").into_iter().find(|q| q.name == "old").unwrap();
+    assert_eq!(q.kind, QueueKind::Classic);
+    assert_eq!(q.arguments.len(), 3, "listed as declared");
+}
