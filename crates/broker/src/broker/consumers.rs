@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::Broker;
 use super::state::{Consumer, Queue, QueueId, Timer};
-use crate::args::parse_consumer_args;
+use crate::args::{QueueKind, parse_consumer_args};
 use crate::error::{BrokerError, ErrorKind};
 use crate::types::{ChanRef, Effect, Outcome, QueueDeletedReason, Reply};
 use crate::value::FieldTable;
@@ -56,6 +56,36 @@ impl Queue {
     /// priority, the earliest registered among equals.
     fn next_active(&self) -> Option<u64> {
         self.consumers.first().map(|c| c.serial)
+    }
+
+    /// S-CONS-5, quorum queues (RabbitMQ's `rabbit_fifo`): while a consumer of a higher
+    /// priority than the active one waits, the active one is quiescing (it gets nothing
+    /// more); the position of the active consumer in the (priority-ordered) list says so.
+    fn quiescing(&self, active: usize) -> bool {
+        self.eff.kind() == QueueKind::Quorum
+            && self
+                .consumers
+                .first()
+                .zip(self.consumers.get(active))
+                .is_some_and(|(top, a)| top.priority > a.priority)
+    }
+
+    /// Hands over from a quiescing active consumer that holds nothing unacked to the
+    /// highest-priority one. Returns whether it did.
+    pub(super) fn hand_over_to_higher_priority(&mut self) -> bool {
+        let Some(i) = self
+            .consumers
+            .iter()
+            .position(|c| Some(c.serial) == self.active)
+        else {
+            return false;
+        };
+        let idle = self.consumers.get(i).is_some_and(|c| c.unacked == 0);
+        if self.quiescing(i) && idle {
+            self.active = self.next_active();
+            return true;
+        }
+        false
     }
 }
 
@@ -121,6 +151,8 @@ impl Broker {
         }
         if q.single_active() && q.active.is_none() {
             q.active = Some(serial); // S-CONS-4: the first to register
+        } else if q.single_active() {
+            q.hand_over_to_higher_priority();
         }
         q.had_consumer = true;
         q.last_used_ms = now;
@@ -224,7 +256,8 @@ impl Broker {
                 .consumers
                 .iter()
                 .position(|c| Some(c.serial) == q.active)?;
-            return self.has_room(q.consumers.get(i)?).then_some(i);
+            let quiet = q.quiescing(i);
+            return (!quiet && self.has_room(q.consumers.get(i)?)).then_some(i);
         }
         let mut group = q.priority_group(0);
         while !group.is_empty() {

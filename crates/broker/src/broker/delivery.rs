@@ -201,6 +201,8 @@ impl Broker {
                 c.unacked -= 1;
                 freed = c.prefetch > 0;
             }
+            // S-CONS-5: a quiescing active consumer of a quorum queue hands over once idle.
+            freed |= q.single_active() && q.hand_over_to_higher_priority();
         }
         if freed {
             self.mark_dirty(u.queue);

@@ -356,3 +356,31 @@ fn s_cons_9_without_any_timeout_nothing_closes() {
     assert!(timed_out(&h.advance(365 * 24 * 3_600_000)).is_none());
     assert_eq!(h.b.next_deadline(), None);
 }
+
+#[test]
+fn s_cons_5_a_quorum_queue_hands_over_to_a_higher_priority_consumer_once_the_active_is_idle() {
+    let mut h = H::new();
+    h.durable_queue(
+        "qq",
+        &[
+            ("x-queue-type", s("quorum")),
+            ("x-single-active-consumer", Value::Bool(true)),
+        ],
+    );
+    let (a, b) = (open(&mut h, 2, 0), open(&mut h, 3, 0));
+    consume(&mut h, a, "qq", "first", &[]);
+    assert_eq!(tags(&h.send("qq", Properties::default())), ["first"]);
+    consume(&mut h, b, "qq", "urgent", &prio(5));
+    // The active one holds a message: it is quiescing, and nobody gets the next one.
+    assert!(tags(&h.send("qq", Properties::default())).is_empty());
+    assert_eq!(consumer(&h, "first").activity_status, "single_active");
+    // Once it is idle, the higher priority takes over and gets what waited.
+    assert_eq!(tags(&ack_on(&mut h, a, 1)), ["urgent"]);
+    assert_eq!(consumer(&h, "urgent").activity_status, "single_active");
+    assert_eq!(consumer(&h, "first").activity_status, "waiting");
+    // An idle active consumer hands over at once.
+    let c = open(&mut h, 4, 0);
+    ack_on(&mut h, b, 1);
+    consume(&mut h, c, "qq", "top", &prio(9));
+    assert_eq!(consumer(&h, "top").activity_status, "single_active");
+}
