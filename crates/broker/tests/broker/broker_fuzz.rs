@@ -69,6 +69,10 @@ fn key() -> impl Strategy<Value = String> {
         Just("x-overflow".to_owned()),
         Just("x-delivery-limit".to_owned()),
         Just("x-queue-type".to_owned()),
+        Just("x-single-active-consumer".to_owned()),
+        Just("x-consumer-timeout".to_owned()),
+        Just("x-priority".to_owned()),
+        Just("x-dead-letter-strategy".to_owned()),
         Just("x-delay".to_owned()),
         Just("x-delayed-type".to_owned()),
         Just("alternate-exchange".to_owned()),
@@ -217,16 +221,24 @@ fn command() -> impl Strategy<Value = Command> {
                 owner: None,
             }
         }),
-        (chan(), name(), name(), any::<bool>(), any::<bool>()).prop_map(
-            |(chan, queue, consumer_tag, no_ack, exclusive)| Command::Consume {
-                chan,
-                queue,
-                consumer_tag,
-                no_ack,
-                exclusive,
-                arguments: wharf_broker::FieldTable::new(),
-            }
-        ),
+        (
+            chan(),
+            name(),
+            name(),
+            any::<bool>(),
+            any::<bool>(),
+            table()
+        )
+            .prop_map(
+                |(chan, queue, consumer_tag, no_ack, exclusive, arguments)| Command::Consume {
+                    chan,
+                    queue,
+                    consumer_tag,
+                    no_ack,
+                    exclusive,
+                    arguments,
+                }
+            ),
         (chan(), name()).prop_map(|(chan, consumer_tag)| Command::Cancel { chan, consumer_tag }),
         (chan(), name(), any::<bool>()).prop_map(|(chan, queue, no_ack)| Command::Get {
             chan,
