@@ -139,6 +139,8 @@ async fn run(config: Config, test: &test_mode::TestArgs, salvage: bool) -> anyho
         );
         server_config.salvage = true;
     }
+    // Handlers first: a SIGTERM right after the start line must stop gracefully, not kill.
+    let signalled = signals()?;
     let server = Server::start(server_config)
         .await
         .with_context(|| format!("starting wharf with data in {}", config.data_dir.display()))?;
@@ -146,7 +148,7 @@ async fn run(config: Config, test: &test_mode::TestArgs, salvage: bool) -> anyho
         test_mode::announce(&server, &config.data_dir);
     }
     tokio::select! {
-        r = wait_for_signal() => r?,
+        r = signalled => r?,
         () = server.stopped() => tracing::error!("the broker task stopped; exiting"),
         () = test_mode::serve_stdin(&server), if test.test_mode => {}
     }
@@ -156,18 +158,22 @@ async fn run(config: Config, test: &test_mode::TestArgs, salvage: bool) -> anyho
     Ok(())
 }
 
+/// Installs the SIGINT and SIGTERM handlers now; the future ends at the first signal.
 #[cfg(unix)]
-async fn wait_for_signal() -> anyhow::Result<()> {
+fn signals() -> anyhow::Result<impl std::future::Future<Output = anyhow::Result<()>>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r.context("waiting for SIGINT")?,
-        _ = term.recv() => {}
-    }
-    Ok(())
+    let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        Ok(())
+    })
 }
 
 #[cfg(not(unix))]
-async fn wait_for_signal() -> anyhow::Result<()> {
-    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")
+fn signals() -> anyhow::Result<impl std::future::Future<Output = anyhow::Result<()>>> {
+    Ok(async { tokio::signal::ctrl_c().await.context("waiting for Ctrl-C") })
 }

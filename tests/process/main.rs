@@ -11,6 +11,7 @@
 mod support;
 
 mod crash_torture;
+mod damaged_tail;
 mod durability_restart;
 mod testing_clock;
 mod testing_crash;
