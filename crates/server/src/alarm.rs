@@ -5,7 +5,11 @@
 //! while it is set stops being read (its publishes wait in TCP, nothing is refused or lost) and
 //! is told `connection.blocked`; connections that only consume go on, so queues can drain.
 //! [`monitor`] samples a [`ResourceProbe`] every `limits::RESOURCE_CHECK_INTERVAL` and
-//! raises or clears the alarms, with hysteresis so that they do not flap.
+//! raises or clears the alarms, with hysteresis so that they do not flap. Free disk space is
+//! counted net of what the store is about to take (its next segment's reservation and a
+//! checkpoint in progress or waiting for room, S-DISK-1), so the log never runs out of space
+//! while the alarm is off; the store itself checks free space before it writes a checkpoint
+//! (S-DISK-3), the allocation that takes most at once.
 //!
 //! Memory is measured as the process's resident anonymous memory (`/proc/self/statm`: resident
 //! minus shared pages). That is what the kernel cannot reclaim and what an out-of-memory kill
@@ -330,14 +334,19 @@ impl Monitor {
         let disk_was = self.alarms.is_on(AlarmSource::Disk);
         let wal_full = self.wal.disk_full();
         let free = self.sample(|p| p.disk_free_bytes());
-        let low = free.map_or(disk_was, |free| {
-            disk_alarm(disk_was, free, self.thresholds.disk_free_limit_bytes)
+        // S-DISK-1: what the store is about to take (the next segment's reservation, a
+        // checkpoint being written or waiting for room) counts as used already.
+        let demand = self.wal.demand_bytes();
+        let usable = free.map(|f| f.saturating_sub(demand));
+        let low = usable.map_or(disk_was, |usable| {
+            disk_alarm(disk_was, usable, self.thresholds.disk_free_limit_bytes)
         });
         let disk_on = low || wal_full;
         if disk_on != disk_was {
             if disk_on {
                 warn!(
                     free_bytes = ?free,
+                    about_to_be_used_bytes = demand,
                     limit_bytes = self.thresholds.disk_free_limit_bytes,
                     wal_disk_full = wal_full,
                     "disk alarm: blocking publishers"
@@ -408,6 +417,78 @@ pub async fn monitor(mut monitor: Monitor, mut requests: mpsc::Receiver<oneshot:
     }
 }
 
+/// How the log is sized for the volume the data directory is on (S-DISK-5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VolumePlan {
+    /// Segment size: an eighth of the volume, rounded down to a power of two, between
+    /// [`VOLUME_SEGMENT_BYTES_MIN`] and `limits::SEGMENT_BYTES_MAX`.
+    pub segment_bytes: u64,
+    /// The checkpoint trigger's floor: the configured one, or an eighth of the volume.
+    pub checkpoint_log_bytes_min: u64,
+    /// The largest message body: the configured one, or what fits a record in a segment.
+    pub message_bytes_max: u32,
+}
+
+/// The smallest segment a real volume gets (tests of the log itself go lower).
+pub const VOLUME_SEGMENT_BYTES_MIN: u64 = 1024 * 1024;
+/// Room a record needs beyond its body (properties, headers, routing), as in `limits`.
+const RECORD_OVERHEAD_BYTES: u64 = 256 * 1024;
+
+/// The plan for a volume of `total_bytes`, given the configured checkpoint floor and message
+/// size limit. A volume of 512 MiB or more gets the default 64 MiB segments.
+pub fn plan_for_volume(total_bytes: u64, checkpoint_min: u64, message_max: u32) -> VolumePlan {
+    let eighth = (total_bytes / 8).max(1);
+    let power = 1u64 << eighth.ilog2();
+    let segment_bytes = power.clamp(VOLUME_SEGMENT_BYTES_MIN, limits::SEGMENT_BYTES_MAX);
+    let body_fits = (segment_bytes / 2).saturating_sub(RECORD_OVERHEAD_BYTES);
+    VolumePlan {
+        segment_bytes,
+        checkpoint_log_bytes_min: checkpoint_min
+            .min(eighth.max(limits::CHECKPOINT_LOG_BYTES_MIN_LOWEST)),
+        message_bytes_max: message_max.min(u32::try_from(body_fits).unwrap_or(u32::MAX)),
+    }
+}
+
+/// Sizes the log for the data directory's volume (S-DISK-5): segments, preallocation (which
+/// never exceeds a segment), the checkpoint trigger and the largest message follow the
+/// volume, with a clear warning at start when it is small. Returns the segment size. A
+/// configured `storage` (a simulated disk) keeps the defaults.
+///
+/// # Errors
+/// The data directory cannot be created or its file system measured.
+pub fn fit_to_volume(config: &mut crate::ServerConfig) -> io::Result<u64> {
+    if config.storage.is_some() {
+        return Ok(limits::SEGMENT_BYTES_MAX);
+    }
+    std::fs::create_dir_all(&config.data_dir)?;
+    let st = rustix::fs::statvfs(&config.data_dir)?;
+    let total = st.f_blocks.saturating_mul(st.f_frsize);
+    let plan = plan_for_volume(
+        total,
+        config.checkpoint_log_bytes_min,
+        config.message_bytes_max,
+    );
+    if plan.segment_bytes < limits::SEGMENT_BYTES_MAX {
+        let usable = total
+            .saturating_sub(config.disk_free_limit_bytes)
+            .saturating_sub(2 * plan.segment_bytes);
+        warn!(
+            data_dir = %config.data_dir.display(),
+            volume_bytes = total,
+            segment_bytes = plan.segment_bytes,
+            disk_free_limit_bytes = config.disk_free_limit_bytes,
+            usable_bytes = usable,
+            message_bytes_max = plan.message_bytes_max,
+            "the data directory's volume is small: log segments and the largest message are \
+             scaled down to it, and publishers are blocked once the free space less one \
+             segment falls below disk_free_limit (S-DISK-5)"
+        );
+    }
+    config.checkpoint_log_bytes_min = plan.checkpoint_log_bytes_min;
+    config.message_bytes_max = plan.message_bytes_max;
+    Ok(plan.segment_bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -421,6 +502,30 @@ mod tests {
         assert!(disk_alarm(true, limit + limit / 20 - 1, limit));
         assert!(!disk_alarm(true, limit + limit / 20, limit));
         assert!(!disk_alarm(false, 0, 0), "a zero limit never alarms");
+    }
+
+    #[test]
+    fn s_disk_5_segments_and_messages_follow_the_volume() {
+        const MIB: u64 = 1024 * 1024;
+        let big = plan_for_volume(1 << 40, 64 * MIB, 16 * 1024 * 1024);
+        assert_eq!(big.segment_bytes, limits::SEGMENT_BYTES_MAX);
+        assert_eq!(big.checkpoint_log_bytes_min, 64 * MIB);
+        assert_eq!(big.message_bytes_max, 16 * 1024 * 1024);
+        let small = plan_for_volume(64 * MIB, 64 * MIB, 16 * 1024 * 1024);
+        assert_eq!(small.segment_bytes, 8 * MIB);
+        assert_eq!(small.checkpoint_log_bytes_min, 8 * MIB);
+        assert_eq!(small.message_bytes_max, 4 * 1024 * 1024 - 256 * 1024);
+        let mid = plan_for_volume(256 * MIB, 64 * MIB, 16 * 1024 * 1024);
+        assert_eq!(mid.segment_bytes, 32 * MIB);
+        // Every plan leaves a record of the largest message room in a segment.
+        for total in [MIB, 3 * MIB, 64 * MIB, 100 * MIB, 1 << 30] {
+            let p = plan_for_volume(total, 64 * MIB, u32::MAX);
+            assert!(
+                u64::from(p.message_bytes_max) + 256 * 1024 < p.segment_bytes,
+                "{p:?}"
+            );
+            assert!(p.segment_bytes >= VOLUME_SEGMENT_BYTES_MIN);
+        }
     }
 
     #[test]

@@ -43,7 +43,11 @@ impl Server {
     ///
     /// # Errors
     /// The store cannot be opened (corrupt log, unusable directory); the address is taken.
-    pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
+    pub async fn start(mut config: ServerConfig) -> Result<ServerHandle, ServerError> {
+        let segment_bytes = alarm::fit_to_volume(&mut config).map_err(|source| StoreError::Io {
+            path: config.data_dir.clone(),
+            source,
+        })?;
         let clock: Arc<dyn Clock> = match &config.clock_control {
             Some(manual) => Arc::new(manual.clone()),
             None => config.clock.clone(),
@@ -55,7 +59,7 @@ impl Server {
             summary,
             events,
             downtime,
-        } = recover(&config, clock.as_ref()).await?;
+        } = recover(&config, segment_bytes, clock.as_ref()).await?;
         let registry = Arc::new(registry_for(&config));
         let alarms = Arc::new(alarm::Alarms::default());
         let log_health = LogHealth::of(&store);

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
 use super::{Store, Ticket};
+use crate::appender::DiskDemand;
 use crate::error::StoreError;
 use crate::stored;
 use wharf_broker::{Event, LoggedMessage, MessageLoader};
@@ -104,6 +105,11 @@ impl Store {
     /// handle, not this one: nothing outside the store appends around it).
     pub(crate) fn wal_appender(&self) -> Appender {
         self.appender.clone()
+    }
+
+    /// What the store is about to take on disk, for [`crate::LogHealth`] (S-DISK-1).
+    pub(crate) fn disk_demand(&self) -> Arc<DiskDemand> {
+        Arc::clone(&self.demand)
     }
 
     /// The reader of stored messages, for a broker that logs to this store but was not

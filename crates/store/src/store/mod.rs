@@ -23,6 +23,7 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
+use crate::appender::DiskDemand;
 use crate::batch::Scratch;
 use crate::checkpoint_trigger::{CheckpointDone, CheckpointTrigger};
 use crate::error::StoreError;
@@ -65,6 +66,8 @@ pub struct Store {
     checkpoints: Checkpoints,
     /// Reads stored messages back (the broker holds it as its loader).
     reader: Arc<StoredReader>,
+    /// Disk space about to be taken, for the resource monitor (S-DISK-1).
+    demand: Arc<DiskDemand>,
 }
 
 /// The checkpoint bookkeeping of an open store.
@@ -81,6 +84,11 @@ struct Checkpoints {
     /// The segment being written when the newest checkpoint's snapshot was taken.
     base_segment: u64,
     in_flight: Option<InFlight>,
+    /// A checkpoint was wanted but did not fit in the free space (S-DISK-3): retried at every
+    /// space step of log, as acks shrink it.
+    deferred: bool,
+    /// `logged_bytes` at the last free-space check.
+    space_checked_at: u64,
 }
 
 #[derive(Debug)]

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::{Checkpoints, Store, StoreConfig};
+use crate::appender::DiskDemand;
 use crate::batch::Scratch;
 use crate::checkpoint;
 use crate::codec;
@@ -95,6 +96,7 @@ impl Store {
                 ..Checkpoints::default()
             },
             reader,
+            demand: Arc::new(DiskDemand::new(wal_config.segment_bytes_max)),
         };
         store.log_format()?;
         Ok((store, broker, summary))
