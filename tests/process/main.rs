@@ -12,6 +12,7 @@ mod support;
 
 mod crash_torture;
 mod damaged_tail;
+mod disk_full;
 mod durability_restart;
 mod testing_clock;
 mod testing_crash;

@@ -247,6 +247,14 @@ fn start_monitor(
         probe_failed: false,
     };
     let (tx, rx) = mpsc::channel(8);
+    // S-DISK-1: a check at each allocation of the store, not only once a second. A full
+    // request queue already holds a check to come.
+    let wake = tx.downgrade();
+    monitor.wal.on_allocation(move || {
+        if let Some(tx) = wake.upgrade() {
+            let _ = tx.try_send(oneshot::channel().0);
+        }
+    });
     (tx, tokio::spawn(alarm::monitor(monitor, rx)))
 }
 

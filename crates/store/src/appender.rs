@@ -3,8 +3,8 @@
 //! take ([`DiskDemand`], S-DISK-1). The monitor needs these things only, so it gets a handle
 //! that offers them, not the WAL's `Appender` (which could append around the store).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use wharf_wal::Appender;
 
@@ -14,12 +14,25 @@ use crate::Store;
 /// reservation of the log's next segment, and the checkpoint being written or waiting for
 /// space. The resource monitor counts it as used, so the disk alarm goes on before the log
 /// could run out of space.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct DiskDemand {
     /// The next segment's reservation (the log's segment size).
     segment_bytes: AtomicU64,
     /// The checkpoint in flight, or deferred for want of space: its estimated size.
     checkpoint_bytes: AtomicU64,
+    /// Called at each allocation (a segment roll, a checkpoint started or deferred), so the
+    /// disk alarm is checked then and not only once a second (S-DISK-1).
+    wake: Mutex<Option<Waker>>,
+}
+
+type Waker = Box<dyn Fn() + Send + Sync>;
+
+impl std::fmt::Debug for DiskDemand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskDemand")
+            .field("bytes", &self.bytes())
+            .finish_non_exhaustive()
+    }
 }
 
 impl DiskDemand {
@@ -27,11 +40,22 @@ impl DiskDemand {
         DiskDemand {
             segment_bytes: AtomicU64::new(segment_bytes),
             checkpoint_bytes: AtomicU64::new(0),
+            wake: Mutex::new(None),
         }
     }
 
     pub(crate) fn set_checkpoint(&self, bytes: u64) {
-        self.checkpoint_bytes.store(bytes, Ordering::Relaxed);
+        let was = self.checkpoint_bytes.swap(bytes, Ordering::Relaxed);
+        if bytes > was {
+            self.allocated();
+        }
+    }
+
+    /// Something was (or is about to be) allocated: tells whoever watches.
+    pub(crate) fn allocated(&self) {
+        if let Some(wake) = &*self.wake.lock().unwrap_or_else(PoisonError::into_inner) {
+            wake();
+        }
     }
 
     /// Bytes about to be taken.
@@ -75,6 +99,17 @@ impl LogHealth {
     #[must_use]
     pub fn demand_bytes(&self) -> u64 {
         self.demand.bytes()
+    }
+
+    /// Sets what is called at each allocation of disk space by the store (a segment roll, a
+    /// checkpoint started or deferred): the monitor checks the disk alarm then (S-DISK-1). It
+    /// runs on the store's threads, so it must only signal (e.g. `try_send`).
+    pub fn on_allocation(&self, wake: impl Fn() + Send + Sync + 'static) {
+        *self
+            .demand
+            .wake
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Box::new(wake));
     }
 }
 

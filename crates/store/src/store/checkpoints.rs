@@ -113,6 +113,11 @@ impl Store {
         }
         let snapshot = broker.snapshot();
         let estimate = estimated_bytes(&snapshot);
+        self.checkpoints.estimated_messages = snapshot
+            .queues
+            .iter()
+            .map(|q| q.messages.len() as u64)
+            .sum();
         // Under space pressure, only a checkpoint that frees more than it writes (the log
         // since the last one and the last one go) is worth its space (S-DISK-3).
         if pressed && estimate >= since.saturating_add(self.checkpoints.live_bytes) {
@@ -148,18 +153,24 @@ impl Store {
 
     /// Whether the store is short of space (S-DISK-3): a checkpoint was deferred, or free
     /// space is below the trigger's floor. Asked at most once per space step of log
-    /// ([`SPACE_STEP_DIVISOR`] of a segment), so the check costs one
-    /// `statvfs` per step, not one per batch.
+    /// ([`SPACE_STEP_DIVISOR`] of a segment) or of acks (an eighth of the messages last
+    /// counted), so the check costs one `statvfs` per step, not one per batch.
     fn short_of_space(&mut self) -> bool {
         let logged = self.logged_bytes.load(Ordering::Relaxed);
+        let settled = self.settled.load(Ordering::Relaxed);
         let c = &mut self.checkpoints;
         let step = (self.segment_bytes / SPACE_STEP_DIVISOR).max(1);
+        // Or once an eighth of the messages the last estimate counted were acked: acks log
+        // little, but each takes a whole message out of the next checkpoint.
+        let settled_step = (c.estimated_messages / 8).max(1);
         if c.trigger.space_floor_bytes == 0 && !c.deferred
             || logged.saturating_sub(c.space_checked_at) < step
+                && settled.saturating_sub(c.settled_checked_at) < settled_step
         {
             return false;
         }
         c.space_checked_at = logged;
+        c.settled_checked_at = settled;
         let (deferred, floor) = (c.deferred, c.trigger.space_floor_bytes);
         deferred || self.available_bytes().is_some_and(|a| a < floor)
     }
@@ -180,6 +191,7 @@ impl Store {
             );
         }
         self.checkpoints.deferred = !fits;
+        // Fitting, it is counted once it starts (`set_checkpoint` by the caller).
         self.demand.set_checkpoint(if fits { 0 } else { estimate });
         fits
     }

@@ -49,8 +49,11 @@ impl Store {
             let payload = scratch.bytes.get(start..end).unwrap_or_default();
             let appended = self.appender.append(kind, payload)?;
             last = appended.lsn;
-            self.last_segment
-                .fetch_max(appended.position.segment.0, Ordering::Relaxed);
+            let segment = appended.position.segment.0;
+            if self.last_segment.fetch_max(segment, Ordering::Relaxed) < segment {
+                // A roll: the next segment's reservation is due (S-DISK-1).
+                self.demand.allocated();
+            }
             // The broker may leave the message's content on disk once `last` is durable.
             if let Some(message) = message
                 && let Some(at) = stored::pack_log(appended.position)
@@ -66,6 +69,8 @@ impl Store {
         }
         self.last_lsn.store(last.0, Ordering::Release);
         self.logged_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.settled
+            .fetch_add(settled_messages(events), Ordering::Relaxed);
         Ok(Some(last.0))
     }
 
@@ -122,4 +127,16 @@ impl Store {
     pub fn dir(&self) -> &Path {
         self.wal.dir()
     }
+}
+
+/// Messages `events` take out of their queues for good (acks, purges): what shrinks the next
+/// checkpoint, so the space checks under pressure count them (S-DISK-3).
+fn settled_messages(events: &[Event]) -> u64 {
+    events
+        .iter()
+        .map(|e| match e {
+            Event::Settled { ids, .. } | Event::Purged { ids, .. } => ids.len() as u64,
+            _ => 0,
+        })
+        .sum()
 }

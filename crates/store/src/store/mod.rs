@@ -59,6 +59,8 @@ pub struct Store {
     last_lsn: AtomicU64,
     /// Frame bytes appended since open (the checkpoint trigger's clock).
     logged_bytes: AtomicU64,
+    /// Messages settled or purged since open (the space checks' second clock, S-DISK-3).
+    settled: AtomicU64,
     /// The segment the last record went to.
     last_segment: AtomicU64,
     /// The log's segment size.
@@ -89,6 +91,9 @@ struct Checkpoints {
     deferred: bool,
     /// `logged_bytes` at the last free-space check.
     space_checked_at: u64,
+    /// `settled` at the last free-space check, and the messages the last estimate counted.
+    settled_checked_at: u64,
+    estimated_messages: u64,
 }
 
 #[derive(Debug)]

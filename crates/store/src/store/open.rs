@@ -88,6 +88,7 @@ impl Store {
             scratch: Mutex::new(Scratch::default()),
             last_lsn: AtomicU64::new(report.next_lsn.0.saturating_sub(1)),
             logged_bytes: AtomicU64::new(0),
+            settled: AtomicU64::new(0),
             last_segment: AtomicU64::new(0),
             segment_bytes: wal_config.segment_bytes_max,
             checkpoints: Checkpoints {
