@@ -44,10 +44,11 @@ impl Server {
     /// # Errors
     /// The store cannot be opened (corrupt log, unusable directory); the address is taken.
     pub async fn start(mut config: ServerConfig) -> Result<ServerHandle, ServerError> {
-        let segment_bytes = alarm::fit_to_volume(&mut config).map_err(|source| StoreError::Io {
-            path: config.data_dir.clone(),
-            source,
-        })?;
+        let segment_bytes =
+            crate::volume::fit_to_volume(&mut config).map_err(|source| StoreError::Io {
+                path: config.data_dir.clone(),
+                source,
+            })?;
         let clock: Arc<dyn Clock> = match &config.clock_control {
             Some(manual) => Arc::new(manual.clone()),
             None => config.clock.clone(),

@@ -3,68 +3,12 @@
 //! take ([`DiskDemand`], S-DISK-1). The monitor needs these things only, so it gets a handle
 //! that offers them, not the WAL's `Appender` (which could append around the store).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use wharf_wal::Appender;
 
 use crate::Store;
-
-/// Disk space the store is about to take and that `statvfs` does not show yet (S-DISK-1): the
-/// reservation of the log's next segment, and the checkpoint being written or waiting for
-/// space. The resource monitor counts it as used, so the disk alarm goes on before the log
-/// could run out of space.
-#[derive(Default)]
-pub struct DiskDemand {
-    /// The next segment's reservation (the log's segment size).
-    segment_bytes: AtomicU64,
-    /// The checkpoint in flight, or deferred for want of space: its estimated size.
-    checkpoint_bytes: AtomicU64,
-    /// Called at each allocation (a segment roll, a checkpoint started or deferred), so the
-    /// disk alarm is checked then and not only once a second (S-DISK-1).
-    wake: Mutex<Option<Waker>>,
-}
-
-type Waker = Box<dyn Fn() + Send + Sync>;
-
-impl std::fmt::Debug for DiskDemand {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DiskDemand")
-            .field("bytes", &self.bytes())
-            .finish_non_exhaustive()
-    }
-}
-
-impl DiskDemand {
-    pub(crate) fn new(segment_bytes: u64) -> DiskDemand {
-        DiskDemand {
-            segment_bytes: AtomicU64::new(segment_bytes),
-            checkpoint_bytes: AtomicU64::new(0),
-            wake: Mutex::new(None),
-        }
-    }
-
-    pub(crate) fn set_checkpoint(&self, bytes: u64) {
-        let was = self.checkpoint_bytes.swap(bytes, Ordering::Relaxed);
-        if bytes > was {
-            self.allocated();
-        }
-    }
-
-    /// Something was (or is about to be) allocated: tells whoever watches.
-    pub(crate) fn allocated(&self) {
-        if let Some(wake) = &*self.wake.lock().unwrap_or_else(PoisonError::into_inner) {
-            wake();
-        }
-    }
-
-    /// Bytes about to be taken.
-    pub fn bytes(&self) -> u64 {
-        self.segment_bytes
-            .load(Ordering::Relaxed)
-            .saturating_add(self.checkpoint_bytes.load(Ordering::Relaxed))
-    }
-}
+use crate::disk_demand::DiskDemand;
 
 /// A handle on the store's log for the resource monitor (cheap to clone; shares the log).
 #[derive(Debug, Clone)]
@@ -105,11 +49,7 @@ impl LogHealth {
     /// checkpoint started or deferred): the monitor checks the disk alarm then (S-DISK-1). It
     /// runs on the store's threads, so it must only signal (e.g. `try_send`).
     pub fn on_allocation(&self, wake: impl Fn() + Send + Sync + 'static) {
-        *self
-            .demand
-            .wake
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(Box::new(wake));
+        self.demand.set_wake(Box::new(wake));
     }
 }
 

@@ -447,10 +447,10 @@ fn report_findings(segments: &[SegmentFile], report: &RecoveryReport) -> Vec<Fin
     }
     let mut durable_lost = false;
     for loss in &report.salvaged {
-        if loss.lsns.start >= report.next_lsn {
+        let what = if loss.lsns.start >= report.next_lsn {
             // S-DISK-6: the log ends before what an fsync covered (the durable mark).
             durable_lost = true;
-            let what = format!(
+            format!(
                 "{}: the log ends before lsn {} but an fsync covered it through lsn {}, so {} \
                  durable (confirmed) record(s) are damaged or missing; this is not a torn \
                  tail: recovery refuses to start (`wharf --salvage` cuts the log here and \
@@ -459,21 +459,15 @@ fn report_findings(segments: &[SegmentFile], report: &RecoveryReport) -> Vec<Fin
                 loss.lsns.start,
                 loss.lsns.end.0.saturating_sub(1),
                 loss.lsns.end.0.saturating_sub(loss.lsns.start.0),
-            );
-            out.push(finding_at(
-                segments,
-                &loss.path,
-                loss.offset,
-                None,
-                "error",
-                what,
-            ));
-            continue;
-        }
-        let lsns = if loss.lsns.start < loss.lsns.end {
-            format!(", Lsns {}..{} lost", loss.lsns.start, loss.lsns.end)
+            )
+        } else if loss.lsns.start < loss.lsns.end {
+            let (reason, bytes, lsns) = (&loss.reason, loss.bytes, &loss.lsns);
+            format!(
+                "{reason}: {bytes} bytes unreadable, Lsns {}..{} lost",
+                lsns.start, lsns.end
+            )
         } else {
-            String::new()
+            format!("{}: {} bytes unreadable", loss.reason, loss.bytes)
         };
         out.push(finding_at(
             segments,
@@ -481,7 +475,7 @@ fn report_findings(segments: &[SegmentFile], report: &RecoveryReport) -> Vec<Fin
             loss.offset,
             None,
             "error",
-            format!("{}: {} bytes unreadable{lsns}", loss.reason, loss.bytes),
+            what,
         ));
     }
     if let Some(torn) = report.torn_tail.as_ref().filter(|_| !durable_lost) {

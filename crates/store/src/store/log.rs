@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
 use super::{Store, Ticket};
-use crate::appender::DiskDemand;
+use crate::disk_demand::DiskDemand;
 use crate::error::StoreError;
 use crate::stored;
 use wharf_broker::{Event, LoggedMessage, MessageLoader};

@@ -23,9 +23,9 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
-use crate::appender::DiskDemand;
 use crate::batch::Scratch;
 use crate::checkpoint_trigger::{CheckpointDone, CheckpointTrigger};
+use crate::disk_demand::DiskDemand;
 use crate::error::StoreError;
 use crate::stored::StoredReader;
 use wharf_wal::{Appender, Storage, Wal};

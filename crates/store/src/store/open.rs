@@ -12,10 +12,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::{Checkpoints, Store, StoreConfig};
-use crate::appender::DiskDemand;
 use crate::batch::Scratch;
 use crate::checkpoint;
 use crate::codec;
+use crate::disk_demand::DiskDemand;
 use crate::error::{LogGap, StoreError};
 use crate::replay::{RecoverySummary, Replay};
 use crate::stored::{CheckpointView, StoredReader};

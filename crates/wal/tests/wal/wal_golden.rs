@@ -53,18 +53,28 @@ fn record_frame_matches_the_document() {
     assert_eq!(out, golden("record"));
 }
 
-#[test]
-fn a_fresh_log_starts_with_the_documented_bytes() {
-    let sim = SimStorage::new(1);
-    let dir = PathBuf::from("/golden");
-    let config = WalConfig {
+fn unpreallocated() -> WalConfig {
+    WalConfig {
         segment_bytes_max: 4096,
         preallocate: false,
         ..WalConfig::default()
-    };
+    }
+}
+
+/// A fresh log holding the record "hello" of kind 7, closed cleanly.
+fn hello_log() -> (SimStorage, PathBuf) {
+    let sim = SimStorage::new(1);
+    let dir = PathBuf::from("/golden");
+    let config = unpreallocated();
     let (wal, _) = Wal::open(&dir, Arc::new(sim.clone()), &config, &mut |_| Ok(())).unwrap();
     wal.appender().append_durable(7, b"hello").unwrap();
     wal.close().unwrap();
+    (sim, dir)
+}
+
+#[test]
+fn a_fresh_log_starts_with_the_documented_bytes() {
+    let (sim, dir) = hello_log();
     let bytes = sim
         .file_bytes(&dir.join(segment_file_name(SegmentId(0))))
         .unwrap();
@@ -75,16 +85,7 @@ fn a_fresh_log_starts_with_the_documented_bytes() {
 
 #[test]
 fn s_disk_6_the_durable_mark_of_a_clean_stop_matches_the_document() {
-    let sim = SimStorage::new(1);
-    let dir = PathBuf::from("/golden");
-    let config = WalConfig {
-        segment_bytes_max: 4096,
-        preallocate: false,
-        ..WalConfig::default()
-    };
-    let (wal, _) = Wal::open(&dir, Arc::new(sim.clone()), &config, &mut |_| Ok(())).unwrap();
-    wal.appender().append_durable(7, b"hello").unwrap();
-    wal.close().unwrap();
+    let (sim, dir) = hello_log();
     let mark = sim.file_bytes(&dir.join(MARK_FILE_NAME)).unwrap();
     assert_eq!(mark.len(), 552);
     assert_eq!(mark[..40].to_vec(), golden("durable-mark"));
@@ -110,11 +111,7 @@ fn s_disk_6_a_version_1_log_without_mark_is_read_as_before() {
     bytes.extend([9u8; 13]); // a torn write after the record
     sim.create_dir_all(&dir).unwrap();
     sim.set_file_bytes(&segment, bytes);
-    let config = WalConfig {
-        segment_bytes_max: 4096,
-        preallocate: false,
-        ..WalConfig::default()
-    };
+    let config = unpreallocated();
     let mut lsns = Vec::new();
     let (wal, report) = Wal::open(&dir, Arc::new(sim.clone()), &config, &mut |r| {
         lsns.push(r.lsn);
