@@ -131,3 +131,22 @@ fn s_disk_3_a_checkpoint_that_does_not_fit_waits_for_acks_and_then_frees_the_spa
     assert_eq!(health.demand_bytes(), SEGMENT_BYTES);
     assert!(!files(&sim).iter().any(|n| n.ends_with(".checkpoint.tmp")));
 }
+
+/// The same at another step: the checkpoint's own fsync fails. Its file goes at once, and the
+/// log, which never depended on it, still holds everything.
+#[test]
+fn s_disk_4_a_checkpoint_whose_sync_fails_removes_its_partial_file_at_once() {
+    let sim = SimStorage::new(43);
+    let (mut store, live) = filled(&sim, 50);
+    sim.fail_sync_after(0);
+    assert!(store.checkpoint_now(live.broker.snapshot()).is_err());
+    assert!(
+        !files(&sim).iter().any(|n| n.contains(".checkpoint")),
+        "{:?}",
+        files(&sim)
+    );
+    store
+        .checkpoint_now(live.broker.snapshot())
+        .unwrap()
+        .unwrap();
+}
