@@ -59,6 +59,12 @@ struct Args {
     /// Heartbeat interval proposed to clients, seconds (0: none) [default: 60].
     #[arg(long, env = "WHARF_HEARTBEAT")]
     heartbeat: Option<u16>,
+    /// Start on a damaged log by giving up what is damaged (S-DISK-8): recovery skips damaged
+    /// records, cuts a log that ends before what an fsync covered, and logs each loss (file,
+    /// offset, Lsns). Only as a flag, never from the file or the environment: it is a
+    /// one-time decision, to be taken after reading `wharf-inspect verify`.
+    #[arg(long)]
+    salvage: bool,
     #[command(flatten)]
     test: test_mode::TestArgs,
 }
@@ -94,6 +100,7 @@ fn load(args: Args) -> anyhow::Result<Config> {
 fn main() -> anyhow::Result<()> {
     let mut args = Args::parse();
     let test = args.test.clone();
+    let salvage = args.salvage;
     // Removed when main returns, after the graceful shutdown.
     let _temp_dir = test.fixture_defaults(
         &mut args.bind,
@@ -119,12 +126,21 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(run(config, &test))
+    runtime.block_on(run(config, &test, salvage))
 }
 
-async fn run(config: Config, test: &test_mode::TestArgs) -> anyhow::Result<()> {
+async fn run(config: Config, test: &test_mode::TestArgs, salvage: bool) -> anyhow::Result<()> {
     let mut server_config = config.server_config()?;
     test.apply(&mut server_config);
+    if salvage {
+        tracing::warn!(
+            data_dir = %config.data_dir.display(),
+            "--salvage: damaged log records will be skipped and their loss logged (S-DISK-8)"
+        );
+        server_config.salvage = true;
+    }
+    // Handlers first: a SIGTERM right after the start line must stop gracefully, not kill.
+    let signalled = signals()?;
     let server = Server::start(server_config)
         .await
         .with_context(|| format!("starting wharf with data in {}", config.data_dir.display()))?;
@@ -132,7 +148,7 @@ async fn run(config: Config, test: &test_mode::TestArgs) -> anyhow::Result<()> {
         test_mode::announce(&server, &config.data_dir);
     }
     tokio::select! {
-        r = wait_for_signal() => r?,
+        r = signalled => r?,
         () = server.stopped() => tracing::error!("the broker task stopped; exiting"),
         () = test_mode::serve_stdin(&server), if test.test_mode => {}
     }
@@ -142,18 +158,22 @@ async fn run(config: Config, test: &test_mode::TestArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Installs the SIGINT and SIGTERM handlers now; the future ends at the first signal.
 #[cfg(unix)]
-async fn wait_for_signal() -> anyhow::Result<()> {
+fn signals() -> anyhow::Result<impl std::future::Future<Output = anyhow::Result<()>>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r.context("waiting for SIGINT")?,
-        _ = term.recv() => {}
-    }
-    Ok(())
+    let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        Ok(())
+    })
 }
 
 #[cfg(not(unix))]
-async fn wait_for_signal() -> anyhow::Result<()> {
-    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")
+fn signals() -> anyhow::Result<impl std::future::Future<Output = anyhow::Result<()>>> {
+    Ok(async { tokio::signal::ctrl_c().await.context("waiting for Ctrl-C") })
 }

@@ -31,6 +31,8 @@ use wharf_server::{MemoryLimit, ResourceProbe};
 /// How long a confirm must stay away to count as held.
 const HELD_FOR: Duration = Duration::from_millis(300);
 const DISK_LIMIT: u64 = 1_000_000;
+/// What the monitor counts as about to be used on top (S-DISK-1): the log's next segment.
+const NEXT_SEGMENT: u64 = wharf_base::limits::SEGMENT_BYTES_MAX;
 const MEMORY_LIMIT: u64 = 1_000_000;
 
 #[derive(Debug)]
@@ -50,7 +52,7 @@ impl ResourceProbe for FakeProbe {
 
 async fn start() -> (TestServer, Arc<FakeProbe>) {
     let probe = Arc::new(FakeProbe {
-        free: AtomicU64::new(10 * DISK_LIMIT),
+        free: AtomicU64::new(10 * DISK_LIMIT + NEXT_SEGMENT),
         used: AtomicU64::new(0),
     });
     let p = probe.clone();
@@ -144,7 +146,9 @@ async fn s_dur_3_disk_alarm_holds_publishes_while_consumers_drain() {
     }
     let mut pub_events = pub_conn.events_listener();
 
-    probe.free.store(DISK_LIMIT - 1, Ordering::SeqCst);
+    probe
+        .free
+        .store(DISK_LIMIT - 1 + NEXT_SEGMENT, Ordering::SeqCst);
     server.handle.check_resources().await;
     assert_eq!(
         server.handle.blocked_reason().as_deref(),
@@ -183,11 +187,15 @@ async fn s_dur_3_disk_alarm_holds_publishes_while_consumers_drain() {
     );
 
     // Still below the limit plus hysteresis: stays on.
-    probe.free.store(DISK_LIMIT, Ordering::SeqCst);
+    probe
+        .free
+        .store(DISK_LIMIT + NEXT_SEGMENT, Ordering::SeqCst);
     server.handle.check_resources().await;
     assert!(server.handle.blocked_reason().is_some());
 
-    probe.free.store(2 * DISK_LIMIT, Ordering::SeqCst);
+    probe
+        .free
+        .store(2 * DISK_LIMIT + NEXT_SEGMENT, Ordering::SeqCst);
     server.handle.check_resources().await;
     assert_eq!(server.handle.blocked_reason(), None);
     let c = within(5, held).await.unwrap();

@@ -11,6 +11,8 @@
 mod support;
 
 mod crash_torture;
+mod damaged_tail;
+mod disk_full;
 mod durability_restart;
 mod testing_clock;
 mod testing_crash;

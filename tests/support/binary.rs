@@ -66,6 +66,11 @@ impl Broker {
 
     /// Starts `bin` on `dir` with `--port 0` and waits for its start line.
     pub fn start_bin(bin: &str, dir: &Path) -> Broker {
+        Self::start_with_args(bin, dir, &[])
+    }
+
+    /// As [`Broker::start_bin`], with more command-line arguments.
+    pub fn start_with_args(bin: &str, dir: &Path, extra: &[&str]) -> Broker {
         let mut child = Command::new(bin)
             .args([
                 "--bind",
@@ -79,6 +84,7 @@ impl Broker {
             ])
             .arg("--data-dir")
             .arg(dir)
+            .args(extra)
             .env("NO_COLOR", "1")
             .env_remove("WHARF_CONFIG")
             .stdin(Stdio::null())

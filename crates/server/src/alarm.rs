@@ -5,7 +5,11 @@
 //! while it is set stops being read (its publishes wait in TCP, nothing is refused or lost) and
 //! is told `connection.blocked`; connections that only consume go on, so queues can drain.
 //! [`monitor`] samples a [`ResourceProbe`] every `limits::RESOURCE_CHECK_INTERVAL` and
-//! raises or clears the alarms, with hysteresis so that they do not flap.
+//! raises or clears the alarms, with hysteresis so that they do not flap. Free disk space is
+//! counted net of what the store is about to take (its next segment's reservation and a
+//! checkpoint in progress or waiting for room, S-DISK-1), so the log never runs out of space
+//! while the alarm is off; the store itself checks free space before it writes a checkpoint
+//! (S-DISK-3), the allocation that takes most at once.
 //!
 //! Memory is measured as the process's resident anonymous memory (`/proc/self/statm`: resident
 //! minus shared pages). That is what the kernel cannot reclaim and what an out-of-memory kill
@@ -330,14 +334,19 @@ impl Monitor {
         let disk_was = self.alarms.is_on(AlarmSource::Disk);
         let wal_full = self.wal.disk_full();
         let free = self.sample(|p| p.disk_free_bytes());
-        let low = free.map_or(disk_was, |free| {
-            disk_alarm(disk_was, free, self.thresholds.disk_free_limit_bytes)
+        // S-DISK-1: what the store is about to take (the next segment's reservation, a
+        // checkpoint being written or waiting for room) counts as used already.
+        let demand = self.wal.demand_bytes();
+        let usable = free.map(|f| f.saturating_sub(demand));
+        let low = usable.map_or(disk_was, |usable| {
+            disk_alarm(disk_was, usable, self.thresholds.disk_free_limit_bytes)
         });
         let disk_on = low || wal_full;
         if disk_on != disk_was {
             if disk_on {
                 warn!(
                     free_bytes = ?free,
+                    about_to_be_used_bytes = demand,
                     limit_bytes = self.thresholds.disk_free_limit_bytes,
                     wal_disk_full = wal_full,
                     "disk alarm: blocking publishers"

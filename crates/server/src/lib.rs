@@ -21,6 +21,7 @@
 //!   being read (RabbitMQ's resource alarms).
 //! - `admin`: what the management API (`mgmt`) asks the broker task; the listener starts
 //!   with the server when [`ServerConfig::mgmt_bind`] is set.
+//! - `volume`: the log sized for the data directory's volume (S-DISK-5).
 //! - `clock_control`: moving a manual clock from outside (`--test-clock`).
 //! - `convert`: wire values <-> broker values, broker errors -> AMQP closes (S-ERR-1).
 //! - `auth`: password hashes (RabbitMQ's format), the shared [`UserRegistry`] that
@@ -59,6 +60,7 @@ mod server_config;
 mod start;
 mod tls;
 mod users;
+mod volume;
 
 pub mod config;
 pub mod testing;

@@ -88,6 +88,7 @@ pub(crate) struct Recovered {
 /// the configured vhosts and users: everything that must hold before any client connects.
 pub(crate) async fn recover(
     config: &ServerConfig,
+    segment_bytes: u64,
     clock: &dyn Clock,
 ) -> Result<Recovered, ServerError> {
     let store_config = StoreConfig {
@@ -98,14 +99,23 @@ pub(crate) async fn recover(
         .storage
         .clone()
         .unwrap_or_else(|| Arc::new(FileStorage));
-    let (mut store, mut broker, summary) = tokio::task::spawn_blocking(move || {
-        Store::open_with(&store_config, storage, &WalConfig::default())
-    })
-    .await
-    .map_err(ServerError::Task)??;
+    let wal_config = WalConfig {
+        segment_bytes_max: segment_bytes,
+        ..WalConfig::default()
+    };
+    let (mut store, mut broker, summary) =
+        tokio::task::spawn_blocking(move || Store::open_with(&store_config, storage, &wal_config))
+            .await
+            .map_err(ServerError::Task)??;
+    let limit = config.disk_free_limit_bytes;
     store.set_checkpoint_trigger(wharf_store::CheckpointTrigger {
         enabled: true,
         log_bytes_min: config.checkpoint_log_bytes_min,
+        // S-DISK-3: compaction under space pressure starts a little before the disk alarm
+        // (limit and hysteresis, plus the next segment and one more).
+        space_floor_bytes: limit
+            .saturating_add(limit / 100 * wharf_base::limits::ALARM_HYSTERESIS_PERCENT)
+            .saturating_add(2 * segment_bytes),
     });
     broker.set_unacked_per_channel_max(config.unacked_per_channel_max);
     broker.set_consumer_timeout(config.consumer_timeout_ms);

@@ -43,7 +43,12 @@ impl Server {
     ///
     /// # Errors
     /// The store cannot be opened (corrupt log, unusable directory); the address is taken.
-    pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
+    pub async fn start(mut config: ServerConfig) -> Result<ServerHandle, ServerError> {
+        let segment_bytes =
+            crate::volume::fit_to_volume(&mut config).map_err(|source| StoreError::Io {
+                path: config.data_dir.clone(),
+                source,
+            })?;
         let clock: Arc<dyn Clock> = match &config.clock_control {
             Some(manual) => Arc::new(manual.clone()),
             None => config.clock.clone(),
@@ -55,7 +60,7 @@ impl Server {
             summary,
             events,
             downtime,
-        } = recover(&config, clock.as_ref()).await?;
+        } = recover(&config, segment_bytes, clock.as_ref()).await?;
         let registry = Arc::new(registry_for(&config));
         let alarms = Arc::new(alarm::Alarms::default());
         let log_health = LogHealth::of(&store);
@@ -243,6 +248,14 @@ fn start_monitor(
         probe_failed: false,
     };
     let (tx, rx) = mpsc::channel(8);
+    // S-DISK-1: a check at each allocation of the store, not only once a second. A full
+    // request queue already holds a check to come.
+    let wake = tx.downgrade();
+    monitor.wal.on_allocation(move || {
+        if let Some(tx) = wake.upgrade() {
+            let _ = tx.try_send(oneshot::channel().0);
+        }
+    });
     (tx, tokio::spawn(alarm::monitor(monitor, rx)))
 }
 

@@ -13,6 +13,11 @@ pub struct CheckpointTrigger {
     pub enabled: bool,
     /// The floor of the threshold: `limits::CHECKPOINT_LOG_BYTES_MIN` by default.
     pub log_bytes_min: u64,
+    /// Free disk space below which the store is under space pressure (S-DISK-3): it then
+    /// checks, at every small step of log (acks and deliveries), whether a checkpoint would
+    /// free more than it takes, and writes it if so. The server sets it from its disk alarm
+    /// limit; 0 (the default) never checks.
+    pub space_floor_bytes: u64,
 }
 
 impl Default for CheckpointTrigger {
@@ -20,6 +25,7 @@ impl Default for CheckpointTrigger {
         Self {
             enabled: true,
             log_bytes_min: limits::CHECKPOINT_LOG_BYTES_MIN,
+            space_floor_bytes: 0,
         }
     }
 }

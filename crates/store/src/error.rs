@@ -28,7 +28,9 @@ pub enum StoreError {
     Log(String),
     /// The log could not be opened for a reason other than those below (e.g. an invalid
     /// configuration).
-    #[error("write-ahead log failed: {0}")]
+    /// The cause is the `source` only, not also in the message: a report of the chain
+    /// (`wharf`'s exit) would print it twice.
+    #[error("the write-ahead log cannot be opened")]
     Open(#[source] RecoveryError),
     /// Appending or waiting failed in the write-ahead log (fail-stop after an I/O failure).
     #[error(transparent)]

@@ -10,6 +10,7 @@
 //!   durability), `checkpoints` (when and how checkpoints are taken).
 //! - `replay`: recovery's log visitor and its [`RecoverySummary`].
 //! - `appender`: [`LogHealth`], what the server's resource monitor may ask of the log.
+//! - `disk_demand`: [`DiskDemand`], disk space the store is about to take (S-DISK-1).
 //! - `batch`: one batch of events encoded and size-checked before anything is appended.
 //! - `checkpoint_trigger`: [`CheckpointTrigger`], [`CheckpointDone`].
 //! - `checkpoint`: the checkpoint file: write, read, load (a public namespace).
@@ -32,6 +33,7 @@ mod batch;
 pub mod checkpoint;
 mod checkpoint_trigger;
 pub mod codec;
+mod disk_demand;
 mod error;
 mod record_size;
 mod replay;
@@ -40,6 +42,7 @@ mod stored;
 
 pub use appender::LogHealth;
 pub use checkpoint_trigger::{CheckpointDone, CheckpointTrigger};
+pub use disk_demand::DiskDemand;
 pub use error::{CheckpointDamage, LogDamage, LogGap, StoreError};
 pub use record_size::MessageRecordSize;
 pub use replay::RecoverySummary;

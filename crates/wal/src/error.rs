@@ -69,6 +69,9 @@ pub enum CorruptReason {
     },
     /// Zero bytes inside a sealed segment, where only records may be.
     UnexpectedZeros,
+    /// The log ends cleanly, but before the last record the durable mark says an fsync
+    /// covered (S-DISK-6).
+    EndsBeforeDurable,
 }
 
 impl std::fmt::Display for CorruptReason {
@@ -88,6 +91,9 @@ impl std::fmt::Display for CorruptReason {
                 write!(f, "expected lsn {expected}, found {found}")
             }
             CorruptReason::UnexpectedZeros => f.write_str("zero bytes inside a sealed segment"),
+            CorruptReason::EndsBeforeDurable => {
+                f.write_str("the log ends before the last record an fsync covered")
+            }
         }
     }
 }
@@ -195,6 +201,44 @@ pub enum RecoveryError {
         found: u16,
         /// The newest version this build reads.
         supported: u16,
+    },
+    /// The log ends before the last record an fsync covered (the durable mark, S-DISK-6):
+    /// confirmed records are damaged or missing. Not a torn tail; salvage mode cuts it and
+    /// reports the loss.
+    #[error(
+        "{path} at offset {offset}: {reason}; the log ends before lsn {first_lost} but an \
+         fsync covered it through lsn {durable}{}, so {records} durable (confirmed) record(s) \
+         are damaged or missing. This is not a torn tail and wharf will not start on it: \
+         restore the data directory from a backup, or start once with --salvage to cut the \
+         log here and accept the loss",
+        if *.clean { " (it was stopped cleanly there)" } else { "" }
+    )]
+    DurableDamage {
+        /// The segment file (the directory when no segment is left).
+        path: PathBuf,
+        /// Where the intact log ends.
+        offset: u64,
+        /// What was found there.
+        reason: CorruptReason,
+        /// The first Lsn missing.
+        first_lost: Lsn,
+        /// The last Lsn an fsync covered, by the mark.
+        durable: Lsn,
+        /// Durable records lost: `durable - first_lost + 1`.
+        records: u64,
+        /// The mark was written by a clean stop.
+        clean: bool,
+    },
+    /// The log's newest segment was written by a build that keeps `durable.mark`, but the file
+    /// is gone: wharf cannot tell a torn tail from lost data, so it does not guess.
+    #[error(
+        "{path} is missing but the log was written with it: wharf cannot tell a torn tail from \
+         damage without it; restore the data directory from a backup, or start once with \
+         --salvage to accept whatever the log holds"
+    )]
+    MarkMissing {
+        /// Where the mark should be.
+        path: PathBuf,
     },
     /// An I/O error while scanning or preparing the log.
     #[error("i/o error during recovery on {path}")]

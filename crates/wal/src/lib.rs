@@ -33,6 +33,7 @@
 //! - `wal`: [`Wal`], the open log.
 //! - `writer`: group commit: the shared state, [`Appender`], the writer thread, segment files.
 //! - `reader`: [`Reader`], records read back by position.
+//! - `mark`: the durable mark (`durable.mark`): how far an fsync covered the log.
 //! - `reclaimer`: [`Reclaimer`], deleting segments a checkpoint covers.
 //! - `recovery`: the recovery scan ([`scan`]) and its [`RecoveryReport`].
 //! - `record`: the frame and segment header layout, and `le`, the one little-endian helper.
@@ -53,6 +54,7 @@
 mod config;
 mod error;
 mod ids;
+mod mark;
 mod mmap;
 mod reader;
 mod reclaimer;
@@ -66,13 +68,16 @@ mod writer;
 pub use config::{SEGMENT_BYTES_MIN, WalConfig};
 pub use error::{CorruptReason, IoOp, RecoveryError, WalError};
 pub use ids::{Lsn, Position, SegmentId};
+pub use mark::{
+    DurableMark, MARK_FILE_NAME, MarkState, SlotCheck, decode_mark, encode_mark, read_mark,
+};
 pub use mmap::ReadOnlyMap;
 pub use reader::{Reader, Record, read_frame_at};
 pub use reclaimer::Reclaimer;
 pub use record::{
     FRAME_HEADER_BYTES, Frame, FrameCheck, FrameFields, HeaderCheck, SegmentHeader,
     check_segment_header, decode_frame, encode_frame, encode_segment_header, frame_bytes, le,
-    peek_payload_len,
+    peek_payload_len, segment_header_version,
 };
 pub use recovery::{
     RecordRef, RecoveryMode, RecoveryReport, SalvageLoss, TornTail, Visitor, list_segments,

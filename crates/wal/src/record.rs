@@ -57,7 +57,12 @@ pub mod le {
 pub const SEGMENT_MAGIC: [u8; 8] = *b"\x89WHF\r\n\x1a\n";
 /// The format version this build writes. Older versions would be migrated on read, newer ones
 /// refused (see `storage-format.md`).
-pub const FORMAT_VERSION: u16 = 1;
+pub const FORMAT_VERSION: u16 = 2;
+/// The first format version whose logs keep a durable mark (`durable.mark`): a log whose newest
+/// segment says this or later and has no mark file lost it.
+pub const MARK_SINCE_VERSION: u16 = 2;
+/// The oldest format version this build reads (the segment layout is the same in 1 and 2).
+pub const OLDEST_READ_VERSION: u16 = 1;
 
 // Segment header layout (storage-format.md, "Segment header").
 const MAGIC_OFFSET: usize = 0;
@@ -121,7 +126,7 @@ pub fn encode_segment_header(header: SegmentHeader) -> [u8; SEGMENT_HEADER_BYTES
     let mut out = Vec::with_capacity(SEGMENT_HEADER_BYTES);
     out.extend_from_slice(&SEGMENT_MAGIC);
     le::put_u16(&mut out, FORMAT_VERSION);
-    le::put_u16(&mut out, 0); // flags: none defined in version 1
+    le::put_u16(&mut out, 0); // flags: none defined
     le::put_u64(&mut out, header.segment_id.0);
     le::put_u64(&mut out, header.first_lsn.0);
     let crc = crc32fast::hash(&out);
@@ -155,13 +160,22 @@ pub fn check_segment_header(buf: &[u8]) -> HeaderCheck {
         return HeaderCheck::NewerVersion(version);
     }
     let covered = bytes.get(..HEADER_CRC_OFFSET).unwrap_or_default();
-    if version != FORMAT_VERSION || flags != 0 || crc32fast::hash(covered) != crc || first == 0 {
+    if version < OLDEST_READ_VERSION || flags != 0 || crc32fast::hash(covered) != crc || first == 0
+    {
         return HeaderCheck::Damaged;
     }
     HeaderCheck::Valid(SegmentHeader {
         segment_id: SegmentId(id),
         first_lsn: Lsn(first),
     })
+}
+
+/// The format version of a segment header that checks out, `None` otherwise.
+pub fn segment_header_version(buf: &[u8]) -> Option<u16> {
+    match check_segment_header(buf) {
+        HeaderCheck::Valid(_) => le::u16_at(buf, VERSION_OFFSET),
+        HeaderCheck::Short | HeaderCheck::Damaged | HeaderCheck::NewerVersion(_) => None,
+    }
 }
 
 /// Bytes a record with `payload_len` payload bytes takes in a segment.
@@ -450,9 +464,12 @@ mod tests {
         };
         let mut bytes = encode_segment_header(h);
         assert_eq!(check_segment_header(&bytes), HeaderCheck::Valid(h));
+        assert_eq!(segment_header_version(&bytes), Some(FORMAT_VERSION));
+        bytes[VERSION_OFFSET] = 3;
+        assert_eq!(check_segment_header(&bytes), HeaderCheck::NewerVersion(3));
+        bytes[VERSION_OFFSET] = 0;
+        assert_eq!(check_segment_header(&bytes), HeaderCheck::Damaged);
         bytes[VERSION_OFFSET] = 2;
-        assert_eq!(check_segment_header(&bytes), HeaderCheck::NewerVersion(2));
-        bytes[VERSION_OFFSET] = 1;
         bytes[SEGMENT_ID_OFFSET] ^= 1;
         assert_eq!(check_segment_header(&bytes), HeaderCheck::Damaged);
         assert_eq!(check_segment_header(&bytes[..10]), HeaderCheck::Short);

@@ -12,6 +12,7 @@ use bytes::Bytes;
 
 use crate::error::{CorruptReason, RecoveryError};
 use crate::ids::{Lsn, Position, SegmentId};
+use crate::mark::{MarkState, read_mark};
 use crate::record::{self, FrameCheck, HeaderCheck, SEGMENT_HEADER_BYTES};
 use crate::storage::Storage;
 use wharf_base::limits;
@@ -92,6 +93,11 @@ pub struct RecoveryReport {
     pub torn_tail: Option<TornTail>,
     /// What salvage mode skipped (always empty in strict mode).
     pub salvaged: Vec<SalvageLoss>,
+    /// What the durable mark said (S-DISK-6).
+    pub durable_mark: MarkState,
+    /// The mark file is missing although the newest segment was written by a build that keeps
+    /// one (strict recovery refuses; set only in salvage mode).
+    pub mark_missing: bool,
     /// Where appending continues: the last segment and the end of its last intact record.
     /// `None` when there is no usable segment (empty log, or a last segment whose header never
     /// became durable).
@@ -149,8 +155,10 @@ pub fn scan(
     let ids = list_segments(storage, dir)?;
     let mut report = RecoveryReport {
         next_lsn: Lsn(1),
+        durable_mark: read_mark(storage, dir)?,
         ..RecoveryReport::default()
     };
+    let mut last_version = None;
     let mut previous: Option<SegmentId> = None;
     for (index, &id) in ids.iter().enumerate() {
         let role = if index + 1 == ids.len() {
@@ -160,6 +168,7 @@ pub fn scan(
         };
         let path = dir.join(segment_file_name(id));
         let bytes = read_segment(storage, &path, role)?;
+        last_version = record::segment_header_version(&bytes);
         let contiguous = previous.is_some_and(|p| p.0.checked_add(1) == Some(id.0));
         let mut scan = SegmentScan {
             path: &path,
@@ -175,7 +184,66 @@ pub fn scan(
         report.segments.push(id);
         previous = Some(id);
     }
+    check_durable(dir, mode, last_version, &mut report)?;
     Ok(report)
+}
+
+/// Holds the end of the log against the durable mark (S-DISK-6): a log that ends (torn or
+/// not) at or before a record an fsync covered is damage, not a torn tail. A log whose newest
+/// segment was written by a build that keeps the mark must have one.
+fn check_durable(
+    dir: &Path,
+    mode: RecoveryMode,
+    last_version: Option<u16>,
+    report: &mut RecoveryReport,
+) -> Result<(), RecoveryError> {
+    let mark = match report.durable_mark {
+        MarkState::Found(mark) => mark,
+        MarkState::Missing if last_version >= Some(record::MARK_SINCE_VERSION) => {
+            if mode == RecoveryMode::Strict {
+                return Err(RecoveryError::MarkMissing {
+                    path: crate::mark::mark_path(dir),
+                });
+            }
+            report.mark_missing = true;
+            return Ok(());
+        }
+        MarkState::Missing | MarkState::Unreadable => return Ok(()),
+    };
+    let first_lost = report.next_lsn;
+    if first_lost > mark.lsn {
+        return Ok(());
+    }
+    let (path, offset, bytes, reason) = match (&report.torn_tail, report.append_at) {
+        (Some(t), _) => (t.path.clone(), t.offset, t.bytes, t.reason.clone()),
+        (None, Some(at)) => (
+            dir.join(segment_file_name(at.segment)),
+            at.offset,
+            0,
+            CorruptReason::EndsBeforeDurable,
+        ),
+        (None, None) => (dir.to_owned(), 0, 0, CorruptReason::EndsBeforeDurable),
+    };
+    let records = mark.lsn.0 - first_lost.0 + 1;
+    if mode == RecoveryMode::Strict {
+        return Err(RecoveryError::DurableDamage {
+            path,
+            offset,
+            reason,
+            first_lost,
+            durable: mark.lsn,
+            records,
+            clean: mark.clean,
+        });
+    }
+    report.salvaged.push(SalvageLoss {
+        path,
+        offset,
+        bytes,
+        reason,
+        lsns: first_lost..mark.lsn.next(),
+    });
+    Ok(())
 }
 
 /// Bytes of one segment: mapped when sealed and the storage can map, read otherwise.

@@ -8,7 +8,8 @@ use std::thread::JoinHandle;
 
 use crate::config::WalConfig;
 use crate::error::{RecoveryError, WalError};
-use crate::ids::SegmentId;
+use crate::ids::{Lsn, SegmentId};
+use crate::mark::{self, DurableMark, MarkFile};
 use crate::reader::Reader;
 use crate::reclaimer::Reclaimer;
 use crate::recovery::{self, RecoveryReport, Visitor, scan};
@@ -45,9 +46,31 @@ impl Wal {
                 source,
             })?;
         let report = scan(&*storage, dir, config.recovery_mode, visit)?;
+        let mark_io = |source| RecoveryError::Io {
+            path: mark::mark_path(dir),
+            source,
+        };
+        // Created (durably, saying nothing) before any segment of this format can exist.
+        let nothing = DurableMark {
+            lsn: Lsn(0),
+            segment: SegmentId(0),
+            end: 0,
+            clean: false,
+        };
+        let mut mark = MarkFile::open(&*storage, dir, nothing).map_err(mark_io)?;
         let (active, active_unreserved) =
             prepare_active(&*storage, dir, config, &report).map_err(into_recovery)?;
+        // prepare_active synced what recovery handed out: that is durable now.
+        let recovered = DurableMark {
+            lsn: Lsn(report.next_lsn.0 - 1),
+            segment: active.id,
+            end: active.end,
+            clean: false,
+        };
+        mark.write_durably(recovered).map_err(mark_io)?;
         let start = Start {
+            mark,
+            recovered,
             active,
             active_unreserved,
             next_lsn: report.next_lsn,

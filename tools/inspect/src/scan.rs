@@ -340,7 +340,10 @@ fn read_checkpoint(
                 file,
                 lsn: None,
                 severity: "error",
-                what: format!("{err}; recovery refuses to start (--salvage reads the log alone)"),
+                what: format!(
+                    "{err}; recovery refuses to start (`wharf --salvage` skips it for an older \
+                     checkpoint or the log alone)"
+                ),
             });
             Ok(None)
         }
@@ -363,7 +366,7 @@ fn report_of(
             reason,
         }) => {
             let what = format!(
-                "{reason}; the scan stops here (recovery refuses to start, even with --salvage)"
+                "{reason}; the scan stops here (recovery refuses to start, even with `wharf --salvage`)"
             );
             findings.push(finding_at(segments, &path, offset, None, "error", what));
             Ok(RecoveryReport::default())
@@ -427,11 +430,44 @@ fn finding_at(
 
 fn report_findings(segments: &[SegmentFile], report: &RecoveryReport) -> Vec<Finding> {
     let mut out = Vec::new();
+    if report.mark_missing {
+        let what = format!(
+            "{} is missing but the log was written with it: recovery refuses to start \
+             (`wharf --salvage` starts on whatever the log holds)",
+            wharf_wal::MARK_FILE_NAME
+        );
+        out.push(Finding {
+            segment: u64::MAX,
+            offset: 0,
+            file: wharf_wal::MARK_FILE_NAME.to_owned(),
+            lsn: None,
+            severity: "error",
+            what,
+        });
+    }
+    let mut durable_lost = false;
     for loss in &report.salvaged {
-        let lsns = if loss.lsns.start < loss.lsns.end {
-            format!(", Lsns {}..{} lost", loss.lsns.start, loss.lsns.end)
+        let what = if loss.lsns.start >= report.next_lsn {
+            // S-DISK-6: the log ends before what an fsync covered (the durable mark).
+            durable_lost = true;
+            format!(
+                "{}: the log ends before lsn {} but an fsync covered it through lsn {}, so {} \
+                 durable (confirmed) record(s) are damaged or missing; this is not a torn \
+                 tail: recovery refuses to start (`wharf --salvage` cuts the log here and \
+                 accepts the loss)",
+                loss.reason,
+                loss.lsns.start,
+                loss.lsns.end.0.saturating_sub(1),
+                loss.lsns.end.0.saturating_sub(loss.lsns.start.0),
+            )
+        } else if loss.lsns.start < loss.lsns.end {
+            let (reason, bytes, lsns) = (&loss.reason, loss.bytes, &loss.lsns);
+            format!(
+                "{reason}: {bytes} bytes unreadable, Lsns {}..{} lost",
+                lsns.start, lsns.end
+            )
         } else {
-            String::new()
+            format!("{}: {} bytes unreadable", loss.reason, loss.bytes)
         };
         out.push(finding_at(
             segments,
@@ -439,10 +475,10 @@ fn report_findings(segments: &[SegmentFile], report: &RecoveryReport) -> Vec<Fin
             loss.offset,
             None,
             "error",
-            format!("{}: {} bytes unreadable{lsns}", loss.reason, loss.bytes),
+            what,
         ));
     }
-    if let Some(torn) = &report.torn_tail {
+    if let Some(torn) = report.torn_tail.as_ref().filter(|_| !durable_lost) {
         out.push(finding_at(
             segments,
             &torn.path,

@@ -208,9 +208,40 @@ pub fn encode_to_vec(snapshot: &Snapshot, lsn: Lsn) -> Result<Vec<u8>, StoreErro
 /// describe records a crash could still lose.
 ///
 /// # Errors
-/// I/O errors (the temporary file is then left behind and removed at the next open), a
-/// record that does not fit the format, or a stored message that cannot be read.
+/// I/O errors (a full disk included: the temporary file is then removed at once, S-DISK-4,
+/// so a failed checkpoint never keeps the space it took), a record that does not fit the
+/// format, or a stored message that cannot be read.
 pub fn write(
+    storage: &dyn Storage,
+    dir: &Path,
+    lsn: Lsn,
+    snapshot: &Snapshot,
+    parts: PartSource<'_>,
+) -> Result<(u64, Vec<(u64, u64)>), StoreError> {
+    let tmp = dir.join(temporary_file_name(lsn));
+    let tmp_exists = |storage: &dyn Storage| -> Result<bool, StoreError> {
+        let names = storage.list(dir).map_err(io_err(dir))?;
+        Ok(names.iter().any(|n| dir.join(n) == tmp))
+    };
+    if tmp_exists(storage)? {
+        storage.remove(&tmp).map_err(io_err(&tmp))?;
+    }
+    let written = write_and_install(storage, dir, lsn, snapshot, parts);
+    if written.is_err() && tmp_exists(storage).unwrap_or(false) {
+        // Whatever failed, the partial file goes now, not at the next start: on a full disk
+        // it holds the very space the log needs.
+        match storage.remove(&tmp) {
+            Ok(()) => tracing::warn!(path = %tmp.display(), "failed checkpoint removed"),
+            Err(e) => {
+                tracing::warn!(path = %tmp.display(), error = %e, "cannot remove a failed checkpoint");
+            }
+        }
+    }
+    written
+}
+
+/// [`write`] once the temporary file is known not to exist.
+fn write_and_install(
     storage: &dyn Storage,
     dir: &Path,
     lsn: Lsn,
@@ -219,14 +250,6 @@ pub fn write(
 ) -> Result<(u64, Vec<(u64, u64)>), StoreError> {
     let path = dir.join(file_name(lsn));
     let tmp = dir.join(temporary_file_name(lsn));
-    if storage
-        .list(dir)
-        .map_err(io_err(dir))?
-        .iter()
-        .any(|n| dir.join(n) == tmp)
-    {
-        storage.remove(&tmp).map_err(io_err(&tmp))?;
-    }
     let file = storage.create_new(&tmp).map_err(io_err(&tmp))?;
     let mut offset = CHECKPOINT_HEADER_BYTES as u64;
     let mut sink = |bytes: &[u8]| {

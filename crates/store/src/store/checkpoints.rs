@@ -17,6 +17,11 @@ use crate::stored::{CheckpointView, StoredReader};
 use wharf_broker::{Broker, Snapshot, StoredMessage};
 use wharf_wal::{Appender, Lsn, Reclaimer, Storage};
 
+/// Under space pressure, free space is checked once per this fraction of a segment of log
+/// (S-DISK-3): often enough that draining consumers free space soon, rarely enough that the
+/// check is no cost.
+const SPACE_STEP_DIVISOR: u64 = 16;
+
 /// What the checkpoint thread needs: everything is shared or owned, nothing borrows the store.
 struct Job {
     storage: Arc<dyn Storage>,
@@ -101,10 +106,28 @@ impl Store {
         // the time.
         let segment = self.last_segment.load(Ordering::Relaxed);
         let rolled = segment > c.base_segment && c.live_bytes <= self.segment_bytes;
-        if since <= c.trigger.log_bytes_min.max(c.live_bytes) && !rolled {
+        let regular = since > c.trigger.log_bytes_min.max(c.live_bytes) || rolled;
+        let pressed = !regular && self.short_of_space();
+        if !regular && !pressed {
             return false;
         }
-        let job = self.job(broker.snapshot());
+        let snapshot = broker.snapshot();
+        let estimate = estimated_bytes(&snapshot);
+        self.checkpoints.estimated_messages = snapshot
+            .queues
+            .iter()
+            .map(|q| q.messages.len() as u64)
+            .sum();
+        // Under space pressure, only a checkpoint that frees more than it writes (the log
+        // since the last one and the last one go) is worth its space (S-DISK-3).
+        if pressed && estimate >= since.saturating_add(self.checkpoints.live_bytes) {
+            return false;
+        }
+        if !self.fits(estimate) {
+            return false;
+        }
+        self.demand.set_checkpoint(estimate);
+        let job = self.job(snapshot);
         let at_bytes = self.logged_bytes.load(Ordering::Relaxed);
         let spawned = std::thread::Builder::new()
             .name("wharf-checkpoint".to_owned())
@@ -120,11 +143,67 @@ impl Store {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "checkpoint thread could not start; retrying later");
+                self.demand.set_checkpoint(0);
                 self.checkpoints.base_bytes = at_bytes;
                 self.checkpoints.base_segment = segment;
                 false
             }
         }
+    }
+
+    /// Whether the store is short of space (S-DISK-3): a checkpoint was deferred, or free
+    /// space is below the trigger's floor. Asked at most once per space step of log
+    /// ([`SPACE_STEP_DIVISOR`] of a segment) or of acks (an eighth of the messages last
+    /// counted), so the check costs one `statvfs` per step, not one per batch.
+    fn short_of_space(&mut self) -> bool {
+        let logged = self.logged_bytes.load(Ordering::Relaxed);
+        let settled = self.settled.load(Ordering::Relaxed);
+        let c = &mut self.checkpoints;
+        let step = (self.segment_bytes / SPACE_STEP_DIVISOR).max(1);
+        // Or once an eighth of the messages the last estimate counted were acked: acks log
+        // little, but each takes a whole message out of the next checkpoint.
+        let settled_step = (c.estimated_messages / 8).max(1);
+        if c.trigger.space_floor_bytes == 0 && !c.deferred
+            || logged.saturating_sub(c.space_checked_at) < step
+                && settled.saturating_sub(c.settled_checked_at) < settled_step
+        {
+            return false;
+        }
+        c.space_checked_at = logged;
+        c.settled_checked_at = settled;
+        let (deferred, floor) = (c.deferred, c.trigger.space_floor_bytes);
+        deferred || self.available_bytes().is_some_and(|a| a < floor)
+    }
+
+    /// Whether a checkpoint of `estimate` bytes leaves the log room for one more segment
+    /// (S-DISK-3: a checkpoint never takes the space the log's acks need). When it does not,
+    /// it is deferred: its size counts in the disk demand (so the disk alarm blocks
+    /// publishers) and it is tried again as acks shrink it.
+    fn fits(&mut self, estimate: u64) -> bool {
+        let available = self.available_bytes();
+        let needed = estimate.saturating_add(self.segment_bytes);
+        let fits = available.is_none_or(|a| a >= needed);
+        if !fits && !self.checkpoints.deferred {
+            tracing::warn!(
+                estimate_bytes = estimate,
+                available_bytes = ?available,
+                "checkpoint deferred: it would take the space the log needs (S-DISK-3)"
+            );
+        }
+        self.checkpoints.deferred = !fits;
+        // Fitting, it is counted once it starts (`set_checkpoint` by the caller).
+        self.demand.set_checkpoint(if fits { 0 } else { estimate });
+        fits
+    }
+
+    /// Free space on the data directory's file system, when the storage can tell.
+    fn available_bytes(&self) -> Option<u64> {
+        self.storage
+            .available_bytes(self.wal.dir())
+            .unwrap_or_else(|e| {
+                tracing::debug!(error = %e, "cannot read free disk space");
+                None
+            })
     }
 
     /// Waits for the checkpoint being written, if any, and returns how it ended.
@@ -224,6 +303,7 @@ impl Store {
             Ok(result) => result,
             Err(_) => Err(StoreError::CheckpointPanicked),
         };
+        self.demand.set_checkpoint(0);
         match &result {
             Ok(done) => self.checkpoint_finished(*done, at_bytes, at_segment),
             Err(e) => {
@@ -248,4 +328,20 @@ impl Store {
         c.base_bytes = at_bytes;
         c.base_segment = at_segment;
     }
+}
+
+/// The size a checkpoint of `snapshot` will about have: every message's body with its
+/// frame, placement and properties (a fixed allowance), and the definitions. An estimate for
+/// the space checks (S-DISK-3), erring on the large side.
+fn estimated_bytes(snapshot: &Snapshot) -> u64 {
+    const PER_MESSAGE_BYTES: u64 = 256;
+    const PER_DEFINITION_BYTES: u64 = 512;
+    let messages: u64 = snapshot
+        .queues
+        .iter()
+        .flat_map(|q| &q.messages)
+        .map(|m| m.message.body_len() + PER_MESSAGE_BYTES)
+        .sum();
+    let definitions = (snapshot.definitions.len() + snapshot.scheduled.len()) as u64;
+    messages + definitions * PER_DEFINITION_BYTES
 }

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
 use super::{Store, Ticket};
+use crate::disk_demand::DiskDemand;
 use crate::error::StoreError;
 use crate::stored;
 use wharf_broker::{Event, LoggedMessage, MessageLoader};
@@ -48,8 +49,11 @@ impl Store {
             let payload = scratch.bytes.get(start..end).unwrap_or_default();
             let appended = self.appender.append(kind, payload)?;
             last = appended.lsn;
-            self.last_segment
-                .fetch_max(appended.position.segment.0, Ordering::Relaxed);
+            let segment = appended.position.segment.0;
+            if self.last_segment.fetch_max(segment, Ordering::Relaxed) < segment {
+                // A roll: the next segment's reservation is due (S-DISK-1).
+                self.demand.allocated();
+            }
             // The broker may leave the message's content on disk once `last` is durable.
             if let Some(message) = message
                 && let Some(at) = stored::pack_log(appended.position)
@@ -65,6 +69,8 @@ impl Store {
         }
         self.last_lsn.store(last.0, Ordering::Release);
         self.logged_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.settled
+            .fetch_add(settled_messages(events), Ordering::Relaxed);
         Ok(Some(last.0))
     }
 
@@ -106,6 +112,11 @@ impl Store {
         self.appender.clone()
     }
 
+    /// What the store is about to take on disk, for [`crate::LogHealth`] (S-DISK-1).
+    pub(crate) fn disk_demand(&self) -> Arc<DiskDemand> {
+        Arc::clone(&self.demand)
+    }
+
     /// The reader of stored messages, for a broker that logs to this store but was not
     /// recovered from it (`Store::open` hands it to the broker it returns).
     pub fn loader(&self) -> Arc<dyn MessageLoader> {
@@ -116,4 +127,16 @@ impl Store {
     pub fn dir(&self) -> &Path {
         self.wal.dir()
     }
+}
+
+/// Messages `events` take out of their queues for good (acks, purges): what shrinks the next
+/// checkpoint, so the space checks under pressure count them (S-DISK-3).
+fn settled_messages(events: &[Event]) -> u64 {
+    events
+        .iter()
+        .map(|e| match e {
+            Event::Settled { ids, .. } | Event::Purged { ids, .. } => ids.len() as u64,
+            _ => 0,
+        })
+        .sum()
 }

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::batch::Scratch;
 use crate::checkpoint_trigger::{CheckpointDone, CheckpointTrigger};
+use crate::disk_demand::DiskDemand;
 use crate::error::StoreError;
 use crate::stored::StoredReader;
 use wharf_wal::{Appender, Storage, Wal};
@@ -58,6 +59,8 @@ pub struct Store {
     last_lsn: AtomicU64,
     /// Frame bytes appended since open (the checkpoint trigger's clock).
     logged_bytes: AtomicU64,
+    /// Messages settled or purged since open (the space checks' second clock, S-DISK-3).
+    settled: AtomicU64,
     /// The segment the last record went to.
     last_segment: AtomicU64,
     /// The log's segment size.
@@ -65,6 +68,8 @@ pub struct Store {
     checkpoints: Checkpoints,
     /// Reads stored messages back (the broker holds it as its loader).
     reader: Arc<StoredReader>,
+    /// Disk space about to be taken, for the resource monitor (S-DISK-1).
+    demand: Arc<DiskDemand>,
 }
 
 /// The checkpoint bookkeeping of an open store.
@@ -81,6 +86,14 @@ struct Checkpoints {
     /// The segment being written when the newest checkpoint's snapshot was taken.
     base_segment: u64,
     in_flight: Option<InFlight>,
+    /// A checkpoint was wanted but did not fit in the free space (S-DISK-3): retried at every
+    /// space step of log, as acks shrink it.
+    deferred: bool,
+    /// `logged_bytes` at the last free-space check.
+    space_checked_at: u64,
+    /// `settled` at the last free-space check, and the messages the last estimate counted.
+    settled_checked_at: u64,
+    estimated_messages: u64,
 }
 
 #[derive(Debug)]

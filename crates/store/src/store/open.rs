@@ -15,6 +15,7 @@ use super::{Checkpoints, Store, StoreConfig};
 use crate::batch::Scratch;
 use crate::checkpoint;
 use crate::codec;
+use crate::disk_demand::DiskDemand;
 use crate::error::{LogGap, StoreError};
 use crate::replay::{RecoverySummary, Replay};
 use crate::stored::{CheckpointView, StoredReader};
@@ -87,6 +88,7 @@ impl Store {
             scratch: Mutex::new(Scratch::default()),
             last_lsn: AtomicU64::new(report.next_lsn.0.saturating_sub(1)),
             logged_bytes: AtomicU64::new(0),
+            settled: AtomicU64::new(0),
             last_segment: AtomicU64::new(0),
             segment_bytes: wal_config.segment_bytes_max,
             checkpoints: Checkpoints {
@@ -95,6 +97,7 @@ impl Store {
                 ..Checkpoints::default()
             },
             reader,
+            demand: Arc::new(DiskDemand::new(wal_config.segment_bytes_max)),
         };
         store.log_format()?;
         Ok((store, broker, summary))

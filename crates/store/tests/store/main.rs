@@ -21,6 +21,7 @@ mod broker_common;
 mod store_checkpoint;
 mod store_codec;
 mod store_crash;
+mod store_diskfull;
 mod store_golden;
 mod store_record_size;
 mod store_recovery;

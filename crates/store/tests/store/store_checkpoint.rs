@@ -123,6 +123,7 @@ fn run_with_checkpoints(seed: u64, ops: &[Op], points: &[u8], paging: bool) {
                 store.set_checkpoint_trigger(CheckpointTrigger {
                     enabled: true,
                     log_bytes_min: 0,
+                    ..Default::default()
                 });
                 if store.maybe_checkpoint(&live.broker) {
                     store.wait_checkpoint().unwrap().unwrap();
@@ -130,6 +131,7 @@ fn run_with_checkpoints(seed: u64, ops: &[Op], points: &[u8], paging: bool) {
                 store.set_checkpoint_trigger(CheckpointTrigger {
                     enabled: false,
                     log_bytes_min: 0,
+                    ..Default::default()
                 });
             }
             _ => {}
@@ -369,6 +371,7 @@ fn periodic(store: &mut Store) {
     store.set_checkpoint_trigger(CheckpointTrigger {
         enabled: true,
         log_bytes_min: 0,
+        ..Default::default()
     });
 }
 

@@ -50,6 +50,10 @@ impl Storage for FileStorage {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         fs::rename(from, to)
     }
+    fn available_bytes(&self, dir: &Path) -> io::Result<Option<u64>> {
+        let st = rustix::fs::statvfs(dir)?;
+        Ok(Some(st.f_bavail.saturating_mul(st.f_frsize)))
+    }
 }
 
 impl StorageFile for RealFile {

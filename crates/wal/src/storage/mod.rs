@@ -49,6 +49,16 @@ pub trait Storage: Send + Sync + Debug {
     /// # Errors
     /// The operating system's (or the simulation's) I/O error.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Bytes a writer may still allocate on the file system holding `dir` (`statvfs`'s
+    /// available blocks); `None` when the storage cannot tell (the default). The store checks
+    /// it before it writes a checkpoint (S-DISK-3), so that one never takes the log's space.
+    ///
+    /// # Errors
+    /// The operating system's (or the simulation's) I/O error.
+    fn available_bytes(&self, dir: &Path) -> io::Result<Option<u64>> {
+        let _ = dir;
+        Ok(None)
+    }
     /// Renames `from` to `to` atomically, replacing `to` if it exists (durable only after
     /// [`Storage::sync_dir`]). Used to install a checkpoint written to a temporary file. The
     /// default refuses, so a storage that cannot rename simply never installs a checkpoint.

@@ -344,6 +344,12 @@ impl Storage for SimStorage {
     /// Until the directory is synced, a power loss may keep the old entries (a durable `from`
     /// or a replaced durable `to` may come back) or drop the new one, as a real file system
     /// may; the file's bytes move with it, synced or not.
+    fn available_bytes(&self, _dir: &Path) -> io::Result<Option<u64>> {
+        let state = self.live()?;
+        Ok(state
+            .capacity_bytes
+            .map(|c| c.saturating_sub(state.used_bytes())))
+    }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut state = self.live()?;
         let file = state.files.remove(from).ok_or_else(|| not_found(from))?;

@@ -37,6 +37,7 @@ use std::task::Waker;
 
 use crate::error::WalError;
 use crate::ids::{Lsn, Position, SegmentId};
+use crate::mark::{DurableMark, MarkFile};
 use crate::record::{FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use crate::recovery::segment_file_name;
 use crate::storage::{Storage, StorageFile};
@@ -189,6 +190,10 @@ pub struct WalStats {
 
 /// How the writer starts: the result of recovery.
 pub(crate) struct Start {
+    /// The durable mark, rewritten after each batch.
+    pub(crate) mark: MarkFile,
+    /// What the mark says at open.
+    pub(crate) recovered: DurableMark,
     pub(crate) active: ActiveSegment,
     pub(crate) next_lsn: Lsn,
     pub(crate) segment_bytes_max: u64,

@@ -10,6 +10,7 @@
 mod wal_basic;
 mod wal_decode;
 mod wal_diskfull;
+mod wal_durable;
 mod wal_golden;
 mod wal_kill;
 mod wal_sim;

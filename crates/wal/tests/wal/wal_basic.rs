@@ -262,12 +262,12 @@ fn a_newer_format_version_is_refused_with_the_file_named() {
     drop(wal);
     let path = dir.join(segment_file_name(SegmentId(0)));
     let mut bytes = sim.file_bytes(&path).unwrap();
-    bytes[8] = 2; // format version, little-endian u16 at offset 8
+    bytes[8] = 3; // format version, little-endian u16 at offset 8
     sim.set_file_bytes(&path, bytes);
     let err = open(&dir, Arc::new(sim), &small_segments()).unwrap_err();
     match err {
         RecoveryError::UnsupportedVersion { path: p, found, .. } => {
-            assert_eq!((p, found), (path, 2));
+            assert_eq!((p, found), (path, 3));
         }
         other => panic!("unexpected {other:?}"),
     }

@@ -11,8 +11,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use wharf_wal::{DurableMark, MARK_FILE_NAME, MarkState, RecoveryError, RecoveryMode};
 use wharf_wal::{FrameFields, SegmentHeader, encode_frame, encode_segment_header};
 use wharf_wal::{Lsn, SegmentId, SimStorage, Wal, WalConfig, segment_file_name};
+use wharf_wal::{Storage, encode_mark, read_mark};
 
 /// The bytes of the fenced block after `<!-- golden:{name} -->` in storage-format.md.
 fn golden(name: &str) -> Vec<u8> {
@@ -51,22 +53,103 @@ fn record_frame_matches_the_document() {
     assert_eq!(out, golden("record"));
 }
 
-#[test]
-fn a_fresh_log_starts_with_the_documented_bytes() {
-    let sim = SimStorage::new(1);
-    let dir = PathBuf::from("/golden");
-    let config = WalConfig {
+fn unpreallocated() -> WalConfig {
+    WalConfig {
         segment_bytes_max: 4096,
         preallocate: false,
         ..WalConfig::default()
-    };
+    }
+}
+
+/// A fresh log holding the record "hello" of kind 7, closed cleanly.
+fn hello_log() -> (SimStorage, PathBuf) {
+    let sim = SimStorage::new(1);
+    let dir = PathBuf::from("/golden");
+    let config = unpreallocated();
     let (wal, _) = Wal::open(&dir, Arc::new(sim.clone()), &config, &mut |_| Ok(())).unwrap();
     wal.appender().append_durable(7, b"hello").unwrap();
     wal.close().unwrap();
+    (sim, dir)
+}
+
+#[test]
+fn a_fresh_log_starts_with_the_documented_bytes() {
+    let (sim, dir) = hello_log();
     let bytes = sim
         .file_bytes(&dir.join(segment_file_name(SegmentId(0))))
         .unwrap();
     let mut expected = golden("segment-header");
     expected.extend(golden("record"));
     assert_eq!(bytes, expected);
+}
+
+#[test]
+fn s_disk_6_the_durable_mark_of_a_clean_stop_matches_the_document() {
+    let (sim, dir) = hello_log();
+    let mark = sim.file_bytes(&dir.join(MARK_FILE_NAME)).unwrap();
+    assert_eq!(mark.len(), 552);
+    assert_eq!(mark[..40].to_vec(), golden("durable-mark"));
+    assert_eq!(mark[512..].to_vec(), golden("durable-mark"));
+    let expected = DurableMark {
+        lsn: Lsn(1),
+        segment: SegmentId(0),
+        end: 58,
+        clean: true,
+    };
+    assert_eq!(encode_mark(expected).to_vec(), golden("durable-mark"));
+}
+
+/// A version-1 log (no mark) is read as before: its torn tail is cut by the write-group rule
+/// alone, the first open creates the mark, and the next start knows where the log ended.
+#[test]
+fn s_disk_6_a_version_1_log_without_mark_is_read_as_before() {
+    let sim = SimStorage::new(2);
+    let dir = PathBuf::from("/v1");
+    let segment = dir.join(segment_file_name(SegmentId(0)));
+    let mut bytes = golden("segment-header-v1");
+    bytes.extend(golden("record"));
+    bytes.extend([9u8; 13]); // a torn write after the record
+    sim.create_dir_all(&dir).unwrap();
+    sim.set_file_bytes(&segment, bytes);
+    let config = unpreallocated();
+    let mut lsns = Vec::new();
+    let (wal, report) = Wal::open(&dir, Arc::new(sim.clone()), &config, &mut |r| {
+        lsns.push(r.lsn);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(lsns, [Lsn(1)]);
+    assert_eq!(report.durable_mark, MarkState::Missing);
+    assert_eq!(report.torn_tail.unwrap().offset, 58);
+    wal.close().unwrap();
+    assert!(matches!(
+        read_mark(&sim, &dir).unwrap(),
+        MarkState::Found(m) if m.lsn == Lsn(1) && m.clean
+    ));
+}
+
+/// A log whose newest segment says version 2 must have its mark: without it wharf cannot tell
+/// a torn tail from lost data, refuses, and only salvage mode starts (and says so).
+#[test]
+fn s_disk_6_a_version_2_log_without_its_mark_is_refused() {
+    let sim = SimStorage::new(3);
+    let dir = PathBuf::from("/v2");
+    let config = WalConfig {
+        segment_bytes_max: 4096,
+        ..WalConfig::default()
+    };
+    let (wal, _) = Wal::open(&dir, Arc::new(sim.clone()), &config, &mut |_| Ok(())).unwrap();
+    wal.appender().append_durable(7, b"hello").unwrap();
+    wal.close().unwrap();
+    sim.remove(&dir.join(MARK_FILE_NAME)).unwrap();
+    let err = Wal::open(&dir, Arc::new(sim.clone()), &config, &mut |_| Ok(())).unwrap_err();
+    assert!(matches!(err, RecoveryError::MarkMissing { .. }), "{err:?}");
+    assert!(err.to_string().contains("--salvage"), "{err}");
+    let salvage = WalConfig {
+        recovery_mode: RecoveryMode::Salvage,
+        ..config
+    };
+    let (wal, report) = Wal::open(&dir, Arc::new(sim), &salvage, &mut |_| Ok(())).unwrap();
+    assert!(report.mark_missing);
+    wal.close().unwrap();
 }

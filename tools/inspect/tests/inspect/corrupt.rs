@@ -246,3 +246,50 @@ fn every_command_leaves_the_directory_unchanged() {
         "the inspector wrote to the data directory"
     );
 }
+
+/// S-DISK-6 and S-DISK-8: with a durable mark naming the last record (as a clean stop leaves
+/// it), the same truncation is damage to synced data, not a torn tail: `verify` says so, with
+/// the number of durable records lost and `wharf --salvage` as the way forward, as the broker's
+/// refusal does.
+#[test]
+fn s_disk_6_truncation_before_the_durable_mark_is_damage_not_a_torn_tail() {
+    let tmp = copy_dir(&golden_data());
+    let dir = tmp.path();
+    let (code, out) = inspect(&["--json", "dump", dir.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    let last: Json = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let last_lsn = last["lsn"].as_u64().unwrap();
+    let last_offset = last["offset"].as_u64().unwrap();
+    let slot = wharf_wal::encode_mark(wharf_wal::DurableMark {
+        lsn: wharf_wal::Lsn(last_lsn),
+        segment: wharf_wal::SegmentId(2),
+        end: std::fs::metadata(seg(dir, 2)).unwrap().len(),
+        clean: true,
+    });
+    let mut mark = vec![0u8; 552];
+    mark[..40].copy_from_slice(&slot);
+    mark[512..].copy_from_slice(&slot);
+    std::fs::write(dir.join(wharf_wal::MARK_FILE_NAME), mark).unwrap();
+    // Clean with the mark in place: the mark agrees with the log.
+    let (code, report) = verify_all(dir);
+    assert_eq!(code, 0, "{report}");
+
+    let path = seg(dir, 2);
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(last_offset + 5).unwrap();
+    let (code, report) = verify_all(dir);
+    assert_eq!(code, 1, "{report}");
+    let findings = report["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 1, "no torn-tail warning besides: {report}");
+    let f = &findings[0];
+    assert_eq!(f["file"].as_str().unwrap(), path.display().to_string());
+    assert_eq!(f["offset"].as_u64().unwrap(), last_offset);
+    assert_eq!(f["severity"], "error");
+    let problem = f["problem"].as_str().unwrap();
+    assert!(
+        problem.contains("1 durable (confirmed) record"),
+        "{problem}"
+    );
+    assert!(problem.contains("not a torn"), "{problem}");
+    assert!(problem.contains("wharf --salvage"), "{problem}");
+}

@@ -1,0 +1,65 @@
+//! [`DiskDemand`]: the disk space the store is about to take, shared with the resource
+//! monitor's handle (`appender::LogHealth`), S-DISK-1.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+/// Disk space the store is about to take and that `statvfs` does not show yet (S-DISK-1): the
+/// reservation of the log's next segment, and the checkpoint being written or waiting for
+/// space. The resource monitor counts it as used, so the disk alarm goes on before the log
+/// could run out of space.
+#[derive(Default)]
+pub struct DiskDemand {
+    /// The next segment's reservation (the log's segment size).
+    segment_bytes: AtomicU64,
+    /// The checkpoint in flight, or deferred for want of space: its estimated size.
+    checkpoint_bytes: AtomicU64,
+    /// Called at each allocation (a segment roll, a checkpoint started or deferred), so the
+    /// disk alarm is checked then and not only once a second (S-DISK-1).
+    wake: Mutex<Option<Waker>>,
+}
+
+pub(crate) type Waker = Box<dyn Fn() + Send + Sync>;
+
+impl std::fmt::Debug for DiskDemand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskDemand")
+            .field("bytes", &self.bytes())
+            .finish_non_exhaustive()
+    }
+}
+
+impl DiskDemand {
+    pub(crate) fn new(segment_bytes: u64) -> DiskDemand {
+        DiskDemand {
+            segment_bytes: AtomicU64::new(segment_bytes),
+            checkpoint_bytes: AtomicU64::new(0),
+            wake: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn set_checkpoint(&self, bytes: u64) {
+        let was = self.checkpoint_bytes.swap(bytes, Ordering::Relaxed);
+        if bytes > was {
+            self.allocated();
+        }
+    }
+
+    pub(crate) fn set_wake(&self, wake: Waker) {
+        *self.wake.lock().unwrap_or_else(PoisonError::into_inner) = Some(wake);
+    }
+
+    /// Something was (or is about to be) allocated: tells whoever watches.
+    pub(crate) fn allocated(&self) {
+        if let Some(wake) = &*self.wake.lock().unwrap_or_else(PoisonError::into_inner) {
+            wake();
+        }
+    }
+
+    /// Bytes about to be taken.
+    pub fn bytes(&self) -> u64 {
+        self.segment_bytes
+            .load(Ordering::Relaxed)
+            .saturating_add(self.checkpoint_bytes.load(Ordering::Relaxed))
+    }
+}

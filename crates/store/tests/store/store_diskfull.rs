@@ -1,0 +1,152 @@
+//! A full disk and checkpoints, on the simulated disk (S-DISK-1, S-DISK-3, S-DISK-4): a
+//! checkpoint that runs out of space removes its partial file at once; one that would take the
+//! space the log needs is deferred (and counted in the disk demand the alarm sees) until acks
+//! shrink it, and then frees the space by itself, while every log write keeps succeeding.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test: a failed step is a failed test"
+)]
+
+use crate::store_common;
+
+use std::sync::Arc;
+
+use store_common::{Driver, Op, log, setup, store_config};
+use wharf_store::{CheckpointTrigger, LogHealth, Store, StoreError};
+use wharf_wal::{SimStorage, Storage, WalConfig};
+
+const SEGMENT_BYTES: u64 = 64 * 1024;
+
+fn open(sim: &SimStorage) -> Store {
+    let config = WalConfig {
+        segment_bytes_max: SEGMENT_BYTES,
+        preallocate: false,
+        ..WalConfig::default()
+    };
+    let (store, _, _) =
+        Store::open_with(&store_config(false), Arc::new(sim.clone()), &config).unwrap();
+    store
+}
+
+fn files(sim: &SimStorage) -> Vec<String> {
+    sim.list(&store_config(false).dir).unwrap()
+}
+
+/// A store holding `n` persistent messages of 1000 bytes in `q0`.
+fn filled(sim: &SimStorage, n: usize) -> (Store, Driver) {
+    let store = open(sim);
+    let mut live = Driver::new();
+    for op in &setup() {
+        log(&store, &live.apply(op)).unwrap();
+    }
+    for _ in 0..n {
+        let publish = Op::Publish {
+            exchange: None,
+            key: 0,
+            persistent: true,
+            expiration_ms: None,
+            delay_ms: None,
+            body_len: 1000,
+        };
+        let ticket = log(&store, &live.apply(&publish)).unwrap();
+        store.wait_durable(ticket).unwrap();
+    }
+    (store, live)
+}
+
+#[test]
+fn s_disk_4_a_checkpoint_that_finds_the_disk_full_removes_its_partial_file_at_once() {
+    let sim = SimStorage::new(41);
+    let (mut store, live) = filled(&sim, 300);
+    sim.set_capacity(Some(sim.used_bytes() + 50 * 1024));
+    let err = store.checkpoint_now(live.broker.snapshot()).unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull),
+        "{err:?}"
+    );
+    assert!(
+        !files(&sim).iter().any(|n| n.ends_with(".checkpoint.tmp")),
+        "partial checkpoint left behind: {:?}",
+        files(&sim)
+    );
+    // Space back: the next one is written and the log kept everything meanwhile.
+    sim.set_capacity(None);
+    store
+        .checkpoint_now(live.broker.snapshot())
+        .unwrap()
+        .unwrap();
+    store.close().unwrap();
+    let (_, recovered, _) = Store::open_with(
+        &store_config(false),
+        Arc::new(sim),
+        &WalConfig {
+            segment_bytes_max: SEGMENT_BYTES,
+            ..WalConfig::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(recovered.durable_state(), live.broker.durable_state());
+}
+
+#[test]
+fn s_disk_3_a_checkpoint_that_does_not_fit_waits_for_acks_and_then_frees_the_space() {
+    let sim = SimStorage::new(42);
+    let (mut store, mut live) = filled(&sim, 400);
+    store.set_checkpoint_trigger(CheckpointTrigger {
+        space_floor_bytes: 1 << 30,
+        ..CheckpointTrigger::default()
+    });
+    let health = LogHealth::of(&store);
+    assert_eq!(
+        health.demand_bytes(),
+        SEGMENT_BYTES,
+        "the next segment only"
+    );
+    // Little room left: less than the checkpoint of 400 KB of messages would take.
+    sim.set_capacity(Some(sim.used_bytes() + 100 * 1024));
+    let full_used = sim.used_bytes();
+    let mut deferred_seen = false;
+    let mut taken = None;
+    for drained in 1..=400 {
+        let events = live.apply(&Op::Get { q: 0, no_ack: true });
+        let ticket = log(&store, &events).unwrap();
+        // Acks always find room in the log (S-DISK-3).
+        store.wait_durable(ticket).unwrap();
+        if store.maybe_checkpoint(&live.broker) {
+            store.wait_checkpoint().unwrap().unwrap();
+            taken = Some(drained);
+            break;
+        }
+        deferred_seen |= health.demand_bytes() > SEGMENT_BYTES;
+    }
+    let drained = taken.expect("no checkpoint freed the space");
+    assert!(
+        deferred_seen,
+        "the deferred checkpoint was never counted as demand"
+    );
+    assert!(drained < 400, "it waited for the queue to be empty");
+    assert!(sim.used_bytes() < full_used, "the checkpoint freed nothing");
+    assert_eq!(health.demand_bytes(), SEGMENT_BYTES);
+    assert!(!files(&sim).iter().any(|n| n.ends_with(".checkpoint.tmp")));
+}
+
+/// The same at another step: the checkpoint's own fsync fails. Its file goes at once, and the
+/// log, which never depended on it, still holds everything.
+#[test]
+fn s_disk_4_a_checkpoint_whose_sync_fails_removes_its_partial_file_at_once() {
+    let sim = SimStorage::new(43);
+    let (mut store, live) = filled(&sim, 50);
+    sim.fail_sync_after(0);
+    assert!(store.checkpoint_now(live.broker.snapshot()).is_err());
+    assert!(
+        !files(&sim).iter().any(|n| n.contains(".checkpoint")),
+        "{:?}",
+        files(&sim)
+    );
+    store
+        .checkpoint_now(live.broker.snapshot())
+        .unwrap()
+        .unwrap();
+}
