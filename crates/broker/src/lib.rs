@@ -79,7 +79,7 @@ mod routing;
 mod types;
 mod value;
 
-pub use args::{Overflow, QueueSettings, parse_policy, parse_queue_args};
+pub use args::{Overflow, QueueSettings, noop_policy_key, parse_policy, parse_queue_args};
 pub use broker::Broker;
 pub use error::{BrokerError, ErrorKind};
 pub use routing::{TopicIndex, topic_matches};
@@ -90,6 +90,6 @@ pub use types::{
     MessageId, MessageLoader, MessageRecord, MessageRef, Outcome, PermissionInfo, Placement,
     PolicyInfo, PolicySpec, Properties, Publish, PublishResult, QueueDeclare, QueueDeletedReason,
     QueueInfo, QueueSnapshot, RecordSize, Reply, SettleKind, Snapshot, SnapshotMessage, StoredAt,
-    StoredEvent, StoredMessage, StoredSlot, UserInfo,
+    StoredEvent, StoredMessage, StoredSlot, TopicPermissionInfo, UserInfo,
 };
 pub use value::{FieldTable, Value};

@@ -26,6 +26,24 @@ impl Policy {
     }
 }
 
+/// Whether `key` is a RabbitMQ policy key for something a single wharf node has no use for:
+/// classic queue mirroring (`ha-*`), queue storage modes and versions (`queue-mode`,
+/// `queue-version`), leader placement (`queue-master-locator`) and federation
+/// (`federation-upstream`, `federation-upstream-set`). Such keys are accepted and kept in the
+/// definition (so it exports as it was given) and change nothing (S-DEFS-1); the server warns
+/// about each.
+pub fn noop_policy_key(key: &str) -> bool {
+    key.starts_with("ha-")
+        || matches!(
+            key,
+            "queue-mode"
+                | "queue-version"
+                | "queue-master-locator"
+                | "federation-upstream"
+                | "federation-upstream-set"
+        )
+}
+
 fn policy_error(name: &str, text: &str) -> BrokerError {
     BrokerError::precondition(format!("invalid policy '{name}': {text}"))
 }
@@ -110,6 +128,8 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
                     policy_error(name, &format!("'overflow' has an unknown value '{text}'"))
                 })?);
             }
+            // S-DEFS-1: accepted, kept, no effect.
+            k if noop_policy_key(k) => {}
             _ => {
                 return Err(policy_error(
                     name,
@@ -147,6 +167,23 @@ mod tests {
             priority: 0,
             definition: def.into(),
         }
+    }
+
+    #[test]
+    fn s_defs_1_noop_keys_are_accepted_kept_and_change_nothing() {
+        let def = r#"{"ha-mode": "all", "ha-sync-mode": "automatic", "queue-mode": "lazy", "queue-version": 2, "queue-master-locator": "min-masters", "federation-upstream-set": "all", "max-length": 9}"#;
+        let p = parse_policy(&spec(def), false).unwrap();
+        assert_eq!(p.spec.definition, def, "kept as given, for export");
+        assert_eq!(
+            p.settings,
+            QueueSettings {
+                max_length: Some(9),
+                ..QueueSettings::default()
+            }
+        );
+        assert!(noop_policy_key("ha-params"));
+        assert!(!noop_policy_key("alternate-exchange"));
+        assert!(!noop_policy_key("message-ttl"));
     }
 
     #[test]

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use super::Broker;
-use crate::types::{BindingInfo, ConsumerInfo, ExchangeInfo, Message, PolicyInfo, QueueInfo};
+use crate::types::{
+    BindingInfo, ConsumerInfo, ExchangeInfo, ExchangeKind, Message, PolicyInfo, QueueInfo,
+};
 
 impl Broker {
     /// Messages dropped because their dead-letter exchange did not exist (S-DLX-4).
@@ -55,6 +57,13 @@ impl Broker {
                 arguments: x.arguments.clone(),
             })
             .collect()
+    }
+
+    /// The type of one exchange, if it exists (a lookup, no copy: the server asks it before
+    /// checking topic permissions, S-TPERM-2).
+    pub fn exchange_kind(&self, vhost: &str, exchange: &str) -> Option<ExchangeKind> {
+        let id = self.vhosts.get(vhost)?.exchanges.get(exchange)?;
+        self.exchanges.get(id).map(|x| x.kind)
     }
 
     /// Bindings of `vhost`, by source exchange then binding order.

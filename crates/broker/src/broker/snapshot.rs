@@ -110,6 +110,7 @@ impl Broker {
                 read: p.read,
             });
         }
+        self.snapshot_topic_permissions(out);
     }
 
     /// The definition events of one vhost: durable exchanges, logged queues, policies, then
