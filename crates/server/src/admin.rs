@@ -44,6 +44,16 @@ pub enum AdminRequest {
     },
     /// A read-only look at the broker and the connection table.
     Query(AdminQuery),
+    /// Closes a client connection with 320 `CONNECTION_FORCED` and `reason` (the
+    /// management API's `DELETE /api/connections/{name}`); answers whether it was open.
+    CloseConnection {
+        /// The connection's id.
+        id: u64,
+        /// The text after `CONNECTION_FORCED - `.
+        reason: String,
+        /// Whether such a connection was open.
+        done: oneshot::Sender<bool>,
+    },
 }
 
 impl fmt::Debug for AdminRequest {
@@ -62,6 +72,9 @@ impl fmt::Debug for AdminRequest {
                 .field("count", count)
                 .finish(),
             AdminRequest::Query(_) => f.write_str("Query"),
+            AdminRequest::CloseConnection { id, .. } => {
+                f.debug_struct("CloseConnection").field("id", id).finish()
+            }
         }
     }
 }

@@ -140,13 +140,10 @@ pub fn exchange(x: &ExchangeInfo) -> Json {
     })
 }
 
-/// A binding as `/api/bindings` shows it.
-pub fn binding(vhost: &str, b: &BindingInfo) -> Json {
-    let (destination, destination_type) = match &b.destination {
-        DestName::Queue(q) => (q.as_str(), "queue"),
-        DestName::Exchange(x) => (x.as_str(), "exchange"),
-    };
-    let properties_key = if b.arguments.is_empty() {
+/// A binding's `properties_key`, the last path segment that names it in the API: its routing
+/// key (`~` when empty), with a hash of its arguments when it has any.
+pub fn properties_key(b: &BindingInfo) -> String {
+    if b.arguments.is_empty() {
         if b.routing_key.is_empty() {
             "~".to_owned()
         } else {
@@ -158,7 +155,16 @@ pub fn binding(vhost: &str, b: &BindingInfo) -> Json {
         let hash = crc32fast::hash(table_to_json(&b.arguments).to_string().as_bytes());
         let _ = write!(key, "{hash:08x}");
         key
+    }
+}
+
+/// A binding as `/api/bindings` shows it.
+pub fn binding(vhost: &str, b: &BindingInfo) -> Json {
+    let (destination, destination_type) = match &b.destination {
+        DestName::Queue(q) => (q.as_str(), "queue"),
+        DestName::Exchange(x) => (x.as_str(), "exchange"),
     };
+    let properties_key = properties_key(b);
     json!({
         "source": b.source,
         "vhost": vhost,
@@ -325,4 +331,54 @@ pub fn message(
         "payload": payload,
         "payload_encoding": payload_encoding,
     })
+}
+
+/// Message properties from the management API's `properties` object (RabbitMQ's names; the
+/// inverse of [`properties`]). An unknown key is ignored, as RabbitMQ does.
+///
+/// # Errors
+/// The name of a property whose value has the wrong type.
+pub fn properties_from_json(json: &Json) -> Result<Properties, &'static str> {
+    let mut p = Properties::default();
+    let Json::Object(map) = json else {
+        return Ok(p);
+    };
+    let text = |k: &'static str| -> Result<Option<String>, &'static str> {
+        match map.get(k) {
+            None | Some(Json::Null) => Ok(None),
+            Some(Json::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(k),
+        }
+    };
+    let int = |k: &'static str| -> Result<Option<u64>, &'static str> {
+        match map.get(k) {
+            None | Some(Json::Null) => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+                .map(Some)
+                .ok_or(k),
+        }
+    };
+    let small = |k: &'static str| -> Result<Option<u8>, &'static str> {
+        int(k)?.map(|n| u8::try_from(n).map_err(|_| k)).transpose()
+    };
+    p.content_type = text("content_type")?;
+    p.content_encoding = text("content_encoding")?;
+    p.headers = match map.get("headers") {
+        None | Some(Json::Null) => None,
+        Some(h @ Json::Object(_)) => Some(json_to_table(h).map_err(|_| "headers")?),
+        Some(_) => return Err("headers"),
+    };
+    p.delivery_mode = small("delivery_mode")?;
+    p.priority = small("priority")?;
+    p.correlation_id = text("correlation_id")?;
+    p.reply_to = text("reply_to")?;
+    p.expiration = text("expiration")?;
+    p.message_id = text("message_id")?;
+    p.timestamp = int("timestamp")?;
+    p.kind = text("type")?;
+    p.user_id = text("user_id")?;
+    p.app_id = text("app_id")?;
+    Ok(p)
 }
