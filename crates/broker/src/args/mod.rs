@@ -16,7 +16,7 @@ mod texts;
 
 pub(crate) use equivalence::{assert_args_equivalence, assert_field_equivalence};
 pub(crate) use expiration::parse_expiration;
-pub(crate) use policy::{Policy, select_policy};
+pub(crate) use policy::{Policy, select_exchange_policy, select_policy};
 pub use policy::{noop_policy_key, parse_policy};
 pub(crate) use queue_args::QUEUE_ARGS;
 pub use queue_args::{Overflow, QueueSettings, parse_queue_args};

@@ -17,12 +17,20 @@ pub struct Policy {
     pub regex: Regex,
     /// Parsed definition.
     pub settings: QueueSettings,
+    /// The `alternate-exchange` key (an exchange policy, S-DEFS-4).
+    pub alternate_exchange: Option<String>,
 }
 
 impl Policy {
     /// True when this policy may apply to a queue named `queue`.
     pub fn matches_queue(&self, queue: &str) -> bool {
         matches!(self.spec.apply_to, ApplyTo::Queues | ApplyTo::All) && self.regex.is_match(queue)
+    }
+
+    /// True when this policy may apply to an exchange named `exchange`.
+    pub fn matches_exchange(&self, exchange: &str) -> bool {
+        matches!(self.spec.apply_to, ApplyTo::Exchanges | ApplyTo::All)
+            && self.regex.is_match(exchange)
     }
 }
 
@@ -74,6 +82,7 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
         return Err(policy_error(name, "the definition is empty"));
     }
     let mut s = QueueSettings::default();
+    let mut alternate_exchange = None;
     for (key, v) in &map {
         let int = || -> Result<u64, BrokerError> {
             v.as_u64().ok_or_else(|| {
@@ -91,7 +100,10 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
         if operator
             && matches!(
                 key.as_str(),
-                "dead-letter-exchange" | "dead-letter-routing-key" | "overflow"
+                "dead-letter-exchange"
+                    | "dead-letter-routing-key"
+                    | "overflow"
+                    | "alternate-exchange"
             )
         {
             return Err(policy_error(
@@ -118,6 +130,7 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
                 s.expires_ms = Some(n);
             }
             "dead-letter-exchange" => s.dead_letter_exchange = Some(string()?),
+            "alternate-exchange" => alternate_exchange = Some(string()?),
             "dead-letter-routing-key" => s.dead_letter_routing_key = Some(string()?),
             "max-length" => s.max_length = Some(int()?),
             "max-length-bytes" => s.max_length_bytes = Some(int()?),
@@ -142,7 +155,19 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
         spec: spec.clone(),
         regex,
         settings: s,
+        alternate_exchange,
     })
+}
+
+/// The policy that applies to `exchange` among `policies` (S-POL-2, S-DEFS-4), chosen as for
+/// queues.
+pub fn select_exchange_policy<'a>(
+    policies: impl Iterator<Item = &'a Policy>,
+    exchange: &str,
+) -> Option<&'a Policy> {
+    policies
+        .filter(|p| p.matches_exchange(exchange))
+        .max_by(|a, b| (a.spec.priority, &a.spec.name).cmp(&(b.spec.priority, &b.spec.name)))
 }
 
 /// The policy that applies to `queue` among `policies` (S-POL-2): the highest priority; ties

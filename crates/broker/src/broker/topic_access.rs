@@ -53,8 +53,10 @@ impl Broker {
         out: &mut Outcome,
     ) -> Result<(), BrokerError> {
         self.check_user_and_vhost(&p.user, &p.vhost)?;
-        super::access::check_regex("write", &p.write)?;
-        super::access::check_regex("read", &p.read)?;
+        // `{username}` and `{vhost}` are expanded by the server before matching.
+        let vars = |re: &str| re.replace("{username}", "u").replace("{vhost}", "v");
+        super::access::check_regex("write", &vars(&p.write))?;
+        super::access::check_regex("read", &vars(&p.read))?;
         let key = (p.user.clone(), p.vhost.clone(), p.exchange.clone());
         if self.access.topic.get(&key) != Some(&p) {
             out.events.push(Event::TopicPermissionSet {

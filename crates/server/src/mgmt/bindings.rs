@@ -171,12 +171,29 @@ fn dest_of(kind: &str, name: String) -> Result<DestName, ApiError> {
     }
 }
 
-/// `GET /api/bindings/{vhost}/e/{source}/{q|e}/{destination}`: the bindings between two.
-pub(crate) async fn bindings_between_get(
-    Path((vhost, source, kind, destination)): Path<(String, String, String, String)>,
+/// `GET /api/bindings/{vhost}/e/{source}/q/{destination}`: the bindings between two.
+pub(crate) async fn bindings_to_queue(
+    Path((vhost, source, destination)): Path<(String, String, String)>,
     Reader(api, scope): Reader,
 ) -> ApiResult {
-    let dest = dest_of(&kind, destination)?;
+    bindings_between_get(api, scope, vhost, source, DestName::Queue(destination)).await
+}
+
+/// `GET /api/bindings/{vhost}/e/{source}/e/{destination}`.
+pub(crate) async fn bindings_to_exchange(
+    Path((vhost, source, destination)): Path<(String, String, String)>,
+    Reader(api, scope): Reader,
+) -> ApiResult {
+    bindings_between_get(api, scope, vhost, source, DestName::Exchange(destination)).await
+}
+
+async fn bindings_between_get(
+    api: Api,
+    scope: Scope,
+    vhost: String,
+    source: String,
+    dest: DestName,
+) -> ApiResult {
     let list = bindings_between(&api, &scope, vhost.clone(), exchange_in_path(source), dest)
         .await?
         .iter()

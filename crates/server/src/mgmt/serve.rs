@@ -186,11 +186,11 @@ fn entity_routes() -> Router<Api> {
         .route("/api/bindings/{vhost}", get(bindings::bindings_vhost))
         .route(
             "/api/bindings/{vhost}/e/{source}/q/{destination}",
-            post(bindings::bind_queue).get(bindings::bindings_between_get),
+            post(bindings::bind_queue).get(bindings::bindings_to_queue),
         )
         .route(
             "/api/bindings/{vhost}/e/{source}/e/{destination}",
-            post(bindings::bind_exchange).get(bindings::bindings_between_get),
+            post(bindings::bind_exchange).get(bindings::bindings_to_exchange),
         )
         .route(
             "/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}",
