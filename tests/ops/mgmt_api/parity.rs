@@ -513,3 +513,24 @@ async fn s_defs_4_alternate_exchange_policy_catches_unrouted_messages() {
     .await;
     assert_eq!(a.status, 400, "{}", a.body);
 }
+
+/// S-MGMT-3: `message_bytes` counts ready and unacked bodies, as RabbitMQ's does.
+#[tokio::test]
+async fn s_mgmt_3_message_bytes_count_unacked_bodies_too() {
+    let (server, client) = start().await;
+    let (_conn, ch) = server.channel().await;
+    declare(&ch, "b").await;
+    publish(&ch, "b", b"abc").await;
+    publish(&ch, "b", b"defgh").await;
+    let held = ch
+        .basic_get("b".into(), BasicGetOptions { no_ack: false })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(held.delivery.data, b"abc");
+    let q = get_json(&client, "/api/queues/%2F/b").await;
+    assert_eq!(q["message_bytes"], 8);
+    assert_eq!(q["message_bytes_ready"], 5);
+    assert_eq!(q["message_bytes_unacknowledged"], 3);
+    assert_eq!(q["messages_unacknowledged"], 1);
+}

@@ -19,6 +19,11 @@ impl Broker {
         let Some(v) = self.vhosts.get(vhost) else {
             return Vec::new();
         };
+        // Unacked bytes are summed here, once per listing, from the channels' held messages.
+        let mut unacked_bytes: std::collections::HashMap<_, u64> = std::collections::HashMap::new();
+        for u in self.channels.values().flat_map(|c| c.unacked.values()) {
+            *unacked_bytes.entry(u.queue).or_default() += u.taken.msg.body_len();
+        }
         v.queues
             .values()
             .filter_map(|id| self.queues.get(id))
@@ -34,6 +39,7 @@ impl Broker {
                 ready: u64::try_from(q.ready.len()).unwrap_or(u64::MAX),
                 unacked: q.unacked,
                 ready_bytes: q.ready.bytes(),
+                unacked_bytes: unacked_bytes.get(&q.id).copied().unwrap_or(0),
                 consumers: u32::try_from(q.consumers.len()).unwrap_or(u32::MAX),
             })
             .collect()

@@ -227,6 +227,7 @@ impl Broker {
                     ready: 0,
                     unacked: 0,
                     ready_bytes: 0,
+                    unacked_bytes: 0,
                     consumers: 0,
                     ..info
                 };

@@ -30,6 +30,8 @@ pub struct QueueInfo {
     pub unacked: u64,
     /// Body bytes of ready messages.
     pub ready_bytes: u64,
+    /// Body bytes of delivered, unacked messages (summed when listed: no per-message cost).
+    pub unacked_bytes: u64,
     /// Consumers.
     pub consumers: u32,
 }
