@@ -114,7 +114,7 @@ pub struct ChannelInfo {
 }
 
 /// One open connection as the broker task knows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ConnectionInfo {
     /// The server's id for it.
     pub id: u64,
@@ -130,6 +130,10 @@ pub struct ConnectionInfo {
     pub frame_max: u32,
     /// Deliveries paused because its socket is slow.
     pub throttled: bool,
+    /// Its publishes are held back by a resource alarm.
+    pub blocked: bool,
+    /// The client's `client-properties`.
+    pub client_properties: wharf_broker::FieldTable,
     /// Its open channels, by number.
     pub channels: Vec<ChannelInfo>,
 }

@@ -534,3 +534,62 @@ async fn s_mgmt_3_message_bytes_count_unacked_bodies_too() {
     assert_eq!(q["message_bytes_unacknowledged"], 3);
     assert_eq!(q["messages_unacknowledged"], 1);
 }
+
+/// S-MGMT-7: a connection shows its client properties and the name its client gave it, and
+/// its state follows the alarms: `blocking` while an alarm is on before it publishes,
+/// `blocked` once a publish is held.
+#[tokio::test]
+async fn s_mgmt_7_connections_show_client_properties_and_alarm_states() {
+    use futures_lite::StreamExt as _;
+    let (server, client) = start().await;
+    let props =
+        lapin::ConnectionProperties::default().with_connection_name("billing-worker".into());
+    let conn = lapin::Connection::connect(&server.url(), props)
+        .await
+        .unwrap();
+    let mut events = conn.events_listener();
+    let ch = conn.create_channel().await.unwrap();
+    declare(&ch, "held").await;
+    let c = get_json(&client, "/api/connections").await[0].clone();
+    assert_eq!(c["user_provided_name"], "billing-worker");
+    assert_eq!(c["client_properties"]["connection_name"], "billing-worker");
+    assert_eq!(
+        c["client_properties"]["capabilities"]["connection.blocked"],
+        true
+    );
+    assert_eq!(c["state"], "running");
+    server.handle.set_blocked(Some("maintenance".into())).await;
+    assert_eq!(
+        get_json(&client, "/api/connections").await[0]["state"],
+        "blocking"
+    );
+    let _held = ch
+        .basic_publish(
+            "".into(),
+            "held".into(),
+            BasicPublishOptions::default(),
+            b"x",
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap();
+    loop {
+        if let lapin::Event::ConnectionBlocked(_) = within(10, events.next()).await.unwrap() {
+            break;
+        }
+    }
+    assert_eq!(
+        get_json(&client, "/api/connections").await[0]["state"],
+        "blocked"
+    );
+    server.handle.set_blocked(None).await;
+    loop {
+        if let lapin::Event::ConnectionUnblocked = within(10, events.next()).await.unwrap() {
+            break;
+        }
+    }
+    assert_eq!(
+        get_json(&client, "/api/connections").await[0]["state"],
+        "running"
+    );
+}

@@ -148,6 +148,8 @@ impl Core {
                     opened_at_ms: c.opened_at_ms,
                     frame_max: c.frame_max,
                     throttled: c.throttled,
+                    blocked: c.outbox.is_blocked(),
+                    client_properties: c.client_properties.clone(),
                     channels,
                 }
             })

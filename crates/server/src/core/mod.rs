@@ -92,6 +92,7 @@ struct ConnState {
     outbox: Arc<Outbox>,
     frame_max: u32,
     cancel_notify: bool,
+    client_properties: wharf_broker::FieldTable,
     channels: HashMap<u16, ChanState>,
     /// Deliveries paused because the outbox is over the high mark.
     throttled: bool,
@@ -111,6 +112,7 @@ impl ConnState {
             outbox: open.outbox.clone(),
             frame_max: open.frame_max,
             cancel_notify: open.cancel_notify,
+            client_properties: open.client_properties.clone(),
             channels: HashMap::new(),
             throttled: false,
             ack_run: None,

@@ -17,11 +17,16 @@ use crate::admin::AdminRequest;
 
 async fn connection_list(api: &Api, scope: Scope) -> Result<Vec<JsonValue>, ApiError> {
     let server = api.config().amqp_addr;
+    let alarm_on = api
+        .config()
+        .alarms
+        .as_ref()
+        .is_some_and(|a| a.reason().is_some());
     api.query(move |view| {
         view.connections
             .iter()
             .filter(|c| scope.sees_user(&c.user))
-            .map(|c| j::connection(c, server))
+            .map(|c| j::connection(c, server, alarm_on))
             .collect::<Vec<_>>()
     })
     .await

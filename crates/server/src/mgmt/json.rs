@@ -195,9 +195,30 @@ pub fn connection_name(c: &ConnectionInfo, server: std::net::SocketAddr) -> Stri
     format!("{} -> {}", c.peer, server)
 }
 
-/// A connection as `/api/connections` shows it.
-pub fn connection(c: &ConnectionInfo, server: std::net::SocketAddr) -> Json {
-    json!({
+/// A connection's `state` (S-MGMT-7): `blocked` while its publishes are held by a resource
+/// alarm, `blocking` while an alarm is on and it has not published into it, `flow` while its
+/// deliveries are paused for a slow socket, else `running`.
+fn connection_state(c: &ConnectionInfo, alarm_on: bool) -> &'static str {
+    if c.blocked {
+        "blocked"
+    } else if alarm_on {
+        "blocking"
+    } else if c.throttled {
+        "flow"
+    } else {
+        "running"
+    }
+}
+
+/// A connection as `/api/connections` shows it, with its `client_properties` and, when the
+/// client named it, `user_provided_name`.
+pub fn connection(c: &ConnectionInfo, server: std::net::SocketAddr, alarm_on: bool) -> Json {
+    let user_provided_name = c
+        .client_properties
+        .get("connection_name")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let mut out = json!({
         "name": connection_name(c, server),
         "node": NODE,
         "vhost": c.vhost,
@@ -207,13 +228,18 @@ pub fn connection(c: &ConnectionInfo, server: std::net::SocketAddr) -> Json {
         "host": server.ip().to_string(),
         "port": server.port(),
         "channels": c.channels.len(),
-        "state": if c.throttled { "flow" } else { "running" },
+        "state": connection_state(c, alarm_on),
         "type": "network",
         "protocol": "AMQP 0-9-1",
         "ssl": false,
         "frame_max": c.frame_max,
         "connected_at": c.opened_at_ms,
-    })
+        "client_properties": table_to_json(&c.client_properties),
+    });
+    if let (Some(name), Some(map)) = (user_provided_name, out.as_object_mut()) {
+        map.insert("user_provided_name".to_owned(), json!(name));
+    }
+    out
 }
 
 /// A channel as `/api/channels` shows it.
