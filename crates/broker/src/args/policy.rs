@@ -165,9 +165,7 @@ pub fn select_exchange_policy<'a>(
     policies: impl Iterator<Item = &'a Policy>,
     exchange: &str,
 ) -> Option<&'a Policy> {
-    policies
-        .filter(|p| p.matches_exchange(exchange))
-        .max_by(|a, b| (a.spec.priority, &a.spec.name).cmp(&(b.spec.priority, &b.spec.name)))
+    highest(policies.filter(|p| p.matches_exchange(exchange)))
 }
 
 /// The policy that applies to `queue` among `policies` (S-POL-2): the highest priority; ties
@@ -176,10 +174,13 @@ pub fn select_policy<'a>(
     policies: impl Iterator<Item = &'a Policy>,
     queue: &str,
 ) -> Option<&'a Policy> {
-    policies
-        .filter(|p| p.matches_queue(queue))
-        .max_by(|a, b| (a.spec.priority, &a.spec.name).cmp(&(b.spec.priority, &b.spec.name)))
+    highest(policies.filter(|p| p.matches_queue(queue)))
 }
+
+fn highest<'a>(matching: impl Iterator<Item = &'a Policy>) -> Option<&'a Policy> {
+    matching.max_by(|a, b| (a.spec.priority, &a.spec.name).cmp(&(b.spec.priority, &b.spec.name)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

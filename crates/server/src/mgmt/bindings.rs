@@ -70,7 +70,7 @@ pub(crate) async fn bindings_vhost(
 }
 
 /// The broker command that adds (`bind`) or removes a binding.
-fn bind_command(
+pub(crate) fn bind_command(
     vhost: String,
     source: String,
     dest: DestName,

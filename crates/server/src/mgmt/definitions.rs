@@ -18,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value as JsonValue, json};
 
 use super::api::{Admin, AdminBody, Api, ApiError, Reader};
+use super::bindings::bind_command;
 use super::json as j;
 use super::policies::{noop_keys, policy_spec};
 use super::reply::{list_answer, vhosts_of};
@@ -385,25 +386,14 @@ impl Import<'_> {
                 Some("exchange") => DestName::Exchange(destination),
                 _ => DestName::Queue(destination),
             };
-            self.cmds.push(match dest {
-                DestName::Queue(queue) => Command::QueueBind {
-                    vhost,
-                    queue,
-                    exchange: source,
-                    routing_key,
-                    arguments,
-                    bind: true,
-                    owner: None,
-                },
-                DestName::Exchange(destination) => Command::ExchangeBind {
-                    vhost,
-                    destination,
-                    source,
-                    routing_key,
-                    arguments,
-                    bind: true,
-                },
-            });
+            self.cmds.push(bind_command(
+                vhost,
+                source,
+                dest,
+                routing_key,
+                arguments,
+                true,
+            ));
         }
         Ok(())
     }
