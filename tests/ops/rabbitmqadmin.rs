@@ -1,7 +1,7 @@
 //! rabbitmqadmin v2 (the Rust `rabbitmqadmin` crate, a real client of RabbitMQ's HTTP API)
 //! against an in-process wharf whose management listener is on 127.0.0.1:0: `declare queue`,
-//! `list queues`, `publish message`, `get messages`, `definitions export` and `show overview`
-//! work unchanged (S-MGMT-4). The binary is found through `$RABBITMQADMIN`, then
+//! `list queues`, `publish message`, `get messages`, `definitions export`, `show overview`,
+//! `declare binding` and `delete binding` work unchanged (S-MGMT-4). The binary is found through `$RABBITMQADMIN`, then
 //! `$CARGO_HOME/bin` (or `~/.cargo/bin`), then `PATH`, and must say version 2 (Debian's
 //! `rabbitmq-server` ships the old Python v1 as `/usr/bin/rabbitmqadmin`); without it the
 //! test says SKIPPED and passes. `.ci/run` installs it (`cargo install rabbitmqadmin --locked`).
@@ -134,6 +134,32 @@ async fn s_mgmt_4_rabbitmqadmin_v2_works_against_wharf() {
             .any(|q| q["name"] == "jobs"),
         "{exported}"
     );
+    // `delete binding` finds the binding through `/api/queues/{vhost}/{name}/bindings`.
+    run(
+        &bin,
+        port,
+        &["declare", "exchange", "--name", "events", "--type", "topic"],
+    )
+    .await;
+    let binding = [
+        "--source",
+        "events",
+        "--destination-type",
+        "queue",
+        "--destination",
+        "jobs",
+        "--routing-key",
+        "a.b",
+    ];
+    run(
+        &bin,
+        port,
+        &[&["declare", "binding"][..], &binding].concat(),
+    )
+    .await;
+    assert!(run(&bin, port, &["list", "bindings"]).await.contains("a.b"));
+    run(&bin, port, &[&["delete", "binding"][..], &binding].concat()).await;
+    assert!(!run(&bin, port, &["list", "bindings"]).await.contains("a.b"));
     let overview = run(&bin, port, &["show", "overview"]).await;
     assert!(overview.contains("wharf"), "{overview}");
 }

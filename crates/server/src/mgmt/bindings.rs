@@ -244,3 +244,59 @@ pub(crate) async fn binding_delete(Path(path): Path<BindingPath>, Admin(api): Ad
     .await?;
     Ok(no_content())
 }
+
+/// The bindings of `vhost` that `keep` selects, as listed (the default exchange's implicit
+/// ones included).
+async fn bindings_where(
+    api: &Api,
+    scope: &Scope,
+    vhost: String,
+    keep: impl Fn(&JsonValue) -> bool + Send + 'static,
+) -> ApiResult {
+    let vhosts = vhosts_of(api, scope, Some(vhost)).await?;
+    let list = api
+        .query(move |view| {
+            vhosts
+                .iter()
+                .flat_map(|v| bindings_json(view, v))
+                .filter(|b| keep(b))
+                .collect::<Vec<_>>()
+        })
+        .await?;
+    Ok(ok_json(JsonValue::Array(list)))
+}
+
+/// `GET /api/queues/{vhost}/{name}/bindings`: the queue's bindings, the default exchange's
+/// first (rabbitmqadmin's `delete binding` reads them).
+pub(crate) async fn queue_bindings(
+    Path((vhost, queue)): Path<(String, String)>,
+    Reader(api, scope): Reader,
+) -> ApiResult {
+    bindings_where(&api, &scope, vhost, move |b| {
+        b["destination_type"] == "queue" && b["destination"] == queue.as_str()
+    })
+    .await
+}
+
+/// `GET /api/exchanges/{vhost}/{name}/bindings/source`: the bindings from the exchange.
+pub(crate) async fn exchange_bindings_source(
+    Path((vhost, exchange)): Path<(String, String)>,
+    Reader(api, scope): Reader,
+) -> ApiResult {
+    let exchange = exchange_in_path(exchange);
+    bindings_where(&api, &scope, vhost, move |b| {
+        b["source"] == exchange.as_str()
+    })
+    .await
+}
+
+/// `GET /api/exchanges/{vhost}/{name}/bindings/destination`: the bindings to the exchange.
+pub(crate) async fn exchange_bindings_destination(
+    Path((vhost, exchange)): Path<(String, String)>,
+    Reader(api, scope): Reader,
+) -> ApiResult {
+    bindings_where(&api, &scope, vhost, move |b| {
+        b["destination_type"] == "exchange" && b["destination"] == exchange.as_str()
+    })
+    .await
+}

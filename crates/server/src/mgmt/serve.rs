@@ -182,6 +182,18 @@ fn entity_routes() -> Router<Api> {
             "/api/exchanges/{vhost}/{name}/publish",
             post(exchanges::exchange_publish),
         )
+        .route(
+            "/api/exchanges/{vhost}/{name}/bindings/source",
+            get(bindings::exchange_bindings_source),
+        )
+        .route(
+            "/api/exchanges/{vhost}/{name}/bindings/destination",
+            get(bindings::exchange_bindings_destination),
+        )
+        .route(
+            "/api/queues/{vhost}/{name}/bindings",
+            get(bindings::queue_bindings),
+        )
         .route("/api/bindings", get(bindings::bindings_all))
         .route("/api/bindings/{vhost}", get(bindings::bindings_vhost))
         .route(
