@@ -790,3 +790,32 @@ async fn clock_commands_move_a_test_clock_and_the_broker_acts_at_once() {
     assert_eq!(count(ch.clone()).await, 0, "expired when the clock said so");
     assert_eq!(ctl(&server, &["clock", "set", "5"]).await.code, 65);
 }
+
+/// S-TPERM-1: `set_topic_permissions`, `list_topic_permissions` and
+/// `clear_topic_permissions` as rabbitmqctl spells them (its progress lines and columns).
+#[tokio::test]
+async fn s_tperm_1_topic_permission_commands() {
+    let server = start().await;
+    assert_eq!(ctl(&server, &["add_user", "app", "pw"]).await.code, 0);
+    let r = ctl(
+        &server,
+        &["set_topic_permissions", "app", "events", "^orders\\.", ".*"],
+    )
+    .await;
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert!(
+        r.out.contains(
+            "Setting topic permissions on \"events\" for user \"app\" in vhost \"/\" ..."
+        ),
+        "{}",
+        r.out
+    );
+    let r = ctl(&server, &["list_topic_permissions", "-q"]).await;
+    assert!(r.out.contains("app\tevents\t^orders\\.\t.*"), "{}", r.out);
+    let r = ctl(&server, &["clear_topic_permissions", "app", "events"]).await;
+    assert_eq!(r.code, 0, "{}", r.err);
+    let r = ctl(&server, &["list_topic_permissions", "-q"]).await;
+    assert!(!r.out.contains("events"), "{}", r.out);
+    let r = ctl(&server, &["set_topic_permissions", "app", "events"]).await;
+    assert_eq!(r.code, 64, "{}", r.err);
+}

@@ -80,7 +80,8 @@ mod types;
 mod value;
 
 pub use args::{
-    Overflow, QUORUM_DELIVERY_LIMIT, QueueKind, QueueSettings, parse_policy, parse_queue_args,
+    Overflow, QUORUM_DELIVERY_LIMIT, QueueKind, QueueSettings, noop_policy_key, parse_policy,
+    parse_queue_args,
 };
 pub use broker::Broker;
 pub use error::{BrokerError, ErrorKind};
@@ -92,6 +93,6 @@ pub use types::{
     MessageId, MessageLoader, MessageRecord, MessageRef, Outcome, PermissionInfo, Placement,
     PolicyInfo, PolicySpec, Properties, Publish, PublishResult, QueueDeclare, QueueDeletedReason,
     QueueInfo, QueueSnapshot, RecordSize, Reply, SettleKind, Snapshot, SnapshotMessage, StoredAt,
-    StoredEvent, StoredMessage, StoredSlot, UserInfo,
+    StoredEvent, StoredMessage, StoredSlot, TopicPermissionInfo, UserInfo,
 };
 pub use value::{FieldTable, Value};

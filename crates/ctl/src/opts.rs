@@ -124,6 +124,8 @@ Commands:
   set_user_tags NAME [TAG ...] | list_users
   set_permissions [-p VHOST] USER CONF WRITE READ | clear_permissions [-p VHOST] USER
   list_permissions [-p VHOST]
+  set_topic_permissions [-p VHOST] USER EXCHANGE WRITE READ
+  clear_topic_permissions [-p VHOST] USER [EXCHANGE] | list_topic_permissions [-p VHOST]
   clock show | clock advance DURATION (30m, 1h, 250ms) | clock set MS   (--test-clock only)
   export_definitions FILE|- | import_definitions FILE|-";
 

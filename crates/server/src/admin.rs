@@ -44,6 +44,16 @@ pub enum AdminRequest {
     },
     /// A read-only look at the broker and the connection table.
     Query(AdminQuery),
+    /// Closes a client connection with 320 `CONNECTION_FORCED` and `reason` (the
+    /// management API's `DELETE /api/connections/{name}`); answers whether it was open.
+    CloseConnection {
+        /// The connection's id.
+        id: u64,
+        /// The text after `CONNECTION_FORCED - `.
+        reason: String,
+        /// Whether such a connection was open.
+        done: oneshot::Sender<bool>,
+    },
 }
 
 impl fmt::Debug for AdminRequest {
@@ -62,6 +72,9 @@ impl fmt::Debug for AdminRequest {
                 .field("count", count)
                 .finish(),
             AdminRequest::Query(_) => f.write_str("Query"),
+            AdminRequest::CloseConnection { id, .. } => {
+                f.debug_struct("CloseConnection").field("id", id).finish()
+            }
         }
     }
 }
@@ -101,7 +114,7 @@ pub struct ChannelInfo {
 }
 
 /// One open connection as the broker task knows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ConnectionInfo {
     /// The server's id for it.
     pub id: u64,
@@ -117,6 +130,10 @@ pub struct ConnectionInfo {
     pub frame_max: u32,
     /// Deliveries paused because its socket is slow.
     pub throttled: bool,
+    /// Its publishes are held back by a resource alarm.
+    pub blocked: bool,
+    /// The client's `client-properties`.
+    pub client_properties: wharf_broker::FieldTable,
     /// Its open channels, by number.
     pub channels: Vec<ChannelInfo>,
 }

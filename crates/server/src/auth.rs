@@ -252,7 +252,22 @@ fn compile(re: &str) -> Option<Regex> {
 pub struct Snapshot {
     users: HashMap<String, UserInfo>,
     permissions: HashMap<(String, String), CompiledPermission>,
+    /// Topic permissions by (user, vhost, exchange): (write, read), with `{username}` and
+    /// `{vhost}` already expanded (S-TPERM-2).
+    topic: HashMap<(String, String, String), TopicRegexes>,
     vhosts: HashSet<String>,
+}
+
+/// A topic permission's compiled (write, read) regexes.
+type TopicRegexes = (Option<Regex>, Option<Regex>);
+
+/// A topic permission regex with RabbitMQ's variables expanded (`{username}`, `{vhost}`; the
+/// values are escaped, so they match literally), compiled as a permission regex is.
+fn compile_topic(re: &str, user: &str, vhost: &str) -> Option<Regex> {
+    let expanded = re
+        .replace("{username}", &regex::escape(user))
+        .replace("{vhost}", &regex::escape(vhost));
+    compile(&expanded)
 }
 
 impl Snapshot {
@@ -275,14 +290,67 @@ impl Snapshot {
                     ((p.user, p.vhost), compiled)
                 })
                 .collect(),
+            topic: broker
+                .topic_permissions()
+                .into_iter()
+                .map(|p| {
+                    let write = compile_topic(&p.write, &p.user, &p.vhost);
+                    let read = compile_topic(&p.read, &p.user, &p.vhost);
+                    ((p.user, p.vhost, p.exchange), (write, read))
+                })
+                .collect(),
             vhosts: broker.vhost_names().into_iter().collect(),
         }
+    }
+
+    /// Whether any topic permission exists (the publish path asks this first, so it costs
+    /// one comparison while none is set).
+    pub fn has_topic_permissions(&self) -> bool {
+        !self.topic.is_empty()
+    }
+
+    /// S-TPERM-2/3: whether `user` may use `routing_key` on the topic exchange `exchange`
+    /// (`write` for a publish, read for a binding). Without a topic permission for that
+    /// exchange everything is allowed, as in RabbitMQ; an empty regex allows nothing.
+    pub fn topic_permits(
+        &self,
+        user: &str,
+        vhost: &str,
+        exchange: &str,
+        routing_key: &str,
+        write: bool,
+    ) -> bool {
+        let key = (user.to_owned(), vhost.to_owned(), exchange.to_owned());
+        let Some((w, r)) = self.topic.get(&key) else {
+            return true;
+        };
+        let re = if write { w } else { r };
+        re.as_ref().is_some_and(|re| re.is_match(routing_key))
+    }
+
+    /// Whether `user` has a topic permission on `exchange` (then its type decides whether it
+    /// applies).
+    pub fn restricts_topic(&self, user: &str, vhost: &str, exchange: &str) -> bool {
+        self.topic
+            .contains_key(&(user.to_owned(), vhost.to_owned(), exchange.to_owned()))
     }
 
     /// `connection.open`: RabbitMQ lets a user open a vhost on which it has any permission.
     pub fn may_open(&self, user: &str, vhost: &str) -> bool {
         self.permissions
             .contains_key(&(user.to_owned(), vhost.to_owned()))
+    }
+
+    /// The vhosts `user` holds a permission on (what a `management` user sees in the API).
+    pub fn vhosts_of(&self, user: &str) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .permissions
+            .keys()
+            .filter(|(u, _)| u == user)
+            .map(|(_, v)| v.clone())
+            .collect();
+        out.sort();
+        out
     }
 
     /// The vhost exists.

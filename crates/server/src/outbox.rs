@@ -96,9 +96,22 @@ pub struct Outbox {
     wake_reader: Notify,
     /// Wakes a reader waiting in [`Outbox::wait_below`]: the writer wrote a chunk.
     wrote: Notify,
+    /// The reader holds a publish back because of a resource alarm (RabbitMQ's `blocked`
+    /// connection state, shown by the management API).
+    blocked: std::sync::atomic::AtomicBool,
 }
 
 impl Outbox {
+    /// Records whether the reader is holding a publish back for a resource alarm.
+    pub fn set_blocked(&self, on: bool) {
+        self.blocked.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the reader is holding a publish back for a resource alarm.
+    pub fn is_blocked(&self) -> bool {
+        self.blocked.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, OutState> {
         // A panic while holding this lock would be our bug; the buffer is still consistent
         // bytes (appends are single calls), so carry on with it rather than poison everyone.

@@ -110,5 +110,7 @@ mod connections;
 mod definitions;
 mod exchanges;
 mod metrics;
+mod parity;
 mod policies;
 mod queues;
+mod rabbitmq_import;

@@ -562,7 +562,9 @@ fn facts(e: &Event) -> Facts<'_> {
         | Event::UserPut { .. }
         | Event::UserDeleted { .. }
         | Event::PermissionSet { .. }
-        | Event::PermissionCleared { .. } => {}
+        | Event::PermissionCleared { .. }
+        | Event::TopicPermissionSet { .. }
+        | Event::TopicPermissionCleared { .. } => {}
     }
     f
 }
@@ -588,7 +590,9 @@ fn event_vhost(e: &Event) -> &str {
         | Event::DeadLettered { vhost, .. }
         | Event::Purged { vhost, .. }
         | Event::PermissionSet { vhost, .. }
-        | Event::PermissionCleared { vhost, .. } => vhost,
+        | Event::PermissionCleared { vhost, .. }
+        | Event::TopicPermissionSet { vhost, .. }
+        | Event::TopicPermissionCleared { vhost, .. } => vhost,
         // A user belongs to no vhost: a vhost filter never selects it.
         Event::UserPut { .. } | Event::UserDeleted { .. } => "",
     }

@@ -287,6 +287,19 @@ pub fn event_json(e: &Event, mode: BodyMode) -> Map<String, Json> {
         } => json!({ "vhost": vhost, "user": user, "configure": configure, "write": write,
             "read": read }),
         Event::PermissionCleared { user, vhost } => json!({ "vhost": vhost, "user": user }),
+        Event::TopicPermissionSet {
+            user,
+            vhost,
+            exchange,
+            write,
+            read,
+        } => json!({ "vhost": vhost, "user": user, "exchange": exchange, "write": write,
+            "read": read }),
+        Event::TopicPermissionCleared {
+            user,
+            vhost,
+            exchange,
+        } => json!({ "vhost": vhost, "user": user, "exchange": exchange }),
     };
     match v {
         Json::Object(m) => m,

@@ -74,6 +74,8 @@ pub fn is_definition(kind: u8) -> bool {
                 | RecordKind::UserDeleted
                 | RecordKind::PermissionSet
                 | RecordKind::PermissionCleared
+                | RecordKind::TopicPermissionSet
+                | RecordKind::TopicPermissionCleared
         )
     )
 }

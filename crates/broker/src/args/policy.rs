@@ -17,6 +17,8 @@ pub struct Policy {
     pub regex: Regex,
     /// Parsed definition.
     pub settings: QueueSettings,
+    /// The `alternate-exchange` key (an exchange policy, S-DEFS-4).
+    pub alternate_exchange: Option<String>,
 }
 
 impl Policy {
@@ -24,6 +26,30 @@ impl Policy {
     pub fn matches_queue(&self, queue: &str) -> bool {
         matches!(self.spec.apply_to, ApplyTo::Queues | ApplyTo::All) && self.regex.is_match(queue)
     }
+
+    /// True when this policy may apply to an exchange named `exchange`.
+    pub fn matches_exchange(&self, exchange: &str) -> bool {
+        matches!(self.spec.apply_to, ApplyTo::Exchanges | ApplyTo::All)
+            && self.regex.is_match(exchange)
+    }
+}
+
+/// Whether `key` is a RabbitMQ policy key for something a single wharf node has no use for:
+/// classic queue mirroring (`ha-*`), queue storage modes and versions (`queue-mode`,
+/// `queue-version`), leader placement (`queue-master-locator`) and federation
+/// (`federation-upstream`, `federation-upstream-set`). Such keys are accepted and kept in the
+/// definition (so it exports as it was given) and change nothing (S-DEFS-1); the server warns
+/// about each.
+pub fn noop_policy_key(key: &str) -> bool {
+    key.starts_with("ha-")
+        || matches!(
+            key,
+            "queue-mode"
+                | "queue-version"
+                | "queue-master-locator"
+                | "federation-upstream"
+                | "federation-upstream-set"
+        )
 }
 
 fn policy_error(name: &str, text: &str) -> BrokerError {
@@ -56,6 +82,7 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
         return Err(policy_error(name, "the definition is empty"));
     }
     let mut s = QueueSettings::default();
+    let mut alternate_exchange = None;
     for (key, v) in &map {
         let int = || -> Result<u64, BrokerError> {
             v.as_u64().ok_or_else(|| {
@@ -73,7 +100,10 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
         if operator
             && matches!(
                 key.as_str(),
-                "dead-letter-exchange" | "dead-letter-routing-key" | "overflow"
+                "dead-letter-exchange"
+                    | "dead-letter-routing-key"
+                    | "overflow"
+                    | "alternate-exchange"
             )
         {
             return Err(policy_error(
@@ -100,6 +130,7 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
                 s.expires_ms = Some(n);
             }
             "dead-letter-exchange" => s.dead_letter_exchange = Some(string()?),
+            "alternate-exchange" => alternate_exchange = Some(string()?),
             "dead-letter-routing-key" => s.dead_letter_routing_key = Some(string()?),
             "max-length" => s.max_length = Some(int()?),
             "max-length-bytes" => s.max_length_bytes = Some(int()?),
@@ -112,6 +143,8 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
                     policy_error(name, &format!("'overflow' has an unknown value '{text}'"))
                 })?);
             }
+            // S-DEFS-1: accepted, kept, no effect.
+            k if noop_policy_key(k) => {}
             _ => {
                 return Err(policy_error(
                     name,
@@ -124,7 +157,17 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
         spec: spec.clone(),
         regex,
         settings: s,
+        alternate_exchange,
     })
+}
+
+/// The policy that applies to `exchange` among `policies` (S-POL-2, S-DEFS-4), chosen as for
+/// queues.
+pub fn select_exchange_policy<'a>(
+    policies: impl Iterator<Item = &'a Policy>,
+    exchange: &str,
+) -> Option<&'a Policy> {
+    highest(policies.filter(|p| p.matches_exchange(exchange)))
 }
 
 /// The policy that applies to `queue` among `policies` (S-POL-2): the highest priority; ties
@@ -133,10 +176,13 @@ pub fn select_policy<'a>(
     policies: impl Iterator<Item = &'a Policy>,
     queue: &str,
 ) -> Option<&'a Policy> {
-    policies
-        .filter(|p| p.matches_queue(queue))
-        .max_by(|a, b| (a.spec.priority, &a.spec.name).cmp(&(b.spec.priority, &b.spec.name)))
+    highest(policies.filter(|p| p.matches_queue(queue)))
 }
+
+fn highest<'a>(matching: impl Iterator<Item = &'a Policy>) -> Option<&'a Policy> {
+    matching.max_by(|a, b| (a.spec.priority, &a.spec.name).cmp(&(b.spec.priority, &b.spec.name)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +195,23 @@ mod tests {
             priority: 0,
             definition: def.into(),
         }
+    }
+
+    #[test]
+    fn s_defs_1_noop_keys_are_accepted_kept_and_change_nothing() {
+        let def = r#"{"ha-mode": "all", "ha-sync-mode": "automatic", "queue-mode": "lazy", "queue-version": 2, "queue-master-locator": "min-masters", "federation-upstream-set": "all", "max-length": 9}"#;
+        let p = parse_policy(&spec(def), false).unwrap();
+        assert_eq!(p.spec.definition, def, "kept as given, for export");
+        assert_eq!(
+            p.settings,
+            QueueSettings {
+                max_length: Some(9),
+                ..QueueSettings::default()
+            }
+        );
+        assert!(noop_policy_key("ha-params"));
+        assert!(!noop_policy_key("alternate-exchange"));
+        assert!(!noop_policy_key("message-ttl"));
     }
 
     #[test]

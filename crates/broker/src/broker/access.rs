@@ -17,7 +17,7 @@ fn no_user(name: &str) -> BrokerError {
 }
 
 /// Checks a permission regex the way the server will compile it.
-fn check_regex(which: &str, re: &str) -> Result<(), BrokerError> {
+pub(super) fn check_regex(which: &str, re: &str) -> Result<(), BrokerError> {
     regex::Regex::new(re).map(|_| ()).map_err(|e| {
         BrokerError::precondition(format!("invalid {which} permission regex '{re}': {e}"))
     })
@@ -176,6 +176,7 @@ impl Broker {
         self.access.ever_defined = true;
         self.access.users.remove(name);
         self.access.permissions.retain(|(u, _), _| u != name);
+        self.access.topic.retain(|(u, _, _), _| u != name);
     }
 
     /// Replays a `PermissionSet`. A permission naming a user or vhost the log never made is
@@ -199,10 +200,17 @@ impl Broker {
     /// A deleted vhost takes its permissions with it (RabbitMQ does the same).
     pub(super) fn forget_vhost_permissions(&mut self, vhost: &str) {
         self.access.permissions.retain(|(_, v), _| v != vhost);
+        self.access.topic.retain(|(_, v, _), _| v != vhost);
     }
 
     /// Walks the access invariant (every permission names a live user and vhost).
     pub(super) fn check_access_invariants(&self) {
+        for (user, vhost, _) in self.access.topic.keys() {
+            assert!(
+                self.access.users.contains_key(user) && self.vhosts.contains_key(vhost),
+                "topic permission of a deleted user '{user}' or vhost '{vhost}'"
+            );
+        }
         for (user, vhost) in self.access.permissions.keys() {
             assert!(
                 self.access.users.contains_key(user),

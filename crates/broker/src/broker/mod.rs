@@ -38,6 +38,7 @@ mod replay;
 mod scheduling;
 mod snapshot;
 mod state;
+mod topic_access;
 mod vhosts;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -167,6 +168,9 @@ impl Broker {
             | Command::UserDelete { .. }
             | Command::PermissionSet { .. }
             | Command::PermissionClear { .. } => self.access_command(cmd, out),
+            Command::TopicPermissionSet { .. } | Command::TopicPermissionClear { .. } => {
+                self.topic_access_command(cmd, out)
+            }
             Command::ChannelFlow { .. }
             | Command::Qos { .. }
             | Command::Consume { .. }

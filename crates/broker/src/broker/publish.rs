@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::Broker;
 use super::state::{Dest, ExchangeId, QueueId, Vhost};
-use crate::args::{Overflow, parse_expiration};
+use crate::args::{Overflow, parse_expiration, select_exchange_policy};
 use crate::error::{BrokerError, ErrorKind};
 use crate::queue::Taken;
 use crate::routing::headers_match;
@@ -96,9 +96,14 @@ impl Broker {
                     ),
                 }
             }
+            // S-DEFS-4: the `alternate-exchange` argument, else the exchange's policy's key;
+            // looked up only for a message its bindings did not route.
             if dests.is_empty()
-                && let Some(ae) = &x.alternate
-                && let Some(&aid) = vhost.exchanges.get(ae.as_str())
+                && let Some(ae) = x.alternate.as_deref().or_else(|| {
+                    select_exchange_policy(vhost.policies.values(), &x.name)
+                        .and_then(|p| p.alternate_exchange.as_deref())
+                })
+                && let Some(&aid) = vhost.exchanges.get(ae)
             {
                 dests.push(Dest::Exchange(aid));
             }

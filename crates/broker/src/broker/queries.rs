@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use super::Broker;
-use crate::types::{BindingInfo, ConsumerInfo, ExchangeInfo, Message, PolicyInfo, QueueInfo};
+use crate::types::{
+    BindingInfo, ConsumerInfo, ExchangeInfo, ExchangeKind, Message, PolicyInfo, QueueInfo,
+};
 
 impl Broker {
     /// Messages dropped because their dead-letter exchange did not exist (S-DLX-4).
@@ -17,6 +19,11 @@ impl Broker {
         let Some(v) = self.vhosts.get(vhost) else {
             return Vec::new();
         };
+        // Unacked bytes are summed here, once per listing, from the channels' held messages.
+        let mut unacked_bytes: std::collections::HashMap<_, u64> = std::collections::HashMap::new();
+        for u in self.channels.values().flat_map(|c| c.unacked.values()) {
+            *unacked_bytes.entry(u.queue).or_default() += u.taken.msg.body_len();
+        }
         v.queues
             .values()
             .filter_map(|id| self.queues.get(id))
@@ -32,6 +39,7 @@ impl Broker {
                 ready: u64::try_from(q.ready.len()).unwrap_or(u64::MAX),
                 unacked: q.unacked,
                 ready_bytes: q.ready.bytes(),
+                unacked_bytes: unacked_bytes.get(&q.id).copied().unwrap_or(0),
                 consumers: u32::try_from(q.consumers.len()).unwrap_or(u32::MAX),
                 kind: q.eff.kind(),
             })
@@ -56,6 +64,13 @@ impl Broker {
                 arguments: x.arguments.clone(),
             })
             .collect()
+    }
+
+    /// The type of one exchange, if it exists (a lookup, no copy: the server asks it before
+    /// checking topic permissions, S-TPERM-2).
+    pub fn exchange_kind(&self, vhost: &str, exchange: &str) -> Option<ExchangeKind> {
+        let id = self.vhosts.get(vhost)?.exchanges.get(exchange)?;
+        self.exchanges.get(id).map(|x| x.kind)
     }
 
     /// Bindings of `vhost`, by source exchange then binding order.

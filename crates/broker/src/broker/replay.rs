@@ -61,6 +61,9 @@ impl Broker {
             | Event::UserDeleted { .. }
             | Event::PermissionSet { .. }
             | Event::PermissionCleared { .. } => self.replay_access(event),
+            Event::TopicPermissionSet { .. } | Event::TopicPermissionCleared { .. } => {
+                self.replay_topic_access(event)
+            }
         }
     }
 

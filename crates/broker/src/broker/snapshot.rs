@@ -110,6 +110,7 @@ impl Broker {
                 read: p.read,
             });
         }
+        self.snapshot_topic_permissions(out);
     }
 
     /// The definition events of one vhost: durable exchanges, logged queues, policies, then
@@ -226,6 +227,7 @@ impl Broker {
                     ready: 0,
                     unacked: 0,
                     ready_bytes: 0,
+                    unacked_bytes: 0,
                     consumers: 0,
                     ..info
                 };

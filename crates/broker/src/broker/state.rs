@@ -9,7 +9,8 @@ use crate::args::{Policy, QueueSettings};
 use crate::queue::{Ready, Taken};
 use crate::routing::TopicIndex;
 use crate::types::{
-    ChanRef, ChannelId, ConnId, ExchangeKind, Message, MessageId, PermissionInfo, UserInfo,
+    ChanRef, ChannelId, ConnId, ExchangeKind, Message, MessageId, PermissionInfo,
+    TopicPermissionInfo, UserInfo,
 };
 use crate::value::FieldTable;
 
@@ -195,6 +196,8 @@ pub(super) struct Access {
     pub(super) users: BTreeMap<String, UserInfo>,
     /// Keyed by (user, vhost).
     pub(super) permissions: BTreeMap<(String, String), PermissionInfo>,
+    /// Topic permissions, keyed by (user, vhost, exchange); same invariant (S-TPERM-1).
+    pub(super) topic: BTreeMap<(String, String, String), TopicPermissionInfo>,
     /// A user was ever defined (put or deleted) in this broker's history: the default user
     /// is seeded only while this is false, so an operator's delete of `guest` sticks.
     pub(super) ever_defined: bool,

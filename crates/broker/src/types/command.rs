@@ -351,4 +351,27 @@ pub enum Command {
         /// Virtual host.
         vhost: String,
     },
+    /// `set_topic_permissions` (S-TPERM-1): the user and vhost must exist, each regex must
+    /// compile (406).
+    TopicPermissionSet {
+        /// User.
+        user: String,
+        /// Virtual host.
+        vhost: String,
+        /// The exchange it restricts.
+        exchange: String,
+        /// Write regex (routing keys of publishes).
+        write: String,
+        /// Read regex (routing keys of bindings).
+        read: String,
+    },
+    /// `clear_topic_permissions`: one exchange's, or (`None`) all of the user's in the vhost.
+    TopicPermissionClear {
+        /// User.
+        user: String,
+        /// Virtual host.
+        vhost: String,
+        /// The exchange, or every exchange.
+        exchange: Option<String>,
+    },
 }

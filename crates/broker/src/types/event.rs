@@ -272,4 +272,26 @@ pub enum Event {
         /// Virtual host.
         vhost: String,
     },
+    /// A user's topic permission on an exchange was set or replaced (format 3).
+    TopicPermissionSet {
+        /// User.
+        user: String,
+        /// Virtual host.
+        vhost: String,
+        /// Exchange.
+        exchange: String,
+        /// Write regex.
+        write: String,
+        /// Read regex.
+        read: String,
+    },
+    /// A user's topic permission on an exchange was cleared (format 3).
+    TopicPermissionCleared {
+        /// User.
+        user: String,
+        /// Virtual host.
+        vhost: String,
+        /// Exchange.
+        exchange: String,
+    },
 }

@@ -31,6 +31,8 @@ pub struct QueueInfo {
     pub unacked: u64,
     /// Body bytes of ready messages.
     pub ready_bytes: u64,
+    /// Body bytes of delivered, unacked messages (summed when listed: no per-message cost).
+    pub unacked_bytes: u64,
     /// Consumers.
     pub consumers: u32,
     /// The queue type (S-QQ-1).
@@ -118,7 +120,24 @@ pub struct UserInfo {
     pub tags: Vec<String>,
 }
 
-/// One user's permissions on one vhost, as stored and listed. Each field is a regular
+/// A user's topic permission on one topic exchange of one vhost (RabbitMQ's
+/// `set_topic_permissions`, S-TPERM-1): write and read regular expressions matched
+/// (unanchored) against routing keys; an empty one matches nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicPermissionInfo {
+    /// The user.
+    pub user: String,
+    /// The vhost.
+    pub vhost: String,
+    /// The topic exchange it restricts.
+    pub exchange: String,
+    /// Matched against the routing key of a publish to the exchange (S-TPERM-2).
+    pub write: String,
+    /// Matched against the routing key of a binding from the exchange (S-TPERM-3).
+    pub read: String,
+}
+
+/// A user's permissions on one vhost (RabbitMQ's configure, write, read): each a regular
 /// expression matched (unanchored, as RabbitMQ) against resource names; an empty one matches
 /// nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]

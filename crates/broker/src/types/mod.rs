@@ -24,7 +24,8 @@ pub use ids::{
     ChanRef, ChannelId, ConnId, DelayedType, DeliveryTag, DestName, ExchangeKind, MessageId,
 };
 pub use info::{
-    BindingInfo, ConsumerInfo, ExchangeInfo, PermissionInfo, PolicyInfo, QueueInfo, UserInfo,
+    BindingInfo, ConsumerInfo, ExchangeInfo, PermissionInfo, PolicyInfo, QueueInfo,
+    TopicPermissionInfo, UserInfo,
 };
 pub use message::{
     LoggedMessage, Message, MessageLoader, MessageRef, Properties, RecordSize, StoredAt,

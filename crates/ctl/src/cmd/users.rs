@@ -1,5 +1,6 @@
 //! Users and permissions: `add_user`, `change_password`, `delete_user`, `set_user_tags`,
-//! `set_permissions`, `clear_permissions`, `list_permissions`.
+//! `set_permissions`, `clear_permissions`, `list_permissions`, and their topic twins
+//! (`set_topic_permissions`, `clear_topic_permissions`, `list_topic_permissions`).
 
 use serde_json::{Value as JsonValue, json};
 
@@ -106,5 +107,70 @@ impl Ctl<'_, '_> {
         let cols = Self::columns(pos, &["user", "configure", "write", "read"]);
         self.info(&format!("Listing permissions for vhost \"{vhost}\" ..."));
         self.table(&JsonValue::Array(items), &cols)
+    }
+
+    /// `set_topic_permissions [-p VHOST] USER EXCHANGE WRITE READ` (S-TPERM-1).
+    pub(super) fn set_topic_permissions(&mut self, pos: &[String]) -> Outcome {
+        check_args(
+            pos,
+            4,
+            4,
+            "set_topic_permissions [-p VHOST] USER EXCHANGE WRITE READ",
+        )?;
+        let (user, exchange, vhost) = (arg(pos, 1), arg(pos, 2), self.vhost());
+        self.info(&format!(
+            "Setting topic permissions on \"{exchange}\" for user \"{user}\" in vhost \"{vhost}\" ..."
+        ));
+        let body = json!({ "exchange": exchange, "write": arg(pos, 3), "read": arg(pos, 4) });
+        let path = format!(
+            "/api/topic-permissions/{}/{}",
+            segment(&vhost),
+            segment(user)
+        );
+        self.call("PUT", &path, Some(&body))?;
+        Ok(())
+    }
+
+    /// `clear_topic_permissions [-p VHOST] USER [EXCHANGE]`.
+    pub(super) fn clear_topic_permissions(&mut self, pos: &[String]) -> Outcome {
+        check_args(
+            pos,
+            1,
+            2,
+            "clear_topic_permissions [-p VHOST] USER [EXCHANGE]",
+        )?;
+        let (user, vhost) = (arg(pos, 1), self.vhost());
+        let mut path = format!(
+            "/api/topic-permissions/{}/{}",
+            segment(&vhost),
+            segment(user)
+        );
+        match pos.get(2) {
+            Some(exchange) => {
+                self.info(&format!(
+                    "Clearing topic permissions on \"{exchange}\" for user \"{user}\" in vhost \"{vhost}\" ..."
+                ));
+                path.push_str("?exchange=");
+                path.push_str(&segment(exchange));
+            }
+            None => self.info(&format!(
+                "Clearing topic permissions for user \"{user}\" in vhost \"{vhost}\" ..."
+            )),
+        }
+        self.call("DELETE", &path, None)?;
+        Ok(())
+    }
+
+    /// `list_topic_permissions [-p VHOST] [COLUMN ...]`.
+    pub(super) fn list_topic_permissions(&mut self, pos: &[String]) -> Outcome {
+        check_args(pos, 0, 4, "list_topic_permissions [-p VHOST] [COLUMN ...]")?;
+        let vhost = self.vhost();
+        let path = format!("/api/vhosts/{}/topic-permissions", segment(&vhost));
+        let items = self.call("GET", &path, None)?.json();
+        let cols = Self::columns(pos, &["user", "exchange", "write", "read"]);
+        self.info(&format!(
+            "Listing topic permissions for vhost \"{vhost}\" ..."
+        ));
+        self.table(&items, &cols)
     }
 }

@@ -109,6 +109,7 @@ impl Reader {
                 .is_some_and(|v| matches!(v, AMQPValue::Boolean(true)))
         };
         self.cancel_notify = has("consumer_cancel_notify");
+        self.client_properties = crate::convert::table_from_wire(&s.client_properties);
         self.blocked_notify = has("connection.blocked");
         let mechanism = s.mechanism.as_str();
         let credentials = match mechanism {
@@ -196,6 +197,7 @@ impl Reader {
             outbox: self.outbox.clone(),
             frame_max: self.frame_max,
             cancel_notify: self.cancel_notify,
+            client_properties: std::mem::take(&mut self.client_properties),
             done,
         };
         if self

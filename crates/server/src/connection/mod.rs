@@ -131,6 +131,8 @@ struct Reader {
     /// This connection's permission decisions (dropped when permissions change).
     permissions: PermissionCache,
     cancel_notify: bool,
+    /// The client's `client-properties` from `connection.start-ok` (for the management API).
+    client_properties: wharf_broker::FieldTable,
     blocked_notify: bool,
     channels: HashMap<u16, ContentAssembler>,
     /// Bytes held by the assemblers for bodies still arriving, over all channels.
@@ -194,6 +196,7 @@ where
             user: String::new(),
             permissions: PermissionCache::default(),
             cancel_notify: false,
+            client_properties: wharf_broker::FieldTable::new(),
             blocked_notify: false,
             channels: HashMap::new(),
             gathering_bytes: 0,
@@ -274,6 +277,7 @@ impl Reader {
             return;
         };
         info!(%reason, "publisher blocked by a resource alarm");
+        self.outbox.set_blocked(true);
         if self.blocked_notify {
             let blocked =
                 AMQPClass::Connection(connection::AMQPMethod::Blocked(connection::Blocked {
@@ -298,6 +302,7 @@ impl Reader {
                 }
             }
         }
+        self.outbox.set_blocked(false);
         info!("publisher unblocked");
         if self.blocked_notify {
             let unblocked =

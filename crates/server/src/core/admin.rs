@@ -17,9 +17,7 @@ impl Core {
                     self.apply_outcome(out, None);
                     // Users, permissions and vhosts may have changed: connections see the
                     // new definitions from their next operation on (the generation moves).
-                    if let Some(registry) = &self.registry {
-                        registry.refresh(&self.broker);
-                    }
+                    self.refresh_access();
                     self.admin_answer(AdminDone::Command(done, reply), durable);
                 }
                 Err(e) => {
@@ -46,6 +44,16 @@ impl Core {
                     sync: self.store.as_ref().map(Store::sync_stats),
                 };
                 query(&view);
+            }
+            AdminRequest::CloseConnection { id, reason, done } => {
+                let open = self.conns.contains_key(&id);
+                let close = crate::convert::Close {
+                    code: wharf_protocol::reply_code::CONNECTION_FORCED,
+                    text: format!("CONNECTION_FORCED - {reason}"),
+                    connection: true,
+                };
+                self.close_connection(id, &close, crate::methods::MethodId::NONE);
+                let _ = done.send(open);
             }
         }
     }
@@ -140,6 +148,8 @@ impl Core {
                     opened_at_ms: c.opened_at_ms,
                     frame_max: c.frame_max,
                     throttled: c.throttled,
+                    blocked: c.outbox.is_blocked(),
+                    client_properties: c.client_properties.clone(),
                     channels,
                 }
             })

@@ -44,6 +44,7 @@ impl Core {
             admin_waiting: VecDeque::new(),
             counters: MessageCounters::default(),
             registry: None,
+            access: None,
             message_memory_bytes: wharf_base::limits::MESSAGE_MEMORY_BYTES,
         }
     }

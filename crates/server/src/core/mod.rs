@@ -92,6 +92,7 @@ struct ConnState {
     outbox: Arc<Outbox>,
     frame_max: u32,
     cancel_notify: bool,
+    client_properties: wharf_broker::FieldTable,
     channels: HashMap<u16, ChanState>,
     /// Deliveries paused because the outbox is over the high mark.
     throttled: bool,
@@ -111,6 +112,7 @@ impl ConnState {
             outbox: open.outbox.clone(),
             frame_max: open.frame_max,
             cancel_notify: open.cancel_notify,
+            client_properties: open.client_properties.clone(),
             channels: HashMap::new(),
             throttled: false,
             ack_run: None,
@@ -192,6 +194,9 @@ pub struct Core {
     counters: MessageCounters,
     /// The users and permissions connections check against, refreshed after admin commands.
     registry: Option<Arc<UserRegistry>>,
+    /// The registry's snapshot as last refreshed here, for the topic permission checks of
+    /// the publish path (S-TPERM-2): no lock per publish.
+    access: Option<Arc<crate::auth::Snapshot>>,
     /// Memory for the content of queued messages before they are paged out.
     message_memory_bytes: u64,
 }
@@ -199,8 +204,17 @@ pub struct Core {
 impl Core {
     /// Keeps `registry` in step with the broker's users, permissions and vhosts.
     pub fn set_registry(&mut self, registry: Arc<UserRegistry>) {
-        registry.refresh(&self.broker);
         self.registry = Some(registry);
+        self.refresh_access();
+    }
+
+    /// Rebuilds the registry's snapshot from the broker's definitions (after any change to
+    /// users, permissions or vhosts) and keeps it for the topic permission checks.
+    pub(super) fn refresh_access(&mut self) {
+        if let Some(registry) = &self.registry {
+            registry.refresh(&self.broker);
+            self.access = Some(registry.snapshot());
+        }
     }
 
     /// Sets the memory for the content of queued messages (`ServerConfig::message_memory_bytes`).

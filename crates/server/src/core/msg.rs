@@ -52,6 +52,8 @@ pub struct OpenConn {
     pub frame_max: u32,
     /// The client advertised `consumer_cancel_notify`.
     pub cancel_notify: bool,
+    /// The client's `client-properties` (shown by the management API).
+    pub client_properties: wharf_broker::FieldTable,
     /// The answer: `Ok` once open, or the refusal (530 for an unknown vhost).
     pub done: oneshot::Sender<Result<(), BrokerError>>,
 }

@@ -314,8 +314,52 @@ impl Core {
             .is_some_and(|s| !s.closing)
     }
 
+    /// S-TPERM-2/3: RabbitMQ's refusal when the connection's user has a topic permission on
+    /// the topic exchange a publish goes to (write) or a binding comes from (read) that does
+    /// not match its routing key. Costs one comparison while no topic permission is set.
+    fn topic_refusal(&self, conn: u64, cmd: &Command) -> Option<Close> {
+        let access = self.access.as_ref().filter(|a| a.has_topic_permissions())?;
+        let (vhost, exchange, key, write) = match cmd {
+            Command::Publish(p) => (&p.vhost, &p.exchange, &p.routing_key, true),
+            Command::QueueBind {
+                vhost,
+                exchange,
+                routing_key,
+                ..
+            }
+            | Command::ExchangeBind {
+                vhost,
+                source: exchange,
+                routing_key,
+                ..
+            } => (vhost, exchange, routing_key, false),
+            _ => return None,
+        };
+        let user = &self.conns.get(&conn)?.user;
+        if !access.restricts_topic(user, vhost, exchange)
+            || !matches!(
+                self.broker.exchange_kind(vhost, exchange),
+                Some(wharf_broker::ExchangeKind::Topic)
+            )
+            || access.topic_permits(user, vhost, exchange, key, write)
+        {
+            return None;
+        }
+        Some(Close::new(
+            reply_code::ACCESS_REFUSED,
+            &format!(
+                "access to topic '{key}' in exchange '{exchange}' in vhost '{vhost}' refused for user '{user}'"
+            ),
+        ))
+    }
+
     pub(super) fn publish(&mut self, conn: u64, ch: u16, p: Publish) {
-        match self.broker.handle(Command::Publish(p), self.now()) {
+        let cmd = Command::Publish(p);
+        if let Some(close) = self.topic_refusal(conn, &cmd) {
+            self.fail(conn, ch, &close, MethodId::BASIC_PUBLISH);
+            return;
+        }
+        match self.broker.handle(cmd, self.now()) {
             Ok(out) => {
                 self.counters.published += 1;
                 let result = out.published().unwrap_or_default();
@@ -344,6 +388,10 @@ impl Core {
         method: MethodId,
         nowait: bool,
     ) {
+        if let Some(close) = self.topic_refusal(conn, &cmd) {
+            self.fail(conn, ch, &close, method);
+            return;
+        }
         // An ack settles every message it names (many with `multiple`): count those.
         let acking = match &cmd {
             Command::Ack { chan, .. } => Some((*chan, self.broker.channel_unacked(*chan))),

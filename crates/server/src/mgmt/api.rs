@@ -50,15 +50,27 @@ pub(crate) type CoreSender = mpsc::Sender<CoreMsg>;
 pub(crate) struct Api {
     config: Arc<MgmtConfig>,
     core: CoreSender,
+    /// The ports this API's listeners are bound to (for the port-listener health check).
+    ports: Arc<[u16]>,
+    /// The sampled message rates (`message_stats`' `*_details`).
+    pub(crate) rates: Arc<super::rates::Rates>,
 }
 
 impl Api {
-    /// The shared state of the handlers of `config`, sending to the broker task on `core`.
-    pub(crate) fn new(config: MgmtConfig, core: CoreSender) -> Self {
+    /// The shared state of the handlers of `config`, listening on `ports`, sending to the
+    /// broker task on `core`.
+    pub(crate) fn new(config: MgmtConfig, core: CoreSender, ports: &[u16]) -> Self {
         Api {
             config: Arc::new(config),
             core,
+            ports: ports.into(),
+            rates: Arc::default(),
         }
+    }
+
+    /// The ports this API listens on.
+    pub(crate) fn listening_ports(&self) -> &[u16] {
+        &self.ports
     }
 }
 
@@ -72,8 +84,67 @@ pub(crate) struct Admin(pub(crate) Api);
 /// axum extracts a handler's arguments in order), so a refused body answers as it always did.
 pub(crate) struct AdminBody(pub(crate) Api, pub(crate) Bytes);
 
-/// The API of a request whose caller is any user with valid credentials (401 otherwise).
-pub(crate) struct Authenticated(pub(crate) Api);
+/// The API of a request whose caller may use the management API at all: any of RabbitMQ's
+/// management tags (`management`, `policymaker`, `monitoring`, `administrator`); 401 "Not
+/// management user" otherwise (S-MGMT-1). Carries who it is.
+pub(crate) struct Authenticated(pub(crate) Api, pub(crate) Principal);
+
+/// The API of a read-only request and what its caller may see (S-MGMT-1): every vhost for
+/// `administrator` and `monitoring`, the vhosts the user has permissions on for `management`
+/// and `policymaker`.
+pub(crate) struct Reader(pub(crate) Api, pub(crate) Scope);
+
+/// The API of a request only `monitoring` and `administrator` users may make (node details):
+/// 401 "Not monitor user" otherwise.
+pub(crate) struct Monitor(pub(crate) Api);
+
+/// Which vhosts a reader sees.
+#[derive(Debug, Clone)]
+pub(crate) enum Scope {
+    /// All of them.
+    All,
+    /// A `management` user: the vhosts it has permissions on, and its own connections.
+    User {
+        /// The user's name.
+        name: String,
+        /// The vhosts it holds a permission on.
+        vhosts: Vec<String>,
+    },
+}
+
+impl Scope {
+    /// Whether `vhost` is visible.
+    pub(crate) fn sees(&self, vhost: &str) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::User { vhosts, .. } => vhosts.iter().any(|x| x == vhost),
+        }
+    }
+
+    /// Whether a connection (channel, consumer) of `user` is visible: a `management` user
+    /// sees only its own, as in RabbitMQ.
+    pub(crate) fn sees_user(&self, user: &str) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::User { name, .. } => name == user,
+        }
+    }
+
+    /// 401 "User not authorised to access virtual host" for a vhost outside the scope, as
+    /// RabbitMQ answers a management user naming another vhost.
+    pub(crate) fn check(&self, vhost: &str) -> Result<(), ApiError> {
+        if self.sees(vhost) {
+            Ok(())
+        } else {
+            Err(ApiError::NotAuthorised(
+                "User not authorised to access virtual host",
+            ))
+        }
+    }
+}
+
+/// RabbitMQ's tags that open the management API.
+const MANAGEMENT_TAGS: [&str; 4] = ["administrator", "monitoring", "policymaker", "management"];
 
 /// The caller's address, as axum's `ConnectInfo` gives it (its own rejection when missing).
 async fn peer(parts: &mut Parts, api: &Api) -> Result<SocketAddr, Response> {
@@ -115,31 +186,61 @@ impl FromRequestParts<Api> for Authenticated {
 
     async fn from_request_parts(parts: &mut Parts, api: &Api) -> Result<Self, Response> {
         let peer = peer(parts, api).await?;
-        api.user(&parts.headers, peer)
+        let who = api
+            .user(&parts.headers, peer)
             .map_err(IntoResponse::into_response)?;
-        Ok(Authenticated(api.clone()))
+        if !MANAGEMENT_TAGS.iter().any(|t| who.has_tag(t)) {
+            return Err(ApiError::NotAuthorised("Not management user").into_response());
+        }
+        Ok(Authenticated(api.clone(), who))
+    }
+}
+
+impl FromRequestParts<Api> for Reader {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, api: &Api) -> Result<Self, Response> {
+        let Authenticated(api, who) = Authenticated::from_request_parts(parts, api).await?;
+        let scope = if who.has_tag("administrator") || who.has_tag("monitoring") {
+            Scope::All
+        } else {
+            Scope::User {
+                vhosts: api.config.users.snapshot().vhosts_of(&who.name),
+                name: who.name,
+            }
+        };
+        Ok(Reader(api, scope))
+    }
+}
+
+impl FromRequestParts<Api> for Monitor {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, api: &Api) -> Result<Self, Response> {
+        let Authenticated(api, who) = Authenticated::from_request_parts(parts, api).await?;
+        if who.has_tag("administrator") || who.has_tag("monitoring") {
+            Ok(Monitor(api))
+        } else {
+            Err(ApiError::NotAuthorised("Not monitor user").into_response())
+        }
     }
 }
 
 /// What a handler answers: a response, or an error in RabbitMQ's JSON shape.
 pub(crate) type ApiResult = Result<Response, ApiError>;
 
-/// Who made a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal {
-    /// The user name.
-    pub name: String,
-    /// May change and see everything (RabbitMQ's `administrator` tag).
-    pub administrator: bool,
-}
+pub(crate) use crate::auth::Principal;
 
 /// An error answer, in RabbitMQ's JSON shape.
 #[derive(Debug)]
 pub enum ApiError {
     /// 401: no or wrong credentials.
     Unauthorized,
-    /// 403: not an administrator.
-    Forbidden,
+    /// 401 `not_authorised` with RabbitMQ's reason: the user lacks the tag or the vhost
+    /// access the request needs (RabbitMQ answers these with 401 too, not 403).
+    NotAuthorised(&'static str),
+    /// Another answer of RabbitMQ's: status, `error` and `reason`.
+    Coded(u16, &'static str, String),
     /// 404: no such object.
     NotFound,
     /// 400 with the reason (a refused definition, a malformed body).
@@ -166,12 +267,17 @@ impl IntoResponse for ApiError {
             ApiError::Unauthorized => (
                 StatusCode::UNAUTHORIZED,
                 "not_authorized",
-                "Not_Authorized".to_owned(),
+                "Login failed".to_owned(),
             ),
-            ApiError::Forbidden => (
-                StatusCode::FORBIDDEN,
-                "not_authorized",
-                "Not administrator user".to_owned(),
+            ApiError::NotAuthorised(reason) => (
+                StatusCode::UNAUTHORIZED,
+                "not_authorised",
+                reason.to_owned(),
+            ),
+            ApiError::Coded(status, error, reason) => (
+                StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+                error,
+                reason,
             ),
             ApiError::NotFound => (
                 StatusCode::NOT_FOUND,
@@ -202,7 +308,7 @@ impl IntoResponse for ApiError {
 
 /// Checks the request's HTTP basic credentials against the server's user registry (the one
 /// AMQP logins use: salted hashes, loopback-only users only from a loopback address); the
-/// `administrator` tag makes an administrator. The one place that decides who a request is.
+/// user's tags decide what it may do (S-MGMT-1). The one place that decides who a request is.
 ///
 /// # Errors
 /// [`ApiError::Unauthorized`] for missing, malformed or wrong credentials.
@@ -224,13 +330,9 @@ pub fn authenticate(
         .map_err(|_| ApiError::Unauthorized)?;
     let text = String::from_utf8(decoded).map_err(|_| ApiError::Unauthorized)?;
     let (name, password) = text.split_once(':').ok_or(ApiError::Unauthorized)?;
-    let who = users
+    users
         .check(name, password, peer)
-        .map_err(|_| ApiError::Unauthorized)?;
-    Ok(Principal {
-        administrator: who.has_tag("administrator"),
-        name: who.name,
-    })
+        .map_err(|_| ApiError::Unauthorized)
 }
 
 impl Api {
@@ -241,10 +343,12 @@ impl Api {
         peer: SocketAddr,
     ) -> Result<Principal, ApiError> {
         let who = authenticate(headers, peer, &self.config.users)?;
-        if who.administrator {
+        if who.has_tag("administrator") {
             Ok(who)
+        } else if MANAGEMENT_TAGS.iter().any(|t| who.has_tag(t)) {
+            Err(ApiError::NotAuthorised("Not administrator user"))
         } else {
-            Err(ApiError::Forbidden)
+            Err(ApiError::NotAuthorised("Not management user"))
         }
     }
 
@@ -271,7 +375,7 @@ impl Api {
         answer.await.map_err(|_| ApiError::Unavailable)
     }
 
-    async fn send(&self, req: AdminRequest) -> Result<(), ApiError> {
+    pub(crate) async fn send(&self, req: AdminRequest) -> Result<(), ApiError> {
         self.core
             .send(CoreMsg::Admin(req))
             .await
@@ -280,13 +384,21 @@ impl Api {
 
     /// Runs a broker command through the broker task; answered once durable.
     pub(crate) async fn command(&self, cmd: Command) -> Result<Reply, ApiError> {
+        Ok(self.command_as_broker(cmd).await??)
+    }
+
+    /// [`Api::command`] with the broker's refusal as it is (for answers that show its text).
+    pub(crate) async fn command_as_broker(
+        &self,
+        cmd: Command,
+    ) -> Result<Result<Reply, BrokerError>, ApiError> {
         let (done, answer) = oneshot::channel();
         self.send(AdminRequest::Command {
             cmd: Box::new(cmd),
             done,
         })
         .await?;
-        Ok(answer.await.map_err(|_| ApiError::Unavailable)??)
+        answer.await.map_err(|_| ApiError::Unavailable)
     }
 
     /// Takes and acks up to `count` messages of a queue.

@@ -1,5 +1,5 @@
-//! `/api/bindings`: listings (the default exchange's implicit bindings first) and binding a
-//! queue to an exchange.
+//! `/api/bindings`: listings (the default exchange's implicit bindings first), binding a
+//! queue or an exchange to an exchange, and deleting a binding by its `properties_key`.
 //! Handlers map the request to a broker command or query and the answer to RabbitMQ's JSON;
 //! validation is the broker's (STYLE 2.2).
 
@@ -8,12 +8,13 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::{Value as JsonValue, json};
 
-use super::api::{Admin, AdminBody, Api, ApiError, ApiResult};
+use super::api::{Admin, AdminBody, Api, ApiError, ApiResult, Reader, Scope};
+use super::exchanges::exchange_in_path;
 use super::json as j;
-use super::reply::{body_object, ok_json, vhosts_of};
+use super::reply::{body_object, no_content, ok_json, vhosts_of};
 use crate::admin::AdminView;
 
-use wharf_broker::Command;
+use wharf_broker::{BindingInfo, Command, DestName, FieldTable};
 
 /// The bindings of a vhost as RabbitMQ lists them: the default exchange's implicit binding
 /// of every queue first, then the declared ones.
@@ -43,8 +44,8 @@ fn bindings_json(view: &AdminView<'_>, vhost: &str) -> Vec<JsonValue> {
     list
 }
 
-async fn binding_list(api: &Api, vhost: Option<String>) -> ApiResult {
-    let vhosts = vhosts_of(api, vhost).await?;
+async fn binding_list(api: &Api, scope: &Scope, vhost: Option<String>) -> ApiResult {
+    let vhosts = vhosts_of(api, scope, vhost).await?;
     let list = api
         .query(move |view| {
             let mut list = Vec::new();
@@ -57,19 +58,55 @@ async fn binding_list(api: &Api, vhost: Option<String>) -> ApiResult {
     Ok(ok_json(JsonValue::Array(list)))
 }
 
-pub(crate) async fn bindings_all(Admin(api): Admin) -> ApiResult {
-    binding_list(&api, None).await
+pub(crate) async fn bindings_all(Reader(api, scope): Reader) -> ApiResult {
+    binding_list(&api, &scope, None).await
 }
 
-pub(crate) async fn bindings_vhost(Path(vhost): Path<String>, Admin(api): Admin) -> ApiResult {
-    binding_list(&api, Some(vhost)).await
-}
-
-pub(crate) async fn bind_queue(
-    Path((vhost, source, destination)): Path<(String, String, String)>,
-    AdminBody(api, body): AdminBody,
+pub(crate) async fn bindings_vhost(
+    Path(vhost): Path<String>,
+    Reader(api, scope): Reader,
 ) -> ApiResult {
-    let map = body_object(&body)?;
+    binding_list(&api, &scope, Some(vhost)).await
+}
+
+/// The broker command that adds (`bind`) or removes a binding.
+pub(crate) fn bind_command(
+    vhost: String,
+    source: String,
+    dest: DestName,
+    routing_key: String,
+    arguments: FieldTable,
+    bind: bool,
+) -> Command {
+    match dest {
+        DestName::Queue(queue) => Command::QueueBind {
+            vhost,
+            queue,
+            exchange: source,
+            routing_key,
+            arguments,
+            bind,
+            owner: None,
+        },
+        DestName::Exchange(destination) => Command::ExchangeBind {
+            vhost,
+            destination,
+            source,
+            routing_key,
+            arguments,
+            bind,
+        },
+    }
+}
+
+async fn bind(
+    api: &Api,
+    vhost: String,
+    source: String,
+    dest: DestName,
+    body: &axum::body::Bytes,
+) -> ApiResult {
+    let map = body_object(body)?;
     let routing_key = map
         .get("routing_key")
         .and_then(JsonValue::as_str)
@@ -77,15 +114,189 @@ pub(crate) async fn bind_queue(
         .to_owned();
     let arguments = j::json_to_table(map.get("arguments").unwrap_or(&JsonValue::Null))
         .map_err(ApiError::BadRequest)?;
-    api.command(Command::QueueBind {
+    let source = exchange_in_path(source);
+    api.command(bind_command(
         vhost,
-        queue: destination,
-        exchange: source,
+        source,
+        dest,
         routing_key,
         arguments,
-        bind: true,
-        owner: None,
-    })
+        true,
+    ))
     .await?;
     Ok(StatusCode::CREATED.into_response())
+}
+
+pub(crate) async fn bind_queue(
+    Path((vhost, source, destination)): Path<(String, String, String)>,
+    AdminBody(api, body): AdminBody,
+) -> ApiResult {
+    bind(&api, vhost, source, DestName::Queue(destination), &body).await
+}
+
+/// `POST /api/bindings/{vhost}/e/{source}/e/{destination}` (S-MGMT-4).
+pub(crate) async fn bind_exchange(
+    Path((vhost, source, destination)): Path<(String, String, String)>,
+    AdminBody(api, body): AdminBody,
+) -> ApiResult {
+    bind(&api, vhost, source, DestName::Exchange(destination), &body).await
+}
+
+/// The bindings from `source` to `dest` in `vhost`.
+async fn bindings_between(
+    api: &Api,
+    scope: &Scope,
+    vhost: String,
+    source: String,
+    dest: DestName,
+) -> Result<Vec<BindingInfo>, ApiError> {
+    let vhosts = vhosts_of(api, scope, Some(vhost)).await?;
+    let list = api
+        .query(move |view| {
+            vhosts
+                .iter()
+                .flat_map(|v| view.broker.bindings(v))
+                .filter(|b| b.source == source && b.destination == dest)
+                .collect::<Vec<_>>()
+        })
+        .await?;
+    Ok(list)
+}
+
+fn dest_of(kind: &str, name: String) -> Result<DestName, ApiError> {
+    match kind {
+        "q" => Ok(DestName::Queue(name)),
+        "e" => Ok(DestName::Exchange(name)),
+        _ => Err(ApiError::NotFound),
+    }
+}
+
+/// `GET /api/bindings/{vhost}/e/{source}/q/{destination}`: the bindings between two.
+pub(crate) async fn bindings_to_queue(
+    Path((vhost, source, destination)): Path<(String, String, String)>,
+    Reader(api, scope): Reader,
+) -> ApiResult {
+    bindings_between_get(api, scope, vhost, source, DestName::Queue(destination)).await
+}
+
+/// `GET /api/bindings/{vhost}/e/{source}/e/{destination}`.
+pub(crate) async fn bindings_to_exchange(
+    Path((vhost, source, destination)): Path<(String, String, String)>,
+    Reader(api, scope): Reader,
+) -> ApiResult {
+    bindings_between_get(api, scope, vhost, source, DestName::Exchange(destination)).await
+}
+
+async fn bindings_between_get(
+    api: Api,
+    scope: Scope,
+    vhost: String,
+    source: String,
+    dest: DestName,
+) -> ApiResult {
+    let list = bindings_between(&api, &scope, vhost.clone(), exchange_in_path(source), dest)
+        .await?
+        .iter()
+        .map(|b| j::binding(&vhost, b))
+        .collect();
+    Ok(ok_json(JsonValue::Array(list)))
+}
+
+/// `GET` and `DELETE /api/bindings/{vhost}/e/{source}/{q|e}/{destination}/{props}`: one
+/// binding named by its `properties_key` (404 when none has it).
+async fn binding_by_props(
+    api: &Api,
+    scope: &Scope,
+    path: BindingPath,
+) -> Result<BindingInfo, ApiError> {
+    let (vhost, source, kind, destination, props) = path;
+    let dest = dest_of(&kind, destination)?;
+    let list = bindings_between(api, scope, vhost.clone(), exchange_in_path(source), dest).await?;
+    list.into_iter()
+        .find(|b| j::properties_key(b) == props)
+        .ok_or(ApiError::NotFound)
+}
+
+/// vhost, source, `q` or `e`, destination, properties key.
+type BindingPath = (String, String, String, String, String);
+
+pub(crate) async fn binding_get(
+    Path(path): Path<BindingPath>,
+    Reader(api, scope): Reader,
+) -> ApiResult {
+    let vhost = path.0.clone();
+    let b = binding_by_props(&api, &scope, path).await?;
+    Ok(ok_json(j::binding(&vhost, &b)))
+}
+
+/// `DELETE /api/bindings/{vhost}/e/{source}/{q|e}/{destination}/{props}` (S-MGMT-4).
+pub(crate) async fn binding_delete(Path(path): Path<BindingPath>, Admin(api): Admin) -> ApiResult {
+    let vhost = path.0.clone();
+    let b = binding_by_props(&api, &Scope::All, path).await?;
+    api.command(bind_command(
+        vhost,
+        b.source,
+        b.destination,
+        b.routing_key,
+        b.arguments,
+        false,
+    ))
+    .await?;
+    Ok(no_content())
+}
+
+/// The bindings of `vhost` that `keep` selects, as listed (the default exchange's implicit
+/// ones included).
+async fn bindings_where(
+    api: &Api,
+    scope: &Scope,
+    vhost: String,
+    keep: impl Fn(&JsonValue) -> bool + Send + 'static,
+) -> ApiResult {
+    let vhosts = vhosts_of(api, scope, Some(vhost)).await?;
+    let list = api
+        .query(move |view| {
+            vhosts
+                .iter()
+                .flat_map(|v| bindings_json(view, v))
+                .filter(|b| keep(b))
+                .collect::<Vec<_>>()
+        })
+        .await?;
+    Ok(ok_json(JsonValue::Array(list)))
+}
+
+/// `GET /api/queues/{vhost}/{name}/bindings`: the queue's bindings, the default exchange's
+/// first (rabbitmqadmin's `delete binding` reads them).
+pub(crate) async fn queue_bindings(
+    Path((vhost, queue)): Path<(String, String)>,
+    Reader(api, scope): Reader,
+) -> ApiResult {
+    bindings_where(&api, &scope, vhost, move |b| {
+        b["destination_type"] == "queue" && b["destination"] == queue.as_str()
+    })
+    .await
+}
+
+/// `GET /api/exchanges/{vhost}/{name}/bindings/source`: the bindings from the exchange.
+pub(crate) async fn exchange_bindings_source(
+    Path((vhost, exchange)): Path<(String, String)>,
+    Reader(api, scope): Reader,
+) -> ApiResult {
+    let exchange = exchange_in_path(exchange);
+    bindings_where(&api, &scope, vhost, move |b| {
+        b["source"] == exchange.as_str()
+    })
+    .await
+}
+
+/// `GET /api/exchanges/{vhost}/{name}/bindings/destination`: the bindings to the exchange.
+pub(crate) async fn exchange_bindings_destination(
+    Path((vhost, exchange)): Path<(String, String)>,
+    Reader(api, scope): Reader,
+) -> ApiResult {
+    bindings_where(&api, &scope, vhost, move |b| {
+        b["destination_type"] == "exchange" && b["destination"] == exchange.as_str()
+    })
+    .await
 }

@@ -1,36 +1,95 @@
 //! `/api/connections`, `/api/channels`, `/api/consumers`: what the broker task knows of its
-//! clients.
+//! clients; and closing a connection (`DELETE /api/connections/{name}`).
 //! Handlers map the request to a broker command or query and the answer to RabbitMQ's JSON;
 //! validation is the broker's (STYLE 2.2).
 
-use axum::extract::Path;
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query};
+use axum::http::HeaderMap;
 use serde_json::{Value as JsonValue, json};
+use tokio::sync::oneshot;
 
-use super::api::{Admin, Api, ApiResult};
+use super::api::{Admin, Api, ApiError, ApiResult, Reader, Scope};
 use super::json as j;
-use super::reply::{ok_json, vhosts_of};
+use super::reply::{list_answer, no_content, ok_json, vhosts_of};
+use crate::admin::AdminRequest;
 
-pub(crate) async fn connections(Admin(api): Admin) -> ApiResult {
+async fn connection_list(api: &Api, scope: Scope) -> Result<Vec<JsonValue>, ApiError> {
     let server = api.config().amqp_addr;
-    let list = api
-        .query(move |view| {
-            let list: Vec<JsonValue> = view
-                .connections
-                .iter()
-                .map(|c| j::connection(c, server))
-                .collect();
-            list
-        })
-        .await?;
-    Ok(ok_json(JsonValue::Array(list)))
+    let alarm_on = api
+        .config()
+        .alarms
+        .as_ref()
+        .is_some_and(|a| a.reason().is_some());
+    api.query(move |view| {
+        view.connections
+            .iter()
+            .filter(|c| scope.sees_user(&c.user))
+            .map(|c| j::connection(c, server, alarm_on))
+            .collect::<Vec<_>>()
+    })
+    .await
 }
 
-pub(crate) async fn channels(Admin(api): Admin) -> ApiResult {
+pub(crate) async fn connections(
+    Query(q): Query<HashMap<String, String>>,
+    Reader(api, scope): Reader,
+) -> ApiResult {
+    list_answer(connection_list(&api, scope).await?, &q)
+}
+
+pub(crate) async fn connection_get(
+    Path(name): Path<String>,
+    Reader(api, scope): Reader,
+) -> ApiResult {
+    let list = connection_list(&api, scope).await?;
+    let found = list.into_iter().find(|c| c["name"] == name.as_str());
+    Ok(ok_json(found.ok_or(ApiError::NotFound)?))
+}
+
+/// `DELETE /api/connections/{name}`: closes it with 320 `CONNECTION_FORCED` and the
+/// `X-Reason` header's text (RabbitMQ's default "Closed via management plugin"); 404 when no
+/// open connection has that name (S-MGMT-4).
+pub(crate) async fn connection_delete(
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    Admin(api): Admin,
+) -> ApiResult {
+    let server = api.config().amqp_addr;
+    let id = api
+        .query(move |view| {
+            view.connections
+                .iter()
+                .find(|c| j::connection_name(c, server) == name)
+                .map(|c| c.id)
+        })
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    let reason = headers
+        .get("x-reason")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("Closed via management plugin")
+        .to_owned();
+    let (done, answer) = oneshot::channel();
+    api.send(AdminRequest::CloseConnection { id, reason, done })
+        .await?;
+    if answer.await.map_err(|_| ApiError::Unavailable)? {
+        Ok(no_content())
+    } else {
+        Err(ApiError::NotFound)
+    }
+}
+
+pub(crate) async fn channels(
+    Query(q): Query<HashMap<String, String>>,
+    Reader(api, scope): Reader,
+) -> ApiResult {
     let server = api.config().amqp_addr;
     let list = api
         .query(move |view| {
             let mut list = Vec::new();
-            for c in &view.connections {
+            for c in view.connections.iter().filter(|c| scope.sees_user(&c.user)) {
                 let consumers = view.broker.consumers(&c.vhost);
                 for ch in &c.channels {
                     let mine: Vec<_> = consumers
@@ -44,11 +103,11 @@ pub(crate) async fn channels(Admin(api): Admin) -> ApiResult {
             list
         })
         .await?;
-    Ok(ok_json(JsonValue::Array(list)))
+    list_answer(list, &q)
 }
 
-async fn consumer_list(api: &Api, vhost: Option<String>) -> ApiResult {
-    let vhosts = vhosts_of(api, vhost).await?;
+async fn consumer_list(api: &Api, scope: &Scope, vhost: Option<String>) -> ApiResult {
+    let vhosts = vhosts_of(api, scope, vhost).await?;
     let server = api.config().amqp_addr;
     let list = api
         .query(move |view| {
@@ -94,10 +153,13 @@ async fn consumer_list(api: &Api, vhost: Option<String>) -> ApiResult {
     Ok(ok_json(JsonValue::Array(list)))
 }
 
-pub(crate) async fn consumers_all(Admin(api): Admin) -> ApiResult {
-    consumer_list(&api, None).await
+pub(crate) async fn consumers_all(Reader(api, scope): Reader) -> ApiResult {
+    consumer_list(&api, &scope, None).await
 }
 
-pub(crate) async fn consumers_vhost(Path(vhost): Path<String>, Admin(api): Admin) -> ApiResult {
-    consumer_list(&api, Some(vhost)).await
+pub(crate) async fn consumers_vhost(
+    Path(vhost): Path<String>,
+    Reader(api, scope): Reader,
+) -> ApiResult {
+    consumer_list(&api, &scope, Some(vhost)).await
 }

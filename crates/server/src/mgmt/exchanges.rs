@@ -6,16 +6,23 @@ use axum::extract::{Path, Query};
 use serde_json::Value as JsonValue;
 use std::collections::HashMap;
 
-use super::api::{Admin, AdminBody, Api, ApiError, ApiResult};
+use super::api::{Admin, AdminBody, Api, ApiError, ApiResult, Reader, Scope};
 use super::json as j;
 use super::reply::{
-    body_object, created_or_updated, field_bool, no_content, ok_json, query_flag, vhosts_of,
+    body_object, created_or_updated, field_bool, list_answer, no_content, ok_json, query_flag,
+    vhosts_of,
 };
 
-use wharf_broker::{Command, ExchangeDeclare};
+use base64::Engine as _;
+use wharf_broker::{Command, ErrorKind, ExchangeDeclare, Publish};
 
-async fn exchange_list(api: &Api, vhost: Option<String>) -> ApiResult {
-    let vhosts = vhosts_of(api, vhost).await?;
+async fn exchange_list(
+    api: &Api,
+    scope: &Scope,
+    vhost: Option<String>,
+    q: &HashMap<String, String>,
+) -> ApiResult {
+    let vhosts = vhosts_of(api, scope, vhost).await?;
     let list = api
         .query(move |view| {
             let mut list = Vec::new();
@@ -25,15 +32,22 @@ async fn exchange_list(api: &Api, vhost: Option<String>) -> ApiResult {
             list
         })
         .await?;
-    Ok(ok_json(JsonValue::Array(list)))
+    list_answer(list, q)
 }
 
-pub(crate) async fn exchanges_all(Admin(api): Admin) -> ApiResult {
-    exchange_list(&api, None).await
+pub(crate) async fn exchanges_all(
+    Query(q): Query<HashMap<String, String>>,
+    Reader(api, scope): Reader,
+) -> ApiResult {
+    exchange_list(&api, &scope, None, &q).await
 }
 
-pub(crate) async fn exchanges_vhost(Path(vhost): Path<String>, Admin(api): Admin) -> ApiResult {
-    exchange_list(&api, Some(vhost)).await
+pub(crate) async fn exchanges_vhost(
+    Path(vhost): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    Reader(api, scope): Reader,
+) -> ApiResult {
+    exchange_list(&api, &scope, Some(vhost), &q).await
 }
 
 async fn find_exchange(api: &Api, vhost: String, name: String) -> Result<JsonValue, ApiError> {
@@ -50,8 +64,9 @@ async fn find_exchange(api: &Api, vhost: String, name: String) -> Result<JsonVal
 
 pub(crate) async fn exchange_get(
     Path((vhost, name)): Path<(String, String)>,
-    Admin(api): Admin,
+    Reader(api, scope): Reader,
 ) -> ApiResult {
+    scope.check(&vhost)?;
     Ok(ok_json(find_exchange(&api, vhost, name).await?))
 }
 
@@ -96,4 +111,63 @@ pub(crate) async fn exchange_delete(
     })
     .await?;
     Ok(no_content())
+}
+
+/// RabbitMQ's spelling of the default exchange in a path.
+pub(crate) fn exchange_in_path(name: String) -> String {
+    if name == "amq.default" {
+        String::new()
+    } else {
+        name
+    }
+}
+
+/// `POST /api/exchanges/{vhost}/{name}/publish`: publishes one message as the broker's own
+/// `Publish` command and answers `{"routed": bool}` (S-MGMT-4). RabbitMQ's answers for a
+/// body without its four keys, an unknown `payload_encoding` or a bad property, and for an
+/// unknown exchange (400 with the AMQP text, not 404).
+pub(crate) async fn exchange_publish(
+    Path((vhost, name)): Path<(String, String)>,
+    AdminBody(api, body): AdminBody,
+) -> ApiResult {
+    let map = body_object(&body)?;
+    let missing: Vec<String> = ["routing_key", "properties", "payload", "payload_encoding"]
+        .iter()
+        .filter(|k| !map.contains_key(**k))
+        .map(|k| format!("{{key_missing,{k}}}"))
+        .collect();
+    if !missing.is_empty() {
+        return Err(ApiError::BadRequest(format!("[{}]", missing.join(","))));
+    }
+    let text = |k: &str| map.get(k).and_then(JsonValue::as_str).unwrap_or_default();
+    let payload = match text("payload_encoding") {
+        "string" => text("payload").as_bytes().to_vec(),
+        "base64" => base64::engine::general_purpose::STANDARD
+            .decode(text("payload"))
+            .map_err(|_| ApiError::BadRequest("[\"not_base64\",\"payload\"]".to_owned()))?,
+        other => {
+            return Err(ApiError::BadRequest(format!(
+                "[\"unsupported_encoding\",\"{other}\"]"
+            )));
+        }
+    };
+    let properties = j::properties_from_json(map.get("properties").unwrap_or(&JsonValue::Null))
+        .map_err(|key| ApiError::BadRequest(format!("[\"not_int\",\"{key}\"]")))?;
+    let publish = Publish {
+        vhost,
+        exchange: exchange_in_path(name),
+        routing_key: text("routing_key").to_owned(),
+        mandatory: false,
+        properties,
+        body: payload.into(),
+    };
+    let reply = api
+        .command_as_broker(Command::Publish(publish))
+        .await?
+        .map_err(|e| match e.kind {
+            ErrorKind::NotFound => ApiError::BadRequest(format!("404 NOT_FOUND - {}", e.text)),
+            _ => ApiError::from(e),
+        })?;
+    let routed = matches!(reply, wharf_broker::Reply::Published(p) if p.routed);
+    Ok(ok_json(serde_json::json!({ "routed": routed })))
 }

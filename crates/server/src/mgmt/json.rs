@@ -116,8 +116,9 @@ pub fn queue(q: &QueueInfo, effective: &Json) -> Json {
         "messages": q.ready.saturating_add(q.unacked),
         "messages_ready": q.ready,
         "messages_unacknowledged": q.unacked,
-        "message_bytes": q.ready_bytes,
+        "message_bytes": q.ready_bytes.saturating_add(q.unacked_bytes),
         "message_bytes_ready": q.ready_bytes,
+        "message_bytes_unacknowledged": q.unacked_bytes,
         "consumers": q.consumers,
         "policy": q.policy,
         "operator_policy": q.operator_policy,
@@ -140,13 +141,10 @@ pub fn exchange(x: &ExchangeInfo) -> Json {
     })
 }
 
-/// A binding as `/api/bindings` shows it.
-pub fn binding(vhost: &str, b: &BindingInfo) -> Json {
-    let (destination, destination_type) = match &b.destination {
-        DestName::Queue(q) => (q.as_str(), "queue"),
-        DestName::Exchange(x) => (x.as_str(), "exchange"),
-    };
-    let properties_key = if b.arguments.is_empty() {
+/// A binding's `properties_key`, the last path segment that names it in the API: its routing
+/// key (`~` when empty), with a hash of its arguments when it has any.
+pub fn properties_key(b: &BindingInfo) -> String {
+    if b.arguments.is_empty() {
         if b.routing_key.is_empty() {
             "~".to_owned()
         } else {
@@ -158,7 +156,16 @@ pub fn binding(vhost: &str, b: &BindingInfo) -> Json {
         let hash = crc32fast::hash(table_to_json(&b.arguments).to_string().as_bytes());
         let _ = write!(key, "{hash:08x}");
         key
+    }
+}
+
+/// A binding as `/api/bindings` shows it.
+pub fn binding(vhost: &str, b: &BindingInfo) -> Json {
+    let (destination, destination_type) = match &b.destination {
+        DestName::Queue(q) => (q.as_str(), "queue"),
+        DestName::Exchange(x) => (x.as_str(), "exchange"),
     };
+    let properties_key = properties_key(b);
     json!({
         "source": b.source,
         "vhost": vhost,
@@ -188,9 +195,30 @@ pub fn connection_name(c: &ConnectionInfo, server: std::net::SocketAddr) -> Stri
     format!("{} -> {}", c.peer, server)
 }
 
-/// A connection as `/api/connections` shows it.
-pub fn connection(c: &ConnectionInfo, server: std::net::SocketAddr) -> Json {
-    json!({
+/// A connection's `state` (S-MGMT-7): `blocked` while its publishes are held by a resource
+/// alarm, `blocking` while an alarm is on and it has not published into it, `flow` while its
+/// deliveries are paused for a slow socket, else `running`.
+fn connection_state(c: &ConnectionInfo, alarm_on: bool) -> &'static str {
+    if c.blocked {
+        "blocked"
+    } else if alarm_on {
+        "blocking"
+    } else if c.throttled {
+        "flow"
+    } else {
+        "running"
+    }
+}
+
+/// A connection as `/api/connections` shows it, with its `client_properties` and, when the
+/// client named it, `user_provided_name`.
+pub fn connection(c: &ConnectionInfo, server: std::net::SocketAddr, alarm_on: bool) -> Json {
+    let user_provided_name = c
+        .client_properties
+        .get("connection_name")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let mut out = json!({
         "name": connection_name(c, server),
         "node": NODE,
         "vhost": c.vhost,
@@ -200,13 +228,18 @@ pub fn connection(c: &ConnectionInfo, server: std::net::SocketAddr) -> Json {
         "host": server.ip().to_string(),
         "port": server.port(),
         "channels": c.channels.len(),
-        "state": if c.throttled { "flow" } else { "running" },
+        "state": connection_state(c, alarm_on),
         "type": "network",
         "protocol": "AMQP 0-9-1",
         "ssl": false,
         "frame_max": c.frame_max,
         "connected_at": c.opened_at_ms,
-    })
+        "client_properties": table_to_json(&c.client_properties),
+    });
+    if let (Some(name), Some(map)) = (user_provided_name, out.as_object_mut()) {
+        map.insert("user_provided_name".to_owned(), json!(name));
+    }
+    out
 }
 
 /// A channel as `/api/channels` shows it.
@@ -325,4 +358,54 @@ pub fn message(
         "payload": payload,
         "payload_encoding": payload_encoding,
     })
+}
+
+/// Message properties from the management API's `properties` object (RabbitMQ's names; the
+/// inverse of [`properties`]). An unknown key is ignored, as RabbitMQ does.
+///
+/// # Errors
+/// The name of a property whose value has the wrong type.
+pub fn properties_from_json(json: &Json) -> Result<Properties, &'static str> {
+    let mut p = Properties::default();
+    let Json::Object(map) = json else {
+        return Ok(p);
+    };
+    let text = |k: &'static str| -> Result<Option<String>, &'static str> {
+        match map.get(k) {
+            None | Some(Json::Null) => Ok(None),
+            Some(Json::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(k),
+        }
+    };
+    let int = |k: &'static str| -> Result<Option<u64>, &'static str> {
+        match map.get(k) {
+            None | Some(Json::Null) => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+                .map(Some)
+                .ok_or(k),
+        }
+    };
+    let small = |k: &'static str| -> Result<Option<u8>, &'static str> {
+        int(k)?.map(|n| u8::try_from(n).map_err(|_| k)).transpose()
+    };
+    p.content_type = text("content_type")?;
+    p.content_encoding = text("content_encoding")?;
+    p.headers = match map.get("headers") {
+        None | Some(Json::Null) => None,
+        Some(h @ Json::Object(_)) => Some(json_to_table(h).map_err(|_| "headers")?),
+        Some(_) => return Err("headers"),
+    };
+    p.delivery_mode = small("delivery_mode")?;
+    p.priority = small("priority")?;
+    p.correlation_id = text("correlation_id")?;
+    p.reply_to = text("reply_to")?;
+    p.expiration = text("expiration")?;
+    p.message_id = text("message_id")?;
+    p.timestamp = int("timestamp")?;
+    p.kind = text("type")?;
+    p.user_id = text("user_id")?;
+    p.app_id = text("app_id")?;
+    Ok(p)
 }

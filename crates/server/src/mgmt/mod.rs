@@ -13,10 +13,14 @@
 //!   access check), and the error answers.
 //! - `serve.rs`: the listeners and the router (every route).
 //! - `reply.rs`: answers and request-body helpers the handlers share.
+//! - `page.rs`: RabbitMQ's list parameters (`page`, `name`, `sort`, `columns`, …) applied
+//!   to a listing (S-MGMT-2).
+//! - `rates.rs`: sampled `message_stats` rates (S-MGMT-6).
+//! - `health.rs`: `/api/whoami`, the health checks, the aliveness test and `/api/nodes`.
 //! - One file of handlers per resource: `overview.rs`, `clock.rs` (`--test-clock` only),
 //!   `vhosts.rs`, `queues.rs`, `exchanges.rs`, `bindings.rs`, `policies.rs` (user and
 //!   operator policies, one generic family), `connections.rs` (and channels, consumers),
-//!   `users.rs` (and permissions).
+//!   `users.rs` (and permissions, topic permissions).
 //! - `definitions.rs`: `/api/definitions` export and import.
 //! - `json.rs`: broker values and listings as RabbitMQ's JSON, and JSON to field tables.
 //! - `metrics.rs`: the Prometheus text exposition.
@@ -28,12 +32,15 @@ mod clock;
 mod connections;
 mod definitions;
 mod exchanges;
+mod health;
 mod https;
 mod json;
 mod metrics;
 mod overview;
+mod page;
 mod policies;
 mod queues;
+mod rates;
 mod reply;
 mod serve;
 mod users;

@@ -8,7 +8,7 @@ use super::api::{ApiResult, Authenticated};
 use super::json::NODE;
 use super::reply::ok_json;
 
-pub(crate) async fn overview(Authenticated(api): Authenticated) -> ApiResult {
+pub(crate) async fn overview(Authenticated(api, _): Authenticated) -> ApiResult {
     let amqp = api.config().amqp_addr;
     let totals = api
         .query(|view| {
@@ -38,14 +38,16 @@ pub(crate) async fn overview(Authenticated(api): Authenticated) -> ApiResult {
                     "messages_ready": ready,
                     "messages_unacknowledged": unacked,
                 },
-                "message_stats": {
-                    "publish": view.counters.published,
-                    "deliver_get": view.counters.delivered,
-                    "ack": view.counters.acked,
-                },
             })
         })
         .await?;
+    let (now_ms, counters) = api.query(|v| (v.now_ms, v.counters)).await?;
+    let message_stats = api.rates.message_stats(now_ms, counters);
+    let exchange_types: Vec<JsonValue> =
+        ["direct", "fanout", "headers", "topic", "x-delayed-message"]
+            .iter()
+            .map(|t| json!({ "name": t, "enabled": true }))
+            .collect();
     let mut out = json!({
         // The management API level wharf follows, for tools that check it.
         "management_version": "3.13.0",
@@ -54,6 +56,9 @@ pub(crate) async fn overview(Authenticated(api): Authenticated) -> ApiResult {
         "product_version": env!("CARGO_PKG_VERSION"),
         "cluster_name": NODE,
         "node": NODE,
+        "rates_mode": "basic",
+        "message_stats": message_stats,
+        "exchange_types": exchange_types,
         "listeners": [{
             "node": NODE,
             "protocol": "amqp",
@@ -67,7 +72,7 @@ pub(crate) async fn overview(Authenticated(api): Authenticated) -> ApiResult {
     Ok(ok_json(out))
 }
 
-pub(crate) async fn healthcheck(Authenticated(api): Authenticated) -> ApiResult {
+pub(crate) async fn healthcheck(Authenticated(api, _): Authenticated) -> ApiResult {
     // Answered by the broker task itself: a stuck or stopped task fails the check.
     api.query(|_| ()).await?;
     Ok(ok_json(json!({ "status": "ok" })))

@@ -7,14 +7,14 @@ use axum::body::Bytes;
 use axum::extract::Path;
 use serde_json::Value as JsonValue;
 
-use super::api::{Admin, AdminBody, Api, ApiError, ApiResult};
+use super::api::{Admin, AdminBody, Api, ApiError, ApiResult, Reader, Scope};
 use super::json as j;
 use super::reply::{body_object, created_or_updated, known_vhost, no_content, ok_json, vhosts_of};
 
 use wharf_broker::{Command, PolicySpec};
 
-async fn policy_list(api: &Api, vhost: Option<String>, operator: bool) -> ApiResult {
-    let vhosts = vhosts_of(api, vhost).await?;
+async fn policy_list(api: &Api, scope: &Scope, vhost: Option<String>, operator: bool) -> ApiResult {
+    let vhosts = vhosts_of(api, scope, vhost).await?;
     let list = api
         .query(move |view| {
             let mut list = Vec::new();
@@ -65,6 +65,11 @@ pub(crate) fn policy_spec(
     };
     let definition = match map.get("definition") {
         Some(JsonValue::String(text)) => text.clone(),
+        // `rabbitmqctl export_definitions` writes an operator policy's definition as a list
+        // of [key, value] pairs.
+        Some(JsonValue::Array(pairs)) => pairs_to_object(pairs)
+            .ok_or_else(|| bad("'definition' must be an object or [key, value] pairs".into()))?
+            .to_string(),
         Some(other) => other.to_string(),
         None => return Err(bad("'definition' is required".to_owned())),
     };
@@ -94,6 +99,30 @@ pub(crate) fn policy_spec(
     })
 }
 
+fn pairs_to_object(pairs: &[JsonValue]) -> Option<JsonValue> {
+    let mut map = serde_json::Map::new();
+    for pair in pairs {
+        let [JsonValue::String(k), v] = pair.as_array()?.as_slice() else {
+            return None;
+        };
+        map.insert(k.clone(), v.clone());
+    }
+    Some(JsonValue::Object(map))
+}
+
+/// The keys of a policy definition that wharf accepts and ignores (the broker's
+/// `noop_policy_key`, S-DEFS-1).
+pub(crate) fn noop_keys(policy: &PolicySpec) -> Vec<String> {
+    match serde_json::from_str::<JsonValue>(&policy.definition) {
+        Ok(JsonValue::Object(map)) => map
+            .keys()
+            .filter(|k| wharf_broker::noop_policy_key(k))
+            .cloned()
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 async fn policy_put_inner(
     api: &Api,
     vhost: String,
@@ -103,6 +132,9 @@ async fn policy_put_inner(
 ) -> ApiResult {
     let map = body_object(body)?;
     let policy = policy_spec(name.clone(), &map)?;
+    for key in noop_keys(&policy) {
+        tracing::warn!(policy = %name, %vhost, key = %key, "policy key accepted with no effect: wharf is a single node");
+    }
     let existed = find_policy(api, vhost.clone(), name, operator)
         .await
         .is_ok();
@@ -140,23 +172,24 @@ pub(crate) const OPERATOR: bool = true;
 pub(crate) const USER: bool = false;
 
 /// `GET /api/policies` (or operator policies): every vhost's.
-pub(crate) async fn list_all<const OPERATOR: bool>(Admin(api): Admin) -> ApiResult {
-    policy_list(&api, None, OPERATOR).await
+pub(crate) async fn list_all<const OPERATOR: bool>(Reader(api, scope): Reader) -> ApiResult {
+    policy_list(&api, &scope, None, OPERATOR).await
 }
 
 /// `GET /api/policies/{vhost}` (or operator policies).
 pub(crate) async fn list_vhost<const OPERATOR: bool>(
     Path(vhost): Path<String>,
-    Admin(api): Admin,
+    Reader(api, scope): Reader,
 ) -> ApiResult {
-    policy_list(&api, Some(vhost), OPERATOR).await
+    policy_list(&api, &scope, Some(vhost), OPERATOR).await
 }
 
 /// `GET /api/policies/{vhost}/{name}` (or an operator policy).
 pub(crate) async fn get<const OPERATOR: bool>(
     Path((vhost, name)): Path<(String, String)>,
-    Admin(api): Admin,
+    Reader(api, scope): Reader,
 ) -> ApiResult {
+    scope.check(&vhost)?;
     Ok(ok_json(find_policy(&api, vhost, name, OPERATOR).await?))
 }
 

@@ -7,10 +7,11 @@ use axum::extract::{Path, Query};
 use serde_json::{Value as JsonValue, json};
 use std::collections::HashMap;
 
-use super::api::{Admin, AdminBody, Api, ApiError, ApiResult};
+use super::api::{Admin, AdminBody, Api, ApiError, ApiResult, Reader, Scope};
 use super::json as j;
 use super::reply::{
-    body_object, created_or_updated, field_bool, no_content, ok_json, query_flag, vhosts_of,
+    body_object, created_or_updated, field_bool, list_answer, no_content, ok_json, query_flag,
+    vhosts_of,
 };
 
 use wharf_broker::{
@@ -128,18 +129,30 @@ fn queues_json(rows: &[(Vec<QueueInfo>, Vec<PolicyInfo>)]) -> Vec<JsonValue> {
     list
 }
 
-async fn queue_list(api: &Api, vhost: Option<String>) -> ApiResult {
-    let vhosts = vhosts_of(api, vhost).await?;
+async fn queue_list(
+    api: &Api,
+    scope: &Scope,
+    vhost: Option<String>,
+    q: &HashMap<String, String>,
+) -> ApiResult {
+    let vhosts = vhosts_of(api, scope, vhost).await?;
     let rows = queue_rows(api, vhosts, None).await?;
-    Ok(ok_json(JsonValue::Array(queues_json(&rows))))
+    list_answer(queues_json(&rows), q)
 }
 
-pub(crate) async fn queues_all(Admin(api): Admin) -> ApiResult {
-    queue_list(&api, None).await
+pub(crate) async fn queues_all(
+    Query(q): Query<HashMap<String, String>>,
+    Reader(api, scope): Reader,
+) -> ApiResult {
+    queue_list(&api, &scope, None, &q).await
 }
 
-pub(crate) async fn queues_vhost(Path(vhost): Path<String>, Admin(api): Admin) -> ApiResult {
-    queue_list(&api, Some(vhost)).await
+pub(crate) async fn queues_vhost(
+    Path(vhost): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    Reader(api, scope): Reader,
+) -> ApiResult {
+    queue_list(&api, &scope, Some(vhost), &q).await
 }
 
 async fn find_queue(api: &Api, vhost: String, name: String) -> Result<JsonValue, ApiError> {
@@ -152,8 +165,9 @@ async fn find_queue(api: &Api, vhost: String, name: String) -> Result<JsonValue,
 
 pub(crate) async fn queue_get(
     Path((vhost, name)): Path<(String, String)>,
-    Admin(api): Admin,
+    Reader(api, scope): Reader,
 ) -> ApiResult {
+    scope.check(&vhost)?;
     Ok(ok_json(find_queue(&api, vhost, name).await?))
 }
 

@@ -8,7 +8,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value as JsonValue;
 use std::collections::HashMap;
 
-use super::api::{Api, ApiError};
+use super::api::{Api, ApiError, Scope};
+use super::page::ListQuery;
 use crate::admin::AdminView;
 
 pub(super) fn ok_json(value: JsonValue) -> Response {
@@ -66,12 +67,28 @@ pub(super) fn known_vhost(view: &AdminView<'_>, vhost: &str) -> bool {
     view.broker.vhost_names().iter().any(|v| v == vhost)
 }
 
-/// The vhosts a listing covers: one (404 if it does not exist) or all.
-pub(super) async fn vhosts_of(api: &Api, vhost: Option<String>) -> Result<Vec<String>, ApiError> {
+/// The vhosts a listing covers: one (404 if it does not exist, 401 if the caller may not
+/// see it) or all the caller may see.
+pub(super) async fn vhosts_of(
+    api: &Api,
+    scope: &Scope,
+    vhost: Option<String>,
+) -> Result<Vec<String>, ApiError> {
     let names = api.query(|v| v.broker.vhost_names()).await?;
     match vhost {
-        None => Ok(names),
-        Some(v) if names.contains(&v) => Ok(vec![v]),
+        None => Ok(names.into_iter().filter(|v| scope.sees(v)).collect()),
+        Some(v) if names.contains(&v) => {
+            scope.check(&v)?;
+            Ok(vec![v])
+        }
         Some(_) => Err(ApiError::NotFound),
     }
+}
+
+/// A listing answered with RabbitMQ's list parameters applied (S-MGMT-2).
+pub(super) fn list_answer(
+    items: Vec<JsonValue>,
+    q: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    Ok(ok_json(ListQuery::parse(q)?.apply(items)?))
 }

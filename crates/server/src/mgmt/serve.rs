@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use axum::Router;
-use axum::routing::{get, post, put};
+use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -12,7 +12,7 @@ use tracing::{info, warn};
 
 use super::api::{Api, ApiError, CoreSender, MgmtConfig};
 use super::https;
-use super::{bindings, clock, connections, definitions, exchanges, metrics, overview};
+use super::{bindings, clock, connections, definitions, exchanges, health, metrics, overview};
 use super::{policies, queues, users, vhosts};
 use crate::error::ServerError;
 
@@ -53,7 +53,10 @@ pub(crate) async fn serve(
         None => None,
     };
     let tls_addr = tls.as_ref().map(|(_, a)| *a);
-    let api = Api::new(config, core);
+    let ports: Vec<u16> = std::iter::once(addr.port())
+        .chain(tls.as_ref().map(|(_, a)| a.port()))
+        .collect();
+    let api = Api::new(config, core, &ports);
     let app = router(api);
     let shutdown = |mut stop: watch::Receiver<bool>| async move {
         let _ = stop.wait_for(|s| *s).await;
@@ -103,14 +106,47 @@ async fn bind(addr: &str) -> Result<(TcpListener, SocketAddr), ServerError> {
 }
 
 fn router(api: Api) -> Router {
-    use policies::{OPERATOR, USER};
+    Router::new()
+        .merge(node_routes())
+        .merge(entity_routes())
+        .merge(access_routes())
+        .fallback(|| async { ApiError::NotFound })
+        .with_state(api)
+}
+
+/// The node, health checks, metrics and the test clock.
+fn node_routes() -> Router<Api> {
     Router::new()
         .route("/metrics", get(metrics::metrics))
         .route("/api/overview", get(overview::overview))
         .route("/api/healthchecks/node", get(overview::healthcheck))
+        .route("/api/whoami", get(health::whoami))
+        .route("/api/health/checks/alarms", get(health::alarms))
+        .route("/api/health/checks/local-alarms", get(health::alarms))
+        .route(
+            "/api/health/checks/port-listener/{port}",
+            get(health::port_listener),
+        )
+        .route(
+            "/api/health/checks/virtual-hosts",
+            get(health::virtual_hosts),
+        )
+        .route(
+            "/api/health/checks/node-is-quorum-critical",
+            get(health::node_is_quorum_critical),
+        )
+        .route("/api/aliveness-test/{vhost}", get(health::aliveness))
+        .route("/api/nodes", get(health::nodes))
+        .route("/api/nodes/{name}", get(health::node))
+        .route("/api/parameters", get(definitions::parameters))
         .route("/api/test/clock", get(clock::clock_show))
         .route("/api/test/clock/advance", post(clock::clock_advance))
         .route("/api/test/clock/set", post(clock::clock_set))
+}
+
+/// Vhosts, queues, exchanges and bindings.
+fn entity_routes() -> Router<Api> {
+    Router::new()
         .route("/api/vhosts", get(vhosts::vhosts))
         .route(
             "/api/vhosts/{vhost}",
@@ -142,12 +178,42 @@ fn router(api: Api) -> Router {
                 .put(exchanges::exchange_put)
                 .delete(exchanges::exchange_delete),
         )
+        .route(
+            "/api/exchanges/{vhost}/{name}/publish",
+            post(exchanges::exchange_publish),
+        )
+        .route(
+            "/api/exchanges/{vhost}/{name}/bindings/source",
+            get(bindings::exchange_bindings_source),
+        )
+        .route(
+            "/api/exchanges/{vhost}/{name}/bindings/destination",
+            get(bindings::exchange_bindings_destination),
+        )
+        .route(
+            "/api/queues/{vhost}/{name}/bindings",
+            get(bindings::queue_bindings),
+        )
         .route("/api/bindings", get(bindings::bindings_all))
         .route("/api/bindings/{vhost}", get(bindings::bindings_vhost))
         .route(
             "/api/bindings/{vhost}/e/{source}/q/{destination}",
-            post(bindings::bind_queue),
+            post(bindings::bind_queue).get(bindings::bindings_to_queue),
         )
+        .route(
+            "/api/bindings/{vhost}/e/{source}/e/{destination}",
+            post(bindings::bind_exchange).get(bindings::bindings_to_exchange),
+        )
+        .route(
+            "/api/bindings/{vhost}/e/{source}/{kind}/{destination}/{props}",
+            get(bindings::binding_get).delete(bindings::binding_delete),
+        )
+}
+
+/// Policies, definitions, connections, users and permissions.
+fn access_routes() -> Router<Api> {
+    use policies::{OPERATOR, USER};
+    Router::new()
         .route("/api/policies", get(policies::list_all::<USER>))
         .route("/api/policies/{vhost}", get(policies::list_vhost::<USER>))
         .route(
@@ -174,20 +240,45 @@ fn router(api: Api) -> Router {
             "/api/definitions",
             get(definitions::export).post(definitions::import),
         )
+        .route(
+            "/api/definitions/{vhost}",
+            get(definitions::export_vhost).post(definitions::import_vhost),
+        )
         .route("/api/connections", get(connections::connections))
+        .route(
+            "/api/connections/{name}",
+            get(connections::connection_get).delete(connections::connection_delete),
+        )
         .route("/api/channels", get(connections::channels))
         .route("/api/consumers", get(connections::consumers_all))
         .route("/api/consumers/{vhost}", get(connections::consumers_vhost))
         .route("/api/users", get(users::users))
         .route(
             "/api/users/{name}",
-            put(users::user_put).delete(users::user_delete),
+            get(users::user_get)
+                .put(users::user_put)
+                .delete(users::user_delete),
         )
         .route("/api/permissions", get(users::permissions))
+        .route("/api/topic-permissions", get(users::topic_permissions))
+        .route(
+            "/api/topic-permissions/{vhost}/{user}",
+            get(users::topic_permission_get)
+                .put(users::topic_permission_put)
+                .delete(users::topic_permission_delete),
+        )
+        .route(
+            "/api/vhosts/{vhost}/topic-permissions",
+            get(users::topic_permissions_of_vhost),
+        )
+        .route(
+            "/api/users/{user}/topic-permissions",
+            get(users::topic_permissions_of_user),
+        )
         .route(
             "/api/permissions/{vhost}/{user}",
-            put(users::permission_put).delete(users::permission_delete),
+            get(users::permission_get)
+                .put(users::permission_put)
+                .delete(users::permission_delete),
         )
-        .fallback(|| async { ApiError::NotFound })
-        .with_state(api)
 }

@@ -1,12 +1,15 @@
-//! `/api/users` and `/api/permissions` (broker definitions in the log, `broker::access`); the
-//! JSON of a user and of a permission, shared with definitions export.
+//! `/api/users`, `/api/permissions` and `/api/topic-permissions` (broker definitions in the
+//! log, `broker::access`); the JSON of a user and of a (topic) permission, shared with
+//! definitions export.
 //! Handlers map the request to a broker command or query and the answer to RabbitMQ's JSON;
 //! validation is the broker's (STYLE 2.2).
 
-use axum::extract::Path;
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query};
 use serde_json::{Value as JsonValue, json};
 
-use super::api::{Admin, AdminBody, ApiError, ApiResult};
+use super::api::{Admin, AdminBody, Api, ApiError, ApiResult};
 use super::reply::{body_object, created_or_updated, no_content, ok_json};
 
 use wharf_broker::Command;
@@ -19,6 +22,14 @@ pub(crate) fn user_json(u: &wharf_broker::UserInfo) -> JsonValue {
         "hashing_algorithm": "rabbit_password_hashing_sha256",
         "tags": u.tags,
         "limits": {},
+    })
+}
+
+/// A topic permission as RabbitMQ's API and definitions show it.
+pub(crate) fn topic_permission_json(p: &wharf_broker::TopicPermissionInfo) -> JsonValue {
+    json!({
+        "user": p.user, "vhost": p.vhost, "exchange": p.exchange,
+        "write": p.write, "read": p.read,
     })
 }
 
@@ -143,5 +154,128 @@ pub(crate) async fn permission_delete(
 ) -> ApiResult {
     api.command(Command::PermissionClear { user, vhost })
         .await?;
+    Ok(no_content())
+}
+
+/// `GET /api/users/{name}` (S-MGMT-4).
+pub(crate) async fn user_get(Path(name): Path<String>, Admin(api): Admin) -> ApiResult {
+    let found = api
+        .query(move |v| v.broker.user(&name).map(user_json))
+        .await?;
+    Ok(ok_json(found.ok_or(ApiError::NotFound)?))
+}
+
+/// `GET /api/permissions/{vhost}/{user}` (S-MGMT-4).
+pub(crate) async fn permission_get(
+    Path((vhost, user)): Path<(String, String)>,
+    Admin(api): Admin,
+) -> ApiResult {
+    let found = api
+        .query(move |v| {
+            v.broker
+                .permissions()
+                .iter()
+                .find(|p| p.vhost == vhost && p.user == user)
+                .map(permission_json)
+        })
+        .await?;
+    Ok(ok_json(found.ok_or(ApiError::NotFound)?))
+}
+
+/// The topic permissions `keep` selects, as RabbitMQ lists them.
+async fn topic_list(
+    api: &Api,
+    keep: impl Fn(&wharf_broker::TopicPermissionInfo) -> bool + Send + 'static,
+) -> Result<Vec<JsonValue>, ApiError> {
+    api.query(move |v| {
+        v.broker
+            .topic_permissions()
+            .iter()
+            .filter(|p| keep(p))
+            .map(topic_permission_json)
+            .collect::<Vec<_>>()
+    })
+    .await
+}
+
+/// `GET /api/topic-permissions` (S-TPERM-1).
+pub(crate) async fn topic_permissions(Admin(api): Admin) -> ApiResult {
+    Ok(ok_json(JsonValue::Array(topic_list(&api, |_| true).await?)))
+}
+
+/// `GET /api/topic-permissions/{vhost}/{user}`: that user's, one per exchange (404 when
+/// none).
+pub(crate) async fn topic_permission_get(
+    Path((vhost, user)): Path<(String, String)>,
+    Admin(api): Admin,
+) -> ApiResult {
+    let list = topic_list(&api, move |p| p.vhost == vhost && p.user == user).await?;
+    if list.is_empty() {
+        return Err(ApiError::NotFound);
+    }
+    Ok(ok_json(JsonValue::Array(list)))
+}
+
+/// `GET /api/vhosts/{vhost}/topic-permissions` and `/api/users/{user}/topic-permissions`.
+pub(crate) async fn topic_permissions_of_vhost(
+    Path(vhost): Path<String>,
+    Admin(api): Admin,
+) -> ApiResult {
+    Ok(ok_json(JsonValue::Array(
+        topic_list(&api, move |p| p.vhost == vhost).await?,
+    )))
+}
+
+pub(crate) async fn topic_permissions_of_user(
+    Path(user): Path<String>,
+    Admin(api): Admin,
+) -> ApiResult {
+    Ok(ok_json(JsonValue::Array(
+        topic_list(&api, move |p| p.user == user).await?,
+    )))
+}
+
+/// `PUT /api/topic-permissions/{vhost}/{user}` with `exchange`, `write` and `read`
+/// (RabbitMQ's `set_topic_permissions`, S-TPERM-1).
+pub(crate) async fn topic_permission_put(
+    Path((vhost, user)): Path<(String, String)>,
+    AdminBody(api, body): AdminBody,
+) -> ApiResult {
+    let body = body_object(&body)?;
+    let field = |key: &str| match body.get(key) {
+        Some(JsonValue::String(s)) => Ok(s.clone()),
+        _ => Err(ApiError::BadRequest(format!("'{key}' must be a string"))),
+    };
+    let (exchange, write, read) = (field("exchange")?, field("write")?, field("read")?);
+    let (v, u, x) = (vhost.clone(), user.clone(), exchange.clone());
+    let existed = !topic_list(&api, move |p| {
+        p.vhost == v && p.user == u && p.exchange == x
+    })
+    .await?
+    .is_empty();
+    api.command(Command::TopicPermissionSet {
+        user,
+        vhost,
+        exchange,
+        write,
+        read,
+    })
+    .await?;
+    Ok(created_or_updated(!existed))
+}
+
+/// `DELETE /api/topic-permissions/{vhost}/{user}`: all of the user's in the vhost, or one
+/// exchange's with `?exchange=` (`clear_topic_permissions`).
+pub(crate) async fn topic_permission_delete(
+    Path((vhost, user)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+    Admin(api): Admin,
+) -> ApiResult {
+    api.command(Command::TopicPermissionClear {
+        user,
+        vhost,
+        exchange: q.get("exchange").cloned(),
+    })
+    .await?;
     Ok(no_content())
 }

@@ -2,11 +2,13 @@
 //! Handlers map the request to a broker command or query and the answer to RabbitMQ's JSON;
 //! validation is the broker's (STYLE 2.2).
 
-use axum::extract::Path;
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query};
 use serde_json::{Value as JsonValue, json};
 
-use super::api::{Admin, ApiError, ApiResult};
-use super::reply::{created_or_updated, known_vhost, no_content, ok_json};
+use super::api::{Admin, ApiError, ApiResult, Reader};
+use super::reply::{created_or_updated, known_vhost, list_answer, no_content, ok_json};
 use crate::admin::AdminView;
 
 use wharf_broker::Command;
@@ -27,22 +29,27 @@ fn vhost_json(view: &AdminView<'_>, name: &str) -> JsonValue {
     })
 }
 
-pub(crate) async fn vhosts(Admin(api): Admin) -> ApiResult {
+pub(crate) async fn vhosts(
+    Query(q): Query<HashMap<String, String>>,
+    Reader(api, scope): Reader,
+) -> ApiResult {
     let list = api
-        .query(|view| {
+        .query(move |view| {
             let list: Vec<JsonValue> = view
                 .broker
                 .vhost_names()
                 .iter()
+                .filter(|v| scope.sees(v))
                 .map(|v| vhost_json(view, v))
                 .collect();
             list
         })
         .await?;
-    Ok(ok_json(JsonValue::Array(list)))
+    list_answer(list, &q)
 }
 
-pub(crate) async fn vhost_get(Path(vhost): Path<String>, Admin(api): Admin) -> ApiResult {
+pub(crate) async fn vhost_get(Path(vhost): Path<String>, Reader(api, scope): Reader) -> ApiResult {
+    scope.check(&vhost)?;
     let found = api
         .query(move |view| known_vhost(view, &vhost).then(|| vhost_json(view, &vhost)))
         .await?;

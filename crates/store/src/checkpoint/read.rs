@@ -192,6 +192,7 @@ pub fn decode_record(kind: u8, payload: &[u8]) -> Result<CheckpointRecord, Check
             | Event::UserPut { .. }
             | Event::UserDeleted { .. }
             | Event::PermissionSet { .. }
+            | Event::TopicPermissionSet { .. }
             | Event::Scheduled { .. }),
         ) => Ok(CheckpointRecord::Event(e)),
         _ => Err(CheckpointDamage::KindNotAllowed(kind)),

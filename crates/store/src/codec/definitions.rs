@@ -1,6 +1,7 @@
 //! The records of definitions (storage-format.md, "Store records"): virtual hosts,
-//! exchanges, queues, bindings, policies, users and permissions, each encoder next to its
-//! decoder. Every record but a user's starts with its vhost, which the caller reads first.
+//! exchanges, queues, bindings, policies, users, permissions and topic permissions, each
+//! encoder next to its decoder. Every record but a user's starts with its vhost, which the
+//! caller reads first.
 
 use super::cursor::{Dec, Enc};
 use super::error::{DecodeError, EncodeError};
@@ -30,7 +31,9 @@ pub(super) fn put_definition(e: &mut Enc<'_>, event: &Event) -> Result<(), Encod
         Event::UserPut { .. }
         | Event::UserDeleted { .. }
         | Event::PermissionSet { .. }
-        | Event::PermissionCleared { .. } => put_access(e, event),
+        | Event::PermissionCleared { .. }
+        | Event::TopicPermissionSet { .. }
+        | Event::TopicPermissionCleared { .. } => put_access(e, event),
         _ => unreachable!("encode_event sends only definitions here"),
     }
 }
@@ -52,6 +55,18 @@ pub(super) fn get_definition(
         RecordKind::PermissionCleared => Event::PermissionCleared {
             user: d.name("user")?,
             vhost,
+        },
+        RecordKind::TopicPermissionSet => Event::TopicPermissionSet {
+            user: d.name("user")?,
+            vhost,
+            exchange: d.name("exchange")?,
+            write: d.text("write regex")?,
+            read: d.text("read regex")?,
+        },
+        RecordKind::TopicPermissionCleared => Event::TopicPermissionCleared {
+            user: d.name("user")?,
+            vhost,
+            exchange: d.name("exchange")?,
         },
         RecordKind::VhostAdded => Event::VhostAdded { vhost },
         RecordKind::VhostDeleted => Event::VhostDeleted { vhost },
@@ -129,8 +144,8 @@ fn get_binding(d: &mut Dec<'_>, k: RecordKind, vhost: String) -> Result<Event, D
     })
 }
 
-/// Users and permissions (format 2). User records carry no vhost; permission records start
-/// with theirs, like every other record.
+/// Users and permissions (format 2) and topic permissions (format 3). User records carry no
+/// vhost; permission records start with theirs, like every other record.
 fn put_access(e: &mut Enc<'_>, event: &Event) -> Result<(), EncodeError> {
     match event {
         Event::UserPut {
@@ -159,6 +174,28 @@ fn put_access(e: &mut Enc<'_>, event: &Event) -> Result<(), EncodeError> {
         Event::PermissionCleared { user, vhost } => {
             e.name("vhost", vhost)?;
             e.name("user", user)
+        }
+        Event::TopicPermissionSet {
+            user,
+            vhost,
+            exchange,
+            write,
+            read,
+        } => {
+            e.name("vhost", vhost)?;
+            e.name("user", user)?;
+            e.name("exchange", exchange)?;
+            e.bytes32("write regex", write.as_bytes())?;
+            e.bytes32("read regex", read.as_bytes())
+        }
+        Event::TopicPermissionCleared {
+            user,
+            vhost,
+            exchange,
+        } => {
+            e.name("vhost", vhost)?;
+            e.name("user", user)?;
+            e.name("exchange", exchange)
         }
         _ => unreachable!("encode_event sends only users and permissions here"),
     }

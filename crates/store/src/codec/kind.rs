@@ -7,7 +7,7 @@ use wharf_broker::Event;
 /// The store record format this build writes and the newest it reads. Written in a
 /// [`RecordKind::Format`] record each time a store is opened; a log announcing a newer
 /// version is refused rather than guessed at.
-pub const STORE_FORMAT_VERSION: u16 = 2;
+pub const STORE_FORMAT_VERSION: u16 = 3;
 
 /// The WAL record kind of each store record (the frame's `kind` byte). Values are part of the
 /// format: never reuse or renumber one.
@@ -44,6 +44,10 @@ pub enum RecordKind {
     PermissionSet = 0x1C,
     /// [`Event::PermissionCleared`] (format 2).
     PermissionCleared = 0x1D,
+    /// [`Event::TopicPermissionSet`] (format 3).
+    TopicPermissionSet = 0x1E,
+    /// [`Event::TopicPermissionCleared`] (format 3).
+    TopicPermissionCleared = 0x1F,
     /// [`Event::Published`].
     Published = 0x20,
     /// [`Event::Scheduled`].
@@ -64,7 +68,7 @@ pub enum RecordKind {
 
 impl RecordKind {
     /// Every kind, for tests and the inspector.
-    pub const ALL: [RecordKind; 23] = [
+    pub const ALL: [RecordKind; 25] = [
         RecordKind::Format,
         RecordKind::VhostAdded,
         RecordKind::VhostDeleted,
@@ -80,6 +84,8 @@ impl RecordKind {
         RecordKind::UserDeleted,
         RecordKind::PermissionSet,
         RecordKind::PermissionCleared,
+        RecordKind::TopicPermissionSet,
+        RecordKind::TopicPermissionCleared,
         RecordKind::Published,
         RecordKind::Scheduled,
         RecordKind::Unscheduled,
@@ -125,6 +131,8 @@ impl RecordKind {
             Event::UserDeleted { .. } => RecordKind::UserDeleted,
             Event::PermissionSet { .. } => RecordKind::PermissionSet,
             Event::PermissionCleared { .. } => RecordKind::PermissionCleared,
+            Event::TopicPermissionSet { .. } => RecordKind::TopicPermissionSet,
+            Event::TopicPermissionCleared { .. } => RecordKind::TopicPermissionCleared,
         }
     }
 }

@@ -47,7 +47,9 @@ pub fn encode_event(event: &Event, out: &mut Vec<u8>) -> Result<RecordKind, Enco
         | Event::UserPut { .. }
         | Event::UserDeleted { .. }
         | Event::PermissionSet { .. }
-        | Event::PermissionCleared { .. } => put_definition(e, event)?,
+        | Event::PermissionCleared { .. }
+        | Event::TopicPermissionSet { .. }
+        | Event::TopicPermissionCleared { .. } => put_definition(e, event)?,
     }
     Ok(RecordKind::of(event))
 }
@@ -123,6 +125,8 @@ fn get_event(d: &mut Dec<'_>, k: RecordKind) -> Result<Event, DecodeError> {
         | RecordKind::PolicySet
         | RecordKind::PolicyCleared
         | RecordKind::PermissionSet
-        | RecordKind::PermissionCleared => get_definition(d, k, vhost),
+        | RecordKind::PermissionCleared
+        | RecordKind::TopicPermissionSet
+        | RecordKind::TopicPermissionCleared => get_definition(d, k, vhost),
     }
 }

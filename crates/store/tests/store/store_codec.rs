@@ -162,6 +162,38 @@ fn golden_user_put_and_permission_set_match_storage_format_md() {
     assert_eq!(decode(kind, &bytes).unwrap(), StoreRecord::Event(perm));
 }
 
+/// S-TPERM-1: topic permissions are format-3 records (storage-format.md, version 3).
+#[test]
+fn golden_topic_permission_records_match_storage_format_md() {
+    let set = Event::TopicPermissionSet {
+        user: "u".into(),
+        vhost: "/".into(),
+        exchange: "x".into(),
+        write: "^a.".into(),
+        read: ".*".into(),
+    };
+    let (kind, bytes) = encode(&set);
+    assert_eq!(kind, 0x1e);
+    assert_eq!(
+        bytes,
+        hex("01 00 2f  01 00 75  01 00 78  03 00 00 00 5e 61 2e  02 00 00 00 2e 2a")
+    );
+    assert_eq!(bytes, doc_example("TopicPermissionSet, kind 0x1e"));
+    assert_eq!(decode(kind, &bytes).unwrap(), StoreRecord::Event(set));
+    let cleared = Event::TopicPermissionCleared {
+        user: "u".into(),
+        vhost: "/".into(),
+        exchange: "x".into(),
+    };
+    let (kind, bytes) = encode(&cleared);
+    assert_eq!(
+        (kind, bytes.clone()),
+        (0x1f, hex("01 00 2f  01 00 75  01 00 78"))
+    );
+    assert_eq!(decode(kind, &bytes).unwrap(), StoreRecord::Event(cleared));
+    assert_eq!(STORE_FORMAT_VERSION, 3);
+}
+
 #[test]
 fn golden_user_deleted_and_permission_cleared() {
     let e = Event::UserDeleted { name: "u".into() };
@@ -651,6 +683,22 @@ fn event() -> impl Strategy<Value = Event> {
             }
         ),
         (name(), name()).prop_map(|(user, vhost)| Event::PermissionCleared { user, vhost }),
+        (name(), name(), name(), name(), name()).prop_map(
+            |(user, vhost, exchange, write, read)| Event::TopicPermissionSet {
+                user,
+                vhost,
+                exchange,
+                write,
+                read
+            }
+        ),
+        (name(), name(), name()).prop_map(|(user, vhost, exchange)| {
+            Event::TopicPermissionCleared {
+                user,
+                vhost,
+                exchange,
+            }
+        }),
     ]
 }
 

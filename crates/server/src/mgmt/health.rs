@@ -1,0 +1,183 @@
+//! What monitoring tools and probes ask: `/api/whoami`, RabbitMQ's health checks
+//! (`/api/health/checks/…`), `/api/aliveness-test/{vhost}`, and `/api/nodes` (one node:
+//! wharf is a single node). A failed check answers 503 with RabbitMQ's body (S-MGMT-5).
+//! Handlers map the request to broker queries and commands; no rules here (STYLE 2.2).
+
+use axum::extract::Path;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value as JsonValue, json};
+
+use super::api::{ApiError, ApiResult, Authenticated, Monitor, Reader};
+use super::json::NODE;
+use super::reply::ok_json;
+use crate::alarm::AlarmSource;
+use wharf_broker::{Command, Properties, Publish, QueueDeclare};
+
+pub(crate) async fn whoami(Authenticated(_, who): Authenticated) -> ApiResult {
+    Ok(ok_json(json!({ "name": who.name, "tags": who.tags })))
+}
+
+fn failed(body: JsonValue) -> Response {
+    (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+}
+
+/// The resource alarms in force, as RabbitMQ names them (`memory`, `disk`).
+fn alarms_on(api: &super::api::Api) -> Vec<&'static str> {
+    let Some(alarms) = &api.config().alarms else {
+        return Vec::new();
+    };
+    let mut on = Vec::new();
+    if alarms.is_on(AlarmSource::Memory) {
+        on.push("memory");
+    }
+    if alarms.is_on(AlarmSource::Disk) {
+        on.push("disk");
+    }
+    on
+}
+
+/// `/api/health/checks/alarms` and `…/local-alarms` (one node: the same answer).
+pub(crate) async fn alarms(Authenticated(api, _): Authenticated) -> ApiResult {
+    let on = alarms_on(&api);
+    if on.is_empty() {
+        return Ok(ok_json(json!({ "status": "ok" })));
+    }
+    let alarms: Vec<JsonValue> = on
+        .iter()
+        .map(|resource| json!({ "node": NODE, "resource": resource }))
+        .collect();
+    Ok(failed(json!({
+        "status": "failed",
+        "reason": "resource alarm(s) in effect in the cluster",
+        "alarms": alarms,
+    })))
+}
+
+/// The ports wharf listens on (AMQP, and this API's listeners).
+fn ports(api: &super::api::Api) -> Vec<u16> {
+    let mut ports = vec![api.config().amqp_addr.port()];
+    ports.extend(api.listening_ports());
+    ports
+}
+
+pub(crate) async fn port_listener(
+    Path(port): Path<String>,
+    Authenticated(api, _): Authenticated,
+) -> ApiResult {
+    let Ok(port) = port.parse::<u16>() else {
+        return Err(ApiError::BadRequest(format!("Invalid port: {port}")));
+    };
+    let ports = ports(&api);
+    if ports.contains(&port) {
+        return Ok(ok_json(json!({ "status": "ok", "port": port })));
+    }
+    Ok(failed(json!({
+        "status": "failed",
+        "reason": "No active listener",
+        "missing": port,
+        "ports": ports,
+    })))
+}
+
+/// Every vhost is served by the one broker task: it answering is the check.
+pub(crate) async fn virtual_hosts(Authenticated(api, _): Authenticated) -> ApiResult {
+    api.query(|_| ()).await?;
+    Ok(ok_json(json!({ "status": "ok" })))
+}
+
+pub(crate) async fn node_is_quorum_critical(Authenticated(api, _): Authenticated) -> ApiResult {
+    api.query(|_| ()).await?;
+    Ok(ok_json(
+        json!({ "status": "ok", "reason": "single node cluster" }),
+    ))
+}
+
+/// RabbitMQ's aliveness test: declares the queue `aliveness-test` in the vhost, publishes a
+/// message to it and takes it back, all through the broker's own commands.
+pub(crate) async fn aliveness(Path(vhost): Path<String>, Reader(api, scope): Reader) -> ApiResult {
+    if !api
+        .query(|v| v.broker.vhost_names())
+        .await?
+        .contains(&vhost)
+    {
+        return Err(ApiError::NotFound);
+    }
+    scope.check(&vhost)?;
+    let queue = "aliveness-test".to_owned();
+    api.command(Command::QueueDeclare(QueueDeclare {
+        vhost: vhost.clone(),
+        queue: queue.clone(),
+        passive: false,
+        durable: false,
+        exclusive: false,
+        auto_delete: false,
+        arguments: wharf_broker::FieldTable::new(),
+        owner: None,
+    }))
+    .await?;
+    api.command(Command::Publish(Publish {
+        vhost: vhost.clone(),
+        exchange: String::new(),
+        routing_key: queue.clone(),
+        mandatory: false,
+        properties: Properties::default(),
+        body: bytes::Bytes::from_static(b"test_message"),
+    }))
+    .await?;
+    let taken = api.take(vhost, queue, 1).await?;
+    if taken
+        .iter()
+        .any(|g| g.message.body.as_ref() == b"test_message")
+    {
+        Ok(ok_json(json!({ "status": "ok" })))
+    } else {
+        Ok(failed(
+            json!({ "status": "failed", "reason": "the test message did not come back" }),
+        ))
+    }
+}
+
+/// The one node, with RabbitMQ's field names for what wharf measures: memory (`mem_used`,
+/// `mem_limit`, `mem_alarm`), disk (`disk_free`, `disk_free_alarm`), uptime and the exchange
+/// types.
+fn node_json(api: &super::api::Api) -> JsonValue {
+    let samples = api
+        .config()
+        .alarms
+        .as_ref()
+        .map(|a| a.samples())
+        .unwrap_or_default();
+    let on = alarms_on(api);
+    let exchange_types: Vec<JsonValue> = ["direct", "fanout", "headers", "topic"]
+        .iter()
+        .map(|t| json!({ "name": t, "enabled": true }))
+        .collect();
+    json!({
+        "name": NODE,
+        "type": "disc",
+        "running": true,
+        "being_drained": false,
+        "partitions": [],
+        "rates_mode": "basic",
+        "os_pid": std::process::id().to_string(),
+        "mem_used": samples.memory_used_bytes,
+        "mem_limit": samples.memory_limit_bytes,
+        "mem_alarm": on.contains(&"memory"),
+        "disk_free": samples.disk_free_bytes,
+        "disk_free_alarm": on.contains(&"disk"),
+        "exchange_types": exchange_types,
+        "processors": std::thread::available_parallelism().map_or(1, usize::from),
+    })
+}
+
+pub(crate) async fn nodes(Monitor(api): Monitor) -> ApiResult {
+    Ok(ok_json(JsonValue::Array(vec![node_json(&api)])))
+}
+
+pub(crate) async fn node(Path(name): Path<String>, Monitor(api): Monitor) -> ApiResult {
+    if name != NODE {
+        return Err(ApiError::NotFound);
+    }
+    Ok(ok_json(node_json(&api)))
+}
