@@ -13,4 +13,5 @@ mod access_tls;
 mod access_users;
 mod mgmt_api;
 mod mgmt_tls;
+mod prometheus;
 mod wharfctl;

@@ -635,6 +635,8 @@ async fn the_binary_serves_the_api_on_its_mgmt_port() {
             &amqp.to_string(),
             "--mgmt-port",
             &mgmt.to_string(),
+            "--prometheus-port",
+            "0",
         ])
         .arg("--data-dir")
         .arg(dir.path().join("data"))

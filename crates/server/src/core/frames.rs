@@ -17,7 +17,6 @@ impl Core {
     /// first delivery, get-ok with its content).
     pub(super) fn send_reply(&mut self, conn: u64, ch: u16, method: MethodId, reply: &Reply) {
         if let Reply::GetOk(g) = reply {
-            self.counters.delivered += 1;
             let Some(c) = self.conns.get_mut(&conn) else {
                 return;
             };
@@ -63,7 +62,20 @@ impl Core {
     /// Bumps the metrics counters an effect stands for.
     pub(super) fn count(&mut self, effect: &Effect) {
         match effect {
-            Effect::Deliver(_) => self.counters.delivered += 1,
+            Effect::Deliver(d) => {
+                let auto_ack = self
+                    .conns
+                    .get(&d.chan.conn.0)
+                    .and_then(|c| c.channels.get(&d.chan.channel.0))
+                    .is_some_and(|s| s.auto_ack_consumers.contains(&*d.consumer_tag));
+                self.counters.deliver(auto_ack, d.redelivered);
+            }
+            Effect::QueueDeleted { .. } => self.counters.queues_deleted += 1,
+            Effect::ConsumerCancelled { chan, consumer_tag } => {
+                if let Some(s) = self.chan_mut(chan.conn.0, chan.channel.0) {
+                    s.auto_ack_consumers.remove(&**consumer_tag);
+                }
+            }
             Effect::MessageDied { reason, fate, .. } => {
                 if *reason == DeathReason::Expired {
                     self.counters.expired += 1;
