@@ -12,6 +12,7 @@ mod support;
 
 mod crash_torture;
 mod durability_restart;
+mod ops_logs;
 mod testing_clock;
 mod testing_crash;
 mod testing_fixture;

@@ -417,7 +417,9 @@ fn fsync_accepts_only_always() {
         match e {
             ConfigError::Invalid { key, reason } => {
                 assert_eq!(key, "fsync");
-                assert!(reason.contains("S-DUR-3"), "{reason}");
+                // S-OPS-5: operators read why, not a spec id.
+                assert!(reason.contains("fdatasync"), "{reason}");
+                assert!(!reason.contains("S-DUR"), "{reason}");
             }
             ConfigError::Parse(p) => panic!("{text}: {p}"),
         }

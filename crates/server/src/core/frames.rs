@@ -162,7 +162,8 @@ impl Core {
                 reason,
             } => {
                 if reason == QueueDeletedReason::Expired {
-                    info!(%vhost, %queue, "queue expired (S-QEXP-5)");
+                    // S-QEXP-5: a queue deleted by its lease gets an info line.
+                    info!(%vhost, %queue, "queue deleted: unused for longer than its x-expires");
                 } else {
                     debug!(%vhost, %queue, ?reason, "queue deleted");
                 }
@@ -179,7 +180,7 @@ impl Core {
             } => {
                 if fate == DeathFate::ExchangeMissing {
                     warn!(%vhost, %queue, id = id.0, reason = reason.name(),
-                        "dead-letter exchange missing; message dropped (S-DLX-4)");
+                        "dead-letter exchange missing; message dropped");
                 } else {
                     debug!(%vhost, %queue, id = id.0, reason = reason.name(), ?fate, "message died");
                 }
