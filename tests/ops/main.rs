@@ -15,3 +15,4 @@ mod mgmt_api;
 mod mgmt_tls;
 mod prometheus;
 mod wharfctl;
+mod wharfctl_habits;

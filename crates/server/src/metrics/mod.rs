@@ -20,7 +20,7 @@ mod process;
 mod serve;
 mod snapshot;
 
-pub(crate) use families::Endpoint;
+pub(crate) use families::{Endpoint, NodeFigures};
 pub(crate) use serve::serve;
 
 use std::sync::Arc;
@@ -34,7 +34,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::admin::{AdminQuery, AdminRequest};
 use crate::alarm::{AlarmSource, Alarms};
 use crate::core::CoreMsg;
-use families::{Exposition, NodeFigures};
+use families::Exposition;
 use snapshot::Snapshot;
 
 /// The RabbitMQ version whose metrics wharf follows (`rabbitmq_build_info`).
@@ -58,7 +58,9 @@ pub struct MetricsSource {
 }
 
 impl MetricsSource {
-    fn node_figures(&self) -> NodeFigures {
+    /// The node's figures now: the resource monitor's last samples, the alarms, the
+    /// process's file descriptors.
+    pub(crate) fn node_figures(&self) -> NodeFigures {
         let samples = self
             .alarms
             .as_ref()

@@ -19,6 +19,7 @@
 //!   `users.rs` (and permissions).
 //! - `definitions.rs`: `/api/definitions` export and import.
 //! - `json.rs`: broker values and listings as RabbitMQ's JSON, and JSON to field tables.
+//! - `node.rs`: `/api/nodes/{name}`, the node's resource figures.
 //! - `metrics.rs`: `/metrics`, served by `crate::metrics`.
 //! - `https.rs`: the TLS listener (`MgmtConfig::tls`), serving the same router.
 
@@ -31,6 +32,7 @@ mod exchanges;
 mod https;
 mod json;
 mod metrics;
+mod node;
 mod overview;
 mod policies;
 mod queues;

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 
 use super::api::{Api, ApiError, CoreSender, MgmtConfig};
 use super::https;
-use super::{bindings, clock, connections, definitions, exchanges, metrics, overview};
+use super::{bindings, clock, connections, definitions, exchanges, metrics, node, overview};
 use super::{policies, queues, users, vhosts};
 use crate::error::ServerError;
 
@@ -107,6 +107,8 @@ fn router(api: Api) -> Router {
     Router::new()
         .route("/metrics", get(metrics::metrics))
         .route("/api/overview", get(overview::overview))
+        .route("/api/nodes/{name}", get(node::node_get))
+        .route("/api/parameters", get(node::parameters))
         .route("/api/healthchecks/node", get(overview::healthcheck))
         .route("/api/test/clock", get(clock::clock_show))
         .route("/api/test/clock/advance", post(clock::clock_advance))
