@@ -65,6 +65,9 @@ pub(crate) struct Exposition {
     pub(crate) endpoint: Endpoint,
 }
 
+/// The RabbitMQ version whose metrics wharf follows (`rabbitmq_build_info`).
+const RABBITMQ_VERSION: &str = "3.13.0";
+
 const PROTOCOL: (&str, &str) = ("protocol", "amqp091");
 const QUEUE_TYPE: (&str, &str) = ("queue_type", "rabbit_classic_queue");
 
@@ -527,7 +530,7 @@ impl Exposition {
 
     fn identity(&self, enc: &mut DescriptorEncoder<'_>, endpoint: &str) -> fmt::Result {
         let build = vec![
-            ("rabbitmq_version", super::RABBITMQ_VERSION.to_owned()),
+            ("rabbitmq_version", RABBITMQ_VERSION.to_owned()),
             ("product_name", "wharf".to_owned()),
             ("product_version", env!("CARGO_PKG_VERSION").to_owned()),
             (

@@ -37,9 +37,6 @@ use crate::core::CoreMsg;
 use families::Exposition;
 use snapshot::Snapshot;
 
-/// The RabbitMQ version whose metrics wharf follows (`rabbitmq_build_info`).
-pub(crate) const RABBITMQ_VERSION: &str = "3.13.0";
-
 /// Where a scrape's figures come from.
 #[derive(Debug, Clone)]
 pub struct MetricsSource {
