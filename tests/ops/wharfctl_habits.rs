@@ -155,3 +155,22 @@ async fn s_ops_6_report_list_parameters_and_a_missing_user() {
     assert_eq!(r.code, 67, "{}", r.err);
     assert!(r.err.contains("User \"ghost\" does not exist"), "{}", r.err);
 }
+
+#[tokio::test]
+async fn s_ops_6_environment_shows_the_settings_without_users() {
+    let server = start().await;
+    let r = ctl(&server, &["environment"]).await;
+    assert_eq!(r.code, 0, "{}", r.err);
+    assert!(
+        r.out
+            .starts_with("Application environment of node wharf@localhost ...\n"),
+        "{}",
+        r.out
+    );
+    let json = ctl(&server, &["environment", "--formatter", "json"]).await;
+    let env: serde_json::Value = serde_json::from_str(&json.out).unwrap();
+    assert_eq!(env["amqp_listener"], "127.0.0.1:0");
+    assert_eq!(env["fsync"], "always");
+    assert_eq!(env["disk_free_limit_bytes"], 50_000_000);
+    assert!(!json.out.contains("password"), "{}", json.out);
+}

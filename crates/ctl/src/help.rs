@@ -37,6 +37,11 @@ pub(crate) const COMMANDS: &[CommandHelp] = &[
         "Displays the status and every listing, for support requests",
     ),
     (
+        "environment",
+        "",
+        "Displays the settings the broker runs with",
+    ),
+    (
         "list_queues",
         "[-p VHOST] [COLUMN ...]",
         "Lists queues and their properties",

@@ -133,7 +133,7 @@ Commands:
   list_permissions [-p VHOST]
   clock show | clock advance DURATION (30m, 1h, 250ms) | clock set MS   (--test-clock only)
   export_definitions FILE|- | import_definitions FILE|-
-  ping | await_startup [--timeout S] | report | list_parameters [-p VHOST]
+  ping | await_startup [--timeout S] | report | environment | list_parameters [-p VHOST]
   help [COMMAND] (or COMMAND --help): the usage of a command";
 
 pub(crate) fn check_args(pos: &[String], min: usize, max: usize, shape: &str) -> Outcome {

@@ -213,6 +213,7 @@ async fn start_mgmt(
         bind: bind.clone(),
         users: parts.registry,
         metrics: parts.metrics,
+        environment: mgmt::environment(config),
         amqp_addr: parts.amqp_addr,
         clock: config.clock_control.clone(),
         tls: config.mgmt_tls.clone(),

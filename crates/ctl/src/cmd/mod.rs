@@ -107,6 +107,7 @@ impl Ctl<'_, '_> {
             "export_definitions" => self.export(pos),
             "import_definitions" => self.import(pos),
             "ping" => self.ping(pos),
+            "environment" => self.environment(pos),
             "await_startup" => self.await_startup(pos),
             "report" => self.report(pos),
             "list_parameters" => self.list_parameters(pos),

@@ -210,4 +210,20 @@ impl Ctl<'_, '_> {
         let cols = ["component", "name", "value"].map(str::to_owned);
         self.table(&JsonValue::Array(items), &cols)
     }
+
+    /// `environment`: the settings the broker runs with (rabbitmqctl prints the application
+    /// environment; wharf's is its resolved configuration, as JSON).
+    pub(super) fn environment(&mut self, pos: &[String]) -> Outcome {
+        check_args(pos, 0, 0, "environment")?;
+        let env = self.call("GET", "/api/environment", None)?.json();
+        if self.opts.json {
+            let _ = writeln!(self.io.out, "{env}");
+            return Ok(());
+        }
+        let node = cell(&self.call("GET", "/api/overview", None)?.json()["node"]);
+        self.info(&format!("Application environment of node {node} ..."));
+        let text = serde_json::to_string_pretty(&env).unwrap_or_default();
+        let _ = writeln!(self.io.out, "{text}");
+        Ok(())
+    }
 }

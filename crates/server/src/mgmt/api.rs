@@ -29,6 +29,8 @@ pub struct MgmtConfig {
     pub users: Arc<UserRegistry>,
     /// Where `/metrics` reads its figures (the Prometheus listener's own source).
     pub metrics: crate::metrics::MetricsSource,
+    /// The settings the server runs with (`/api/environment`; no users or passwords).
+    pub environment: serde_json::Value,
     /// The AMQP listener's address (for `/api/overview`'s listeners).
     pub amqp_addr: SocketAddr,
     /// The manual clock the server runs on when started with clock control

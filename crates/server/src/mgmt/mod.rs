@@ -43,4 +43,5 @@ mod vhosts;
 
 pub(crate) use api::MgmtConfig;
 pub(crate) use json::NODE;
+pub(crate) use node::environment;
 pub(crate) use serve::serve;

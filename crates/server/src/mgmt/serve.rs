@@ -109,6 +109,7 @@ fn router(api: Api) -> Router {
         .route("/api/overview", get(overview::overview))
         .route("/api/nodes/{name}", get(node::node_get))
         .route("/api/parameters", get(node::parameters))
+        .route("/api/environment", get(node::environment_get))
         .route("/api/healthchecks/node", get(overview::healthcheck))
         .route("/api/test/clock", get(clock::clock_show))
         .route("/api/test/clock/advance", post(clock::clock_advance))
