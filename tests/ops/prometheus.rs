@@ -255,6 +255,9 @@ async fn s_ops_1_a_real_prometheus_scrapes_wharf_and_the_dashboards_queries_answ
                     group_left(rabbitmq_cluster, rabbitmq_node) rabbitmq_identity_info";
     assert_eq!(prometheus.value(received).await, "3");
     assert_eq!(prometheus.value("rabbitmq_connections").await, "1");
+    // "Message Size Distribution" matches RabbitMQ's spelling of the bucket bounds.
+    let sizes = "rabbitmq_message_size_bytes_bucket{le=\"100.0\"}";
+    assert_eq!(prometheus.value(sizes).await, "3");
     assert_eq!(
         prometheus
             .value("rabbitmq_global_messages_confirmed_total")

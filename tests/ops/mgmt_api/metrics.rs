@@ -66,7 +66,7 @@ async fn s_ops_1_metrics_need_no_auth_and_follow_traffic() {
         "rabbitmq_global_messages_delivered_get_manual_ack_total{protocol=\"amqp091\",queue_type=\"rabbit_classic_queue\"} 2",
         "rabbitmq_global_messages_acknowledged_total{protocol=\"amqp091\",queue_type=\"rabbit_classic_queue\"} 1",
         "rabbitmq_global_publishers{protocol=\"amqp091\"} 1",
-        "rabbitmq_message_size_bytes_bucket{protocol=\"amqp091\",le=\"100\"} 3",
+        "rabbitmq_message_size_bytes_bucket{protocol=\"amqp091\",le=\"100.0\"} 3",
         "rabbitmq_message_size_bytes_sum{protocol=\"amqp091\"} 12.0",
         "wharf_messages_expired_total 0",
         "rabbitmq_connections 1",

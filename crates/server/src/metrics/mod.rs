@@ -100,7 +100,7 @@ impl MetricsSource {
         let mut text = String::new();
         // Writing into a String cannot fail.
         prometheus_text::encode(&mut text, &registry).ok()?;
-        Some(text)
+        Some(erlang_bucket_bounds(&text))
     }
 
     /// A scrape as an HTTP answer: the text, or 503 when the broker task is gone.
@@ -117,5 +117,43 @@ impl MetricsSource {
             )
                 .into_response(),
         }
+    }
+}
+
+/// RabbitMQ writes the message size histogram's bounds below 10^6 as Erlang formats floats
+/// (`le="100.0"` .. `le="100000.0"`), and the RabbitMQ-Overview dashboard's "Message Size
+/// Distribution" panel matches those strings; the encoder writes them as Go does (`le="100"`).
+/// This rewrites the four bounds of that one family, so the panel finds them.
+fn erlang_bucket_bounds(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 64);
+    for line in text.split_inclusive('\n') {
+        if line.starts_with("rabbitmq_message_size_bytes_bucket{") {
+            let mut line = line.to_owned();
+            for bound in ["100", "1000", "10000", "100000"] {
+                line = line.replace(&format!("le=\"{bound}\""), &format!("le=\"{bound}.0\""));
+            }
+            out.push_str(&line);
+        } else {
+            out.push_str(line);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::erlang_bucket_bounds;
+
+    #[test]
+    fn s_ops_1_message_size_bounds_are_written_as_rabbitmq_writes_them() {
+        let text = "rabbitmq_message_size_bytes_bucket{protocol=\"amqp091\",le=\"100\"} 3\n\
+                    rabbitmq_message_size_bytes_bucket{protocol=\"amqp091\",le=\"1e+06\"} 3\n\
+                    wharf_wal_records_per_fsync_bucket{le=\"1000\"} 1\n";
+        assert_eq!(
+            erlang_bucket_bounds(text),
+            "rabbitmq_message_size_bytes_bucket{protocol=\"amqp091\",le=\"100.0\"} 3\n\
+             rabbitmq_message_size_bytes_bucket{protocol=\"amqp091\",le=\"1e+06\"} 3\n\
+             wharf_wal_records_per_fsync_bucket{le=\"1000\"} 1\n"
+        );
     }
 }
