@@ -35,6 +35,14 @@ struct Args {
     /// Port of the management HTTP API and /metrics, on the same address [default: 15672].
     #[arg(long, env = "WHARF_MGMT_PORT")]
     mgmt_port: Option<u16>,
+    /// Port of the Prometheus metrics (/metrics, /metrics/per-object, /metrics/detailed, as
+    /// RabbitMQ's Prometheus plugin serves them), on the same address; 0 picks a free one
+    /// [default: 15692].
+    #[arg(long, env = "WHARF_PROMETHEUS_PORT")]
+    prometheus_port: Option<u16>,
+    /// Do not serve the Prometheus metrics listener (the management API's /metrics stays).
+    #[arg(long, env = "WHARF_NO_PROMETHEUS")]
+    no_prometheus: bool,
     /// AMQPS port, served when the configuration file names `tls.cert_file` and
     /// `tls.key_file` [default: 5671].
     #[arg(long, env = "WHARF_TLS_PORT")]
@@ -83,6 +91,8 @@ fn load(args: Args) -> anyhow::Result<Config> {
         port: args.port,
         data_dir: args.data_dir,
         mgmt_port: args.mgmt_port,
+        prometheus_port: args.prometheus_port,
+        prometheus: args.no_prometheus.then_some(false),
         log: args.log,
         disk_free_limit: args.disk_free_limit,
         memory_high_watermark: args.memory_high_watermark,
@@ -106,6 +116,7 @@ fn main() -> anyhow::Result<()> {
         &mut args.bind,
         &mut args.port,
         &mut args.mgmt_port,
+        &mut args.prometheus_port,
         &mut args.data_dir,
     )?;
     let config = load(args)?;
@@ -135,7 +146,7 @@ async fn run(config: Config, test: &test_mode::TestArgs, salvage: bool) -> anyho
     if salvage {
         tracing::warn!(
             data_dir = %config.data_dir.display(),
-            "--salvage: damaged log records will be skipped and their loss logged (S-DISK-8)"
+            "--salvage: damaged log records will be skipped and their loss logged"
         );
         server_config.salvage = true;
     }

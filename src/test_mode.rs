@@ -54,6 +54,7 @@ impl TestArgs {
         bind: &mut Option<String>,
         port: &mut Option<u16>,
         mgmt_port: &mut Option<u16>,
+        prometheus_port: &mut Option<u16>,
         data_dir: &mut Option<PathBuf>,
     ) -> anyhow::Result<Option<TempDataDir>> {
         if !self.test_mode {
@@ -62,6 +63,7 @@ impl TestArgs {
         bind.get_or_insert_with(|| "127.0.0.1".to_owned());
         port.get_or_insert(0);
         mgmt_port.get_or_insert(0);
+        prometheus_port.get_or_insert(0);
         if data_dir.is_some() {
             return Ok(None);
         }

@@ -149,6 +149,7 @@ async fn the_binary_reads_its_config_file() {
         // The management API would take 15672 by default; any free port will do here.
         .arg("--mgmt-port")
         .arg("0")
+        .args(["--prometheus-port", "0"])
         .env_remove("WHARF_MGMT_PORT")
         .env_remove("WHARF_BIND")
         .env_remove("WHARF_PORT")

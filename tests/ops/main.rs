@@ -14,4 +14,6 @@ mod access_users;
 mod mgmt_api;
 mod mgmt_tls;
 mod rabbitmqadmin;
+mod prometheus;
 mod wharfctl;
+mod wharfctl_habits;

@@ -207,7 +207,7 @@ async fn the_binary_serves_https_from_its_config_file() {
     std::fs::write(
         &file,
         format!(
-            "port = 0\nmgmt_port = 0\ndata_dir = {data:?}\nlog = \"warn\"\n\
+            "port = 0\nmgmt_port = 0\nprometheus_port = 0\ndata_dir = {data:?}\nlog = \"warn\"\n\
              [mgmt_tls]\ncert_file = {:?}\nkey_file = {:?}\nport = {port}\n",
             listener.cert_file, listener.key_file
         ),

@@ -19,18 +19,18 @@ use serde_json::{Value, json};
 use support::{TestServer, within};
 use wharf_ctl::Client;
 
-async fn start() -> TestServer {
+pub(crate) async fn start() -> TestServer {
     TestServer::start_with(|c| c.mgmt_bind = Some("127.0.0.1:0".to_owned())).await
 }
 
-fn url(server: &TestServer) -> String {
+pub(crate) fn url(server: &TestServer) -> String {
     format!("http://{}", server.handle.mgmt_addr().unwrap())
 }
 
-struct Run {
-    code: i32,
-    out: String,
-    err: String,
+pub(crate) struct Run {
+    pub(crate) code: i32,
+    pub(crate) out: String,
+    pub(crate) err: String,
 }
 
 /// Runs `wharfctl ARGS --url URL` (options after the positionals, as scripts often write
@@ -42,11 +42,11 @@ async fn ctl_in(server: &TestServer, args: &[&str], input: &str) -> Run {
     run(all, None, input.to_owned()).await
 }
 
-async fn ctl(server: &TestServer, args: &[&str]) -> Run {
+pub(crate) async fn ctl(server: &TestServer, args: &[&str]) -> Run {
     ctl_in(server, args, "").await
 }
 
-async fn run(args: Vec<String>, env_url: Option<String>, input: String) -> Run {
+pub(crate) async fn run(args: Vec<String>, env_url: Option<String>, input: String) -> Run {
     within(
         20,
         tokio::task::spawn_blocking(move || {
@@ -245,7 +245,14 @@ async fn set_list_and_clear_policies_with_options_anywhere() {
     assert_eq!(r.code, 0, "{}", r.err);
     assert_eq!(api_get(&server, "/api/policies").await, json!([]));
     let r = ctl(&server, &["clear_policy", "lim", "-p", "prod"]).await;
-    assert_eq!(r.code, 65, "clearing an unknown policy: {}", r.err);
+    // S-OPS-6: rabbitmqctl's code for a missing policy, and the policy named.
+    assert_eq!(r.code, 69, "clearing an unknown policy: {}", r.err);
+    assert!(
+        r.err
+            .contains("Policy 'lim' in vhost 'prod' does not exist"),
+        "{}",
+        r.err
+    );
 }
 
 #[tokio::test]
@@ -501,15 +508,31 @@ async fn purge_delete_and_vhost_commands() {
         r.out
     );
     let r = ctl(&server, &["delete_queue", "q"]).await;
-    assert_eq!(r.code, 65, "{}", r.err);
+    assert_eq!(r.code, 69, "{}", r.err);
+    assert!(
+        r.err.contains("Queue 'q' in vhost '/' not found"),
+        "{}",
+        r.err
+    );
     let r = ctl(&server, &["purge_queue", "nope"]).await;
-    assert_eq!(r.code, 65, "{}", r.err);
+    assert_eq!(r.code, 69, "{}", r.err);
+    assert!(
+        r.err.contains("Queue 'nope' in vhost '/' not found"),
+        "{}",
+        r.err
+    );
 
     assert_eq!(ctl(&server, &["add_vhost", "staging"]).await.code, 0);
     let r = ctl(&server, &["list_vhosts", "-q"]).await;
     assert_eq!(r.out, "name\n/\nstaging\n");
     assert_eq!(ctl(&server, &["delete_vhost", "staging"]).await.code, 0);
-    assert_eq!(ctl(&server, &["delete_vhost", "staging"]).await.code, 65);
+    let r = ctl(&server, &["delete_vhost", "staging"]).await;
+    assert_eq!(r.code, 65);
+    assert!(
+        r.err.contains("Virtual host 'staging' does not exist"),
+        "{}",
+        r.err
+    );
     assert_eq!(ctl(&server, &["list_vhosts", "-q"]).await.out, "name\n/\n");
 }
 
@@ -526,9 +549,8 @@ async fn status_and_definitions_export_import() {
     .await;
     let r = ctl(&server, &["status", "-q"]).await;
     assert_eq!(r.code, 0, "{}", r.err);
-    assert!(r.out.contains("Queues: 1\n"), "{}", r.out);
-    assert!(r.out.contains("Messages ready: 1\n"), "{}", r.out);
-    assert!(r.out.contains("Connections: 1\n"), "{}", r.out);
+    assert!(r.out.contains("Queue count: 1\n"), "{}", r.out);
+    assert!(r.out.contains("Connection count: 1\n"), "{}", r.out);
 
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("defs.json");
@@ -635,6 +657,8 @@ async fn the_binary_serves_the_api_on_its_mgmt_port() {
             &amqp.to_string(),
             "--mgmt-port",
             &mgmt.to_string(),
+            "--prometheus-port",
+            "0",
         ])
         .arg("--data-dir")
         .arg(dir.path().join("data"))
@@ -683,7 +707,13 @@ async fn the_binary_serves_the_api_on_its_mgmt_port() {
 async fn user_and_permission_commands_change_who_may_do_what() {
     let server = start().await;
     assert_eq!(ctl(&server, &["add_user", "app", "s3cret"]).await.code, 0);
-    assert_eq!(ctl(&server, &["add_user", "app", "again"]).await.code, 65);
+    let r = ctl(&server, &["add_user", "app", "again"]).await;
+    assert_eq!(
+        r.code, 70,
+        "rabbitmqctl's code for an existing user: {}",
+        r.err
+    );
+    assert!(r.err.contains("User \"app\" already exists"), "{}", r.err);
     let r = ctl(&server, &["list_users", "-q"]).await;
     assert!(r.out.contains("app\t[]"), "{}", r.out);
     let r = ctl(
@@ -731,7 +761,9 @@ async fn user_and_permission_commands_change_who_may_do_what() {
         .await
         .unwrap();
     assert_eq!(ctl(&server, &["delete_user", "app"]).await.code, 0);
-    assert_eq!(ctl(&server, &["delete_user", "app"]).await.code, 65);
+    let r = ctl(&server, &["delete_user", "app"]).await;
+    assert_eq!(r.code, 67, "rabbitmqctl's EX_NOUSER: {}", r.err);
+    assert!(r.err.contains("User \"app\" does not exist"), "{}", r.err);
     assert!(
         lapin::Connection::connect(&url("n3w"), lapin::ConnectionProperties::default())
             .await

@@ -14,6 +14,7 @@ mod crash_torture;
 mod damaged_tail;
 mod disk_full;
 mod durability_restart;
+mod ops_logs;
 mod testing_clock;
 mod testing_crash;
 mod testing_fixture;

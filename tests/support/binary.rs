@@ -79,6 +79,8 @@ impl Broker {
                 "0",
                 "--mgmt-port",
                 "0",
+                "--prometheus-port",
+                "0",
                 "--log",
                 "info",
             ])

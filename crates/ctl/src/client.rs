@@ -148,6 +148,11 @@ impl Client {
         })
     }
 
+    /// The API root this client talks to.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
     /// `GET path`.
     ///
     /// # Errors
@@ -169,4 +174,39 @@ pub fn segment(s: &str) -> String {
         }
     }
     out
+}
+
+/// Decodes a percent-encoded path segment ([`segment`]'s inverse); a malformed escape is
+/// kept as written.
+pub fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        if let (b'%', Some(v)) = (b, hex) {
+            out.push(v);
+            i += 3;
+        } else {
+            out.push(b);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_undoes_segment() {
+        for s in ["/", "a b", "q%1", "é-x_y.z~"] {
+            assert_eq!(decode(&segment(s)), s);
+        }
+        assert_eq!(decode("%zz"), "%zz");
+    }
 }

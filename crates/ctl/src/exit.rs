@@ -6,6 +6,9 @@ pub const EXIT_OK: i32 = 0;
 pub const EXIT_USAGE: i32 = 64;
 /// Exit code: the broker refused the data (invalid policy, unknown object).
 pub const EXIT_DATAERR: i32 = 65;
+/// Exit code: a user named on the command line does not exist (sysexits `EX_NOUSER`, as
+/// rabbitmqctl answers for one).
+pub const EXIT_NOUSER: i32 = 67;
 /// Exit code: the broker could not be reached.
 pub const EXIT_UNAVAILABLE: i32 = 69;
 /// Exit code: the broker (or this tool) failed.

@@ -13,19 +13,22 @@
 //! - `run.rs`: [`run`], the entry point.
 //! - `streams.rs`: the process's streams ([`Io`]).
 //! - `opts.rs`: options and positional arguments, [`USAGE`].
+//! - `help.rs`: the table of commands behind `help`, `help COMMAND` and `--help`.
 //! - `cmd/`: the commands, one file per group.
 //! - `exit.rs`: exit codes and [`DEFAULT_URL`].
 
 mod client;
 mod cmd;
 mod exit;
+mod help;
 mod opts;
 mod run;
 mod streams;
 
 pub use client::{Answer, Client, Unreachable, segment};
 pub use exit::{
-    DEFAULT_URL, EXIT_DATAERR, EXIT_NOPERM, EXIT_OK, EXIT_SOFTWARE, EXIT_UNAVAILABLE, EXIT_USAGE,
+    DEFAULT_URL, EXIT_DATAERR, EXIT_NOPERM, EXIT_NOUSER, EXIT_OK, EXIT_SOFTWARE, EXIT_UNAVAILABLE,
+    EXIT_USAGE,
 };
 pub use opts::USAGE;
 pub use run::run;

@@ -23,6 +23,11 @@ pub(crate) struct Opts {
     pub(crate) no_headers: bool,
     pub(crate) if_empty: bool,
     pub(crate) if_unused: bool,
+    /// `--help` / `-h`: the command's usage instead of running it.
+    pub(crate) help: bool,
+    /// `--timeout` / `-t`, seconds (`await_startup`'s wait; ignored elsewhere, as over HTTP
+    /// every request has its own bound).
+    pub(crate) timeout: Option<String>,
 }
 
 /// A failure with its exit code and message.
@@ -100,8 +105,10 @@ pub(crate) fn parse(args: &[String]) -> Result<(Opts, Vec<String>), Fail> {
             ("--no-table-headers", None) => o.no_headers = true,
             ("--if-empty", None) => o.if_empty = true,
             ("--if-unused", None) => o.if_unused = true,
+            ("--help" | "-h", None) => o.help = true,
+            ("--timeout" | "-t", v) => o.timeout = v,
             // Accepted for rabbitmqctl compatibility; meaningless over HTTP.
-            ("--timeout" | "-t" | "--online" | "--local" | "--offline", _) => {}
+            ("--online" | "--local" | "--offline", _) => {}
             (other, _) => return Err(usage(format!("unknown option {other}"))),
         }
     }
@@ -127,7 +134,9 @@ Commands:
   set_topic_permissions [-p VHOST] USER EXCHANGE WRITE READ
   clear_topic_permissions [-p VHOST] USER [EXCHANGE] | list_topic_permissions [-p VHOST]
   clock show | clock advance DURATION (30m, 1h, 250ms) | clock set MS   (--test-clock only)
-  export_definitions FILE|- | import_definitions FILE|-";
+  export_definitions FILE|- | import_definitions FILE|-
+  ping | await_startup [--timeout S] | report | environment | list_parameters [-p VHOST]
+  help [COMMAND] (or COMMAND --help): the usage of a command";
 
 pub(crate) fn check_args(pos: &[String], min: usize, max: usize, shape: &str) -> Outcome {
     let n = pos.len().saturating_sub(1);

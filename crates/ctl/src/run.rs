@@ -3,7 +3,8 @@
 use crate::client::Client;
 use crate::cmd::Ctl;
 use crate::exit::{DEFAULT_URL, EXIT_OK, EXIT_USAGE};
-use crate::opts::{Fail, USAGE, parse};
+use crate::help;
+use crate::opts::{Fail, Opts, USAGE, parse};
 use crate::streams::Io;
 
 /// Runs `wharfctl` with `args` (without the program name); `env_url` is `WHARF_URL`.
@@ -16,6 +17,9 @@ pub fn run(args: &[String], env_url: Option<String>, io: &mut Io<'_>) -> i32 {
             return code;
         }
     };
+    if opts.help || pos.first().is_some_and(|c| c == "help") {
+        return help(&opts, &pos, io);
+    }
     let url = opts
         .url
         .clone()
@@ -48,5 +52,25 @@ pub fn run(args: &[String], env_url: Option<String>, io: &mut Io<'_>) -> i32 {
             }
             code
         }
+    }
+}
+
+/// `wharfctl help`, `wharfctl help COMMAND`, `wharfctl COMMAND --help`: 0, or 64 for an
+/// unknown command (rabbitmqctl's habits).
+fn help(opts: &Opts, pos: &[String], io: &mut Io<'_>) -> i32 {
+    let skip = usize::from(!opts.help);
+    match pos.get(skip) {
+        None => {
+            help::list(io.out);
+            EXIT_OK
+        }
+        Some(name) => match help::command(io.out, name) {
+            Ok(()) => EXIT_OK,
+            Err(Fail(code, text)) => {
+                let _ = writeln!(io.err, "\n{text}\n");
+                help::list(io.err);
+                code
+            }
+        },
     }
 }

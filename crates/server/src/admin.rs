@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 
 use tokio::sync::oneshot;
 
+use crate::counters::MessageCounters;
 use wharf_broker::{Broker, BrokerError, Command, GetOk, Reply};
 
 /// A read-only query, run inside the broker task between batches; it sends its own answer
@@ -111,6 +112,8 @@ pub struct ChannelInfo {
     pub confirm: bool,
     /// In transaction mode.
     pub transactional: bool,
+    /// Has published at least once (a publisher, as RabbitMQ counts them).
+    pub publishing: bool,
 }
 
 /// One open connection as the broker task knows it.
@@ -136,23 +139,6 @@ pub struct ConnectionInfo {
     pub client_properties: wharf_broker::FieldTable,
     /// Its open channels, by number.
     pub channels: Vec<ChannelInfo>,
-}
-
-/// Counts kept by the broker task for the metrics endpoint: plain integers, bumped as
-/// outcomes are applied, copied on a scrape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct MessageCounters {
-    /// `basic.publish` methods handled (routed or not).
-    pub published: u64,
-    /// Messages handed to clients (`basic.deliver` and `basic.get-ok`).
-    pub delivered: u64,
-    /// Messages acknowledged by `basic.ack` (a `multiple` ack counts every message it
-    /// settles).
-    pub acked: u64,
-    /// Messages that expired in a queue (S-TTL).
-    pub expired: u64,
-    /// Messages dead-lettered into at least one queue (S-DLX).
-    pub dead_lettered: u64,
 }
 
 /// What a query sees: the broker (its query functions) and the broker task's tables.

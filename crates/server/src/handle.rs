@@ -44,6 +44,8 @@ pub struct ServerHandle {
     pub(crate) mgmt: Option<(SocketAddr, JoinHandle<()>)>,
     /// The management API's HTTPS address, when served.
     pub(crate) mgmt_tls_addr: Option<SocketAddr>,
+    /// The Prometheus listener's address and task, when served.
+    pub(crate) prometheus: Option<(SocketAddr, JoinHandle<()>)>,
 }
 
 impl ServerHandle {
@@ -55,6 +57,12 @@ impl ServerHandle {
     /// The address of the management HTTP API, when served ([`ServerConfig::mgmt_bind`]).
     pub fn mgmt_addr(&self) -> Option<SocketAddr> {
         self.mgmt.as_ref().map(|(addr, _)| *addr)
+    }
+
+    /// The address of the Prometheus metrics listener, when served
+    /// ([`ServerConfig::prometheus_bind`]).
+    pub fn prometheus_addr(&self) -> Option<SocketAddr> {
+        self.prometheus.as_ref().map(|(addr, _)| *addr)
     }
 
     /// The address of the management API's HTTPS listener, when served
@@ -164,7 +172,10 @@ impl ServerHandle {
         self.monitor_task.abort();
         let _ = self.stop_accepting.send(true);
         let _ = self.accept_task.await;
-        if let Some((_, task)) = self.mgmt.take() {
+        for (_, task) in [self.mgmt.take(), self.prometheus.take()]
+            .into_iter()
+            .flatten()
+        {
             // Bounded: a client holding a request open must not hold up the shutdown.
             let _ = tokio::time::timeout(limits::CLOSE_OK_WAIT, task).await;
         }

@@ -22,6 +22,9 @@
 //! - `admin`: what the management API (`mgmt`) asks the broker task; the listener starts
 //!   with the server when [`ServerConfig::mgmt_bind`] is set.
 //! - `volume`: the log sized for the data directory's volume (S-DISK-5).
+//! - `metrics`: Prometheus metrics as `rabbitmq_prometheus` serves them, on their own
+//!   listener ([`ServerConfig::prometheus_bind`]) and on the management API's `/metrics`;
+//!   `counters`: what the broker task counts for them.
 //! - `clock_control`: moving a manual clock from outside (`--test-clock`).
 //! - `convert`: wire values <-> broker values, broker errors -> AMQP closes (S-ERR-1).
 //! - `auth`: password hashes (RabbitMQ's format), the shared [`UserRegistry`] that
@@ -49,10 +52,12 @@ mod clock_control;
 mod connection;
 mod convert;
 mod core;
+mod counters;
 mod error;
 mod handle;
 mod listener;
 mod methods;
+mod metrics;
 mod mgmt;
 mod outbox;
 mod recovery;
@@ -65,14 +70,14 @@ mod volume;
 pub mod config;
 pub mod testing;
 
-pub use admin::{
-    AdminQuery, AdminRequest, AdminView, ChannelInfo, ConnectionInfo, MessageCounters,
-};
+pub use admin::{AdminQuery, AdminRequest, AdminView, ChannelInfo, ConnectionInfo};
 pub use alarm::{MemoryLimit, ResourceProbe, SystemProbe};
 pub use auth::{Principal, UserRegistry, hash_password, verify_password};
 pub use clock_control::ClockControlError;
+pub use counters::{MESSAGE_SIZE_BOUNDS, MessageCounters};
 pub use error::ServerError;
 pub use handle::ServerHandle;
+pub use metrics::MetricsSource;
 pub use server_config::ServerConfig;
 pub use start::Server;
 pub use tls::{TlsError, TlsListener};

@@ -54,6 +54,9 @@ pub struct ServerConfig {
     /// Where the management HTTP API listens (`host:port`, port 0 picks one); `None`: not
     /// served.
     pub mgmt_bind: Option<String>,
+    /// Where Prometheus metrics are served (`host:port`, port 0 picks one), as
+    /// `rabbitmq_prometheus` serves them on 15692; `None`: not served.
+    pub prometheus_bind: Option<String>,
     /// RabbitMQ's `loopback_users`: these names may log in from a loopback address only
     /// (besides every `User` with `loopback_only`).
     pub loopback_users: Vec<String>,
@@ -102,6 +105,7 @@ impl ServerConfig {
             unacked_per_channel_max: limits::UNACKED_PER_CHANNEL_MAX,
             consumer_timeout_ms: Some(limits::CONSUMER_TIMEOUT_MS_DEFAULT),
             mgmt_bind: None,
+            prometheus_bind: None,
             loopback_users: vec!["guest".to_owned()],
             tls: None,
             mgmt_tls: None,

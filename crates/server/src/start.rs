@@ -20,6 +20,7 @@ use crate::core::{self, CoreMsg};
 use crate::error::ServerError;
 use crate::handle::ServerHandle;
 use crate::listener::{accept_loop, bind_plain, bind_tls, tls_accept_loop};
+use crate::metrics;
 use crate::mgmt;
 use crate::recovery::{DowntimeDeaths, LiveCounts, Recovered, recover};
 use crate::server_config::ServerConfig;
@@ -54,6 +55,7 @@ impl Server {
             None => config.clock.clone(),
         };
         let stopwatch = Stopwatch::start();
+        let started_at_ms = clock.now_ms();
         let Recovered {
             store,
             broker,
@@ -106,13 +108,21 @@ impl Server {
             .unzip();
         let accept_task = tokio::spawn(accept_loop(listener, ctx, stop_rx.clone()));
         let (monitor, monitor_task) = start_monitor(&config, log_health, alarms.clone());
+        let metrics = metrics::MetricsSource {
+            core: core_tx.clone(),
+            alarms: Some(alarms.clone()),
+            node: mgmt::NODE.to_owned(),
+            recovery_ms,
+            started_at_ms,
+            disk_free_limit_bytes: config.disk_free_limit_bytes,
+        };
+        let prometheus = start_prometheus(&config, &metrics, &stop_rx).await?;
         let (mgmt, mgmt_tls_addr) = start_mgmt(
             &config,
             MgmtParts {
                 registry: registry.clone(),
-                recovery_ms,
+                metrics,
                 amqp_addr: local_addr,
-                alarms: alarms.clone(),
             },
             core_tx.clone(),
             stop_rx,
@@ -135,6 +145,7 @@ impl Server {
             monitor_task,
             mgmt,
             mgmt_tls_addr,
+            prometheus,
         })
     }
 }
@@ -188,9 +199,8 @@ fn spawn_core(
 /// What the management API takes from the rest of the start.
 struct MgmtParts {
     registry: Arc<auth::UserRegistry>,
-    recovery_ms: u64,
+    metrics: metrics::MetricsSource,
     amqp_addr: SocketAddr,
-    alarms: Arc<alarm::Alarms>,
 }
 
 /// Starts the management API when `mgmt_bind` is set: (its address and task, its HTTPS
@@ -207,14 +217,28 @@ async fn start_mgmt(
     let mgmt_config = mgmt::MgmtConfig {
         bind: bind.clone(),
         users: parts.registry,
-        recovery_ms: parts.recovery_ms,
+        metrics: parts.metrics,
+        environment: mgmt::environment(config),
         amqp_addr: parts.amqp_addr,
         clock: config.clock_control.clone(),
         tls: config.mgmt_tls.clone(),
-        alarms: Some(parts.alarms),
     };
     let m = mgmt::serve(mgmt_config, core, stop).await?;
     Ok((Some((m.addr, m.task)), m.tls_addr))
+}
+
+/// Starts the Prometheus listener when `prometheus_bind` is set: its address and task.
+async fn start_prometheus(
+    config: &ServerConfig,
+    source: &metrics::MetricsSource,
+    stop: &watch::Receiver<bool>,
+) -> Result<Option<(SocketAddr, JoinHandle<()>)>, ServerError> {
+    match &config.prometheus_bind {
+        Some(bind) => Ok(Some(
+            metrics::serve(bind, source.clone(), stop.clone()).await?,
+        )),
+        None => Ok(None),
+    }
 }
 
 /// Spawns the resource monitor (see `alarm`) over the configured probe and limits.

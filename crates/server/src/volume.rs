@@ -73,7 +73,7 @@ pub fn fit_to_volume(config: &mut ServerConfig) -> io::Result<u64> {
             message_bytes_max = plan.message_bytes_max,
             "the data directory's volume is small: log segments and the largest message are \
              scaled down to it, and publishers are blocked once the free space less one \
-             segment falls below disk_free_limit (S-DISK-5)"
+             segment falls below disk_free_limit"
         );
     }
     config.checkpoint_log_bytes_min = plan.checkpoint_log_bytes_min;

@@ -221,7 +221,7 @@ fn summarise(report: &RecoveryReport, summary: &mut RecoverySummary) {
             offset = torn.offset,
             bytes = torn.bytes,
             reason = %torn.reason,
-            "torn tail of the log cut (S-DUR-7)"
+            "torn tail of the log cut: a write the crash interrupted, nothing confirmed was in it"
         );
         summary.torn_tail_bytes = torn.bytes;
     }

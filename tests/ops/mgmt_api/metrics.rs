@@ -1,9 +1,11 @@
-//! `/metrics`: no authentication, message counters, free disk and memory.
+//! `/metrics` on the management port: no authentication, RabbitMQ's names for the message
+//! counters, queue gauges, free disk and memory (S-OPS-1), wharf's own figures under `wharf_`
+//! (S-OPS-2). The Prometheus port serves the same text (`tests/ops/prometheus.rs`).
 
 use super::*;
 
 #[tokio::test]
-async fn metrics_need_no_auth_and_follow_traffic() {
+async fn s_ops_1_metrics_need_no_auth_and_follow_traffic() {
     let (server, _) = start().await;
     let (_conn, ch) = server.channel().await;
     // Confirms come after the fsync, so every record below is counted before the scrape.
@@ -33,29 +35,45 @@ async fn metrics_need_no_auth_and_follow_traffic() {
     let text = a.body;
     // Three persistent messages into a durable queue: at least one fsync, each counted in
     // both histograms, and the +Inf bucket holds them all.
-    let count_of = |name: &str| -> u64 {
+    // Counts are integers; sums are written as floats by the encoder (`12.0`).
+    let value_of = |name: &str| -> &str {
         text.lines()
-            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
             .unwrap_or_else(|| panic!("no {name} in\n{text}"))
     };
-    let syncs = count_of("wharf_wal_fsync_seconds_count");
+    let syncs: u64 = value_of("wharf_wal_fsync_seconds_count").parse().unwrap();
     assert!(syncs >= 1, "{text}");
-    assert_eq!(count_of("wharf_wal_records_per_fsync_count"), syncs);
     assert_eq!(
-        count_of("wharf_wal_fsync_seconds_bucket{le=\"+Inf\"}"),
-        syncs
+        value_of("wharf_wal_records_per_fsync_count"),
+        syncs.to_string()
     );
-    assert!(count_of("wharf_wal_records_per_fsync_sum") >= 3, "{text}");
+    assert_eq!(
+        value_of("wharf_wal_fsync_seconds_bucket{le=\"+Inf\"}"),
+        syncs.to_string()
+    );
+    let records: f64 = value_of("wharf_wal_records_per_fsync_sum").parse().unwrap();
+    assert!(records >= 3.0, "{text}");
     for line in [
-        "wharf_queue_messages_ready{vhost=\"/\",queue=\"m\"} 1",
-        "wharf_queue_messages_unacked{vhost=\"/\",queue=\"m\"} 1",
-        "wharf_queue_messages_ready_bytes{vhost=\"/\",queue=\"m\"} 4",
-        "wharf_messages_published_total 3",
-        "wharf_messages_delivered_total 2",
-        "wharf_messages_acked_total 1",
+        "rabbitmq_queue_messages_ready 1",
+        "rabbitmq_queue_messages_unacked 1",
+        "rabbitmq_queue_messages 2",
+        "rabbitmq_queue_messages_ready_bytes 4",
+        "rabbitmq_global_messages_received_total{protocol=\"amqp091\"} 3",
+        "rabbitmq_global_messages_received_confirm_total{protocol=\"amqp091\"} 3",
+        "rabbitmq_global_messages_confirmed_total{protocol=\"amqp091\"} 3",
+        "rabbitmq_global_messages_routed_total{protocol=\"amqp091\"} 3",
+        "rabbitmq_global_messages_delivered_total{protocol=\"amqp091\",queue_type=\"rabbit_classic_queue\"} 2",
+        "rabbitmq_global_messages_delivered_get_manual_ack_total{protocol=\"amqp091\",queue_type=\"rabbit_classic_queue\"} 2",
+        "rabbitmq_global_messages_acknowledged_total{protocol=\"amqp091\",queue_type=\"rabbit_classic_queue\"} 1",
+        "rabbitmq_global_publishers{protocol=\"amqp091\"} 1",
+        "rabbitmq_message_size_bytes_bucket{protocol=\"amqp091\",le=\"100.0\"} 3",
+        "rabbitmq_message_size_bytes_sum{protocol=\"amqp091\"} 12.0",
         "wharf_messages_expired_total 0",
-        "wharf_connections 1",
-        "# TYPE wharf_messages_published_total counter",
+        "rabbitmq_connections 1",
+        "rabbitmq_channels 1",
+        "rabbitmq_queues 1",
+        "# TYPE rabbitmq_global_messages_received_total counter",
+        "# TYPE rabbitmq_identity_info untyped",
         "# TYPE wharf_recovery_seconds gauge",
     ] {
         assert!(
@@ -66,7 +84,7 @@ async fn metrics_need_no_auth_and_follow_traffic() {
 }
 
 #[tokio::test]
-async fn metrics_count_expired_and_dead_lettered_messages() {
+async fn s_ops_2_metrics_count_expired_and_dead_lettered_messages() {
     let (server, _) = start().await;
     let (_conn, ch) = server.channel().await;
     ch.confirm_select(ConfirmSelectOptions::default())
@@ -111,8 +129,7 @@ async fn metrics_count_expired_and_dead_lettered_messages() {
     for line in [
         "wharf_messages_expired_total 2",
         "wharf_messages_dead_lettered_total 1",
-        "wharf_queue_messages_ready{vhost=\"/\",queue=\"dead\"} 1",
-        "wharf_queue_messages_ready{vhost=\"/\",queue=\"plain\"} 0",
+        "rabbitmq_queue_messages_ready 1",
     ] {
         assert!(
             text.lines().any(|l| l == line),
@@ -129,7 +146,7 @@ fn metric(text: &str, name: &str) -> u64 {
 }
 
 #[tokio::test]
-async fn metrics_count_acked_messages_not_ack_methods() {
+async fn s_ops_1_metrics_count_acked_messages_not_ack_methods() {
     let (server, client) = start().await;
     let (_conn, ch) = server.channel().await;
     ch.confirm_select(ConfirmSelectOptions::default())
@@ -170,11 +187,16 @@ async fn metrics_count_acked_messages_not_ack_methods() {
     let text = call(&Client::anonymous(&base(&server)), "GET", "/metrics", None)
         .await
         .body;
-    assert_eq!(metric(&text, "wharf_messages_acked_total"), 4, "{text}");
-    assert_eq!(metric(&text, "wharf_messages_delivered_total"), 4);
-    assert!(
-        text.lines()
-            .any(|l| l == "wharf_queue_messages_unacked{vhost=\"/\",queue=\"acks\"} 0"),
+    let labels = "{protocol=\"amqp091\",queue_type=\"rabbit_classic_queue\"}";
+    let acked = format!("rabbitmq_global_messages_acknowledged_total{labels}");
+    assert_eq!(metric(&text, &acked), 4, "{text}");
+    let delivered = format!("rabbitmq_global_messages_delivered_total{labels}");
+    assert_eq!(metric(&text, &delivered), 4);
+    let empty = format!("rabbitmq_global_messages_get_empty_total{labels}");
+    assert_eq!(metric(&text, &empty), 1);
+    assert_eq!(
+        metric(&text, "rabbitmq_queue_messages_unacked"),
+        0,
         "{text}"
     );
     // `/api/overview`'s ack count is the same counter.
@@ -204,7 +226,7 @@ impl wharf_server::ResourceProbe for FixedProbe {
 }
 
 #[tokio::test]
-async fn metrics_report_free_disk_and_memory_as_the_alarm_monitor_measured_them() {
+async fn s_ops_1_metrics_report_free_disk_and_memory_as_the_alarm_monitor_measured_them() {
     let server = TestServer::start_with(|c| {
         c.mgmt_bind = Some("127.0.0.1:0".to_owned());
         c.resource_probe = Some(std::sync::Arc::new(FixedProbe));
@@ -216,19 +238,35 @@ async fn metrics_report_free_disk_and_memory_as_the_alarm_monitor_measured_them(
         .await
         .body;
     assert_eq!(
-        metric(&text, "wharf_disk_free_bytes"),
+        metric(&text, "rabbitmq_disk_space_available_bytes"),
         123_456_789,
         "{text}"
     );
-    assert_eq!(metric(&text, "wharf_memory_used_bytes"), 4_567_000);
-    assert_eq!(metric(&text, "wharf_memory_limit_bytes"), 1 << 30);
+    assert_eq!(
+        metric(&text, "rabbitmq_process_resident_memory_bytes"),
+        4_567_000
+    );
+    assert_eq!(
+        metric(&text, "rabbitmq_resident_memory_limit_bytes"),
+        1 << 30
+    );
+    assert_eq!(
+        metric(&text, "rabbitmq_disk_space_available_limit_bytes"),
+        50_000_000
+    );
+    assert_eq!(metric(&text, "rabbitmq_alarms_memory_used_watermark"), 0);
+    assert_eq!(
+        metric(&text, "rabbitmq_alarms_free_disk_space_watermark"),
+        0
+    );
     for line in [
-        "# TYPE wharf_disk_free_bytes gauge",
-        "# TYPE wharf_memory_used_bytes gauge",
+        "# TYPE rabbitmq_disk_space_available_bytes gauge",
+        "# TYPE rabbitmq_process_resident_memory_bytes gauge",
         "# TYPE wharf_recovery_seconds gauge",
         "# TYPE wharf_wal_fsync_seconds histogram",
         "# TYPE wharf_wal_records_per_fsync histogram",
         "# TYPE wharf_messages_expired_total counter",
+        "# TYPE rabbitmq_alarms_memory_used_watermark untyped",
         "# TYPE wharf_messages_dead_lettered_total counter",
     ] {
         assert!(

@@ -95,6 +95,8 @@ pub fn queue_rows(broker: &Broker) -> Vec<Json> {
                 "vhost": q.vhost, "queue": q.name,
                 "ready": q.ready, "unacked": q.unacked, "bytes": q.ready_bytes,
                 "oldest_enqueued_ms": oldest, "next_deadline_ms": deadline,
+                "oldest_enqueued": render::rfc3339_json(oldest),
+                "next_deadline": render::rfc3339_json(deadline),
                 "auto_delete": q.auto_delete,
                 "arguments": render::table_json(&q.arguments),
                 "policy": policy(&q.policy, false),
@@ -126,7 +128,9 @@ pub fn queues(ctx: &Ctx<'_>, now_ms: u64, out: &mut dyn Write) -> Exit {
         "UNACKED".to_owned(),
         "BYTES".to_owned(),
         "OLDEST_MS".to_owned(),
+        "OLDEST".to_owned(),
         "NEXT_DEADLINE_MS".to_owned(),
+        "NEXT_DEADLINE".to_owned(),
         "ARGUMENTS".to_owned(),
         "POLICY".to_owned(),
     ]];
@@ -155,7 +159,9 @@ pub fn queues(ctx: &Ctx<'_>, now_ms: u64, out: &mut dyn Write) -> Exit {
             s("unacked"),
             s("bytes"),
             s("oldest_enqueued_ms"),
+            s("oldest_enqueued"),
             s("next_deadline_ms"),
+            s("next_deadline"),
             s("arguments"),
             if policy.is_empty() {
                 "-".to_owned()
@@ -231,7 +237,9 @@ pub fn summary(ctx: &Ctx<'_>, now_ms: u64, out: &mut dyn Write) -> Exit {
         "checkpoint": checkpoint,
         "segments": { "count": outcome.segments.len(), "bytes": file_bytes,
             "oldest_record_ms": replay.time_range_ms.map(|t| t.0),
-            "newest_record_ms": replay.time_range_ms.map(|t| t.1) },
+            "newest_record_ms": replay.time_range_ms.map(|t| t.1),
+            "oldest_record": render::rfc3339_json(replay.time_range_ms.map(|t| t.0)),
+            "newest_record": render::rfc3339_json(replay.time_range_ms.map(|t| t.1)) },
         "records": { "count": replay.records, "bytes": replay.record_bytes, "by_kind": kinds },
         "live_bytes": live,
         "live_definition_bytes": replay.definition_bytes,
@@ -293,11 +301,13 @@ fn summary_text(r: &Json) -> String {
     });
     let seg = &r["segments"];
     s.push(format!(
-        "segments     {} files, {} bytes; record times {} .. {} (ms since the epoch)",
+        "segments     {} files, {} bytes; record times {} ({}) .. {} ({}) (ms since the epoch)",
         seg["count"],
         seg["bytes"],
         v(&seg["oldest_record_ms"]),
-        v(&seg["newest_record_ms"])
+        v(&seg["oldest_record"]),
+        v(&seg["newest_record_ms"]),
+        v(&seg["newest_record"])
     ));
     s.push(format!(
         "records      {} ({} bytes)",

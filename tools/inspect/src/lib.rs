@@ -216,7 +216,7 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<i32, scan::Fatal> {
             body,
         } => {
             let filter = Filter {
-                kinds: kinds.iter().map(|k| k.replace('_', "")).collect(),
+                kinds: record_kinds(kinds)?,
                 vhost: vhost.clone(),
                 queue: queue.clone(),
                 exchange: exchange.clone(),
@@ -251,7 +251,14 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<i32, scan::Fatal> {
             vhost,
             now,
         } => trace::export(&ctx(cli, dir), vhost, queue, now_or_clock(*now), out),
-        Cmd::BenchScan { dir, stage } => bench_scan(dir, stage, out),
+        Cmd::BenchScan { dir, stage } => {
+            if !["wal", "decode", "replay"].contains(&stage.as_str()) {
+                return Err(scan::Fatal(format!(
+                    "--stage {stage}: use wal, decode or replay"
+                )));
+            }
+            bench_scan(dir, stage, out)
+        }
         Cmd::GenBenchLog {
             dir,
             mib,
@@ -260,6 +267,46 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<i32, scan::Fatal> {
             .map(|()| 0)
             .map_err(|e| scan::Fatal(format!("{e:#}"))),
     }
+}
+
+/// The `--kind` values as record kind names (case and `_` ignored: `dead_lettered` is
+/// `DeadLettered`). S-OPS-7: a name that is no record kind is a usage error (exit 2), not a
+/// filter that quietly matches nothing.
+fn record_kinds(kinds: &[String]) -> Result<Vec<String>, scan::Fatal> {
+    let known: Vec<String> = (0..=u8::MAX)
+        .filter(|&b| {
+            b == wharf_store::codec::CARRIED_KIND
+                || wharf_store::codec::RecordKind::from_byte(b).is_some()
+        })
+        .map(state::kind_name)
+        .collect();
+    kinds
+        .iter()
+        .map(|k| {
+            let name = k.replace('_', "");
+            if known.iter().any(|n| n.eq_ignore_ascii_case(&name)) {
+                Ok(name)
+            } else {
+                let snake: Vec<String> = known.iter().map(|n| snake_case(n)).collect();
+                Err(scan::Fatal(format!(
+                    "--kind {k}: no such record kind; one of {}",
+                    snake.join(", ")
+                )))
+            }
+        })
+        .collect()
+}
+
+/// `DeadLettered` as `dead_lettered`.
+fn snake_case(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
 }
 
 fn bench_scan(dir: &Path, stage: &str, out: &mut dyn Write) -> Result<i32, scan::Fatal> {

@@ -120,11 +120,32 @@ fn printable(body: &[u8]) -> Option<&str> {
         .then_some(s)
 }
 
+/// Milliseconds since the Unix epoch as RFC 3339 in UTC, to the millisecond
+/// (`2026-01-01T00:00:00.000Z`), shown next to every time in milliseconds; `None` past the
+/// calendar's range.
+pub fn rfc3339(ms: u64) -> Option<String> {
+    let nanos = i128::from(ms).checked_mul(1_000_000)?;
+    let t = time::OffsetDateTime::from_unix_timestamp_nanos(nanos).ok()?;
+    let format = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
+    t.format(&format).ok()
+}
+
+/// [`rfc3339`] of an optional time, as JSON (`null` when there is none).
+pub fn rfc3339_json(ms: Option<u64>) -> Json {
+    json!(ms.and_then(rfc3339))
+}
+
 /// A message as JSON: id, times, TTL, exchange, key, properties, body.
 pub fn message_json(msg: &Message, mode: BodyMode) -> Json {
     let mut m = Map::new();
     m.insert("id".to_owned(), json!(msg.id.0));
     m.insert("enqueued_at_ms".to_owned(), json!(msg.enqueued_at_ms));
+    m.insert(
+        "enqueued_at".to_owned(),
+        rfc3339_json(Some(msg.enqueued_at_ms)),
+    );
     if let Some(ttl) = msg.ttl_ms {
         m.insert("ttl_ms".to_owned(), json!(ttl));
     }

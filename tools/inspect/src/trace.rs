@@ -134,7 +134,12 @@ impl Tracer {
         let mut fields = render::message_json(m, body);
         fields["vhost"] = json!(vhost);
         fields["queues"] = json!(queues);
+        let readable: Map<String, Json> = deadlines
+            .iter()
+            .map(|(q, ms)| (q.clone(), render::rfc3339_json(ms.as_u64())))
+            .collect();
         fields["deadlines_ms"] = Json::Object(deadlines);
+        fields["deadlines"] = Json::Object(readable);
         self.step(s, m.id, event, fields);
         self.held.insert(
             m.id,

@@ -2,18 +2,21 @@
 //! maps HTTP failures to exit codes, and the dispatch of a command name to its file.
 //!
 //! - `policies.rs`, `lists.rs`, `objects.rs` (queues, vhosts), `users.rs` (and permissions),
-//!   `node.rs` (clock, status, definitions).
+//!   `node.rs` (clock, definitions), `status.rs` (`ping`, `await_startup`, `status`,
+//!   `report`, `list_parameters`).
 
 mod lists;
 mod node;
 mod objects;
 mod policies;
+mod status;
 mod users;
 
 use serde_json::Value as JsonValue;
 
+use crate::client::decode;
 use crate::client::{Answer, Client};
-use crate::exit::{EXIT_DATAERR, EXIT_NOPERM, EXIT_SOFTWARE, EXIT_UNAVAILABLE};
+use crate::exit::{EXIT_DATAERR, EXIT_NOPERM, EXIT_NOUSER, EXIT_SOFTWARE, EXIT_UNAVAILABLE};
 use crate::opts::{Fail, Opts, Outcome, usage};
 use crate::streams::Io;
 
@@ -48,6 +51,7 @@ impl Ctl<'_, '_> {
                 EXIT_NOPERM,
                 format!("the broker refused the credentials: {}", answer.reason()),
             )),
+            404 => Err(not_found(path, &answer)),
             400..=499 => Err(Fail(EXIT_DATAERR, answer.reason())),
             _ => Err(Fail(EXIT_SOFTWARE, answer.reason())),
         }
@@ -57,6 +61,8 @@ impl Ctl<'_, '_> {
         let Some(cmd) = pos.first() else {
             return Err(usage("no command given"));
         };
+        // Every command is in the help table; anything else is rabbitmqctl's usage error.
+        crate::help::find(cmd)?;
         match cmd.as_str() {
             "set_policy" | "set_operator_policy" => self.set_policy(pos),
             "clear_policy" | "clear_operator_policy" => self.clear_policy(pos),
@@ -103,6 +109,11 @@ impl Ctl<'_, '_> {
             "status" => self.status(pos),
             "export_definitions" => self.export(pos),
             "import_definitions" => self.import(pos),
+            "ping" => self.ping(pos),
+            "environment" => self.environment(pos),
+            "await_startup" => self.await_startup(pos),
+            "report" => self.report(pos),
+            "list_parameters" => self.list_parameters(pos),
             other => Err(usage(format!("unknown command '{other}'"))),
         }
     }
@@ -114,5 +125,38 @@ fn cell(v: &JsonValue) -> String {
         JsonValue::Null => String::new(),
         JsonValue::String(s) => s.clone(),
         other => other.to_string(),
+    }
+}
+
+/// A 404 as rabbitmqctl reports it: the missing object named, with rabbitmqctl's exit code
+/// for its kind (67 for a user, 65 for a vhost, 69 for a queue, a policy or a vhost of a
+/// permission).
+fn not_found(path: &str, answer: &Answer) -> Fail {
+    let path = path.split('?').next().unwrap_or(path);
+    let parts: Vec<String> = path
+        .trim_start_matches("/api/")
+        .split('/')
+        .map(decode)
+        .collect();
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    match parts.as_slice() {
+        ["users", name] => Fail(EXIT_NOUSER, format!("User \"{name}\" does not exist")),
+        ["vhosts", name] => Fail(
+            EXIT_DATAERR,
+            format!("Virtual host '{name}' does not exist"),
+        ),
+        ["queues", vhost, name, ..] => Fail(
+            EXIT_UNAVAILABLE,
+            format!("Queue '{name}' in vhost '{vhost}' not found"),
+        ),
+        ["policies" | "operator-policies", vhost, name] => Fail(
+            EXIT_UNAVAILABLE,
+            format!("Policy '{name}' in vhost '{vhost}' does not exist"),
+        ),
+        ["permissions", vhost, user] => Fail(
+            EXIT_UNAVAILABLE,
+            format!("No permissions for user '{user}' in vhost '{vhost}'"),
+        ),
+        _ => Fail(EXIT_DATAERR, answer.reason()),
     }
 }

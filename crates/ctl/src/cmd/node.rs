@@ -1,5 +1,4 @@
-//! The node: `clock` (`--test-clock` only), `status`, `export_definitions`,
-//! `import_definitions`.
+//! The node: `clock` (`--test-clock` only), `export_definitions`, `import_definitions`.
 
 use serde_json::{Value as JsonValue, json};
 
@@ -43,46 +42,6 @@ impl Ctl<'_, '_> {
             let _ = writeln!(self.io.out, "{}", json!({ "now_ms": now }));
         } else {
             let _ = writeln!(self.io.out, "{now}");
-        }
-        Ok(())
-    }
-
-    pub(super) fn status(&mut self, pos: &[String]) -> Outcome {
-        check_args(pos, 0, 0, "status")?;
-        let o = self.call("GET", "/api/overview", None)?.json();
-        if self.opts.json {
-            let _ = writeln!(self.io.out, "{o}");
-            return Ok(());
-        }
-        let get = |path: &[&str]| {
-            let mut v = &o;
-            for p in path {
-                v = v.get(*p).unwrap_or(&JsonValue::Null);
-            }
-            cell(v)
-        };
-        self.info("Status of node wharf ...");
-        let lines = [
-            format!("Product name: {}", get(&["product_name"])),
-            format!("Product version: {}", get(&["product_version"])),
-            format!("Node: {}", get(&["node"])),
-            format!("Connections: {}", get(&["object_totals", "connections"])),
-            format!("Channels: {}", get(&["object_totals", "channels"])),
-            format!("Queues: {}", get(&["object_totals", "queues"])),
-            format!("Exchanges: {}", get(&["object_totals", "exchanges"])),
-            format!("Consumers: {}", get(&["object_totals", "consumers"])),
-            format!("Messages: {}", get(&["queue_totals", "messages"])),
-            format!(
-                "Messages ready: {}",
-                get(&["queue_totals", "messages_ready"])
-            ),
-            format!(
-                "Messages unacknowledged: {}",
-                get(&["queue_totals", "messages_unacknowledged"])
-            ),
-        ];
-        for line in lines {
-            let _ = writeln!(self.io.out, "{line}");
         }
         Ok(())
     }

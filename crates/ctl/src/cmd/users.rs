@@ -6,7 +6,7 @@ use serde_json::{Value as JsonValue, json};
 
 use super::Ctl;
 use crate::client::segment;
-use crate::exit::{EXIT_DATAERR, EXIT_SOFTWARE};
+use crate::exit::{EXIT_NOUSER, EXIT_SOFTWARE};
 use crate::opts::{Fail, Outcome, arg, check_args};
 
 impl Ctl<'_, '_> {
@@ -16,7 +16,7 @@ impl Ctl<'_, '_> {
             JsonValue::Array(users) => users
                 .into_iter()
                 .find(|u| u.get("name").and_then(JsonValue::as_str) == Some(name))
-                .ok_or_else(|| Fail(EXIT_DATAERR, format!("user '{name}' does not exist"))),
+                .ok_or_else(|| Fail(EXIT_NOUSER, format!("User \"{name}\" does not exist"))),
             _ => Err(Fail(EXIT_SOFTWARE, "unexpected answer".to_owned())),
         }
     }
@@ -30,7 +30,10 @@ impl Ctl<'_, '_> {
             self.user(name)?.get("tags").cloned().unwrap_or(json!([]))
         } else {
             if self.user(name).is_ok() {
-                return Err(Fail(EXIT_DATAERR, format!("user '{name}' already exists")));
+                return Err(Fail(
+                    EXIT_SOFTWARE,
+                    format!("User \"{name}\" already exists"),
+                ));
             }
             json!([])
         };

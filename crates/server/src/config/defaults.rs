@@ -9,6 +9,8 @@ pub const PORT: u16 = 5672;
 pub const DATA_DIR: &str = "./wharf-data";
 /// `mgmt_port`.
 pub const MGMT_PORT: u16 = 15672;
+/// `prometheus_port` (`rabbitmq_prometheus`'s port).
+pub const PROMETHEUS_PORT: u16 = 15692;
 /// `log`.
 pub const LOG: &str = "info";
 /// `loopback_users` (RabbitMQ's default).

@@ -31,6 +31,10 @@ pub struct FileConfig {
     pub data_dir: Option<PathBuf>,
     /// Management port (reserved).
     pub mgmt_port: Option<u32>,
+    /// Prometheus metrics port (wider than `u16` so that 70000 is refused by name).
+    pub prometheus_port: Option<u32>,
+    /// Whether the Prometheus listener is served (default true).
+    pub prometheus: Option<bool>,
     /// Log filter.
     pub log: Option<String>,
     /// Heartbeat proposed to clients, seconds (0: none).

@@ -24,6 +24,10 @@ pub struct Overrides {
     pub data_dir: Option<PathBuf>,
     /// `--mgmt-port`.
     pub mgmt_port: Option<u16>,
+    /// `--prometheus-port`.
+    pub prometheus_port: Option<u16>,
+    /// `--no-prometheus` (`Some(false)`).
+    pub prometheus: Option<bool>,
     /// `--log`.
     pub log: Option<String>,
     /// `--disk-free-limit` (bytes or a unit string).
@@ -44,6 +48,7 @@ pub struct Overrides {
 /// What [`Config::validate`] refuses.
 pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> {
     let (checkpoint_log_bytes_min, fsync, message_memory_bytes) = durability(&file)?;
+    let prometheus_port = prometheus_port(&file, &flags);
     let loopback: BTreeSet<String> = match file.loopback_users {
         Some(listed) => listed.into_iter().collect(),
         None => defaults::LOOPBACK_USERS
@@ -104,6 +109,7 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
             .map(u32::from)
             .or(file.mgmt_port)
             .unwrap_or(u32::from(defaults::MGMT_PORT)),
+        prometheus_port,
         log: flags
             .log
             .or(file.log)
@@ -144,6 +150,19 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
     };
     config.validate()?;
     Ok(config)
+}
+
+/// The Prometheus listener's port: the flag, the file's, else 15692; `None` when turned off
+/// (`--no-prometheus`, `prometheus = false`).
+fn prometheus_port(file: &FileConfig, flags: &Overrides) -> Option<u32> {
+    let on = flags.prometheus.or(file.prometheus).unwrap_or(true);
+    on.then(|| {
+        flags
+            .prometheus_port
+            .map(u32::from)
+            .or(file.prometheus_port)
+            .unwrap_or(u32::from(defaults::PROMETHEUS_PORT))
+    })
 }
 
 /// The store's keys: `checkpoint_log_bytes_min`, `fsync` and `message_memory_bytes`.

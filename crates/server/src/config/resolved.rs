@@ -32,6 +32,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Management HTTP API port (0 picks a free one; the log says which).
     pub mgmt_port: u32,
+    /// Prometheus metrics port (0 picks a free one); `None`: not served.
+    pub prometheus_port: Option<u32>,
     /// Log filter.
     pub log: String,
     /// Heartbeat, seconds.
@@ -92,6 +94,11 @@ impl Config {
         let mut server = ServerConfig::new(address(port), self.data_dir.clone());
         // The management API listens on the same address as AMQP.
         server.mgmt_bind = Some(address(mgmt_port));
+        if let Some(port) = self.prometheus_port {
+            let port =
+                u16::try_from(port).map_err(|_| invalid("prometheus_port", "above 65535"))?;
+            server.prometheus_bind = Some(address(port));
+        }
         server.heartbeat_secs = heartbeat;
         server.users = Users(self.users.clone());
         server.vhosts.clone_from(&self.vhosts);

@@ -417,7 +417,9 @@ fn fsync_accepts_only_always() {
         match e {
             ConfigError::Invalid { key, reason } => {
                 assert_eq!(key, "fsync");
-                assert!(reason.contains("S-DUR-3"), "{reason}");
+                // S-OPS-5: operators read why, not a spec id.
+                assert!(reason.contains("fdatasync"), "{reason}");
+                assert!(!reason.contains("S-DUR"), "{reason}");
             }
             ConfigError::Parse(p) => panic!("{text}: {p}"),
         }
@@ -517,5 +519,42 @@ fn s_cons_9_consumer_timeout_defaults_to_30_minutes_and_must_be_positive() {
     assert!(
         matches!(e, ConfigError::Invalid { ref key, .. } if key == "consumer_timeout"),
         "{e:?}"
+    );
+}
+
+#[test]
+fn s_ops_1_prometheus_listens_on_15692_unless_moved_or_turned_off() {
+    let c = merge(FileConfig::default(), Overrides::default()).unwrap();
+    assert_eq!(c.prometheus_port, Some(15692));
+    let s = c.server_config().unwrap();
+    assert_eq!(s.prometheus_bind.as_deref(), Some("127.0.0.1:15692"));
+    let file = FileConfig::parse("prometheus_port = 9419\n").unwrap();
+    let c = merge(file.clone(), Overrides::default()).unwrap();
+    assert_eq!(c.prometheus_port, Some(9419));
+    let flags = Overrides {
+        prometheus_port: Some(0),
+        ..Overrides::default()
+    };
+    assert_eq!(merge(file, flags).unwrap().prometheus_port, Some(0));
+    let off = FileConfig::parse("prometheus = false\nprometheus_port = 9419\n").unwrap();
+    let c = merge(off, Overrides::default()).unwrap();
+    assert_eq!(c.prometheus_port, None);
+    assert_eq!(c.server_config().unwrap().prometheus_bind, None);
+    let flags = Overrides {
+        prometheus: Some(false),
+        ..Overrides::default()
+    };
+    assert_eq!(
+        merge(FileConfig::default(), flags).unwrap().prometheus_port,
+        None
+    );
+    let e = merge(
+        FileConfig::parse("prometheus_port = 70000\n").unwrap(),
+        Overrides::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, ConfigError::Invalid { ref key, .. } if key == "prometheus_port"),
+        "{e}"
     );
 }

@@ -35,6 +35,7 @@ impl Config {
         for (key, value) in [
             ("port", self.port),
             ("mgmt_port", self.mgmt_port),
+            ("prometheus_port", self.prometheus_port.unwrap_or(0)),
             ("heartbeat_secs", self.heartbeat_secs),
             ("tls.port", self.tls.as_ref().map_or(0, |t| t.port)),
             (

@@ -71,7 +71,7 @@ impl FsyncPolicy {
                 "fsync",
                 format!(
                     "'{other}' is not supported: only \"always\" (every confirm waits for \
-                     fdatasync, S-DUR-3; confirming earlier could lose confirmed messages on \
+                     fdatasync; confirming earlier could lose confirmed messages on \
                      power loss)"
                 ),
             )),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use amq_protocol::protocol::{AMQPClass, connection};
 use amq_protocol::types::{AMQPValue, FieldTable as WireTable, LongString};
 use tokio::sync::oneshot;
-use tracing::{debug, info};
+use tracing::{info, warn};
 
 use super::admission::Admission;
 use super::{Phase, Reader};
@@ -108,6 +108,13 @@ impl Reader {
             caps.and_then(|t| t.inner().get(name))
                 .is_some_and(|v| matches!(v, AMQPValue::Boolean(true)))
         };
+        self.client_name = match s.client_properties.inner().get("connection_name") {
+            Some(AMQPValue::LongString(name)) => {
+                Some(String::from_utf8_lossy(name.as_bytes()).into_owned())
+            }
+            Some(AMQPValue::ShortString(name)) => Some(name.as_str().to_owned()),
+            _ => None,
+        };
         self.cancel_notify = has("consumer_cancel_notify");
         self.client_properties = crate::convert::table_from_wire(&s.client_properties);
         self.blocked_notify = has("connection.blocked");
@@ -129,7 +136,13 @@ impl Reader {
             }
         };
         if let Some(text) = refusal {
-            info!(mechanism, "login refused");
+            // S-OPS-5: the user is named (never the password), in RabbitMQ's words.
+            let why = if text.contains("only connect via localhost") {
+                "can only connect via localhost"
+            } else {
+                "invalid credentials"
+            };
+            warn!("{mechanism} login refused: user '{}' - {why}", self.user);
             // With authentication_failure_close (RabbitMQ sends it in any case) the client
             // learns why in a 403 close.
             self.close_connection(
@@ -169,7 +182,7 @@ impl Reader {
             } else {
                 format!("vhost {vhost} not found")
             };
-            info!(%vhost, user = %self.user, "vhost access refused");
+            warn!("connection {}: {text}", self.describe());
             self.close_connection(
                 Close::new(reply_code::NOT_ALLOWED, &text),
                 MethodId::CONNECTION_OPEN,
@@ -216,7 +229,12 @@ impl Reader {
                 self.registered = true;
                 self.vhost = vhost;
                 self.phase = Phase::Running;
-                debug!(vhost = %self.vhost, "open");
+                info!(
+                    "connection {}: user '{}' authenticated and granted access to vhost '{}'",
+                    self.describe(),
+                    self.user,
+                    self.vhost
+                );
             }
             Ok(Err(e)) => {
                 let mut close = broker_error_close(&e);

@@ -128,6 +128,8 @@ struct Reader {
     vhost: String,
     /// The user who logged in (checked against each `connection.open`'s vhost).
     user: String,
+    /// The client's `connection_name` property, for the log lines (S-OPS-4).
+    client_name: Option<String>,
     /// This connection's permission decisions (dropped when permissions change).
     permissions: PermissionCache,
     cancel_notify: bool,
@@ -194,6 +196,7 @@ where
             channel_max: limits::CHANNELS_PER_CONNECTION_MAX,
             vhost: String::new(),
             user: String::new(),
+            client_name: None,
             permissions: PermissionCache::default(),
             cancel_notify: false,
             client_properties: wharf_broker::FieldTable::new(),
@@ -204,11 +207,20 @@ where
             registered: false,
             admission: None,
         };
-        debug!("accepted");
+        // S-OPS-4: RabbitMQ's lines, with its words.
+        info!("accepting AMQP connection ({peer})");
         let alive = reader.ctx.alive.clone();
         reader.run(read).await;
         if reader.registered {
             let _ = reader.ctx.core.send(CoreMsg::Closed(id)).await;
+            info!(
+                "closing AMQP connection ({}, vhost: '{}', user: '{}')",
+                reader.describe(),
+                reader.vhost,
+                reader.user
+            );
+        } else {
+            info!("closing AMQP connection ({})", reader.describe());
         }
         outbox.finish();
         let _ = writer.await;
@@ -220,6 +232,15 @@ where
 }
 
 impl Reader {
+    /// The connection as RabbitMQ's log lines name it: the peer, and the client's
+    /// `connection_name` when it gave one.
+    pub(super) fn describe(&self) -> String {
+        match &self.client_name {
+            Some(name) => format!("{} - {name}", self.peer),
+            None => self.peer.to_string(),
+        }
+    }
+
     async fn run<R: AsyncRead + Unpin>(&mut self, mut sock: R) {
         let mut buf = BytesMut::with_capacity(64 * 1024);
         loop {

@@ -108,7 +108,8 @@ impl Core {
                     self.apply_outcome(out, None);
                     match reply {
                         Reply::GetOk(g) => {
-                            self.counters.delivered += 1;
+                            // The management API's get acks at once: a get with auto-ack.
+                            self.counters.get(true, g.redelivered);
                             taken.push(g);
                         }
                         _ => break,
@@ -137,6 +138,7 @@ impl Core {
                         number,
                         confirm: s.confirm_next.is_some(),
                         transactional: s.tx.is_some(),
+                        publishing: s.publishing,
                     })
                     .collect();
                 channels.sort_by_key(|ch| ch.number);

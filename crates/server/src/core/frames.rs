@@ -17,7 +17,6 @@ impl Core {
     /// first delivery, get-ok with its content).
     pub(super) fn send_reply(&mut self, conn: u64, ch: u16, method: MethodId, reply: &Reply) {
         if let Reply::GetOk(g) = reply {
-            self.counters.delivered += 1;
             let Some(c) = self.conns.get_mut(&conn) else {
                 return;
             };
@@ -63,7 +62,20 @@ impl Core {
     /// Bumps the metrics counters an effect stands for.
     pub(super) fn count(&mut self, effect: &Effect) {
         match effect {
-            Effect::Deliver(_) => self.counters.delivered += 1,
+            Effect::Deliver(d) => {
+                let auto_ack = self
+                    .conns
+                    .get(&d.chan.conn.0)
+                    .and_then(|c| c.channels.get(&d.chan.channel.0))
+                    .is_some_and(|s| s.auto_ack_consumers.contains(&*d.consumer_tag));
+                self.counters.deliver(auto_ack, d.redelivered);
+            }
+            Effect::QueueDeleted { .. } => self.counters.queues_deleted += 1,
+            Effect::ConsumerCancelled { chan, consumer_tag } => {
+                if let Some(s) = self.chan_mut(chan.conn.0, chan.channel.0) {
+                    s.auto_ack_consumers.remove(&**consumer_tag);
+                }
+            }
             Effect::MessageDied { reason, fate, .. } => {
                 if *reason == DeathReason::Expired {
                     self.counters.expired += 1;
@@ -146,7 +158,7 @@ impl Core {
             }
             Effect::ChannelTimedOut { chan, error } => {
                 let (conn, ch) = (chan.conn.0, chan.channel.0);
-                warn!(conn, channel = ch, text = %error.text, "consumer timed out (S-CONS-8)");
+                warn!(conn, channel = ch, text = %error.text, "consumer timed out");
                 // S-CONS-8: closing the channel requeues its unacked messages.
                 if self.chan_open(conn, ch) {
                     self.fail(conn, ch, &broker_error_close(&error), MethodId::NONE);
@@ -206,7 +218,8 @@ fn log_effect(effect: &Effect) {
             reason,
         } => {
             if *reason == QueueDeletedReason::Expired {
-                info!(%vhost, %queue, "queue expired (S-QEXP-5)");
+                // S-QEXP-5: a queue deleted by its lease gets an info line.
+                info!(%vhost, %queue, "queue deleted: unused for longer than its x-expires");
             } else {
                 debug!(%vhost, %queue, ?reason, "queue deleted");
             }
@@ -223,7 +236,7 @@ fn log_effect(effect: &Effect) {
         } => {
             if *fate == DeathFate::ExchangeMissing {
                 warn!(%vhost, %queue, id = id.0, reason = reason.name(),
-                        "dead-letter exchange missing; message dropped (S-DLX-4)");
+                        "dead-letter exchange missing; message dropped");
             } else {
                 debug!(%vhost, %queue, id = id.0, reason = reason.name(), ?fate, "message died");
             }
@@ -234,7 +247,7 @@ fn log_effect(effect: &Effect) {
             arguments,
         } => {
             warn!(%vhost, %queue, ?arguments,
-                    "queue arguments accepted and not acted on: they change nothing on a single node (S-QQ-6)");
+                    "queue arguments accepted and not acted on: they change nothing on a single node");
         }
         _ => {}
     }

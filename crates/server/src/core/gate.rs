@@ -13,7 +13,7 @@ use tracing::{error, warn};
 
 use super::msg::CoreMsg;
 use super::{BATCH_MSGS_MAX, Core, DurableFuture, TICKET_THIS_BATCH};
-use crate::admin::MessageCounters;
+use crate::counters::MessageCounters;
 use wharf_broker::{Broker, Event};
 use wharf_clock::Clock;
 use wharf_store::{Store, StoreError, Ticket};
@@ -24,6 +24,15 @@ impl Core {
         let (to_waiter, from_core) = mpsc::channel(4096);
         let (durable_tx, durable) = watch::channel(Ok(0));
         tokio::spawn(durability_waiter(from_core, durable_tx));
+        let queues_at_start = broker
+            .vhost_names()
+            .iter()
+            .map(|v| broker.queues(v).len())
+            .sum::<usize>();
+        let counters = MessageCounters {
+            queues_at_start: u64::try_from(queues_at_start).unwrap_or(u64::MAX),
+            ..MessageCounters::default()
+        };
         Core {
             broker,
             store: Some(store),
@@ -42,7 +51,7 @@ impl Core {
             stopping: false,
             ticks: Vec::new(),
             admin_waiting: VecDeque::new(),
-            counters: MessageCounters::default(),
+            counters,
             registry: None,
             access: None,
             message_memory_bytes: wharf_base::limits::MESSAGE_MEMORY_BYTES,

@@ -47,8 +47,9 @@ use amq_protocol::protocol::{AMQPClass, basic};
 use bytes::BytesMut;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::admin::{AdminDone, MessageCounters};
+use crate::admin::AdminDone;
 use crate::auth::UserRegistry;
+use crate::counters::MessageCounters;
 use crate::methods::MethodId;
 use crate::outbox::Outbox;
 use wharf_broker::{Broker, Command, Event, LoggedMessage, Publish};
@@ -81,6 +82,11 @@ struct ChanState {
     tx: Option<Vec<TxOp>>,
     /// The client's `channel.flow`.
     client_flow_off: bool,
+    /// Has published at least once (a publisher, for the metrics).
+    publishing: bool,
+    /// Tags of its consumers with automatic acknowledgement (their deliveries are counted
+    /// apart, as RabbitMQ does).
+    auto_ack_consumers: HashSet<String>,
 }
 
 #[derive(Debug)]

@@ -10,7 +10,7 @@ use super::msg::{Op, OpenConn};
 use super::{ChanState, ConnState, Core, TxOp};
 use crate::convert::{Close, broker_error_close, short};
 use crate::methods::MethodId;
-use wharf_broker::{ChanRef, Command, Publish};
+use wharf_broker::{ChanRef, Command, Publish, Reply};
 use wharf_protocol::{self as protocol, ChannelId, reply_code};
 
 impl Core {
@@ -22,6 +22,7 @@ impl Core {
         };
         match self.broker.handle(cmd, self.now()) {
             Ok(out) => {
+                self.counters.connections_opened += 1;
                 self.conns.insert(open.conn, state);
                 let ok =
                     AMQPClass::Connection(connection::AMQPMethod::OpenOk(connection::OpenOk {}));
@@ -194,6 +195,7 @@ impl Core {
         };
         match self.broker.handle(cmd, self.now()) {
             Ok(out) => {
+                self.counters.channels_opened += 1;
                 self.reply(
                     conn,
                     ch,
@@ -354,6 +356,7 @@ impl Core {
     }
 
     pub(super) fn publish(&mut self, conn: u64, ch: u16, p: Publish) {
+        let (body_bytes, mandatory) = (p.body.len(), p.mandatory);
         let cmd = Command::Publish(p);
         if let Some(close) = self.topic_refusal(conn, &cmd) {
             self.fail(conn, ch, &close, MethodId::BASIC_PUBLISH);
@@ -361,8 +364,13 @@ impl Core {
         }
         match self.broker.handle(cmd, self.now()) {
             Ok(out) => {
-                self.counters.published += 1;
                 let result = out.published().unwrap_or_default();
+                let confirm = self.chan_mut(conn, ch).is_some_and(|s| {
+                    s.publishing = true;
+                    s.confirm_next.is_some()
+                });
+                self.counters.publish(body_bytes, confirm);
+                self.counters.routing(result.routed, mandatory);
                 self.apply_outcome(out, Some((conn, ch)));
                 let seq = self.chan_mut(conn, ch).and_then(|s| {
                     let seq = s.confirm_next?;
@@ -373,6 +381,7 @@ impl Core {
                     && let Some(c) = self.conns.get_mut(&conn)
                 {
                     c.confirm(ch, seq, !result.refused);
+                    self.counters.confirmed += u64::from(!result.refused);
                     self.dirty.insert(conn);
                 }
             }
@@ -397,12 +406,14 @@ impl Core {
             Command::Ack { chan, .. } => Some((*chan, self.broker.channel_unacked(*chan))),
             _ => None,
         };
+        let counted = Counted::of(&cmd);
         match self.broker.handle(cmd, self.now()) {
             Ok(out) => {
                 if let Some((chan, before)) = acking {
                     let settled = before.saturating_sub(self.broker.channel_unacked(chan));
                     self.counters.acked += u64::try_from(settled).unwrap_or(u64::MAX);
                 }
+                self.count_reply(conn, ch, &counted, &out.reply);
                 // The reply comes before the effects (consume-ok before the first delivery);
                 // a definition's reply is released, like everything, once its records are
                 // durable (S-DUR-1).
@@ -461,5 +472,55 @@ impl Core {
         c.outbox.set_closing();
         self.dirty.insert(conn);
         self.drop_conn(conn);
+    }
+}
+
+/// What a command's reply tells the metrics counters, noted before the command is handed
+/// to the broker.
+pub(super) enum Counted {
+    /// `basic.get`, with its acknowledgement mode.
+    Get { no_ack: bool },
+    /// `basic.consume`, with its acknowledgement mode.
+    Consume { no_ack: bool },
+    /// `basic.cancel` of this tag.
+    Cancel(String),
+    /// `queue.declare`.
+    Declare,
+    /// Nothing to count.
+    Nothing,
+}
+
+impl Counted {
+    fn of(cmd: &Command) -> Counted {
+        match cmd {
+            Command::Get { no_ack, .. } => Counted::Get { no_ack: *no_ack },
+            Command::Consume { no_ack, .. } => Counted::Consume { no_ack: *no_ack },
+            Command::Cancel { consumer_tag, .. } => Counted::Cancel(consumer_tag.clone()),
+            Command::QueueDeclare(_) => Counted::Declare,
+            _ => Counted::Nothing,
+        }
+    }
+}
+
+impl Core {
+    /// Bumps the counters a successful command's reply stands for, and keeps the channel's
+    /// set of auto-ack consumers (their deliveries are counted apart).
+    fn count_reply(&mut self, conn: u64, ch: u16, counted: &Counted, reply: &Reply) {
+        match (counted, reply) {
+            (Counted::Get { no_ack }, Reply::GetOk(g)) => self.counters.get(*no_ack, g.redelivered),
+            (Counted::Get { .. }, Reply::GetEmpty) => self.counters.get_empty += 1,
+            (Counted::Consume { no_ack: true }, Reply::ConsumeOk { consumer_tag }) => {
+                if let Some(s) = self.chan_mut(conn, ch) {
+                    s.auto_ack_consumers.insert(consumer_tag.clone());
+                }
+            }
+            (Counted::Cancel(tag), _) => {
+                if let Some(s) = self.chan_mut(conn, ch) {
+                    s.auto_ack_consumers.remove(tag);
+                }
+            }
+            (Counted::Declare, _) => self.counters.queues_declared += 1,
+            _ => {}
+        }
     }
 }

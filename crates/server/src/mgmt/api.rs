@@ -27,8 +27,10 @@ pub struct MgmtConfig {
     pub bind: String,
     /// Who may log in, and their tags (the same registry AMQP logins use).
     pub users: Arc<UserRegistry>,
-    /// How long recovery took at start, ms (a metric).
-    pub recovery_ms: u64,
+    /// Where `/metrics` reads its figures (the Prometheus listener's own source).
+    pub metrics: crate::metrics::MetricsSource,
+    /// The settings the server runs with (`/api/environment`; no users or passwords).
+    pub environment: serde_json::Value,
     /// The AMQP listener's address (for `/api/overview`'s listeners).
     pub amqp_addr: SocketAddr,
     /// The manual clock the server runs on when started with clock control
@@ -37,9 +39,6 @@ pub struct MgmtConfig {
     /// Also serve the API over HTTPS on this listener (RabbitMQ's `management.ssl.*`), with
     /// the same router and authentication; plain HTTP stays on `bind`.
     pub tls: Option<crate::tls::TlsListener>,
-    /// The server's resource alarms: `/metrics` reports the free disk space and memory use
-    /// their monitor last measured (measured once, by the monitor); `None`: not reported.
-    pub alarms: Option<Arc<crate::alarm::Alarms>>,
 }
 
 /// The broker task's inbox; this layer sends it only `CoreMsg::Admin` and `CoreMsg::Tick`.

@@ -19,6 +19,7 @@ async fn connection_list(api: &Api, scope: Scope) -> Result<Vec<JsonValue>, ApiE
     let server = api.config().amqp_addr;
     let alarm_on = api
         .config()
+        .metrics
         .alarms
         .as_ref()
         .is_some_and(|a| a.reason().is_some());

@@ -11,7 +11,6 @@ use serde_json::{Value as JsonValue, json};
 use super::api::{ApiError, ApiResult, Authenticated, Monitor, Reader};
 use super::json::NODE;
 use super::reply::ok_json;
-use crate::alarm::AlarmSource;
 use wharf_broker::{Command, Properties, Publish, QueueDeclare};
 
 pub(crate) async fn whoami(Authenticated(_, who): Authenticated) -> ApiResult {
@@ -24,14 +23,14 @@ fn failed(body: JsonValue) -> Response {
 
 /// The resource alarms in force, as RabbitMQ names them (`memory`, `disk`).
 fn alarms_on(api: &super::api::Api) -> Vec<&'static str> {
-    let Some(alarms) = &api.config().alarms else {
+    let Some((disk, memory)) = api.config().metrics.node_figures().alarms else {
         return Vec::new();
     };
     let mut on = Vec::new();
-    if alarms.is_on(AlarmSource::Memory) {
+    if memory {
         on.push("memory");
     }
-    if alarms.is_on(AlarmSource::Disk) {
+    if disk {
         on.push("disk");
     }
     on
@@ -139,21 +138,17 @@ pub(crate) async fn aliveness(Path(vhost): Path<String>, Reader(api, scope): Rea
 }
 
 /// The one node, with RabbitMQ's field names for what wharf measures: memory (`mem_used`,
-/// `mem_limit`, `mem_alarm`), disk (`disk_free`, `disk_free_alarm`), uptime and the exchange
-/// types.
-fn node_json(api: &super::api::Api) -> JsonValue {
-    let samples = api
-        .config()
-        .alarms
-        .as_ref()
-        .map(|a| a.samples())
-        .unwrap_or_default();
-    let on = alarms_on(api);
+/// `mem_limit`, `mem_alarm`), disk (`disk_free`, `disk_free_limit`, `disk_free_alarm`), file
+/// descriptors, uptime and the exchange types; the same figures the Prometheus metrics show
+/// (`crate::metrics`), read once. `wharfctl status` reads it.
+async fn node_json(api: &super::api::Api) -> Result<JsonValue, ApiError> {
+    let now_ms = api.query(|view| view.now_ms).await?;
+    let n = api.config().metrics.node_figures();
     let exchange_types: Vec<JsonValue> = ["direct", "fanout", "headers", "topic"]
         .iter()
         .map(|t| json!({ "name": t, "enabled": true }))
         .collect();
-    json!({
+    Ok(json!({
         "name": NODE,
         "type": "disc",
         "running": true,
@@ -161,23 +156,28 @@ fn node_json(api: &super::api::Api) -> JsonValue {
         "partitions": [],
         "rates_mode": "basic",
         "os_pid": std::process::id().to_string(),
-        "mem_used": samples.memory_used_bytes,
-        "mem_limit": samples.memory_limit_bytes,
-        "mem_alarm": on.contains(&"memory"),
-        "disk_free": samples.disk_free_bytes,
-        "disk_free_alarm": on.contains(&"disk"),
+        "mem_used": n.memory_used_bytes,
+        "mem_limit": n.memory_limit_bytes,
+        "mem_alarm": n.alarms.is_some_and(|(_, memory)| memory),
+        "mem_calculation_strategy": "rss",
+        "disk_free": n.disk_free_bytes,
+        "disk_free_limit": n.disk_free_limit_bytes,
+        "disk_free_alarm": n.alarms.is_some_and(|(disk, _)| disk),
+        "fd_used": n.open_fds,
+        "fd_total": n.max_fds,
+        "uptime": now_ms.saturating_sub(n.started_at_ms),
         "exchange_types": exchange_types,
         "processors": std::thread::available_parallelism().map_or(1, usize::from),
-    })
+    }))
 }
 
 pub(crate) async fn nodes(Monitor(api): Monitor) -> ApiResult {
-    Ok(ok_json(JsonValue::Array(vec![node_json(&api)])))
+    Ok(ok_json(JsonValue::Array(vec![node_json(&api).await?])))
 }
 
 pub(crate) async fn node(Path(name): Path<String>, Monitor(api): Monitor) -> ApiResult {
     if name != NODE {
         return Err(ApiError::NotFound);
     }
-    Ok(ok_json(node_json(&api)))
+    Ok(ok_json(node_json(&api).await?))
 }

@@ -1,5 +1,5 @@
 //! The management HTTP API: RabbitMQ's management paths and JSON shapes over axum, HTTP basic
-//! auth, and Prometheus metrics at `/metrics`. A sibling of the AMQP side of the server (it
+//! auth, and Prometheus metrics at `/metrics` (written by `crate::metrics`). A sibling of the AMQP side of the server (it
 //! uses the broker task's admin path, `crate::admin`, and the broker's types).
 //!
 //! It holds no business rules: every change is a broker command sent through the broker
@@ -23,7 +23,8 @@
 //!   `users.rs` (and permissions, topic permissions).
 //! - `definitions.rs`: `/api/definitions` export and import.
 //! - `json.rs`: broker values and listings as RabbitMQ's JSON, and JSON to field tables.
-//! - `metrics.rs`: the Prometheus text exposition.
+//! - `node.rs`: `/api/nodes/{name}`, the node's resource figures.
+//! - `metrics.rs`: `/metrics`, served by `crate::metrics`.
 //! - `https.rs`: the TLS listener (`MgmtConfig::tls`), serving the same router.
 
 mod api;
@@ -36,6 +37,7 @@ mod health;
 mod https;
 mod json;
 mod metrics;
+mod node;
 mod overview;
 mod page;
 mod policies;
@@ -47,4 +49,6 @@ mod users;
 mod vhosts;
 
 pub(crate) use api::MgmtConfig;
+pub(crate) use json::NODE;
+pub(crate) use node::environment;
 pub(crate) use serve::serve;

@@ -8,7 +8,7 @@ use std::sync::{Mutex, PoisonError};
 
 use serde_json::{Map, Value as Json, json};
 
-use crate::admin::MessageCounters;
+use crate::counters::MessageCounters;
 
 /// Samples kept; older ones are dropped first.
 const SAMPLES_MAX: usize = 32;

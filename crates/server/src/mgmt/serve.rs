@@ -12,7 +12,7 @@ use tracing::{info, warn};
 
 use super::api::{Api, ApiError, CoreSender, MgmtConfig};
 use super::https;
-use super::{bindings, clock, connections, definitions, exchanges, health, metrics, overview};
+use super::{bindings, clock, connections, definitions, exchanges, health, metrics, node, overview};
 use super::{policies, queues, users, vhosts};
 use crate::error::ServerError;
 
@@ -119,6 +119,7 @@ fn node_routes() -> Router<Api> {
     Router::new()
         .route("/metrics", get(metrics::metrics))
         .route("/api/overview", get(overview::overview))
+        .route("/api/environment", get(node::environment_get))
         .route("/api/healthchecks/node", get(overview::healthcheck))
         .route("/api/whoami", get(health::whoami))
         .route("/api/health/checks/alarms", get(health::alarms))

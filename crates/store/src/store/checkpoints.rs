@@ -187,7 +187,7 @@ impl Store {
             tracing::warn!(
                 estimate_bytes = estimate,
                 available_bytes = ?available,
-                "checkpoint deferred: it would take the space the log needs (S-DISK-3)"
+                "checkpoint deferred: it would take the space the log needs"
             );
         }
         self.checkpoints.deferred = !fits;

@@ -17,3 +17,4 @@ mod checkpoint;
 mod corrupt;
 mod golden;
 mod queues_agree;
+mod usage;

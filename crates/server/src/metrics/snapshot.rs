@@ -1,0 +1,73 @@
+//! [`Snapshot`]: the figures of one scrape that live in the broker task (queues, connections,
+//! counters, the log's sync histograms), copied there by [`Snapshot::of`] and turned into
+//! text outside it.
+
+use crate::admin::AdminView;
+use crate::counters::MessageCounters;
+use wharf_wal::SyncSnapshot;
+
+/// One queue's figures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct QueueFigures {
+    pub(crate) vhost: String,
+    pub(crate) name: String,
+    pub(crate) ready: u64,
+    pub(crate) unacked: u64,
+    pub(crate) ready_bytes: u64,
+    pub(crate) consumers: u64,
+}
+
+/// What a scrape reads from the broker task.
+#[derive(Debug, Clone)]
+pub(crate) struct Snapshot {
+    pub(crate) queues: Vec<QueueFigures>,
+    pub(crate) connections: u64,
+    pub(crate) channels: u64,
+    /// Open channels that have published.
+    pub(crate) publishers: u64,
+    pub(crate) counters: MessageCounters,
+    pub(crate) sync: Option<SyncSnapshot>,
+    /// The server's clock, ms since the epoch.
+    pub(crate) now_ms: u64,
+}
+
+fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+impl Snapshot {
+    /// Copies the figures out of the broker task's view (no formatting here).
+    pub(crate) fn of(view: &AdminView<'_>) -> Snapshot {
+        let mut queues = Vec::new();
+        for vhost in view.broker.vhost_names() {
+            queues.extend(
+                view.broker
+                    .queues(&vhost)
+                    .into_iter()
+                    .map(|q| QueueFigures {
+                        vhost: q.vhost,
+                        name: q.name,
+                        ready: q.ready,
+                        unacked: q.unacked,
+                        ready_bytes: q.ready_bytes,
+                        consumers: u64::from(q.consumers),
+                    }),
+            );
+        }
+        let channels = view.connections.iter().flat_map(|c| &c.channels);
+        Snapshot {
+            queues,
+            connections: count(view.connections.len()),
+            channels: count(channels.clone().count()),
+            publishers: count(channels.filter(|ch| ch.publishing).count()),
+            counters: view.counters,
+            sync: view.sync.clone(),
+            now_ms: view.now_ms,
+        }
+    }
+
+    /// Consumers on every queue.
+    pub(crate) fn consumers(&self) -> u64 {
+        self.queues.iter().map(|q| q.consumers).sum()
+    }
+}
