@@ -13,7 +13,7 @@ mod access_tls;
 mod access_users;
 mod mgmt_api;
 mod mgmt_tls;
-mod rabbitmqadmin;
 mod prometheus;
+mod rabbitmqadmin;
 mod wharfctl;
 mod wharfctl_habits;

@@ -86,7 +86,16 @@ fn copy_dir(from: &Path) -> tempfile::TempDir {
 /// Runs the binary on `dir` expecting it to refuse to start; returns its output.
 fn refused_start(dir: &Path) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_wharf"))
-        .args(["--bind", "127.0.0.1", "--port", "0", "--mgmt-port", "0"])
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--mgmt-port",
+            "0",
+            "--prometheus-port",
+            "0",
+        ])
         .arg("--data-dir")
         .arg(dir)
         .env("NO_COLOR", "1")

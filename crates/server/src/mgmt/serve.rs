@@ -12,7 +12,9 @@ use tracing::{info, warn};
 
 use super::api::{Api, ApiError, CoreSender, MgmtConfig};
 use super::https;
-use super::{bindings, clock, connections, definitions, exchanges, health, metrics, node, overview};
+use super::{
+    bindings, clock, connections, definitions, exchanges, health, metrics, node, overview,
+};
 use super::{policies, queues, users, vhosts};
 use crate::error::ServerError;
 
