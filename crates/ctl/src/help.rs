@@ -132,6 +132,21 @@ pub(crate) const COMMANDS: &[CommandHelp] = &[
         "Revokes a user's permissions in a vhost",
     ),
     (
+        "set_topic_permissions",
+        "[-p VHOST] USER EXCHANGE WRITE READ",
+        "Sets a user's topic permissions on a topic exchange",
+    ),
+    (
+        "clear_topic_permissions",
+        "[-p VHOST] USER [EXCHANGE]",
+        "Clears a user's topic permissions",
+    ),
+    (
+        "list_topic_permissions",
+        "[-p VHOST]",
+        "Lists topic permissions in a virtual host",
+    ),
+    (
         "export_definitions",
         "FILE|-",
         "Exports definitions in JSON",

@@ -37,7 +37,7 @@ fn pick(defs: &Value, list: &str, keys: &[&str]) -> Vec<Value> {
 }
 
 /// What the two exports may spell differently: RabbitMQ's operator policy definition as
-/// `[key, value]` pairs, and the quorum queue's type (wharf has none yet, S-DEFS-3).
+/// `[key, value]` pairs.
 fn normalize(key: &str, v: &Value) -> Value {
     match (key, v) {
         ("value", Value::Object(m)) => {
@@ -53,11 +53,6 @@ fn normalize(key: &str, v: &Value) -> Value {
         }
         // RabbitMQ 3.10 exports no `internal` for an exchange that is not.
         ("internal", Value::Null) => Value::Bool(false),
-        ("arguments", Value::Object(m)) => {
-            let mut m = m.clone();
-            m.remove("x-queue-type");
-            Value::Object(m)
-        }
         _ => v.clone(),
     }
 }
@@ -81,7 +76,6 @@ async fn import_and_compare(export: &Value, app_password: &str) {
         "'queue-mode'",
         "'queue-master-locator'",
         "'x-queue-mode'",
-        "quorum queues imported as durable classic queues",
     ] {
         assert_eq!(
             warnings.iter().filter(|w| w.contains(needle)).count(),

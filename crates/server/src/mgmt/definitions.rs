@@ -474,38 +474,10 @@ fn plan<'a>(defs: &Map<String, JsonValue>, into: Option<&'a str>) -> Result<Impo
     Ok(import)
 }
 
-/// A quorum queue declare, when the broker has no quorum queues: the same queue as a durable
-/// classic one (S-DEFS-3).
-fn as_classic(cmd: &Command) -> Option<Command> {
-    let Command::QueueDeclare(d) = cmd else {
-        return None;
-    };
-    if d.arguments.get("x-queue-type").and_then(Value::as_str) != Some("quorum") {
-        return None;
-    }
-    let mut d = d.clone();
-    d.arguments.remove("x-queue-type");
-    d.durable = true;
-    Some(Command::QueueDeclare(d))
-}
-
 async fn apply(api: &Api, import: Import<'_>) -> Result<Response, ApiError> {
     let mut warnings = import.warnings;
     for cmd in import.cmds {
-        let classic = as_classic(&cmd);
-        match api.command_as_broker(cmd).await? {
-            Ok(_) => {}
-            Err(e) if classic.is_some() && e.text.contains("queue type") => {
-                warnings.entry("quorum queues".into()).or_insert_with(|| {
-                    "quorum queues imported as durable classic queues: wharf has no quorum queues"
-                        .into()
-                });
-                if let Some(cmd) = classic {
-                    api.command(cmd).await?;
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
+        api.command(cmd).await?;
     }
     for text in warnings.values() {
         tracing::warn!("definitions import: {text}");
