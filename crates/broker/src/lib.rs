@@ -80,7 +80,7 @@ mod types;
 mod value;
 
 pub use args::{Overflow, QueueSettings, parse_policy, parse_queue_args};
-pub use broker::Broker;
+pub use broker::{Broker, REPLY_QUEUE};
 pub use error::{BrokerError, ErrorKind};
 pub use routing::{TopicIndex, topic_matches};
 pub use types::{

@@ -106,6 +106,7 @@ impl Broker {
         if let Some(c) = self.conns.get_mut(&chan.conn) {
             c.channels.remove(&chan.channel);
         }
+        self.reply_to.forget(chan);
         for (tag, qid) in &ch.consumers {
             self.remove_consumer(*qid, chan, tag, now, out);
         }

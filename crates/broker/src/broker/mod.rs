@@ -33,6 +33,7 @@ mod queues;
 mod recovery;
 mod refusals;
 mod replay;
+mod reply_to;
 mod scheduling;
 mod snapshot;
 mod state;
@@ -41,6 +42,8 @@ mod vhosts;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+
+pub use self::reply_to::REPLY_QUEUE;
 
 use self::state::{
     Access, Channel, Conn, Exchange, ExchangeId, Queue, QueueId, Scheduled, Timer, Vhost,
@@ -79,6 +82,8 @@ pub struct Broker {
     storage_failure: Option<String>,
     /// Memory the content of queued messages held in memory takes, over every queue.
     loaded_total: Arc<AtomicU64>,
+    /// Direct reply-to consumers (S-DRT, `reply_to.rs`).
+    reply_to: reply_to::ReplyConsumers,
 }
 
 impl Default for Broker {
@@ -111,6 +116,7 @@ impl Broker {
             record_size: None,
             storage_failure: None,
             loaded_total: Arc::default(),
+            reply_to: reply_to::ReplyConsumers::default(),
         };
         b.add_vhost("/");
         b
@@ -140,6 +146,24 @@ impl Broker {
     fn dispatch(&mut self, cmd: Command, now: u64, out: &mut Outcome) -> Result<(), BrokerError> {
         match cmd {
             Command::Publish(p) => self.publish(p, now, out),
+            // S-DRT: the direct reply-to pseudo-queue is the channel's, not a queue.
+            Command::PublishOn { chan, publish } => self.publish_on(chan, publish, now, out),
+            Command::ReplyConsume {
+                chan,
+                consumer_tag,
+                no_ack,
+                suffix,
+            } => self.reply_consume(chan, consumer_tag, no_ack, suffix, out),
+            Command::Cancel {
+                chan,
+                ref consumer_tag,
+            } if self.reply_to.is_tag(chan, consumer_tag) => {
+                self.reply_cancel(chan, out);
+                Ok(())
+            }
+            Command::QueueDeclare(ref d) if reply_to::is_reply_name(&d.queue) => {
+                self.reply_declare(d, out)
+            }
             Command::VhostAdd { .. } | Command::VhostDelete { .. } => {
                 self.vhost_command(cmd, now, out);
                 Ok(())

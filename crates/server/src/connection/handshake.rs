@@ -27,10 +27,11 @@ impl Reader {
             "connection.blocked",
             "authentication_failure_close",
             "per_consumer_qos",
+            // S-DRT: the `amq.rabbitmq.reply-to` pseudo-queue.
+            "direct_reply_to",
         ] {
             caps.insert(short(cap), AMQPValue::Boolean(true));
         }
-        caps.insert(short("direct_reply_to"), AMQPValue::Boolean(false));
         let mut props = WireTable::default();
         let text = |s: &str| AMQPValue::LongString(LongString::from(s.as_bytes().to_vec()));
         props.insert(short("product"), text("wharf"));

@@ -315,7 +315,11 @@ impl Core {
     }
 
     pub(super) fn publish(&mut self, conn: u64, ch: u16, p: Publish) {
-        match self.broker.handle(Command::Publish(p), self.now()) {
+        let cmd = Command::PublishOn {
+            chan: ChanRef::new(conn, ch),
+            publish: p,
+        };
+        match self.broker.handle(cmd, self.now()) {
             Ok(out) => {
                 self.counters.published += 1;
                 let result = out.published().unwrap_or_default();
