@@ -21,3 +21,4 @@ mod server_raw;
 mod server_reply_to;
 mod server_restart;
 mod server_ttl;
+mod server_wire;
