@@ -281,3 +281,65 @@ async fn s_proto_5_the_close_frame_reaches_a_client_that_keeps_sending() {
     assert_eq!(c.reply_code, 501);
     sender.abort();
 }
+
+/// True when this host can listen on IPv6 loopback.
+fn ipv6_loopback() -> bool {
+    std::net::TcpListener::bind("[::1]:0").is_ok()
+}
+
+/// An AMQP URL of the default user and vhost at `addr`.
+fn url_at(addr: std::net::SocketAddr) -> String {
+    format!("amqp://guest:guest@{addr}/%2f")
+}
+
+#[tokio::test]
+async fn s_net_1_one_port_serves_every_listed_address() {
+    if !ipv6_loopback() {
+        println!("SKIPPED s_net_1 list test: this host has no IPv6 loopback");
+        return;
+    }
+    let server = TestServer::start_with(|c| c.bind = "127.0.0.1:0,[::1]:0".into()).await;
+    let port = server.handle.local_addr().port();
+    for host in ["127.0.0.1", "[::1]"] {
+        let addr = format!("{host}:{port}").parse().unwrap();
+        let conn =
+            lapin::Connection::connect(&url_at(addr), lapin::ConnectionProperties::default())
+                .await
+                .unwrap_or_else(|e| panic!("{addr}: {e}"));
+        let ch = conn.create_channel().await.unwrap();
+        ch.queue_declare(
+            "".into(),
+            QueueDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    }
+    server.handle.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn s_net_1_an_optional_address_that_cannot_be_bound_is_skipped() {
+    // 192.0.2.1 (TEST-NET-1) is nobody's address here: binding it fails, and the server goes
+    // on with the required one. An optional ::1 joins when the host has it.
+    let server = TestServer::start_with(|c| {
+        c.bind_if_available = vec!["192.0.2.1:0".into(), "[::1]:0".into()];
+    })
+    .await;
+    let addr = server.handle.local_addr();
+    let conn = lapin::Connection::connect(&url_at(addr), lapin::ConnectionProperties::default())
+        .await
+        .unwrap();
+    conn.create_channel().await.unwrap();
+    if ipv6_loopback() {
+        let v6 = format!("[::1]:{}", addr.port()).parse().unwrap();
+        lapin::Connection::connect(&url_at(v6), lapin::ConnectionProperties::default())
+            .await
+            .unwrap();
+    }
+    // A required address that cannot be bound stops the start.
+    let dir = tempfile::tempdir().unwrap();
+    let config = wharf_server::ServerConfig::new("127.0.0.1:0,192.0.2.1:0", dir.path());
+    assert!(wharf_server::Server::start(config).await.is_err());
+    server.handle.shutdown().await.unwrap();
+}
