@@ -32,6 +32,8 @@ pub enum Command {
         /// Body size of the deliveries it pushes.
         size_bytes: usize,
     },
+    /// The direct reply-to RPC scenario (`rpc.rs`).
+    Rpc(crate::rpc::RpcConfig),
     /// Print usage.
     Help,
 }
@@ -222,6 +224,8 @@ wharf-perf: AMQP 0-9-1 load generator (wharf or RabbitMQ)
 
 usage: wharf-perf [run] [options]
        wharf-perf ttl-mix [options]
+       wharf-perf rpc [--uri URI] [--callers N] [--time S] [--size BYTES] [--json]
+           RPC round trips through direct reply-to, N callers with one request each in flight
        wharf-perf recovery --broker PATH --broker-arg ARG... [options]
        wharf-perf sink [--listen 127.0.0.1:5680] [--size BYTES]
            a null broker that confirms and delivers without storing: the generator's ceiling
@@ -296,6 +300,7 @@ ttl-mix options (also --uri, --size, --persistent, --confirm, --json):
 pub fn parse(args: &[String]) -> Result<Command> {
     match args.first().map(String::as_str) {
         Some("-h" | "--help" | "help") => Ok(Command::Help),
+        Some("rpc") => crate::rpc::parse(args.get(1..).unwrap_or_default()).map(Command::Rpc),
         Some("ttl-mix") => parse_ttl_mix(args.get(1..).unwrap_or_default()).map(Command::TtlMix),
         Some("sink") => parse_sink(args.get(1..).unwrap_or_default()),
         Some("recovery") => {

@@ -6,6 +6,7 @@
 //! - `args`: command line -> [`args::Command`] (pure).
 //! - `wire`: frame splitting, pre-encoded publishes, hand-decoded hot methods (pure).
 //! - `client`: connection handshake and setup RPCs over tokio.
+//! - `rpc`: RPC round trips through direct reply-to.
 //! - `run`: publishers and consumers (with `soak`: `--hold`, `--watch-dir`); `ttl_mix`: the
 //!   expiry scenario; `recovery`: spawn, prefill, stop, restart and time the broker
 //!   (`broker_proc` owns the child process).
@@ -24,6 +25,7 @@ mod pacing;
 mod recovery;
 mod report;
 mod resources;
+mod rpc;
 mod run;
 mod sink;
 mod soak;
@@ -84,6 +86,15 @@ fn main() -> Result<()> {
         Command::Recovery(config) => {
             let json = config.json;
             let report = runtime(None)?.block_on(until_interrupted(recovery::recovery(config)))?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", report.to_text());
+            }
+        }
+        Command::Rpc(config) => {
+            let json = config.json;
+            let report = runtime(None)?.block_on(rpc::rpc(config))?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
