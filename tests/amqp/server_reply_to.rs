@@ -34,6 +34,22 @@ async fn reply_consumer(ch: &Channel) -> Consumer {
     .unwrap()
 }
 
+/// `queue.declare` of `name` with `passive` (lapin's queue, or the refusal).
+async fn declare(ch: &Channel, name: &str, passive: bool) -> Result<lapin::Queue, lapin::Error> {
+    let options = QueueDeclareOptions {
+        passive,
+        ..Default::default()
+    };
+    ch.queue_declare(name.into(), options, FieldTable::default())
+        .await
+}
+
+/// Checks a refusal's reply code and its whole text.
+fn assert_refused(err: &lapin::Error, code: u16, text: &str) {
+    assert_eq!(reply_code(err), Some(code), "{err:?}");
+    assert_eq!(reply_text(err), text);
+}
+
 /// Publishes `body` to the default exchange with `key` and waits for its confirm.
 async fn publish_confirmed(
     ch: &Channel,
@@ -114,17 +130,7 @@ async fn s_drt_2_rpc_round_trip_through_the_reply_name() {
         "reply_to rewritten to the channel's reply name, got {reply_to}"
     );
     // S-DRT-5: the reply name exists while its consumer does.
-    let q = responder
-        .queue_declare(
-            reply_to.as_str().into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
+    let q = declare(&responder, &reply_to, true).await.unwrap();
     assert_eq!((q.message_count(), q.consumer_count()), (0, 1));
     responder
         .confirm_select(ConfirmSelectOptions::default())
@@ -158,10 +164,10 @@ async fn s_drt_1_a_reply_consumer_cannot_acknowledge() {
         )
         .await
         .unwrap_err();
-    assert_eq!(reply_code(&err), Some(406), "{err:?}");
-    assert_eq!(
-        reply_text(&err),
-        "PRECONDITION_FAILED - reply consumer cannot acknowledge"
+    assert_refused(
+        &err,
+        406,
+        "PRECONDITION_FAILED - reply consumer cannot acknowledge",
     );
 }
 
@@ -182,10 +188,10 @@ async fn s_drt_1_one_reply_consumer_per_channel() {
         )
         .await
         .unwrap_err();
-    assert_eq!(reply_code(&err), Some(406), "{err:?}");
-    assert_eq!(
-        reply_text(&err),
-        "PRECONDITION_FAILED - reply consumer already set"
+    assert_refused(
+        &err,
+        406,
+        "PRECONDITION_FAILED - reply consumer already set",
     );
 }
 
@@ -268,21 +274,11 @@ async fn s_drt_4_a_reply_to_a_gone_consumer_is_dropped_or_returned() {
     };
     assert_eq!(returned.reply_code, 312);
     // S-DRT-5: the reply name is gone with its consumer.
-    let err = responder
-        .queue_declare(
-            reply_to.as_str().into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(reply_code(&err), Some(404), "{err:?}");
-    assert_eq!(
-        reply_text(&err),
-        format!("NOT_FOUND - no queue '{reply_to}' in vhost '/'")
+    let err = declare(&responder, &reply_to, true).await.unwrap_err();
+    assert_refused(
+        &err,
+        404,
+        &format!("NOT_FOUND - no queue '{reply_to}' in vhost '/'"),
     );
 }
 
@@ -312,45 +308,27 @@ async fn s_drt_5_declares_of_reply_names_are_passive() {
     let server = TestServer::start().await;
     let (conn, ch) = server.channel().await;
     for passive in [true, false] {
-        let q = ch
-            .queue_declare(
-                PSEUDO.into(),
-                QueueDeclareOptions {
-                    passive,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .unwrap();
+        let q = declare(&ch, PSEUDO, passive).await.unwrap();
         assert_eq!(q.name().as_str(), PSEUDO);
         assert_eq!((q.message_count(), q.consumer_count()), (0, 1));
     }
-    let err = ch
-        .queue_declare(
-            "amq.rabbitmq.reply-to.bogus".into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
+    let err = declare(&ch, "amq.rabbitmq.reply-to.bogus", true)
         .await
         .unwrap_err();
-    assert_eq!(reply_code(&err), Some(404), "{err:?}");
-    assert_eq!(
-        reply_text(&err),
-        "NOT_FOUND - no queue 'amq.rabbitmq.reply-to.bogus' in vhost '/'"
+    assert_refused(
+        &err,
+        404,
+        "NOT_FOUND - no queue 'amq.rabbitmq.reply-to.bogus' in vhost '/'",
     );
     let ch = conn.create_channel().await.unwrap();
     let err = ch
         .basic_get(PSEUDO.into(), BasicGetOptions { no_ack: true })
         .await
         .unwrap_err();
-    assert_eq!(reply_code(&err), Some(404), "{err:?}");
-    assert_eq!(
-        reply_text(&err),
-        "NOT_FOUND - no queue 'amq.rabbitmq.reply-to' in vhost '/'"
+    assert_refused(
+        &err,
+        404,
+        "NOT_FOUND - no queue 'amq.rabbitmq.reply-to' in vhost '/'",
     );
 }
 

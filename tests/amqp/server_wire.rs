@@ -12,7 +12,7 @@
 use crate::support;
 
 use amq_protocol::protocol::{AMQPClass, connection};
-use amq_protocol::types::{FieldTable as WireTable, LongString};
+use amq_protocol::types::LongString;
 use bytes::BytesMut;
 use lapin::options::*;
 use lapin::types::FieldTable;
@@ -175,24 +175,12 @@ async fn s_proto_3_a_qos_prefetch_size_is_not_implemented() {
     assert_eq!(text, "NOT_IMPLEMENTED - prefetch_size!=0 (123)");
 }
 
-/// Runs the handshake up to `tune-ok` with the given values (0 for `None`: the offer).
+/// Runs the handshake up to `tune-ok` with the given values (`None`: the offer).
 async fn tune_ok(server: &TestServer, frame_max: Option<u32>, channel_max: Option<u16>) -> Raw {
-    let mut raw = Raw::connect(server.handle.local_addr()).await;
-    raw.send(&protocol::PROTOCOL_HEADER).await;
-    raw.method().await;
-    raw.send_method(
-        0,
-        AMQPClass::Connection(connection::AMQPMethod::StartOk(connection::StartOk {
-            client_properties: WireTable::default(),
-            mechanism: "PLAIN".into(),
-            response: LongString::from(b"\0guest\0guest".to_vec()),
-            locale: "en_US".into(),
-        })),
-    )
-    .await;
-    let AMQPClass::Connection(connection::AMQPMethod::Tune(tune)) = raw.method().await else {
-        panic!("expected tune");
-    };
+    let sock = tokio::net::TcpStream::connect(server.handle.local_addr())
+        .await
+        .unwrap();
+    let (mut raw, tune) = Raw::login(sock).await;
     raw.send_method(
         0,
         AMQPClass::Connection(connection::AMQPMethod::TuneOk(connection::TuneOk {

@@ -32,8 +32,6 @@ pub enum Command {
         /// Body size of the deliveries it pushes.
         size_bytes: usize,
     },
-    /// The direct reply-to RPC scenario (`rpc.rs`).
-    Rpc(crate::rpc::RpcConfig),
     /// Print usage.
     Help,
 }
@@ -300,7 +298,6 @@ ttl-mix options (also --uri, --size, --persistent, --confirm, --json):
 pub fn parse(args: &[String]) -> Result<Command> {
     match args.first().map(String::as_str) {
         Some("-h" | "--help" | "help") => Ok(Command::Help),
-        Some("rpc") => crate::rpc::parse(args.get(1..).unwrap_or_default()).map(Command::Rpc),
         Some("ttl-mix") => parse_ttl_mix(args.get(1..).unwrap_or_default()).map(Command::TtlMix),
         Some("sink") => parse_sink(args.get(1..).unwrap_or_default()),
         Some("recovery") => {

@@ -62,6 +62,18 @@ async fn until_interrupted<T>(work: impl Future<Output = Result<T>>) -> Result<T
 
 fn main() -> Result<()> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
+    // `rpc` parses its own options (`rpc.rs`), so that `args` needs no scenario module.
+    if argv.first().map(String::as_str) == Some("rpc") {
+        let config = rpc::parse(argv.get(1..).unwrap_or_default())?;
+        let json = config.json;
+        let report = runtime(None)?.block_on(rpc::rpc(config))?;
+        if json {
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            print!("{}", report.to_text());
+        }
+        return Ok(());
+    }
     match args::parse(&argv)? {
         Command::Help => print!("{}", args::USAGE),
         Command::Run(config) => {
@@ -86,15 +98,6 @@ fn main() -> Result<()> {
         Command::Recovery(config) => {
             let json = config.json;
             let report = runtime(None)?.block_on(until_interrupted(recovery::recovery(config)))?;
-            if json {
-                println!("{}", serde_json::to_string(&report)?);
-            } else {
-                print!("{}", report.to_text());
-            }
-        }
-        Command::Rpc(config) => {
-            let json = config.json;
-            let report = runtime(None)?.block_on(rpc::rpc(config))?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {

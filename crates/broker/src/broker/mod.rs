@@ -10,7 +10,8 @@
 //!   `policies.rs` (S-POL), `access.rs` (users, permissions): the definitions.
 //! - `publish.rs` (routing, S-LEN), `delivery.rs` (consumers, get, acks, requeue, prefetch,
 //!   flow), `expiry.rs` (S-TTL, S-QEXP, timers), `dead_letter.rs` (S-DLX), `scheduling.rs`
-//!   (S-SCHED): moving messages.
+//!   (S-SCHED), `reply_to.rs` with `reply_names.rs` (S-DRT, direct reply-to): moving
+//!   messages.
 //! - `replay.rs`, `recovery.rs`, `paging.rs`, `snapshot.rs`: durability's side.
 //! - `invariants.rs`, `queries.rs`: the invariant walk and the management queries.
 //!
@@ -33,6 +34,7 @@ mod queues;
 mod recovery;
 mod refusals;
 mod replay;
+mod reply_names;
 mod reply_to;
 mod scheduling;
 mod snapshot;
@@ -43,7 +45,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-pub use self::reply_to::REPLY_QUEUE;
+pub use self::reply_names::REPLY_QUEUE;
 
 use self::state::{
     Access, Channel, Conn, Exchange, ExchangeId, Queue, QueueId, Scheduled, Timer, Vhost,
@@ -82,8 +84,8 @@ pub struct Broker {
     storage_failure: Option<String>,
     /// Memory the content of queued messages held in memory takes, over every queue.
     loaded_total: Arc<AtomicU64>,
-    /// Direct reply-to consumers (S-DRT, `reply_to.rs`).
-    reply_to: reply_to::ReplyConsumers,
+    /// Direct reply-to consumers (S-DRT, `reply_names.rs`, `reply_to.rs`).
+    reply_to: reply_names::ReplyConsumers,
 }
 
 impl Default for Broker {
@@ -116,7 +118,7 @@ impl Broker {
             record_size: None,
             storage_failure: None,
             loaded_total: Arc::default(),
-            reply_to: reply_to::ReplyConsumers::default(),
+            reply_to: reply_names::ReplyConsumers::default(),
         };
         b.add_vhost("/");
         b
@@ -161,7 +163,7 @@ impl Broker {
                 self.reply_cancel(chan, out);
                 Ok(())
             }
-            Command::QueueDeclare(ref d) if reply_to::is_reply_name(&d.queue) => {
+            Command::QueueDeclare(ref d) if reply_names::is_reply_name(&d.queue) => {
                 self.reply_declare(d, out)
             }
             Command::VhostAdd { .. } | Command::VhostDelete { .. } => {

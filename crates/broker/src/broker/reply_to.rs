@@ -5,76 +5,15 @@
 //! exchange with the reply name as routing key goes straight to that consumer: no queue, no
 //! log record, no ack. The reply name lives as long as the consumer (cancel, channel close).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::Broker;
 use super::refusals::no_queue;
+use super::reply_names::{REPLY_NAME_PREFIX, REPLY_QUEUE, ReplyConsumer};
 use crate::error::{BrokerError, ErrorKind};
 use crate::types::{
     ChanRef, Delivery, DeliveryTag, Effect, Message, Outcome, Publish, QueueDeclare, Reply,
 };
-
-/// The pseudo-queue's name.
-pub const REPLY_QUEUE: &str = "amq.rabbitmq.reply-to";
-/// What every reply name starts with.
-const REPLY_NAME_PREFIX: &str = "amq.rabbitmq.reply-to.";
-
-/// One channel's reply consumer.
-#[derive(Debug, Clone)]
-struct ReplyConsumer {
-    tag: Arc<str>,
-    suffix: Arc<str>,
-}
-
-/// The reply consumers of every channel, by channel and by reply-name suffix. Invariant: the
-/// two maps describe the same consumers.
-#[derive(Debug, Default)]
-pub(super) struct ReplyConsumers {
-    by_chan: BTreeMap<ChanRef, ReplyConsumer>,
-    by_suffix: BTreeMap<Arc<str>, ChanRef>,
-}
-
-impl ReplyConsumers {
-    /// Forgets `chan`'s reply consumer (its channel closed): replies to its name are dropped.
-    pub(super) fn forget(&mut self, chan: ChanRef) {
-        if let Some(c) = self.by_chan.remove(&chan) {
-            self.by_suffix.remove(&c.suffix);
-        }
-    }
-
-    /// True when `tag` is `chan`'s reply consumer.
-    pub(super) fn is_tag(&self, chan: ChanRef, tag: &str) -> bool {
-        self.by_chan.get(&chan).is_some_and(|c| &*c.tag == tag)
-    }
-
-    /// The channel whose reply name is `name`, if it still consumes.
-    fn channel_of(&self, name: &str) -> Option<ChanRef> {
-        let suffix = name.strip_prefix(REPLY_NAME_PREFIX)?;
-        self.by_suffix.get(suffix).copied()
-    }
-
-    /// Checks the two maps agree (`check_invariants`).
-    pub(super) fn check(&self) {
-        assert_eq!(
-            self.by_chan.len(),
-            self.by_suffix.len(),
-            "reply consumer maps"
-        );
-        for (chan, c) in &self.by_chan {
-            assert_eq!(
-                self.by_suffix.get(&c.suffix),
-                Some(chan),
-                "reply suffix of {chan:?}"
-            );
-        }
-    }
-}
-
-/// True for the names RabbitMQ treats as direct reply-to (every declare of them is passive).
-pub(super) fn is_reply_name(queue: &str) -> bool {
-    queue.starts_with(REPLY_QUEUE)
-}
 
 impl Broker {
     /// S-DRT-1: `basic.consume` of the pseudo-queue. RabbitMQ's refusals: 406 for an acking
