@@ -181,15 +181,9 @@ async fn tune_ok(server: &TestServer, frame_max: Option<u32>, channel_max: Optio
         .await
         .unwrap();
     let (mut raw, tune) = Raw::login(sock).await;
-    raw.send_method(
-        0,
-        AMQPClass::Connection(connection::AMQPMethod::TuneOk(connection::TuneOk {
-            channel_max: channel_max.unwrap_or(tune.channel_max),
-            frame_max: frame_max.unwrap_or(tune.frame_max),
-            heartbeat: 0,
-        })),
-    )
-    .await;
+    let channel_max = channel_max.unwrap_or(tune.channel_max);
+    raw.tune_ok(channel_max, frame_max.unwrap_or(tune.frame_max), 0)
+        .await;
     raw
 }
 
