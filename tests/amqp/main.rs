@@ -19,5 +19,7 @@ mod server_errors;
 mod server_flow;
 mod server_paging;
 mod server_raw;
+mod server_reply_to;
 mod server_restart;
 mod server_ttl;
+mod server_wire;

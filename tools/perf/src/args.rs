@@ -222,6 +222,8 @@ wharf-perf: AMQP 0-9-1 load generator (wharf or RabbitMQ)
 
 usage: wharf-perf [run] [options]
        wharf-perf ttl-mix [options]
+       wharf-perf rpc [--uri URI] [--callers N] [--time S] [--size BYTES] [--json]
+           RPC round trips through direct reply-to, N callers with one request each in flight
        wharf-perf recovery --broker PATH --broker-arg ARG... [options]
        wharf-perf sink [--listen 127.0.0.1:5680] [--size BYTES]
            a null broker that confirms and delivers without storing: the generator's ceiling

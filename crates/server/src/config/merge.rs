@@ -42,6 +42,21 @@ pub struct Overrides {
     pub tls_port: Option<u16>,
 }
 
+/// The hosts to listen on, given or by default (S-NET-1): given ones are all required; the
+/// default's IPv6 loopback is optional.
+fn bind_hosts(given: Option<String>) -> (String, Vec<String>) {
+    match given {
+        Some(hosts) => (hosts, Vec::new()),
+        None => (
+            defaults::BIND.to_owned(),
+            defaults::BIND_IF_AVAILABLE
+                .iter()
+                .map(|&h| h.to_owned())
+                .collect(),
+        ),
+    }
+}
+
 /// Merges flags over the file over the defaults, then validates.
 ///
 /// # Errors
@@ -90,11 +105,10 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
             memory_limit,
         )?,
     };
+    let (bind, bind_if_available) = bind_hosts(flags.bind.or(file.bind));
     let config = Config {
-        bind: flags
-            .bind
-            .or(file.bind)
-            .unwrap_or_else(|| defaults::BIND.to_owned()),
+        bind,
+        bind_if_available,
         port: flags
             .port
             .map(u32::from)
