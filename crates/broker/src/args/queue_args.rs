@@ -1,8 +1,9 @@
 //! Queue arguments (`x-message-ttl`, `x-expires`, `x-dead-letter-*`, `x-max-length*`,
-//! `x-overflow`, `x-delivery-limit`): validation with RabbitMQ's error texts, and the
-//! resolution of argument + policy + operator policy into a queue's effective settings
+//! `x-overflow`, `x-delivery-limit`, and through `classic.rs` `x-max-priority`, `x-queue-mode`,
+//! `x-queue-version`): validation with RabbitMQ's error texts, and the resolution of argument + policy + operator policy into a queue's effective settings
 //! (S-TTL-1, S-TTL-3, S-QEXP-1, S-DLX-2, S-LEN-1..2, S-POL-2).
 
+use super::classic;
 use super::texts::{rs_queue, type_name};
 use crate::error::BrokerError;
 use crate::value::{FieldTable, Value};
@@ -50,6 +51,8 @@ pub struct QueueSettings {
     pub overflow: Option<Overflow>,
     /// Returns allowed before dead-lettering with `delivery_limit` (S-DLX-1).
     pub delivery_limit: Option<u64>,
+    /// `x-max-priority` as declared (S-PRIO-1); an argument only, never a policy key.
+    pub max_priority: Option<u8>,
 }
 
 fn lowest<T: Ord + Copy>(values: [Option<T>; 3]) -> Option<T> {
@@ -87,6 +90,7 @@ impl QueueSettings {
             ]),
             overflow: args.overflow.or(p.overflow),
             delivery_limit: lowest([args.delivery_limit, p.delivery_limit, o.delivery_limit]),
+            max_priority: args.max_priority,
         }
     }
 }
@@ -131,7 +135,7 @@ pub(super) fn ttl_value(key: &str, n: u64, what: &str) -> Result<u32, BrokerErro
 }
 
 /// The queue arguments that take part in validation and equivalence checks.
-pub const QUEUE_ARGS: [&str; 9] = [
+pub const QUEUE_ARGS: [&str; 12] = [
     "x-message-ttl",
     "x-expires",
     "x-dead-letter-exchange",
@@ -141,6 +145,9 @@ pub const QUEUE_ARGS: [&str; 9] = [
     "x-overflow",
     "x-delivery-limit",
     "x-queue-type",
+    "x-max-priority",
+    "x-queue-mode",
+    "x-queue-version",
 ];
 
 /// Validates `queue.declare` arguments (406 naming the argument on any error) and returns
@@ -189,6 +196,9 @@ pub fn parse_queue_args(
                 })?);
             }
             "x-delivery-limit" => s.delivery_limit = Some(non_neg_int(key, v, &what)?),
+            "x-max-priority" => s.max_priority = Some(classic::max_priority(key, v, &what)?),
+            "x-queue-mode" => classic::queue_mode(key, v, &what)?,
+            "x-queue-version" => classic::queue_version(key, v, &what)?,
             "x-queue-type" => {
                 let text = string_arg(key, v, &what)?;
                 if text != "classic" {

@@ -14,8 +14,8 @@ use super::Broker;
 use super::refusals::{locked, no_queue};
 use super::state::{Dest, Queue, QueueId, Timer};
 use crate::args::{
-    QUEUE_ARGS, QueueSettings, assert_args_equivalence, assert_field_equivalence, parse_queue_args,
-    rs_queue,
+    NO_OP_ARGS, QUEUE_ARGS, QueueSettings, assert_args_equivalence, assert_field_equivalence,
+    parse_queue_args, priority_lanes, rs_queue,
 };
 use crate::error::{BrokerError, ErrorKind};
 use crate::queue::Ready;
@@ -97,6 +97,14 @@ impl Broker {
         {
             c.exclusive.insert(qid);
         }
+        // S-PRIO-8: accepted, validated, and ignored; said so once, at creation.
+        for argument in NO_OP_ARGS.iter().filter(|a| d.arguments.get(a).is_some()) {
+            out.effects.push(Effect::ArgumentIgnored {
+                vhost: d.vhost.clone(),
+                queue: name.clone(),
+                argument: (*argument).to_owned(),
+            });
+        }
         if d.durable && owner.is_none() {
             out.events.push(Event::QueueDeclared {
                 vhost: d.vhost,
@@ -165,6 +173,8 @@ impl Broker {
     ) -> QueueId {
         let id = QueueId(self.next_queue);
         self.next_queue += 1;
+        let ready = Ready::counting_into(Arc::clone(&self.loaded_total))
+            .with_max_priority(priority_lanes(settings.max_priority));
         self.queues.insert(
             id,
             Queue {
@@ -179,7 +189,7 @@ impl Broker {
                 policy: None,
                 operator_policy: None,
                 eff: QueueSettings::default(),
-                ready: Ready::counting_into(Arc::clone(&self.loaded_total)),
+                ready,
                 unacked: 0,
                 consumers: Vec::new(),
                 rr: 0,

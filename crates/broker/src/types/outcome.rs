@@ -187,6 +187,16 @@ pub enum Effect {
         /// (S-DLX-6)).
         fate: DeathFate,
     },
+    /// A queue was declared with an argument wharf accepts and does nothing with, as
+    /// RabbitMQ 3.12+ (`x-queue-mode`, `x-queue-version`; S-PRIO-8): worth a warning.
+    ArgumentIgnored {
+        /// Virtual host.
+        vhost: String,
+        /// Queue.
+        queue: String,
+        /// The argument's name.
+        argument: String,
+    },
 }
 
 /// What became of a dead message.

@@ -144,34 +144,7 @@ impl Core {
                     self.reply(conn, chan.channel.0, &cancel);
                 }
             }
-            Effect::QueueDeleted {
-                vhost,
-                queue,
-                reason,
-            } => {
-                if reason == QueueDeletedReason::Expired {
-                    info!(%vhost, %queue, "queue expired (S-QEXP-5)");
-                } else {
-                    debug!(%vhost, %queue, ?reason, "queue deleted");
-                }
-            }
-            Effect::ExchangeDeleted { vhost, exchange } => {
-                debug!(%vhost, %exchange, "exchange deleted");
-            }
-            Effect::MessageDied {
-                vhost,
-                queue,
-                id,
-                reason,
-                fate,
-            } => {
-                if fate == DeathFate::ExchangeMissing {
-                    warn!(%vhost, %queue, id = id.0, reason = reason.name(),
-                        "dead-letter exchange missing; message dropped (S-DLX-4)");
-                } else {
-                    debug!(%vhost, %queue, id = id.0, reason = reason.name(), ?fate, "message died");
-                }
-            }
+            other => log_effect(other),
         }
     }
 
@@ -218,4 +191,47 @@ impl Core {
 
 pub(super) fn method_channel(m: channel::AMQPMethod) -> AMQPClass {
     AMQPClass::Channel(m)
+}
+
+/// The effects that only deserve a log line.
+fn log_effect(effect: Effect) {
+    match effect {
+        Effect::QueueDeleted {
+            vhost,
+            queue,
+            reason,
+        } => {
+            if reason == QueueDeletedReason::Expired {
+                info!(%vhost, %queue, "queue expired (S-QEXP-5)");
+            } else {
+                debug!(%vhost, %queue, ?reason, "queue deleted");
+            }
+        }
+        Effect::ExchangeDeleted { vhost, exchange } => {
+            debug!(%vhost, %exchange, "exchange deleted");
+        }
+        Effect::MessageDied {
+            vhost,
+            queue,
+            id,
+            reason,
+            fate,
+        } => {
+            if fate == DeathFate::ExchangeMissing {
+                warn!(%vhost, %queue, id = id.0, reason = reason.name(),
+                    "dead-letter exchange missing; message dropped (S-DLX-4)");
+            } else {
+                debug!(%vhost, %queue, id = id.0, reason = reason.name(), ?fate, "message died");
+            }
+        }
+        Effect::ArgumentIgnored {
+            vhost,
+            queue,
+            argument,
+        } => {
+            warn!(%vhost, %queue, %argument,
+                "queue argument accepted and ignored, as RabbitMQ 3.12+ does (S-PRIO-8)");
+        }
+        Effect::Deliver(_) | Effect::Return { .. } | Effect::ConsumerCancelled { .. } => {}
+    }
 }

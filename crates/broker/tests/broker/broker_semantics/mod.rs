@@ -1,5 +1,5 @@
 //! One or more tests per rule of docs/SEMANTICS.md (S-TTL, S-QEXP, S-DLX, S-LEN, S-POL,
-//! S-SCHED), a file per family, each test named after its id, driven through the public
+//! S-SCHED, S-PRIO), a file per family, each test named after its id, driven through the public
 //! `Broker` API with explicit `now` values (no clock, no sleep). Invariants are checked after
 //! every step by the helper.
 
@@ -26,6 +26,7 @@ use wharf_broker::{
 mod dead_letter;
 mod length;
 mod policies;
+mod priority;
 mod queue_expiry;
 mod scheduling;
 mod ttl;
