@@ -17,6 +17,7 @@ mod server_config;
 mod server_errors;
 mod server_flow;
 mod server_paging;
+mod server_priority;
 mod server_raw;
 mod server_restart;
 mod server_ttl;
