@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::Broker;
+use crate::args::priority_lanes;
 use crate::types::{BindingInfo, ConsumerInfo, ExchangeInfo, Message, PolicyInfo, QueueInfo};
 
 impl Broker {
@@ -33,6 +34,7 @@ impl Broker {
                 unacked: q.unacked,
                 ready_bytes: q.ready.bytes(),
                 consumers: u32::try_from(q.consumers.len()).unwrap_or(u32::MAX),
+                max_priority: priority_lanes(q.args.max_priority),
             })
             .collect()
     }

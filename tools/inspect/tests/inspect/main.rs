@@ -16,4 +16,5 @@ mod common;
 mod checkpoint;
 mod corrupt;
 mod golden;
+mod priority;
 mod queues_agree;
