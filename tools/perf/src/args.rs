@@ -773,7 +773,10 @@ mod tests {
 
     #[test]
     fn priorities_take_1_to_255() {
-        assert_eq!(run("-C 1 -D 1 --priorities 10").unwrap().queue.priorities, 10);
+        assert_eq!(
+            run("-C 1 -D 1 --priorities 10").unwrap().queue.priorities,
+            10
+        );
         assert_eq!(run("-C 1 -D 1").unwrap().queue.priorities, 0);
         assert!(run("-C 1 -D 1 --priorities 256").is_err());
         assert!(run("-C 1 -D 1 --priorities -1").is_err());
