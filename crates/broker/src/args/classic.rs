@@ -2,8 +2,7 @@
 //! `x-max-priority` (S-PRIO-1), and `x-queue-mode` / `x-queue-version`, accepted as no-ops
 //! (S-PRIO-8). Pure functions; must not depend on anything outside `args`.
 
-use super::queue_args::invalid_arg;
-use super::texts::type_name;
+use super::texts::{invalid_arg, type_name};
 use crate::error::BrokerError;
 use crate::value::Value;
 

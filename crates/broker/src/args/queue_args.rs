@@ -4,7 +4,7 @@
 //! (S-TTL-1, S-TTL-3, S-QEXP-1, S-DLX-2, S-LEN-1..2, S-POL-2).
 
 use super::classic;
-use super::texts::{rs_queue, type_name};
+use super::texts::{invalid_arg, rs_queue, type_name};
 use crate::error::BrokerError;
 use crate::value::{FieldTable, Value};
 use wharf_base::limits::TTL_MS_MAX;
@@ -93,10 +93,6 @@ impl QueueSettings {
             max_priority: args.max_priority,
         }
     }
-}
-
-pub(super) fn invalid_arg(key: &str, what: &str, reason: &str) -> BrokerError {
-    BrokerError::precondition(format!("invalid arg '{key}' for {what}: {reason}"))
 }
 
 pub(super) fn non_neg_int(key: &str, v: &Value, what: &str) -> Result<u64, BrokerError> {

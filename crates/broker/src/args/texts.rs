@@ -1,6 +1,13 @@
-//! RabbitMQ's wording in error texts: field type names, rendered values, `rs(Resource)`.
+//! RabbitMQ's wording in error texts: field type names, rendered values, `rs(Resource)`, the
+//! `invalid arg` refusal.
 
+use crate::error::BrokerError;
 use crate::value::Value;
+
+/// RabbitMQ's refusal of a declare argument: 406 `invalid arg 'KEY' for WHAT: REASON`.
+pub(super) fn invalid_arg(key: &str, what: &str, reason: &str) -> BrokerError {
+    BrokerError::precondition(format!("invalid arg '{key}' for {what}: {reason}"))
+}
 
 /// RabbitMQ's name for a field type, as it appears in its error texts.
 pub fn type_name(v: &Value) -> &'static str {
