@@ -30,6 +30,18 @@ fn pq(h: &mut H, name: &str, max: i32, extra: &[(&str, Value)]) {
 
 use wharf_broker::Outcome;
 
+/// A fanout `dlx` feeding queue `dead` (a priority queue when `max` is set).
+fn dead_letters_into(h: &mut H, max: Option<i32>) {
+    h.exchange("dlx", "fanout", false, FieldTable::new());
+    match max {
+        Some(max) => pq(h, "dead", max, &[]),
+        None => {
+            h.queue("dead", &[]);
+        }
+    }
+    h.bind("dead", "dlx", "");
+}
+
 #[test]
 fn s_prio_1_max_priority_is_validated_with_rabbitmqs_texts() {
     let mut h = H::new();
@@ -162,9 +174,7 @@ fn s_prio_4_requeue_goes_back_into_its_priority_with_its_deadline() {
 #[test]
 fn s_prio_5_expiry_anywhere_in_any_priority_dead_letters() {
     let mut h = H::new();
-    h.exchange("dlx", "fanout", false, FieldTable::new());
-    pq(&mut h, "dead", 5, &[]);
-    h.bind("dead", "dlx", "");
+    dead_letters_into(&mut h, Some(5));
     pq(&mut h, "p", 5, &[("x-dead-letter-exchange", s("dlx"))]);
     // A low-priority message with a short TTL behind high-priority ones, and the reverse.
     send_p(&mut h, "p", Some(5), b"hi");
@@ -208,9 +218,7 @@ fn s_prio_5_expiry_anywhere_in_any_priority_dead_letters() {
 fn s_prio_6_drop_head_drops_the_next_message_to_deliver() {
     // Checked against RabbitMQ 3.10: a1 b5 c3 d1 e0 with max-length 3 keeps a d e.
     let mut h = H::new();
-    h.exchange("dlx", "fanout", false, FieldTable::new());
-    h.queue("dead", &[]);
-    h.bind("dead", "dlx", "");
+    dead_letters_into(&mut h, None);
     pq(
         &mut h,
         "p",
@@ -233,9 +241,7 @@ fn s_prio_6_drop_head_drops_the_next_message_to_deliver() {
 #[test]
 fn s_prio_6_reject_publish_refuses_whatever_the_priority() {
     let mut h = H::new();
-    h.exchange("dlx", "fanout", false, FieldTable::new());
-    h.queue("dead", &[]);
-    h.bind("dead", "dlx", "");
+    dead_letters_into(&mut h, None);
     for (q, overflow) in [("r", "reject-publish"), ("rd", "reject-publish-dlx")] {
         pq(
             &mut h,
