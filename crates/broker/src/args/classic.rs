@@ -10,6 +10,11 @@ use crate::value::Value;
 /// a declare that carries one is reported ([`crate::Effect::ArgumentIgnored`]).
 pub const NO_OP_ARGS: [&str; 2] = ["x-queue-mode", "x-queue-version"];
 
+/// The arguments wharf refuses bad values of only since priority queues (before, it ignored
+/// them): a log written earlier may hold a queue declared with a value now refused, and
+/// replay brings that queue back as it was then, without them ([`crate::Broker::apply`]).
+pub const LATE_CHECKED_ARGS: [&str; 3] = ["x-max-priority", "x-queue-mode", "x-queue-version"];
+
 /// RabbitMQ's `check_non_neg_int_arg`: any AMQP integer type, not negative. Its type error
 /// is a quoted sentence (`"expected integer, got longstr"`), unlike the older
 /// `{unacceptable_type,…}` of `x-message-ttl` and friends.

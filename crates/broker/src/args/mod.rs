@@ -16,7 +16,7 @@ mod policy;
 mod queue_args;
 mod texts;
 
-pub(crate) use classic::{NO_OP_ARGS, priority_lanes};
+pub(crate) use classic::{LATE_CHECKED_ARGS, NO_OP_ARGS, priority_lanes};
 pub(crate) use equivalence::{assert_args_equivalence, assert_field_equivalence};
 pub(crate) use expiration::parse_expiration;
 pub use policy::parse_policy;

@@ -11,12 +11,13 @@
 use super::Broker;
 use super::refusals::corrupt;
 use super::state::Dest;
-use crate::args::{parse_policy, parse_queue_args};
+use crate::args::{LATE_CHECKED_ARGS, parse_policy, parse_queue_args};
 use crate::error::BrokerError;
 use crate::types::{
     DestName, Event, MessageId, MessageRef, Outcome, PermissionInfo, Placement, QueueDeletedReason,
     StoredEvent, UserInfo,
 };
+use crate::value::FieldTable;
 
 impl Broker {
     /// Replays one logged event into the model: no delivery, no expiry, no timer fires (as
@@ -99,7 +100,9 @@ impl Broker {
                 auto_delete,
                 arguments,
             } => {
-                let settings = parse_queue_args(vhost, queue, arguments)?;
+                let settings = parse_queue_args(vhost, queue, arguments).or_else(|_| {
+                    parse_queue_args(vhost, queue, &late_checked_removed(arguments))
+                })?;
                 if !self.vhost(vhost)?.queues.contains_key(queue) {
                     self.create_queue(
                         vhost,
@@ -443,4 +446,14 @@ impl Broker {
         }
         self.mark_dirty(qid);
     }
+}
+
+/// `arguments` without the ones checked only since priority queues: how a queue declared by
+/// an older wharf, which ignored them, with a value now refused comes back (S-PRIO-1).
+fn late_checked_removed(arguments: &FieldTable) -> FieldTable {
+    let mut out = arguments.clone();
+    for key in LATE_CHECKED_ARGS {
+        out.remove(key);
+    }
+    out
 }

@@ -84,6 +84,38 @@ fn s_prio_1_max_priority_is_validated_with_rabbitmqs_texts() {
 }
 
 #[test]
+fn s_prio_1_a_log_from_before_the_checks_replays_its_queue_without_them() {
+    // An older wharf ignored these arguments, so its log may hold values now refused.
+    let mut b = wharf_broker::Broker::new();
+    let mut arguments = args(&[
+        ("x-max-priority", Value::I32(300)),
+        ("x-queue-mode", s("bogus")),
+        ("x-message-ttl", Value::I32(50)),
+    ]);
+    b.apply(&Event::QueueDeclared {
+        vhost: "/".into(),
+        queue: "old".into(),
+        auto_delete: false,
+        arguments: arguments.clone(),
+    })
+    .unwrap();
+    let q = b.queues("/").into_iter().find(|q| q.name == "old").unwrap();
+    assert_eq!(q.max_priority, None, "a plain queue, as it was");
+    assert_eq!(q.arguments, arguments, "its arguments as declared");
+    // Every other argument is still checked.
+    arguments.insert("x-message-ttl", Value::I32(-1));
+    let e = b
+        .apply(&Event::QueueDeclared {
+            vhost: "/".into(),
+            queue: "older".into(),
+            auto_delete: false,
+            arguments,
+        })
+        .unwrap_err();
+    assert!(e.text.contains("x-message-ttl"), "{}", e.text);
+}
+
+#[test]
 fn s_prio_1_max_priority_zero_still_has_priorities_zero_and_one() {
     let mut h = H::new();
     pq(&mut h, "z", 0, &[]);
