@@ -10,6 +10,25 @@ use crate::value::Value;
 /// a declare that carries one is reported ([`crate::Effect::ArgumentIgnored`]).
 pub const NO_OP_ARGS: [&str; 2] = ["x-queue-mode", "x-queue-version"];
 
+/// The policy keys `queue-mode` (`default`, `lazy`) and `queue-version` (1, 2) (S-PRIO-8):
+/// validated as RabbitMQ 3.13 does, then ignored. Returns the key, for the warning.
+///
+/// # Errors
+/// `"eager" is not a valid queue-mode value`, `3 is not a valid queue-version value`.
+pub fn no_op_policy_key(key: &str, v: &serde_json::Value) -> Result<&'static str, String> {
+    if key == "queue-mode" {
+        match v.as_str() {
+            Some("default" | "lazy") => Ok("queue-mode"),
+            _ => Err(format!("{v} is not a valid queue-mode value")),
+        }
+    } else {
+        match v.as_u64() {
+            Some(1 | 2) => Ok("queue-version"),
+            _ => Err(format!("{v} is not a valid queue-version value")),
+        }
+    }
+}
+
 /// The arguments wharf refuses bad values of only since priority queues (before, it ignored
 /// them): a log written earlier may hold a queue declared with a value now refused, and
 /// replay brings that queue back as it was then, without them ([`crate::Broker::apply`]).

@@ -3,6 +3,7 @@
 
 use regex::Regex;
 
+use super::classic;
 use super::queue_args::{Overflow, QueueSettings};
 use crate::error::BrokerError;
 use crate::types::{ApplyTo, PolicySpec};
@@ -17,6 +18,8 @@ pub struct Policy {
     pub regex: Regex,
     /// Parsed definition.
     pub settings: QueueSettings,
+    /// The keys it sets that wharf accepts and ignores (S-PRIO-8).
+    pub ignored: Vec<&'static str>,
 }
 
 impl Policy {
@@ -56,6 +59,7 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
         return Err(policy_error(name, "the definition is empty"));
     }
     let mut s = QueueSettings::default();
+    let mut ignored = Vec::new();
     for (key, v) in &map {
         let int = || -> Result<u64, BrokerError> {
             v.as_u64().ok_or_else(|| {
@@ -73,7 +77,7 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
         if operator
             && matches!(
                 key.as_str(),
-                "dead-letter-exchange" | "dead-letter-routing-key" | "overflow"
+                "dead-letter-exchange" | "dead-letter-routing-key" | "overflow" | "queue-mode"
             )
         {
             return Err(policy_error(
@@ -104,6 +108,10 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
             "max-length" => s.max_length = Some(int()?),
             "max-length-bytes" => s.max_length_bytes = Some(int()?),
             "delivery-limit" => s.delivery_limit = Some(int()?),
+            "queue-mode" | "queue-version" => {
+                let key = classic::no_op_policy_key(key, v).map_err(|e| policy_error(name, &e))?;
+                ignored.push(key);
+            }
             "overflow" => {
                 let text = string()?;
                 s.overflow = Some(Overflow::parse(&text).ok_or_else(|| {
@@ -122,6 +130,7 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
         spec: spec.clone(),
         regex,
         settings: s,
+        ignored,
     })
 }
 

@@ -101,7 +101,7 @@ impl Broker {
         for argument in NO_OP_ARGS.iter().filter(|a| d.arguments.get(a).is_some()) {
             out.effects.push(Effect::ArgumentIgnored {
                 vhost: d.vhost.clone(),
-                queue: name.clone(),
+                what: format!("queue '{name}'"),
                 argument: (*argument).to_owned(),
             });
         }

@@ -187,14 +187,15 @@ pub enum Effect {
         /// (S-DLX-6)).
         fate: DeathFate,
     },
-    /// A queue was declared with an argument wharf accepts and does nothing with, as
-    /// RabbitMQ 3.12+ (`x-queue-mode`, `x-queue-version`; S-PRIO-8): worth a warning.
+    /// A queue was declared, or a policy set, with an argument or key wharf accepts and does
+    /// nothing with, as RabbitMQ 3.12+ (`x-queue-mode`, `x-queue-version`, the policy keys
+    /// `queue-mode`, `queue-version`; S-PRIO-8): worth a warning.
     ArgumentIgnored {
         /// Virtual host.
         vhost: String,
-        /// Queue.
-        queue: String,
-        /// The argument's name.
+        /// What carried it, in RabbitMQ's words: `queue 'q'` or `policy 'p'`.
+        what: String,
+        /// The argument's or key's name.
         argument: String,
     },
 }

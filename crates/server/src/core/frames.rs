@@ -226,11 +226,11 @@ fn log_effect(effect: Effect) {
         }
         Effect::ArgumentIgnored {
             vhost,
-            queue,
+            what,
             argument,
         } => {
-            warn!(%vhost, %queue, %argument,
-                "queue argument accepted and ignored, as RabbitMQ 3.12+ does (S-PRIO-8)");
+            warn!(%vhost, %what, %argument,
+                "argument accepted and ignored, as RabbitMQ 3.12+ does (S-PRIO-8)");
         }
         Effect::Deliver(_) | Effect::Return { .. } | Effect::ConsumerCancelled { .. } => {}
     }

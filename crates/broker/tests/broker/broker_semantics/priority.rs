@@ -415,3 +415,52 @@ fn s_prio_8_queue_mode_and_version_are_accepted_no_ops_bad_values_refused() {
         );
     }
 }
+
+#[test]
+fn s_prio_8_queue_mode_and_version_policy_keys_are_accepted_no_ops() {
+    let mut h = H::new();
+    h.queue("m", &[]);
+    let o = h
+        .policy(
+            "lazy",
+            "^m$",
+            r#"{"queue-mode": "lazy", "queue-version": 2}"#,
+            0,
+            false,
+        )
+        .unwrap();
+    let ignored: Vec<_> = o
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::ArgumentIgnored { what, argument, .. } => Some(format!("{what} {argument}")),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        ignored,
+        ["policy 'lazy' queue-mode", "policy 'lazy' queue-version"]
+    );
+    assert_eq!(h.info("m").unwrap().policy.as_deref(), Some("lazy"));
+    for (def, text) in [
+        (
+            r#"{"queue-mode": "eager"}"#,
+            "\"eager\" is not a valid queue-mode value",
+        ),
+        (
+            r#"{"queue-version": 3}"#,
+            "3 is not a valid queue-version value",
+        ),
+    ] {
+        let e = h.policy("bad", ".*", def, 0, false).unwrap_err();
+        assert_eq!(e.kind.reply_code(), 406);
+        assert_eq!(e.text, format!("invalid policy 'bad': {text}"));
+    }
+    // As RabbitMQ: queue-version may be an operator policy key, queue-mode may not.
+    h.policy("op", ".*", r#"{"queue-version": 1}"#, 0, true)
+        .unwrap();
+    let e = h
+        .policy("op2", ".*", r#"{"queue-mode": "lazy"}"#, 0, true)
+        .unwrap_err();
+    assert!(e.text.contains("'queue-mode'"), "{}", e.text);
+}
