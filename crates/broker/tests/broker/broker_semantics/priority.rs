@@ -210,26 +210,11 @@ fn s_prio_5_expiry_anywhere_in_any_priority_dead_letters() {
     pq(&mut h, "p", 5, &[("x-dead-letter-exchange", s("dlx"))]);
     // A low-priority message with a short TTL behind high-priority ones, and the reverse.
     send_p(&mut h, "p", Some(5), b"hi");
-    h.ok(H::publish_cmd(
-        "",
-        "p",
-        Properties {
-            priority: Some(1),
-            expiration: Some("10".into()),
-            ..Properties::default()
-        },
-        b"lo-ttl",
-    ));
-    h.ok(H::publish_cmd(
-        "",
-        "p",
-        Properties {
-            priority: Some(4),
-            expiration: Some("20".into()),
-            ..Properties::default()
-        },
-        b"mid-ttl",
-    ));
+    for (p, ttl, body) in [(1, "10", &b"lo-ttl"[..]), (4, "20", b"mid-ttl")] {
+        let mut props = props_ttl(ttl);
+        props.priority = Some(p);
+        h.ok(H::publish_cmd("", "p", props, body));
+    }
     send_p(&mut h, "p", Some(0), b"lo");
     h.advance(10);
     assert_eq!(h.ready("p"), 3);
