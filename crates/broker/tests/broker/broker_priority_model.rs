@@ -1,14 +1,16 @@
 //! Model-based test of priority queues (S-PRIO, STYLE 2.4): random publishes (random
 //! priorities, some above the maximum or missing, random per-message TTLs), gets with and
-//! without acks, acks, rejects and nacks with and without requeue, `basic.recover` and clock
-//! advances run against the broker and against `Reference`, a naive model (one `Vec`, the
-//! next message found by a linear scan for the highest priority, then the oldest). After
-//! every step the ready list (in delivery order, with redelivered flags), the dead-letter
-//! sink's count and the next deadline must agree; at the end the broker is rebuilt from its
-//! events (recovery) and must hand out the same messages in the same order.
+//! without acks, a consumer with a prefetch of 1 to 3, acks, rejects with and without
+//! requeue, `basic.recover` and clock advances run against the broker and against
+//! `Reference`, a naive model (one `Vec`, the next message found by a linear scan for the
+//! highest priority, then the oldest). After every step the deliveries (in order), the ready
+//! list (in delivery order, with redelivered flags), the dead-letter sink's count and the
+//! next deadline must agree; at the end the broker is rebuilt from its events (recovery) and
+//! must hand out the same messages in the same order.
 //!
 //! Scope: one durable priority queue with a random maximum priority, queue TTL, length limit
-//! (drop-head or reject-publish) and dead-lettering into a plain sink queue; one channel.
+//! (drop-head or reject-publish) and dead-lettering into a plain sink queue; one channel,
+//! at most one consumer.
 
 #![allow(
     clippy::unwrap_used,
@@ -46,6 +48,7 @@ enum Op {
     Ack(usize),
     Reject(usize, bool),
     Recover,
+    Consume(u16),
     Advance(u64),
 }
 
@@ -58,6 +61,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..8usize).prop_map(Op::Ack),
         2 => (0..8usize, any::<bool>()).prop_map(|(i, r)| Op::Reject(i, r)),
         1 => Just(Op::Recover),
+        1 => (1..4u16).prop_map(Op::Consume),
         3 => (0..30u64).prop_map(Op::Advance),
     ]
 }
@@ -85,13 +89,16 @@ struct RMsg {
     redelivered: bool,
 }
 
-/// The naive model: ready messages in any order; the head is found by a scan.
+/// The naive model: ready messages in any order; the head is found by a scan. Unacked
+/// messages by delivery tag, with whether the consumer (rather than `basic.get`) holds them.
 #[derive(Debug)]
 struct Reference {
     cfg: Config,
     ready: Vec<RMsg>,
-    unacked: BTreeMap<u64, RMsg>,
+    unacked: BTreeMap<u64, (RMsg, bool)>,
     sink: Vec<u64>,
+    /// The consumer's prefetch, once it consumes (one consumer at most).
+    prefetch: Option<u16>,
 }
 
 impl Reference {
@@ -122,7 +129,16 @@ impl Reference {
         }
     }
 
-    fn publish(&mut self, m: RMsg) -> bool {
+    /// How many more the consumer may hold.
+    fn room(&self) -> usize {
+        let held = self.unacked.values().filter(|u| u.1).count();
+        self.prefetch
+            .map_or(0, |p| usize::from(p).saturating_sub(held))
+    }
+
+    /// Enqueues a new message (or hands it straight to a consumer with room when the queue
+    /// is empty, S-TTL-6); false if refused.
+    fn publish(&mut self, m: RMsg, delivered: &mut Vec<RMsg>) -> bool {
         let full = self
             .cfg
             .max_len
@@ -130,9 +146,39 @@ impl Reference {
         if self.cfg.reject && full {
             return false;
         }
+        if self.ready.is_empty() && self.room() > 0 {
+            delivered.push(m);
+            return true;
+        }
         self.ready.push(m);
         self.drop_head();
         true
+    }
+
+    /// The end of a step: the consumer takes heads while it has room (`taken` are on their
+    /// way to it already; a due head expires first, S-TTL-5), then everything due expires
+    /// (S-PRIO-5). Returns what it took.
+    fn settle(&mut self, now: u64, taken: usize) -> Vec<RMsg> {
+        let mut out = Vec::new();
+        loop {
+            self.expire_heads(now);
+            if self.room() <= taken + out.len() {
+                break;
+            }
+            let Some(i) = self.head() else { break };
+            out.push(self.ready.remove(i));
+        }
+        self.expire(now);
+        out
+    }
+
+    fn expire_heads(&mut self, now: u64) {
+        while let Some(i) = self.head()
+            && self.ready[i].deadline.is_some_and(|d| d <= now)
+        {
+            let m = self.ready.remove(i);
+            self.sink.push(m.body);
+        }
     }
 
     fn requeue(&mut self, mut m: RMsg) {
@@ -190,6 +236,7 @@ impl Run {
             ready: Vec::new(),
             unacked: BTreeMap::new(),
             sink: Vec::new(),
+            prefetch: None,
         };
         Run { h, r, next_body: 1 }
     }
@@ -203,38 +250,76 @@ impl Run {
         let now = self.h.now;
         match *op {
             Op::Publish { priority, ttl } => self.publish(priority, ttl),
-            Op::Get { ack } => self.get(ack),
+            Op::Get { ack } => {
+                self.get(ack);
+                let none = self.r.settle(now, 0);
+                assert!(none.is_empty(), "a get frees no consumer room");
+            }
             Op::Ack(i) => {
                 if let Some(tag) = self.pick(i) {
-                    self.h.ack(tag, false);
+                    let o = self.h.ack(tag, false);
                     self.r.unacked.remove(&tag);
+                    self.delivered(&o, Vec::new());
                 }
             }
             Op::Reject(i, requeue) => {
                 if let Some(tag) = self.pick(i) {
-                    self.h.reject(tag, requeue);
-                    let m = self.r.unacked.remove(&tag).unwrap();
+                    let o = self.h.reject(tag, requeue);
+                    let (m, _) = self.r.unacked.remove(&tag).unwrap();
                     if requeue {
                         self.r.requeue(m);
                     } else {
                         self.r.sink.push(m.body);
                     }
+                    self.delivered(&o, Vec::new());
                 }
             }
             Op::Recover => {
-                self.h.ok(Command::Recover {
+                let o = self.h.ok(Command::Recover {
                     chan: broker_common::CH,
                     requeue: true,
                 });
-                for m in std::mem::take(&mut self.r.unacked).into_values() {
+                for (m, _) in std::mem::take(&mut self.r.unacked).into_values() {
                     self.r.requeue(m);
+                }
+                self.delivered(&o, Vec::new());
+            }
+            Op::Consume(prefetch) => {
+                if self.r.prefetch.is_none() {
+                    self.h.ok(Command::Qos {
+                        chan: broker_common::CH,
+                        prefetch_count: prefetch,
+                        global: false,
+                    });
+                    let o = self.h.consume("p", "c", false);
+                    self.r.prefetch = Some(prefetch);
+                    self.delivered(&o, Vec::new());
                 }
             }
             Op::Advance(ms) => {
-                self.h.advance(ms);
+                let o = self.h.advance(ms);
+                self.r.expire(self.h.now);
+                self.delivered(&o, Vec::new());
             }
         }
-        self.r.expire(self.h.now.max(now));
+    }
+
+    /// Checks the deliveries of one step (`direct`: handed over as it was published) against
+    /// the reference's, in order, and records their tags.
+    fn delivered(&mut self, o: &wharf_broker::Outcome, direct: Vec<RMsg>) {
+        let mut want = direct;
+        let taken = want.len();
+        want.extend(self.r.settle(self.h.now, taken));
+        let got = broker_common::deliveries(o);
+        let got_ids: Vec<(u64, bool)> = got
+            .iter()
+            .map(|d| (body_of(&d.message.body), d.redelivered))
+            .collect();
+        let want_ids: Vec<(u64, bool)> = want.iter().map(|m| (m.body, m.redelivered)).collect();
+        assert_eq!(got_ids, want_ids, "deliveries");
+        for (d, m) in got.iter().zip(want) {
+            self.r.unacked.insert(d.delivery_tag.0, (m, true));
+        }
     }
 
     fn publish(&mut self, priority: Option<u8>, ttl: Option<u32>) {
@@ -263,8 +348,10 @@ impl Run {
             deadline: lowest.map(|t| self.h.now + u64::from(t)),
             redelivered: false,
         };
-        let accepted = self.r.publish(m);
+        let mut direct = Vec::new();
+        let accepted = self.r.publish(m, &mut direct);
         assert_eq!(o.published().unwrap().refused, !accepted, "reject-publish");
+        self.delivered(&o, direct);
     }
 
     fn get(&mut self, ack: bool) {
@@ -279,7 +366,7 @@ impl Run {
                     "basic.get hands out the head"
                 );
                 if ack {
-                    self.r.unacked.insert(g.delivery_tag.0, m);
+                    self.r.unacked.insert(g.delivery_tag.0, (m, false));
                 }
             }
             (g, m) => panic!("broker got {g:?}, reference {m:?}"),
@@ -310,7 +397,7 @@ impl Run {
         let mut b = self.h.replay();
         b.recovered(self.h.now);
         b.check_invariants();
-        for m in std::mem::take(&mut self.r.unacked).into_values() {
+        for (m, _) in std::mem::take(&mut self.r.unacked).into_values() {
             self.r.ready.push(RMsg {
                 redelivered: true,
                 ..m
