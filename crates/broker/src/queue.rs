@@ -645,6 +645,13 @@ mod tests {
     }
 
     #[test]
+    fn s_prio_7_an_entry_stays_56_bytes_with_its_priority() {
+        // DESIGN "Memory": the priority a stored message keeps fits in its padding.
+        assert_eq!(std::mem::size_of::<crate::types::StoredMessage>(), 40);
+        assert_eq!(std::mem::size_of::<Entry>(), 56);
+    }
+
+    #[test]
     fn locate_agrees_with_binary_search() {
         let mut r = Ready::default();
         let mut id = 1;
