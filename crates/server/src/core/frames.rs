@@ -232,6 +232,7 @@ fn log_effect(effect: Effect) {
             warn!(%vhost, %what, %argument,
                 "argument accepted and ignored, as RabbitMQ 3.12+ does (S-PRIO-8)");
         }
-        Effect::Deliver(_) | Effect::Return { .. } | Effect::ConsumerCancelled { .. } => {}
+        // The others are frames, handled by `effect`.
+        _ => {}
     }
 }
