@@ -11,7 +11,7 @@
 //!   expiry scenario; `recovery`: spawn, prefill, stop, restart and time the broker
 //!   (`broker_proc` owns the child process).
 //! - `sink`: a null broker, to measure the generator's own ceiling.
-//! - `pacing`: the `--rate` schedule (pure).
+//! - `pacing`: the `--rate` schedule (pure); `rng`: splitmix64 (shuffles, `--priorities`).
 //! - `histogram`, `report`: latency percentiles and the report (pure).
 //! - `clock`, `cpu`, `resources`: the only readers of clocks, `/proc` and directory sizes.
 
@@ -25,6 +25,7 @@ mod pacing;
 mod recovery;
 mod report;
 mod resources;
+mod rng;
 mod rpc;
 mod run;
 mod sink;

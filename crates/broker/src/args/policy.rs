@@ -3,6 +3,7 @@
 
 use regex::Regex;
 
+use super::classic;
 use super::queue_args::{Overflow, QueueSettings};
 use crate::error::BrokerError;
 use crate::types::{ApplyTo, PolicySpec};
@@ -19,6 +20,8 @@ pub struct Policy {
     pub settings: QueueSettings,
     /// The `alternate-exchange` key (an exchange policy, S-DEFS-4).
     pub alternate_exchange: Option<String>,
+    /// The keys it sets that wharf accepts and ignores (S-PRIO-8).
+    pub ignored: Vec<&'static str>,
 }
 
 impl Policy {
@@ -83,6 +86,7 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
     }
     let mut s = QueueSettings::default();
     let mut alternate_exchange = None;
+    let mut ignored = Vec::new();
     for (key, v) in &map {
         let int = || -> Result<u64, BrokerError> {
             v.as_u64().ok_or_else(|| {
@@ -104,6 +108,7 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
                     | "dead-letter-routing-key"
                     | "overflow"
                     | "alternate-exchange"
+                    | "queue-mode"
             )
         {
             return Err(policy_error(
@@ -137,6 +142,10 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
             "delivery-limit" => s.delivery_limit = Some(int()?),
             // S-CONS-8: as `x-consumer-timeout`; the lowest wins.
             "consumer-timeout" => s.consumer_timeout_ms = Some(int()?),
+            "queue-mode" | "queue-version" => {
+                let key = classic::no_op_policy_key(key, v).map_err(|e| policy_error(name, &e))?;
+                ignored.push(key);
+            }
             "overflow" => {
                 let text = string()?;
                 s.overflow = Some(Overflow::parse(&text).ok_or_else(|| {
@@ -158,6 +167,7 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
         regex,
         settings: s,
         alternate_exchange,
+        ignored,
     })
 }
 
