@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::info;
@@ -73,22 +74,11 @@ impl Server {
         core.log_startup(events)?;
         let recovery_ms = stopwatch.elapsed_ms();
 
-        let listeners = bind_plain(&config.bind, &config.bind_if_available).await?;
-        let addrs: Vec<SocketAddr> = listeners.iter().map(|(_, a)| *a).collect();
-        let Some(&local_addr) = addrs.first() else {
-            return Err(ServerError::Bind {
-                addr: config.bind.clone(),
-                source: std::io::Error::other("no address to listen on"),
-            });
-        };
-        let tls_listener = match &config.tls {
-            Some(t) => Some(bind_tls(t).await?),
-            None => None,
-        };
-        let tls_addr = tls_listener.as_ref().map(|(_, a, _)| *a);
+        let (listeners, addrs, tls_listener) = bind_amqp(&config).await?;
+        let local_addr = addrs[0];
         log_listening(
             &config,
-            (&addrs, tls_addr),
+            (&addrs, tls_listener.as_ref().map(|(_, a, _)| *a)),
             recovery_ms,
             &summary,
             &live,
@@ -156,6 +146,33 @@ impl Server {
             prometheus,
         })
     }
+}
+
+/// The AMQP listeners (every address of `bind`, those of `bind_if_available` that can be
+/// bound; at least one) and the AMQPS one when configured.
+async fn bind_amqp(
+    config: &ServerConfig,
+) -> Result<
+    (
+        Vec<(TcpListener, SocketAddr)>,
+        Vec<SocketAddr>,
+        Option<(TcpListener, SocketAddr, tokio_rustls::TlsAcceptor)>,
+    ),
+    ServerError,
+> {
+    let listeners = bind_plain(&config.bind, &config.bind_if_available).await?;
+    let addrs: Vec<SocketAddr> = listeners.iter().map(|(_, a)| *a).collect();
+    if addrs.is_empty() {
+        return Err(ServerError::Bind {
+            addr: config.bind.clone(),
+            source: std::io::Error::other("no address to listen on"),
+        });
+    }
+    let tls_listener = match &config.tls {
+        Some(t) => Some(bind_tls(t).await?),
+        None => None,
+    };
+    Ok((listeners, addrs, tls_listener))
 }
 
 /// The one recovery summary line (STYLE 3.5): what came back, what died while the broker was

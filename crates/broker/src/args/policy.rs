@@ -55,6 +55,19 @@ pub fn noop_policy_key(key: &str) -> bool {
         )
 }
 
+/// Whether an operator policy may set `key` (S-POL-2): numeric limits only, not routing,
+/// overflow or storage choices.
+fn operator_may_set(key: &str) -> bool {
+    !matches!(
+        key,
+        "dead-letter-exchange"
+            | "dead-letter-routing-key"
+            | "overflow"
+            | "alternate-exchange"
+            | "queue-mode"
+    )
+}
+
 fn policy_error(name: &str, text: &str) -> BrokerError {
     BrokerError::precondition(format!("invalid policy '{name}': {text}"))
 }
@@ -101,16 +114,7 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
                 .map(str::to_owned)
                 .ok_or_else(|| policy_error(name, &format!("'{key}' must be a string, got {v}")))
         };
-        if operator
-            && matches!(
-                key.as_str(),
-                "dead-letter-exchange"
-                    | "dead-letter-routing-key"
-                    | "overflow"
-                    | "alternate-exchange"
-                    | "queue-mode"
-            )
-        {
+        if operator && !operator_may_set(key) {
             return Err(policy_error(
                 name,
                 &format!("'{key}' is not allowed in an operator policy"),
