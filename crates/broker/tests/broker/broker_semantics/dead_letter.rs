@@ -265,6 +265,49 @@ fn s_dlx_5_x_death_headers() {
     );
 }
 
+/// The model test's regression `078538d2` (`broker_model.rs`), checked against RabbitMQ 3.10.8:
+/// two copies of one fanout message with `expiration` 0 die into one sink; a copy taken and
+/// requeued goes back to its own place (S-TTL-7), redelivered, and neither copy carries an
+/// `expiration` any more (S-DLX-5).
+#[test]
+fn s_dlx_5_a_requeued_dead_lettered_copy_keeps_its_place_and_loses_its_expiration() {
+    let mut h = H::new();
+    h.queue("sink", &[]);
+    h.exchange("fx", "fanout", false, FieldTable::new());
+    for q in ["q0", "q1"] {
+        h.queue(
+            q,
+            &[
+                ("x-dead-letter-exchange", s("")),
+                ("x-dead-letter-routing-key", s("sink")),
+            ],
+        );
+        h.bind(q, "fx", "");
+    }
+    h.ok(H::publish_cmd("fx", "", props_ttl("0"), b"m"));
+    assert_eq!(h.ready("sink"), 2, "both copies died");
+    let origin = |g: &wharf_broker::GetOk| {
+        let q = header(&g.message.properties, "x-first-death-queue").unwrap();
+        q.as_str().unwrap().to_owned()
+    };
+    let first = h.get("sink", false).unwrap();
+    assert!(
+        !first.redelivered,
+        "a dead-lettered message is a new publish"
+    );
+    assert_eq!(first.message.properties.expiration, None);
+    h.reject(first.delivery_tag.0, true);
+    let again = h.get("sink", false).unwrap();
+    assert_eq!(origin(&again), origin(&first), "back at its own place");
+    assert!(again.redelivered);
+    assert_eq!(again.message.properties.expiration, None);
+    let other = h.get("sink", false).unwrap();
+    assert_ne!(origin(&other), origin(&first));
+    assert!(!other.redelivered);
+    assert_eq!(other.message.properties.expiration, None);
+    assert!(h.get("sink", false).is_none());
+}
+
 #[test]
 fn s_dlx_6_an_expiry_only_cycle_is_dropped() {
     let mut h = H::new();
