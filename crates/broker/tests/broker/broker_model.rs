@@ -7,9 +7,9 @@
 //!
 //! Scope: two source queues with a random configuration (TTL, length limit, overflow,
 //! dead-lettering into one sink queue through the default exchange), a fanout exchange, one
-//! channel with at most one consumer per queue and no prefetch limit. The sink is compared as
-//! a multiset, since the order in which two sources dead-letter into it within one step is
-//! not a rule.
+//! channel with at most one consumer per queue and no prefetch limit. The sink's order is
+//! compared by arrival step only, since the order in which two sources dead-letter into it
+//! within one step is not a rule.
 //!
 //! The sink can hold two copies of one fanout body: a message is identified by (body, the
 //! queue it died in: `x-first-death-queue`, S-DLX-5), never by body alone. (By body alone the
@@ -124,6 +124,9 @@ struct RMsg {
     body: u64,
     /// The source queue it was dead-lettered from (S-DLX-5), `None` if published here.
     origin: Option<usize>,
+    /// The step in which it entered its queue: the sink's order is arrival order, except
+    /// between messages that arrived in one step (deaths in one step are in no set order).
+    arrival: u64,
     enq: u64,
     ttl: Option<u32>,
     redelivered: bool,
@@ -151,6 +154,7 @@ struct Reference {
     policy: Option<(usize, Option<u32>, Option<u64>)>,
     unacked: Vec<RUnacked>,
     incarnations: u64,
+    step: u64,
 }
 
 fn lowest<T: Ord + Copy>(a: Option<T>, b: Option<T>) -> Option<T> {
@@ -188,6 +192,7 @@ impl Reference {
         if dlx && let Some(sink) = self.queues[SINK].as_mut() {
             m.enq = now;
             m.origin = Some(q);
+            m.arrival = self.step;
             // S-DLX-5: the `expiration` property is removed; a dead-lettered message is a new
             // publish, not a redelivery.
             m.ttl = None;
@@ -281,7 +286,7 @@ impl Reference {
             .position(|x| x.body > m.body)
             .unwrap_or(queue.ready.len());
         if u.queue == SINK {
-            // The sink's order is not compared (see the module comment).
+            // It keeps its arrival step, which is all the sink's order is checked by (S-TTL-7).
             queue.ready.push(m);
         } else {
             queue.ready.insert(pos, m);
@@ -452,6 +457,7 @@ impl Run {
     }
 
     fn step(&mut self, op: &Op) {
+        self.r.step += 1;
         let now = self.now;
         let mut deliver = Vec::new();
         let mut get_queue = None;
@@ -563,6 +569,7 @@ impl Run {
                     let m = RMsg {
                         body,
                         origin: None,
+                        arrival: self.r.step,
                         enq: now,
                         ttl,
                         redelivered: false,
@@ -600,6 +607,12 @@ impl Run {
                             .iter()
                             .position(|m| m.id() == id)
                             .expect("sink holds it");
+                        let head = queue.ready.iter().map(|m| m.arrival).min();
+                        assert_eq!(
+                            Some(queue.ready[i].arrival),
+                            head,
+                            "get takes the sink's head"
+                        );
                         got = Some(queue.ready.remove(i));
                     }
                 }
@@ -813,6 +826,9 @@ impl Run {
                 rq.ready.iter().map(|m| (m.id(), m.redelivered)).collect();
             let mut got = ready_ids(&self.b, name);
             if q == SINK {
+                let arrival = |id: &Id| rq.ready.iter().find(|m| m.id() == *id).map(|m| m.arrival);
+                let steps: Vec<Option<u64>> = got.iter().map(|(id, _)| arrival(id)).collect();
+                assert!(steps.is_sorted(), "sink in arrival order: {steps:?}");
                 want.sort_unstable();
                 got.sort_unstable();
             }
