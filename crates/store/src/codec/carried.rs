@@ -41,7 +41,7 @@ pub fn encode_carried(
     message: &Message,
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
-    let e = &mut Enc { out };
+    let e = &mut Enc::new(out);
     put_placements(e, vhost, placements)?;
     put_message(e, message)
 }
@@ -73,7 +73,7 @@ pub fn encode_carried_part(
     part: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
-    let e = &mut Enc { out };
+    let e = &mut Enc::new(out);
     put_placements(e, vhost, placements)?;
     e.out.extend_from_slice(part);
     Ok(())

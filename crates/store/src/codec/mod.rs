@@ -40,5 +40,7 @@ pub use carried::{
 };
 pub use error::{DecodeError, EncodeError};
 pub use kind::{RecordKind, STORE_FORMAT_VERSION, StoreRecord};
-pub use record::{decode, decode_shared, encode_event, encode_format};
-pub use stored::{decode_message_part, decode_stored, message_part, message_part_id};
+pub use record::{decode, decode_shared, encode_event, encode_event_leaving_body, encode_format};
+pub use stored::{
+    decode_message_part, decode_message_part_shared, decode_stored, message_part, message_part_id,
+};
