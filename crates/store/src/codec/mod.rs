@@ -36,7 +36,7 @@ mod value;
 
 pub use carried::{
     CARRIED_KIND, Carried, decode_carried, decode_carried_stored, encode_carried,
-    encode_carried_part,
+    encode_carried_leaving_body, encode_carried_part,
 };
 pub use error::{DecodeError, EncodeError};
 pub use kind::{RecordKind, STORE_FORMAT_VERSION, StoreRecord};
