@@ -542,7 +542,7 @@ mod tests {
     #[test]
     fn s_big_3_a_large_body_is_sent_from_where_it_is_in_frame_order() {
         let outbox = Outbox::default();
-        let body = Bytes::from((0..300_000u32).map(|i| (i % 251) as u8).collect::<Vec<_>>());
+        let body: Bytes = (0..=250u8).cycle().take(300_000).collect::<Vec<_>>().into();
         let frame_max = 131_072;
         let ch = protocol::ChannelId(5);
         outbox.append(put(b"before"));

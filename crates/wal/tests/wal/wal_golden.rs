@@ -174,7 +174,7 @@ fn s_big_3_a_version_2_log_is_read_and_a_record_larger_than_a_segment_gets_its_o
         segment_bytes_max: 4096,
         ..unpreallocated()
     };
-    let big: Vec<u8> = (0..3 * 4096u32).map(|i| (i % 251) as u8).collect();
+    let big: Vec<u8> = (0..=250u8).cycle().take(3 * 4096).collect();
     let (wal, _) = Wal::open(&dir, Arc::new(sim.clone()), &config, &mut |_| Ok(())).unwrap();
     let app = wal.appender();
     let tail = bytes::Bytes::from(big.clone());
