@@ -52,9 +52,14 @@ pub const HANDSHAKE_WAIT: std::time::Duration = std::time::Duration::from_secs(1
 /// How long we wait for `close-ok` after sending `connection.close`.
 pub const CLOSE_OK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// Bytes of partly received message bodies one connection may hold over all its channels
-/// (more than one maximal message, far less than `channel_max` of them).
+/// when the largest body is `body_bytes_max` (more than one maximal message, far less than
+/// `channel_max` of them).
+pub const fn gathering_bytes_per_connection(body_bytes_max: u32) -> usize {
+    2 * body_bytes_max as usize + 1024 * 1024
+}
+/// [`gathering_bytes_per_connection`] at the largest body the configuration may allow.
 pub const GATHERING_BYTES_PER_CONNECTION_MAX: usize =
-    2 * MESSAGE_BODY_BYTES_MAX as usize + 1024 * 1024;
+    gathering_bytes_per_connection(MESSAGE_BODY_BYTES_MAX);
 /// The heartbeat interval proposed in `connection.tune`, in seconds (RabbitMQ's 60).
 pub const HEARTBEAT_SECS_DEFAULT: u16 = 60;
 /// The consumer timeout where neither queue nor consumer sets one, in ms (RabbitMQ 3.13/4.x's
