@@ -335,11 +335,13 @@ async fn a_silent_peer_is_closed_after_two_missed_heartbeats() {
 
 #[tokio::test]
 async fn partly_received_bodies_are_bounded_per_connection_506() {
-    // Three channels each in the middle of a 16 MiB message: more than a connection may hold.
-    let server = TestServer::start().await;
+    // Three channels each in the middle of a 16 MiB message: more than a connection may hold
+    // (twice `max_message_size` and a MiB).
+    let max: u32 = 16 * 1024 * 1024;
+    let server = TestServer::start_with(|c| c.message_bytes_max = max).await;
     let (_conn, ch) = server.channel().await;
     let mut raw = Raw::open(server.handle.local_addr(), 0).await;
-    let max = u64::from(wharf_base::limits::MESSAGE_BODY_BYTES_MAX);
+    let max = u64::from(max);
     for n in 1..=3u16 {
         raw.open_channel(n).await;
         raw.send(&publish_method(n)).await;

@@ -1,9 +1,9 @@
-//! S-BIG-1: the largest message wharf accepts (`limits::MESSAGE_BODY_BYTES_MAX`), persistent,
-//! is confirmed after fsync and delivered intact by the real binary, and the broker's peak
-//! memory stays within a bound of the body's size. The issue's target (a 100 MiB body under
-//! 200 MiB of RSS) needs bodies written to the log in pieces, a format change; until then this
-//! test measures the peak at today's maximum and prints it, and fails if a change adds whole
-//! copies of the body on its way through (docs/SEMANTICS.md S-BIG-1).
+//! S-BIG-1, S-BIG-3: a 100 MiB persistent message, published with confirms to the real
+//! binary, is confirmed once durable, delivered intact (checksum) and survives a restart,
+//! while the broker's peak resident memory (`VmHWM`) stays within a bound over its idle size:
+//! the body is held once on its way to the log (gathered to its exact size, logged by
+//! reference, written from where it is), and its body frames are sent from the message
+//! itself. One message only: it runs in CI on two cores.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -13,11 +13,10 @@
 use futures_lite::StreamExt;
 use lapin::options::*;
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Confirmation};
+use lapin::{BasicProperties, Channel, Confirmation};
 
 use crate::support::binary::Broker;
 use crate::support::within;
-use wharf_base::limits;
 
 /// A `/proc/<pid>/status` field in KiB, as bytes.
 fn status_bytes(pid: u32, key: &str) -> u64 {
@@ -34,11 +33,44 @@ fn status_bytes(pid: u32, key: &str) -> u64 {
     kib * 1024
 }
 
+const BODY_BYTES: usize = 100 * 1024 * 1024;
+
+/// Consumes the one message of `big` and returns its body's length and CRC-32; acks it when
+/// `ack` (else it stays unacked until the channel closes).
+async fn take_one(ch: &Channel, ack: bool) -> (usize, u32) {
+    let mut consumer = ch
+        .basic_consume(
+            "big".into(),
+            "c".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let delivery = within(120, consumer.next()).await.unwrap().unwrap();
+    let sum = (delivery.data.len(), crc32fast::hash(&delivery.data));
+    if ack {
+        delivery.ack(BasicAckOptions::default()).await.unwrap();
+    }
+    sum
+}
+
 #[tokio::test]
-async fn s_big_1_the_largest_persistent_message_is_stored_and_delivered_within_a_memory_bound() {
+async fn s_big_3_a_100_mib_persistent_message_is_confirmed_delivered_and_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = Broker::start(dir.path());
-    let (_conn, ch) = broker.channel().await;
+    // No checkpoint during the measure: a checkpoint rewrites every live message, and one
+    // taken while this message is paged out reads it back whole (one more body for as long
+    // as it runs), the cost issue 18's checkpoints-in-place removes; that is not the path
+    // measured here. The restart below still recovers from the log alone.
+    let config = dir.path().join("wharf.toml");
+    std::fs::write(&config, "checkpoint_log_bytes_min = \"1GiB\"\n").unwrap();
+    let data = dir.path().join("data");
+    let start = || {
+        let args = ["--config", config.to_str().unwrap()];
+        Broker::start_with_args(env!("CARGO_BIN_EXE_wharf"), &data, &args)
+    };
+    let broker = start();
+    let (conn, ch) = broker.channel().await;
     let durable = QueueDeclareOptions {
         durable: true,
         ..Default::default()
@@ -49,10 +81,10 @@ async fn s_big_1_the_largest_persistent_message_is_stored_and_delivered_within_a
     ch.confirm_select(ConfirmSelectOptions::default())
         .await
         .unwrap();
-    let body_bytes = usize::try_from(limits::MESSAGE_BODY_BYTES_MAX).unwrap();
-    let body: Vec<u8> = (0..=250u8).cycle().take(body_bytes).collect();
-    let before = status_bytes(broker.pid(), "VmRSS:");
-    let confirm = within(60, async {
+    let body: Vec<u8> = (0..=250u8).cycle().take(BODY_BYTES).collect();
+    let sent = (body.len(), crc32fast::hash(&body));
+    let idle = status_bytes(broker.pid(), "VmRSS:");
+    let confirm = within(120, async {
         ch.basic_publish(
             "".into(),
             "big".into(),
@@ -66,31 +98,35 @@ async fn s_big_1_the_largest_persistent_message_is_stored_and_delivered_within_a
         .unwrap()
     })
     .await;
+    drop(body);
     assert!(matches!(confirm, Confirmation::Ack(None)), "{confirm:?}");
-    let mut consumer = ch
-        .basic_consume(
-            "big".into(),
-            "c".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    let delivery = within(60, consumer.next()).await.unwrap().unwrap();
-    assert!(delivery.data == body, "the body came back intact");
-    delivery.ack(BasicAckOptions::default()).await.unwrap();
+    let stored_peak = status_bytes(broker.pid(), "VmHWM:");
+    // Delivered, but not acked before the restart: requeued by the channel's close.
+    assert_eq!(
+        take_one(&ch, false).await,
+        sent,
+        "the body came back intact"
+    );
     let peak = status_bytes(broker.pid(), "VmHWM:");
-    let grown = peak.saturating_sub(before);
-    let tenths = grown * 10 / body_bytes as u64;
+    let grown = peak.saturating_sub(idle);
+    let tenths = grown * 10 / BODY_BYTES as u64;
     println!(
-        "S-BIG-1: body {body_bytes} B, RSS before {before} B, peak {peak} B, grown {grown} B \
-         ({}.{} bodies)",
+        "S-BIG-3: body {BODY_BYTES} B, idle RSS {idle} B, peak when confirmed {stored_peak} B, \
+         peak {peak} B, grown {grown} B ({}.{} bodies)",
         tenths / 10,
         tenths % 10
     );
-    // Today's copies: the gathered body, the store's record encoding, the WAL's pending
-    // chunk, the delivery's outbox frames, plus buffer growth; more than that is a regression.
-    let bound = 8 * body_bytes as u64;
+    // Storing it costs one body (printed "peak when confirmed"); delivering it a second one
+    // today (see S-BIG-3's note: the issue's target is under two bodies, 200 MiB here). Five
+    // bodies before the body was logged by reference and sent from where it is.
+    let bound = 5 * BODY_BYTES as u64 / 2;
     assert!(grown < bound, "peak grew by {grown} B, over {bound} B");
+    drop(ch);
+    drop(conn);
+    broker.terminate();
+    // S-DUR-3: what was confirmed survives a restart, whole.
+    let broker = start();
+    let (_conn, ch) = broker.channel().await;
+    assert_eq!(take_one(&ch, true).await, sent, "intact after the restart");
     broker.terminate();
 }

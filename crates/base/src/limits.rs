@@ -7,9 +7,12 @@
 pub const FRAME_BYTES_MAX: u32 = 128 * 1024;
 /// AMQP 0-9-1's `frame-min-size`: every peer must accept frames this large.
 pub const FRAME_BYTES_MIN: u32 = 4096;
-/// Largest message body we accept (RabbitMQ 3.x's `max_message_size` default is 128 MiB; we
-/// keep bodies smaller so a record always fits comfortably in a segment).
-pub const MESSAGE_BODY_BYTES_MAX: u32 = 16 * 1024 * 1024;
+/// Largest message body the configuration may allow (`max_message_size`; RabbitMQ refuses more
+/// than 512 MiB too). A record this large gets a segment of its own (storage-format.md,
+/// version 3), so it needs no room in a regular segment.
+pub const MESSAGE_BODY_BYTES_MAX: u32 = 512 * 1024 * 1024;
+/// `max_message_size` when the configuration says nothing: RabbitMQ's default, 128 MiB.
+pub const MESSAGE_BODY_BYTES_DEFAULT: u32 = 128 * 1024 * 1024;
 /// Channels per connection, advertised in `connection.tune` (RabbitMQ: 2047).
 pub const CHANNELS_PER_CONNECTION_MAX: u16 = 2047;
 /// Nesting depth of AMQP field tables and arrays we decode.
@@ -18,7 +21,8 @@ pub const FIELD_TABLE_DEPTH_MAX: usize = 16;
 /// Largest WAL segment file, header included.
 pub const SEGMENT_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// Largest payload of one WAL record: a whole message body plus room for its properties,
-/// headers and routing information.
+/// headers and routing information. A record larger than a segment's room is written alone in
+/// a segment sized to it (storage-format.md, "Segment file").
 pub const RECORD_PAYLOAD_BYTES_MAX: usize = MESSAGE_BODY_BYTES_MAX as usize + 256 * 1024;
 
 /// Smallest WAL segment size accepted (tests lower the size to exercise rolling): room for a
@@ -48,9 +52,14 @@ pub const HANDSHAKE_WAIT: std::time::Duration = std::time::Duration::from_secs(1
 /// How long we wait for `close-ok` after sending `connection.close`.
 pub const CLOSE_OK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// Bytes of partly received message bodies one connection may hold over all its channels
-/// (more than one maximal message, far less than `channel_max` of them).
+/// when the largest body is `body_bytes_max` (more than one maximal message, far less than
+/// `channel_max` of them).
+pub const fn gathering_bytes_per_connection(body_bytes_max: u32) -> usize {
+    2 * body_bytes_max as usize + 1024 * 1024
+}
+/// [`gathering_bytes_per_connection`] at the largest body the configuration may allow.
 pub const GATHERING_BYTES_PER_CONNECTION_MAX: usize =
-    2 * MESSAGE_BODY_BYTES_MAX as usize + 1024 * 1024;
+    gathering_bytes_per_connection(MESSAGE_BODY_BYTES_MAX);
 /// The heartbeat interval proposed in `connection.tune`, in seconds (RabbitMQ's 60).
 pub const HEARTBEAT_SECS_DEFAULT: u16 = 60;
 /// The consumer timeout where neither queue nor consumer sets one, in ms (RabbitMQ 3.13/4.x's
@@ -95,8 +104,8 @@ const _: () = assert!(
     "AMQP frame-min-size is 4096"
 );
 const _: () = assert!(
-    (RECORD_PAYLOAD_BYTES_MAX as u64) < SEGMENT_BYTES_MAX / 2,
-    "a record must fit in a segment with room to spare, or rolling could loop"
+    MESSAGE_BODY_BYTES_DEFAULT <= MESSAGE_BODY_BYTES_MAX,
+    "the default body limit must be allowed"
 );
 const _: () = assert!(
     GATHERING_BYTES_PER_CONNECTION_MAX > MESSAGE_BODY_BYTES_MAX as usize,
@@ -127,8 +136,8 @@ const _: () = assert!(
     "zero-fill writes whole MiB steps"
 );
 const _: () = assert!(
-    WAL_PENDING_BYTES_MAX >= RECORD_PAYLOAD_BYTES_MAX,
-    "the pending buffer holds at least one maximal record (an empty buffer takes any record)"
+    WAL_PENDING_BYTES_MAX as u64 >= SEGMENT_BYTES_MAX,
+    "the pending buffer holds a segment's worth of records (an empty buffer takes any record)"
 );
 const _: () = assert!(
     RECORD_IDS_MAX * 8 + 2 * 1024 < RECORD_PAYLOAD_BYTES_MAX,

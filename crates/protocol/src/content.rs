@@ -9,7 +9,7 @@
 
 use amq_protocol::frame::AMQPContentHeader;
 use amq_protocol::protocol::{AMQPClass, basic};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use super::error::{FrameMismatch, ProtocolError};
 use super::frame::{ChannelId, Frame};
@@ -78,8 +78,9 @@ struct Pending {
 enum BodyBuffer {
     /// No body frame yet.
     Empty,
-    /// Octets so far, copied.
-    Gathering(BytesMut),
+    /// Octets so far, copied; the capacity never exceeds the announced body size, so the
+    /// finished body keeps no slack (S-BIG-3).
+    Gathering(Vec<u8>),
 }
 
 /// Assembles the frames of one channel into methods and contents. Invariant: in state `Body`,
@@ -280,19 +281,18 @@ impl ContentAssembler {
                 BodyBuffer::Empty => chunk,
                 BodyBuffer::Gathering(mut gathered) => {
                     gathered.extend_from_slice(&chunk);
-                    gathered.freeze()
+                    Bytes::from(gathered)
                 }
             };
             return Ok(Some(complete(method, header, body)));
         }
+        let total = usize::try_from(header.body_size).unwrap_or(usize::MAX);
         let mut gathered = match body {
-            BodyBuffer::Empty => {
-                // Bounded by body_bytes_max (checked at the header) and by what arrived.
-                let total = usize::try_from(chunk_bytes + remaining_bytes).unwrap_or(usize::MAX);
-                BytesMut::with_capacity(total.min(BODY_PREALLOC_BYTES_MAX))
-            }
+            // Bounded by body_bytes_max (checked at the header) and by what arrived.
+            BodyBuffer::Empty => Vec::with_capacity(total.min(BODY_PREALLOC_BYTES_MAX)),
             BodyBuffer::Gathering(gathered) => gathered,
         };
+        grow_for(&mut gathered, chunk.len(), total);
         gathered.extend_from_slice(&chunk);
         assert_eq!(
             gathered.len() as u64 + remaining_bytes,
@@ -361,4 +361,19 @@ pub fn carries_content(method: &AMQPClass) -> bool {
                 | basic::AMQPMethod::GetOk(_)
         )
     )
+}
+
+/// Makes room in `gathered` for `chunk_bytes` more octets of a body of `total` octets: the
+/// capacity doubles (memory follows what arrived, at most twice it) but never passes `total`,
+/// so the last step lands on the body's exact size and the body holds no unused tail. Large
+/// steps are reallocations the allocator does by remapping pages, not by copying them.
+fn grow_for(gathered: &mut Vec<u8>, chunk_bytes: usize, total: usize) {
+    let len = gathered.len();
+    if gathered.capacity() - len >= chunk_bytes {
+        return;
+    }
+    let step = len
+        .max(BODY_PREALLOC_BYTES_MAX)
+        .min(total.saturating_sub(len));
+    gathered.reserve_exact(step.max(chunk_bytes));
 }

@@ -320,7 +320,9 @@ pub struct DeliverRef<'a> {
     pub routing_key: &'a ShortString,
 }
 
-fn encode_deliver_method(buf: &mut BytesMut, channel: ChannelId, d: DeliverRef<'_>) {
+/// Writes the `basic.deliver` method frame alone (its content follows, see
+/// [`encode_content_header`] and [`body_frame_envelope`]).
+pub fn encode_deliver_method(buf: &mut BytesMut, channel: ChannelId, d: DeliverRef<'_>) {
     let payload_len = 4
         + short_string_len(d.consumer_tag)
         + 8
@@ -364,7 +366,7 @@ pub fn encode_content(
     body: &[u8],
     frame_max: u32,
 ) {
-    let chunk_bytes_max = effective_frame_max(frame_max) as usize - FRAME_OVERHEAD_BYTES;
+    let chunk_bytes_max = body_chunk_bytes_max(frame_max);
     buf.reserve(
         FRAME_OVERHEAD_BYTES
             + 14
@@ -380,12 +382,25 @@ pub fn encode_content(
 
 /// Writes one body frame holding `chunk`.
 pub fn encode_body_frame(buf: &mut BytesMut, channel: ChannelId, chunk: &[u8]) {
-    let [c0, c1] = channel.0.to_be_bytes();
-    let [s0, s1, s2, s3] = len_u32(chunk.len()).to_be_bytes();
+    let (header, end) = body_frame_envelope(channel, chunk.len());
     buf.reserve(FRAME_OVERHEAD_BYTES + chunk.len());
-    buf.put_slice(&[FRAME_BODY, c0, c1, s0, s1, s2, s3]);
+    buf.put_slice(&header);
     buf.put_slice(chunk);
-    buf.put_slice(&[FRAME_END]);
+    buf.put_slice(&[end]);
+}
+
+/// The bytes around the payload of a body frame of `len` octets: its frame header and its
+/// frame end, for a writer that sends the payload from where it already is (S-BIG-3).
+pub fn body_frame_envelope(channel: ChannelId, len: usize) -> ([u8; 7], u8) {
+    let [c0, c1] = channel.0.to_be_bytes();
+    let [s0, s1, s2, s3] = len_u32(len).to_be_bytes();
+    ([FRAME_BODY, c0, c1, s0, s1, s2, s3], FRAME_END)
+}
+
+/// The largest payload of one body frame under `frame_max` (clamped as in
+/// [`super::frame::effective_frame_max`]).
+pub fn body_chunk_bytes_max(frame_max: u32) -> usize {
+    effective_frame_max(frame_max) as usize - FRAME_OVERHEAD_BYTES
 }
 
 /// Writes a content header frame with the hand-written properties encoder.

@@ -70,8 +70,9 @@ mod table_scan;
 
 pub use content::{Assembled, BODY_PREALLOC_BYTES_MAX, Content, ContentAssembler, carries_content};
 pub use encode::{
-    DeliverRef, encode_ack, encode_body_frame, encode_content, encode_content_header,
-    encode_content_header_generic, encode_deliver, encode_frame, encode_heartbeat, encode_method,
+    CLASS_BASIC, DeliverRef, body_chunk_bytes_max, body_frame_envelope, encode_ack,
+    encode_body_frame, encode_content, encode_content_header, encode_content_header_generic,
+    encode_deliver, encode_deliver_method, encode_frame, encode_heartbeat, encode_method,
     encode_method_generic, encode_protocol_header, put_table,
 };
 pub use error::{FrameMismatch, ProtocolError};

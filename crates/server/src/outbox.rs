@@ -24,7 +24,7 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 
@@ -36,15 +36,26 @@ pub const OUTBOX_HIGH_BYTES: usize = 4 * 1024 * 1024;
 /// Above this many queued bytes the reader stops reading the client's socket until the writer
 /// catches up (a client that publishes with confirms but never reads).
 pub const OUTBOX_HARD_BYTES: usize = 4 * OUTBOX_HIGH_BYTES;
+/// Bodies at least this large go out from where they are, not copied into the outbox.
+pub const BODY_SPLICE_BYTES_MIN: usize = 64 * 1024;
 /// Deliveries resume once the queued bytes fall below this.
 pub const OUTBOX_LOW_BYTES: usize = 1024 * 1024;
 
-/// Invariant: `buf` is `[released | held segments | open]`, so
-/// `buf.len() == released + sum(held lengths) + open`.
+/// Invariant: the outgoing bytes, `buf` with `splices` inserted, are
+/// `[released | held segments | open]`, so
+/// `buf.len() + spliced_bytes == released + sum(held lengths) + open`.
 #[derive(Debug, Default)]
 struct OutState {
     /// Frames not yet handed to the socket.
     buf: BytesMut,
+    /// Large body payloads sent from where they are instead of copied into `buf` (S-BIG-3):
+    /// each goes out just before the byte of `buf` numbered `at` (counting every byte ever
+    /// appended to `buf`), in order.
+    splices: VecDeque<(u64, Bytes)>,
+    /// Bytes of `splices`.
+    spliced_bytes: usize,
+    /// Bytes of `buf` already taken by the writer (so `buf[0]` is byte number `taken`).
+    taken: u64,
     /// Bytes at the front of `buf` the writer may write.
     released: usize,
     /// Sealed segments after the released prefix, in order: (bytes, ticket).
@@ -76,10 +87,71 @@ impl OutState {
         self.released > before
     }
 
+    /// Takes the released prefix for the writer: its pieces in order (stretches of `buf` and
+    /// the splices between them) and their total length.
+    fn take_released(&mut self) -> (Vec<Bytes>, usize) {
+        let total = std::mem::take(&mut self.released);
+        let mut left = total;
+        let mut pieces = Vec::new();
+        while left > 0 {
+            let next = self.splices.front().map(|(at, data)| {
+                let before = usize::try_from(at - self.taken).unwrap_or(usize::MAX);
+                (before, data.len())
+            });
+            match next {
+                // A splice inside the prefix (a release never ends inside a frame).
+                Some((before, len)) if before + len <= left => {
+                    if before > 0 {
+                        pieces.push(self.buf.split_to(before).freeze());
+                    }
+                    let (_, data) = self.splices.pop_front().unwrap_or_default();
+                    self.taken += before as u64;
+                    self.spliced_bytes -= len;
+                    left -= before + len;
+                    pieces.push(data);
+                }
+                _ => {
+                    pieces.push(self.buf.split_to(left).freeze());
+                    self.taken += left as u64;
+                    left = 0;
+                }
+            }
+        }
+        (pieces, total)
+    }
+
+    /// Appends a message body as body frames on `channel`: a large one is not copied, its
+    /// frames' payloads are slices of `body`, spliced between their headers and frame ends.
+    fn put_body(&mut self, channel: protocol::ChannelId, body: &Bytes, frame_max: u32) {
+        if body.len() < BODY_SPLICE_BYTES_MIN {
+            for chunk in body.chunks(protocol::body_chunk_bytes_max(frame_max)) {
+                protocol::encode_body_frame(&mut self.buf, channel, chunk);
+            }
+            return;
+        }
+        let step = protocol::body_chunk_bytes_max(frame_max);
+        let mut from = 0;
+        while from < body.len() {
+            let to = body.len().min(from + step);
+            let (header, end) = protocol::body_frame_envelope(channel, to - from);
+            self.buf.extend_from_slice(&header);
+            let at = self.taken + self.buf.len() as u64;
+            self.splices.push_back((at, body.slice(from..to)));
+            self.spliced_bytes += to - from;
+            self.buf.extend_from_slice(&[end]);
+            from = to;
+        }
+    }
+
+    /// Outgoing bytes not yet taken by the writer.
+    fn len(&self) -> usize {
+        self.buf.len() + self.spliced_bytes
+    }
+
     fn check(&self) {
         let held: usize = self.held.iter().map(|&(len, _)| len).sum();
         debug_assert_eq!(
-            self.buf.len(),
+            self.buf.len() + self.spliced_bytes,
             self.released + held + self.open,
             "outbox segments do not add up"
         );
@@ -136,6 +208,30 @@ impl Outbox {
         s.queued_bytes
     }
 
+    /// As [`Outbox::append`] for a content: `head` encodes what comes before the body (the
+    /// method and content header frames), then the body goes out in frames of at most
+    /// `frame_max` on `channel`, its payload sent from `body` itself when it is large, not
+    /// copied (S-BIG-3).
+    pub fn append_content(
+        &self,
+        head: impl FnOnce(&mut BytesMut),
+        channel: protocol::ChannelId,
+        body: &Bytes,
+        frame_max: u32,
+    ) -> usize {
+        let mut s = self.lock();
+        if s.finished {
+            return s.queued_bytes;
+        }
+        let before = s.len();
+        head(&mut s.buf);
+        s.put_body(channel, body, frame_max);
+        let added = s.len() - before;
+        s.open += added;
+        s.queued_bytes += added;
+        s.queued_bytes
+    }
+
     /// Seals the broker task's open batch segment with `ticket` (the log position that must be
     /// durable before its frames may be seen), releases what `watermark` allows and wakes the
     /// writer if anything was released. Returns true while anything stays held.
@@ -176,8 +272,21 @@ impl Outbox {
     /// durable), so that what is appended next (the connection's close) is all that follows.
     pub fn discard_unreleased(&self) {
         let mut s = self.lock();
-        let dropped = s.buf.len() - s.released;
-        let keep = s.released;
+        let dropped = s.len() - s.released;
+        // The splices inside the released prefix stay; the rest go with the bytes around them.
+        let mut kept_spliced = 0;
+        let mut kept = 0;
+        for (at, data) in &s.splices {
+            let before = usize::try_from(at - s.taken).unwrap_or(usize::MAX);
+            if before + kept_spliced >= s.released {
+                break;
+            }
+            kept_spliced += data.len();
+            kept += 1;
+        }
+        s.splices.truncate(kept);
+        s.spliced_bytes = kept_spliced;
+        let keep = s.released - kept_spliced;
         s.buf.truncate(keep);
         s.held.clear();
         s.open = 0;
@@ -289,12 +398,12 @@ pub async fn run_writer<W: AsyncWrite + Unpin, M>(
     ctx: WriterCtx<M>,
 ) {
     loop {
-        let (chunk, finished) = {
+        let (pieces, written, finished) = {
             let mut s = outbox.lock();
-            let released = std::mem::take(&mut s.released);
-            (s.buf.split_to(released), s.finished)
+            let (pieces, written) = s.take_released();
+            (pieces, written, s.finished)
         };
-        if chunk.is_empty() {
+        if written == 0 {
             if finished {
                 break;
             }
@@ -310,13 +419,13 @@ pub async fn run_writer<W: AsyncWrite + Unpin, M>(
             }
             continue;
         }
-        if sock.write_all(&chunk).await.is_err() {
+        if write_pieces(&mut sock, pieces).await.is_err() {
             break;
         }
         outbox.wrote.notify_one();
         let drained = {
             let mut s = outbox.lock();
-            s.queued_bytes = s.queued_bytes.saturating_sub(chunk.len());
+            s.queued_bytes = s.queued_bytes.saturating_sub(written);
             let drained = s.throttled && s.queued_bytes < OUTBOX_LOW_BYTES;
             if drained {
                 s.throttled = false;
@@ -332,6 +441,18 @@ pub async fn run_writer<W: AsyncWrite + Unpin, M>(
     outbox.wrote.notify_one();
 }
 
+/// Writes `pieces` in order, one `write_all` each: a batch without a spliced body is one
+/// piece; a spliced body's payloads go out from the message itself.
+async fn write_pieces<W: AsyncWrite + Unpin>(
+    sock: &mut W,
+    pieces: Vec<Bytes>,
+) -> std::io::Result<()> {
+    for piece in pieces {
+        sock.write_all(&piece).await?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,10 +460,9 @@ mod tests {
     /// The bytes the writer may write now (what `run_writer` would take).
     fn writable(outbox: &Outbox) -> Vec<u8> {
         let mut s = outbox.lock();
-        let released = std::mem::take(&mut s.released);
-        let chunk = s.buf.split_to(released);
-        s.queued_bytes -= chunk.len();
-        chunk.to_vec()
+        let (pieces, written) = s.take_released();
+        s.queued_bytes -= written;
+        pieces.concat()
     }
 
     fn put(bytes: &'static [u8]) -> impl FnOnce(&mut BytesMut) {
@@ -414,5 +534,42 @@ mod tests {
         assert!(!outbox.seal(0, 0));
         assert_eq!(writable(&outbox), b"oldclose");
         assert_eq!(outbox.lock().queued_bytes, 0);
+    }
+
+    /// S-BIG-3: a large body goes out as body frames whose payloads are slices of the body
+    /// itself (not copied into the buffer), in order with the frames around it, held and
+    /// released like any other; a discarded batch takes its spliced body with it.
+    #[test]
+    fn s_big_3_a_large_body_is_sent_from_where_it_is_in_frame_order() {
+        let outbox = Outbox::default();
+        let body: Bytes = (0..=250u8).cycle().take(300_000).collect::<Vec<_>>().into();
+        let frame_max = 131_072;
+        let ch = protocol::ChannelId(5);
+        outbox.append(put(b"before"));
+        let queued =
+            outbox.append_content(|buf| buf.extend_from_slice(b"head"), ch, &body, frame_max);
+        let mut expected = BytesMut::new();
+        expected.extend_from_slice(b"beforehead");
+        for chunk in body.chunks(protocol::body_chunk_bytes_max(frame_max)) {
+            protocol::encode_body_frame(&mut expected, ch, chunk);
+        }
+        assert_eq!(queued, expected.len());
+        assert!(outbox.lock().buf.len() < 1024, "the body was not copied");
+        outbox.append(put(b"after"));
+        assert!(outbox.seal(4, 3));
+        assert!(
+            writable(&outbox).is_empty(),
+            "held until its ticket is durable"
+        );
+        assert!(!outbox.release(4));
+        outbox.append_content(|_| {}, ch, &body, frame_max);
+        outbox.discard_unreleased();
+        expected.extend_from_slice(b"after");
+        assert_eq!(writable(&outbox), expected.to_vec());
+        let s = outbox.lock();
+        assert_eq!(
+            (s.queued_bytes, s.spliced_bytes, s.splices.len()),
+            (0, 0, 0)
+        );
     }
 }

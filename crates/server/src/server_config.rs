@@ -47,7 +47,8 @@ pub struct ServerConfig {
     /// `frame_max` offered in `connection.tune` (between `limits::FRAME_BYTES_MIN` and
     /// `limits::FRAME_BYTES_MAX`).
     pub frame_max: u32,
-    /// Largest message body accepted (at most `limits::MESSAGE_BODY_BYTES_MAX`).
+    /// Largest message body accepted (at most `limits::MESSAGE_BODY_BYTES_MAX`, 512 MiB; by
+    /// default RabbitMQ's 128 MiB).
     pub message_bytes_max: u32,
     /// Unacknowledged deliveries one channel may hold, prefetch 0 included (at most
     /// `limits::UNACKED_PER_CHANNEL_MAX`).
@@ -106,7 +107,7 @@ impl ServerConfig {
             connection_max: limits::CONNECTIONS_MAX,
             channel_max: limits::CHANNELS_PER_CONNECTION_MAX,
             frame_max: limits::FRAME_BYTES_MAX,
-            message_bytes_max: limits::MESSAGE_BODY_BYTES_MAX,
+            message_bytes_max: limits::MESSAGE_BODY_BYTES_DEFAULT,
             unacked_per_channel_max: limits::UNACKED_PER_CHANNEL_MAX,
             consumer_timeout_ms: Some(limits::CONSUMER_TIMEOUT_MS_DEFAULT),
             mgmt_bind: None,

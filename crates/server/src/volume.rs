@@ -17,7 +17,10 @@ pub struct VolumePlan {
     pub segment_bytes: u64,
     /// The checkpoint trigger's floor: the configured one, or an eighth of the volume.
     pub checkpoint_log_bytes_min: u64,
-    /// The largest message body: the configured one, or what fits a record in a segment.
+    /// The largest message body: the configured one, or half of an eighth of the volume
+    /// (rounded down to a power of two, at least half a smallest segment): a record larger
+    /// than a segment gets a segment of its own (S-BIG-3), so a body is bounded by the
+    /// volume, not by the segment size.
     pub message_bytes_max: u32,
 }
 
@@ -32,7 +35,7 @@ pub fn plan_for_volume(total_bytes: u64, checkpoint_min: u64, message_max: u32) 
     let eighth = (total_bytes / 8).max(1);
     let power = 1u64 << eighth.ilog2();
     let segment_bytes = power.clamp(VOLUME_SEGMENT_BYTES_MIN, limits::SEGMENT_BYTES_MAX);
-    let body_fits = (segment_bytes / 2).saturating_sub(RECORD_OVERHEAD_BYTES);
+    let body_fits = (power.max(VOLUME_SEGMENT_BYTES_MIN) / 2).saturating_sub(RECORD_OVERHEAD_BYTES);
     VolumePlan {
         segment_bytes,
         checkpoint_log_bytes_min: checkpoint_min
@@ -88,21 +91,30 @@ mod tests {
     #[test]
     fn s_disk_5_segments_and_messages_follow_the_volume() {
         const MIB: u64 = 1024 * 1024;
-        let big = plan_for_volume(1 << 40, 64 * MIB, 16 * 1024 * 1024);
+        let default = limits::MESSAGE_BODY_BYTES_DEFAULT;
+        let big = plan_for_volume(1 << 40, 64 * MIB, default);
         assert_eq!(big.segment_bytes, limits::SEGMENT_BYTES_MAX);
         assert_eq!(big.checkpoint_log_bytes_min, 64 * MIB);
-        assert_eq!(big.message_bytes_max, 16 * 1024 * 1024);
+        assert_eq!(
+            big.message_bytes_max, default,
+            "larger than a segment (S-BIG-3)"
+        );
+        let gib = plan_for_volume(1 << 30, 64 * MIB, default);
+        assert_eq!(gib.segment_bytes, limits::SEGMENT_BYTES_MAX);
+        assert_eq!(gib.message_bytes_max, 64 * 1024 * 1024 - 256 * 1024);
         let small = plan_for_volume(64 * MIB, 64 * MIB, 16 * 1024 * 1024);
         assert_eq!(small.segment_bytes, 8 * MIB);
         assert_eq!(small.checkpoint_log_bytes_min, 8 * MIB);
         assert_eq!(small.message_bytes_max, 4 * 1024 * 1024 - 256 * 1024);
         let mid = plan_for_volume(256 * MIB, 64 * MIB, 16 * 1024 * 1024);
         assert_eq!(mid.segment_bytes, 32 * MIB);
-        // Every plan leaves a record of the largest message room in a segment.
+        // The largest message's record takes at most a sixteenth of the volume (half a
+        // smallest segment on the tiniest ones).
         for total in [MIB, 3 * MIB, 64 * MIB, 100 * MIB, 1 << 30] {
             let p = plan_for_volume(total, 64 * MIB, u32::MAX);
+            let bound = (total / 16).max(VOLUME_SEGMENT_BYTES_MIN / 2);
             assert!(
-                u64::from(p.message_bytes_max) + 256 * 1024 < p.segment_bytes,
+                u64::from(p.message_bytes_max) + 256 * 1024 <= bound,
                 "{p:?}"
             );
             assert!(p.segment_bytes >= VOLUME_SEGMENT_BYTES_MIN);

@@ -4,22 +4,32 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::codec;
 use crate::error::StoreError;
 use wharf_base::limits;
 use wharf_broker::{Event, Message};
 
-/// Encoded payloads of the batch being logged, reused across calls.
+/// Encoded payloads of the batch being logged, reused across calls. A message body is not
+/// copied here: each record is its bytes here followed by its body, by reference (S-BIG-3).
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
     pub(crate) bytes: Vec<u8>,
-    /// (kind, end offset in `bytes`, the message the record holds) per encoded event.
-    pub(crate) records: Vec<(u8, usize, Option<Arc<Message>>)>,
+    /// Per encoded event: its kind, the end offset of its head in `bytes`, its body (the rest
+    /// of its payload, empty when it has none) and the message the record holds.
+    pub(crate) records: Vec<(u8, usize, Bytes, Option<Arc<Message>>)>,
 }
+
+/// Emptied scratch buffers larger than this are freed, not kept for the next batch.
+const SCRATCH_BYTES_KEPT_MAX: usize = 4 * 1024 * 1024;
 
 impl Scratch {
     /// Encodes `events` as the records of one batch (after clearing the last one).
     pub(crate) fn encode_batch(&mut self, events: &[Event]) -> Result<(), StoreError> {
+        if self.bytes.capacity() > SCRATCH_BYTES_KEPT_MAX {
+            self.bytes = Vec::new();
+        }
         self.bytes.clear();
         self.records.clear();
         for event in events {
@@ -38,16 +48,17 @@ impl Scratch {
     /// Encodes one event as the next record of the batch, checking its size.
     fn encode(&mut self, event: &Event) -> Result<(), StoreError> {
         let start = self.bytes.len();
-        let kind = codec::encode_event(event, &mut self.bytes)?;
-        let len = self.bytes.len() - start;
+        let (kind, body) = codec::encode_event_leaving_body(event, &mut self.bytes)?;
+        let len = self.bytes.len() - start + body.len();
         if len > limits::RECORD_PAYLOAD_BYTES_MAX {
             return Err(StoreError::RecordTooLarge {
                 len,
                 max: limits::RECORD_PAYLOAD_BYTES_MAX,
             });
         }
+        let message = message_of(event).cloned();
         self.records
-            .push((kind.byte(), self.bytes.len(), message_of(event).cloned()));
+            .push((kind.byte(), self.bytes.len(), body, message));
         Ok(())
     }
 }

@@ -106,9 +106,11 @@ struct Found {
 }
 
 impl Found {
-    /// The record's Message part, taken out of the payload without a copy.
+    /// The record's Message part, taken out of the payload without a copy (the head is
+    /// removed in place; `split_off` would copy the part, a whole body, S-BIG-3).
     fn into_part(mut self) -> Vec<u8> {
-        self.payload.split_off(self.part.min(self.payload.len()))
+        self.payload.drain(..self.part.min(self.payload.len()));
+        self.payload
     }
 }
 
@@ -211,8 +213,9 @@ impl MessageLoader for StoredReader {
     fn load(&self, s: &StoredMessage) -> Result<Message, String> {
         let found = self.find(s)?;
         let (kind, at) = (found.kind, found.at);
+        let part = bytes::Bytes::from(found.into_part());
         let mut message =
-            codec::decode_message_part(kind, &found.into_part()).map_err(|e| e.to_string())?;
+            codec::decode_message_part_shared(kind, &part).map_err(|e| e.to_string())?;
         // Durable already (it was read back): it may be paged out again at once.
         message.stored = StoredSlot::written(0, at);
         Ok(message)

@@ -76,8 +76,8 @@ pub use reader::{Reader, Record, read_frame_at};
 pub use reclaimer::Reclaimer;
 pub use record::{
     FRAME_HEADER_BYTES, Frame, FrameCheck, FrameFields, HeaderCheck, SegmentHeader,
-    check_segment_header, decode_frame, encode_frame, encode_segment_header, frame_bytes, le,
-    peek_payload_len, segment_header_version,
+    check_segment_header, decode_frame, encode_frame, encode_frame_header, encode_segment_header,
+    frame_bytes, le, peek_payload_len, seal_frame, segment_header_version,
 };
 pub use recovery::{
     RecordRef, RecoveryMode, RecoveryReport, SalvageLoss, TornTail, Visitor, list_segments,

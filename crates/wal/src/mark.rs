@@ -15,7 +15,11 @@ use std::path::{Path, PathBuf};
 
 use crate::error::RecoveryError;
 use crate::ids::{Lsn, SegmentId};
-use crate::record::{FORMAT_VERSION, le};
+use crate::record::le;
+
+/// The mark's own layout version: `2`, the log format that introduced it (the mark did not
+/// change in format 3, which only allows segments sized to one large record).
+const MARK_VERSION: u16 = 2;
 use crate::storage::{Storage, StorageFile};
 
 /// Name of the mark file in the log directory.
@@ -63,7 +67,7 @@ pub enum MarkState {
 pub fn encode_mark(mark: DurableMark) -> [u8; MARK_SLOT_BYTES] {
     let mut out = Vec::with_capacity(MARK_SLOT_BYTES);
     out.extend_from_slice(&MARK_MAGIC);
-    le::put_u16(&mut out, FORMAT_VERSION);
+    le::put_u16(&mut out, MARK_VERSION);
     le::put_u16(&mut out, if mark.clean { FLAG_CLEAN } else { 0 });
     le::put_u64(&mut out, mark.lsn.0);
     le::put_u64(&mut out, mark.segment.0);
@@ -109,11 +113,11 @@ pub fn decode_mark(buf: &[u8]) -> SlotCheck {
     ) else {
         return SlotCheck::Invalid;
     };
-    if version > FORMAT_VERSION {
+    if version > MARK_VERSION {
         return SlotCheck::NewerVersion(version);
     }
     let covered = slot.get(..36).unwrap_or_default();
-    if version != FORMAT_VERSION || flags & !FLAG_CLEAN != 0 || crc32fast::hash(covered) != crc {
+    if version != MARK_VERSION || flags & !FLAG_CLEAN != 0 || crc32fast::hash(covered) != crc {
         return SlotCheck::Invalid;
     }
     SlotCheck::Valid(DurableMark {

@@ -50,11 +50,7 @@ pub fn read_frame_at(
     offset: u64,
 ) -> std::io::Result<Result<Record, CorruptReason>> {
     let check = |buf: &[u8]| match record::decode_frame(buf) {
-        FrameCheck::Valid(f) => Ok(Record {
-            lsn: f.lsn,
-            kind: f.kind,
-            payload: f.payload.to_vec(),
-        }),
+        FrameCheck::Valid(f) => Ok((f.lsn, f.kind)),
         FrameCheck::Zeros | FrameCheck::Truncated => Err(CorruptReason::Truncated),
         FrameCheck::LengthTooLarge(n) => Err(CorruptReason::LengthTooLarge(n)),
         FrameCheck::BadCrc => Err(CorruptReason::BadCrc),
@@ -62,11 +58,28 @@ pub fn read_frame_at(
     let mut header = [0u8; FRAME_HEADER_BYTES];
     file.read_exact_at(&mut header, offset)?;
     let Some(payload_len) = record::peek_payload_len(&header) else {
-        return Ok(check(&header));
+        // No usable length (over the limit): never an intact record.
+        return Ok(Err(check(&header)
+            .err()
+            .unwrap_or(CorruptReason::Truncated)));
     };
-    let mut frame = vec![0u8; record::frame_bytes(payload_len)];
+    // A length is trusted only as far as the file goes: nothing is allocated for bytes that
+    // are not there (a record may be as large as a message body, S-BIG-3).
+    let frame_len = record::frame_bytes(payload_len);
+    if offset.saturating_add(frame_len as u64) > file.len_bytes()? {
+        return Ok(Err(CorruptReason::Truncated));
+    }
+    let mut frame = vec![0u8; frame_len];
     file.read_exact_at(&mut frame, offset)?;
-    Ok(check(&frame))
+    Ok(check(&frame).map(|(lsn, kind)| {
+        // The payload is the frame without its header: moved down, not copied elsewhere.
+        frame.drain(..FRAME_HEADER_BYTES);
+        Record {
+            lsn,
+            kind,
+            payload: frame,
+        }
+    }))
 }
 
 impl Reader {

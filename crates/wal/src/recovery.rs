@@ -254,11 +254,14 @@ fn read_segment(storage: &dyn Storage, path: &Path, role: Role) -> Result<Bytes,
     };
     let file = storage.open(path, false).map_err(io)?;
     let len = file.len_bytes().map_err(io)?;
-    // Distrust the file size as any length: nothing bigger than a segment is read into memory.
-    if len > limits::SEGMENT_BYTES_MAX {
+    // Distrust the file size as any length: nothing bigger than a segment (or a segment
+    // holding one maximal record, format 3) is read into memory.
+    let file_max = limits::SEGMENT_BYTES_MAX
+        .max((SEGMENT_HEADER_BYTES + record::frame_bytes(limits::RECORD_PAYLOAD_BYTES_MAX)) as u64);
+    if len > file_max {
         return Err(RecoveryError::Corrupt {
             path: path.to_owned(),
-            offset: limits::SEGMENT_BYTES_MAX,
+            offset: file_max,
             reason: CorruptReason::Truncated,
         });
     }

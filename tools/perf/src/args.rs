@@ -12,7 +12,7 @@ pub const DEFAULT_URI: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 /// Largest publisher-confirm window; a larger window only hides latency.
 pub const CONFIRM_WINDOW_MAX: u32 = 65_535;
 /// Largest message body the generator builds (wharf's `MESSAGE_BODY_BYTES_MAX`).
-pub const MESSAGE_BYTES_MAX: usize = 16 * 1024 * 1024;
+pub const MESSAGE_BYTES_MAX: usize = 512 * 1024 * 1024;
 /// Most publishers or consumers in one run; each is a connection.
 pub const CLIENTS_MAX: u32 = 1024;
 
@@ -804,7 +804,7 @@ mod tests {
             "-z 1 -A 0",
             "-z 1 -a -A 5",
             "-z 1 -c 70000",
-            "-z 1 -s 99999999",
+            "-z 1 -s 999999999",
             "-z 1 -x 5000",
         ] {
             assert!(run(bad).is_err(), "accepted {bad:?}");

@@ -334,3 +334,32 @@ fn frames_of_another_channel_are_a_caller_bug() {
     let mut a = assembler();
     let _ = a.push(Frame::Body(ChannelId(4), Bytes::new()));
 }
+
+/// S-BIG-3: a body gathered from many frames grows with what arrived (at most twice it, at
+/// least the first step) and never past the announced size, so the finished body keeps no
+/// unused capacity; it comes out intact.
+#[test]
+fn s_big_3_a_gathered_body_grows_in_bounded_steps_up_to_its_exact_size() {
+    let total: usize = 3 * 1024 * 1024 + 12_345;
+    let frame_bytes = 128 * 1024 - 8;
+    let sent: Vec<u8> = (0..=252u8).cycle().take(total).collect();
+    let mut a = assembler();
+    a.push(publish()).unwrap();
+    a.push(header(60, total as u64)).unwrap();
+    let mut received = 0;
+    let mut done = None;
+    for piece in sent.chunks(frame_bytes) {
+        done = a.push(body(piece)).unwrap();
+        received += piece.len();
+        if done.is_none() {
+            let capacity = a.gathering_capacity_bytes();
+            assert!(capacity <= total, "{capacity} over the body's {total}");
+            assert!(
+                capacity <= (2 * received).max(protocol::BODY_PREALLOC_BYTES_MAX),
+                "{capacity} after {received}"
+            );
+        }
+    }
+    let c = content(done);
+    assert!(c.body == sent, "the body came out intact");
+}

@@ -122,7 +122,7 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
         frame_max: file.frame_max.unwrap_or(u64::from(limits::FRAME_BYTES_MAX)),
         max_message_size: file
             .max_message_size
-            .unwrap_or(u64::from(limits::MESSAGE_BODY_BYTES_MAX)),
+            .unwrap_or(u64::from(limits::MESSAGE_BODY_BYTES_DEFAULT)),
         unacked_per_channel_max: file
             .unacked_per_channel_max
             .unwrap_or(u64::from(limits::UNACKED_PER_CHANNEL_MAX)),

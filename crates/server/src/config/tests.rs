@@ -158,7 +158,7 @@ fn resource_limits_parse_with_units_and_defaults() {
     assert_eq!(c.connection_max, u64::from(limits::CONNECTIONS_MAX));
     assert_eq!(c.channel_max, 2047);
     assert_eq!(c.frame_max, 131_072);
-    assert_eq!(c.max_message_size, 16 * 1024 * 1024);
+    assert_eq!(c.max_message_size, 128 * 1024 * 1024);
     let text = "disk_free_limit = \"2GB\"\nmemory_high_watermark = 0.6\n\
                     connection_max = 10\nchannel_max = 16\nframe_max = 8192\n\
                     max_message_size = 1048576\nunacked_per_channel_max = 100\n";
@@ -223,7 +223,7 @@ fn resource_limits_out_of_range_are_refused_by_key() {
         ("frame_max = 4095", "frame_max"),
         ("frame_max = 131073", "frame_max"),
         ("max_message_size = 0", "max_message_size"),
-        ("max_message_size = 16777217", "max_message_size"),
+        ("max_message_size = 536870913", "max_message_size"),
         ("unacked_per_channel_max = 0", "unacked_per_channel_max"),
         ("unacked_per_channel_max = 65536", "unacked_per_channel_max"),
     ] {

@@ -76,9 +76,11 @@ impl Reader {
         let pushed = assembler.push(frame);
         let held_after = assembler.gathering_capacity_bytes();
         self.gathering_bytes = (self.gathering_bytes + held_after).saturating_sub(held_before);
-        if self.gathering_bytes > limits::GATHERING_BYTES_PER_CONNECTION_MAX {
+        let gathering_max =
+            limits::gathering_bytes_per_connection(self.ctx.limits.message_bytes_max);
+        if self.gathering_bytes > gathering_max {
             // Many channels each in the middle of a large message: refuse rather than hold
-            // up to channel_max x MESSAGE_BODY_BYTES_MAX (STYLE 3.2).
+            // up to channel_max x max_message_size (STYLE 3.2).
             let close = Close::new(
                 reply_code::RESOURCE_ERROR,
                 "too many partly received message bodies on this connection",

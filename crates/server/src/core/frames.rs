@@ -10,7 +10,7 @@ use crate::convert::{broker_error_close, delivery_properties, properties_to_wire
 use crate::methods::{self, MethodId};
 use crate::outbox::OUTBOX_HIGH_BYTES;
 use wharf_broker::{DeathFate, DeathReason, Effect, Outcome, QueueDeletedReason, Reply};
-use wharf_protocol::{self as protocol, ChannelId, DeliverRef};
+use wharf_protocol::{self as protocol, CLASS_BASIC, ChannelId, DeliverRef};
 
 impl Core {
     /// Writes the reply of a successful command (before its effects: consume-ok before the
@@ -29,11 +29,12 @@ impl Core {
                 message_count: g.message_count,
             }));
             let props = delivery_properties(&m.properties, g.count_header);
-            let frame_max = c.frame_max;
-            c.append(|buf| {
+            let size = m.body.len() as u64;
+            let head = |buf: &mut _| {
                 protocol::encode_method(buf, ChannelId(ch), &get_ok);
-                protocol::encode_content(buf, ChannelId(ch), &props, &m.body, frame_max);
-            });
+                protocol::encode_content_header(buf, ChannelId(ch), CLASS_BASIC, size, &props);
+            };
+            c.append_content(head, ch, &m.body);
             self.dirty.insert(conn);
             return;
         }
@@ -101,9 +102,9 @@ impl Core {
                 let exchange = short(&m.exchange);
                 let key = short(&m.routing_key);
                 let props = delivery_properties(&m.properties, d.count_header);
-                let frame_max = c.frame_max;
                 let ch = ChannelId(d.chan.channel.0);
-                let queued = c.append(|buf| {
+                let size = m.body.len() as u64;
+                let head = |buf: &mut _| {
                     let deliver = DeliverRef {
                         consumer_tag: &tag,
                         delivery_tag: d.delivery_tag.0,
@@ -111,8 +112,10 @@ impl Core {
                         exchange: &exchange,
                         routing_key: &key,
                     };
-                    protocol::encode_deliver(buf, ch, deliver, &props, &m.body, frame_max);
-                });
+                    protocol::encode_deliver_method(buf, ch, deliver);
+                    protocol::encode_content_header(buf, ch, CLASS_BASIC, size, &props);
+                };
+                let queued = c.append_content(head, ch.0, &m.body);
                 self.dirty.insert(conn);
                 if queued > OUTBOX_HIGH_BYTES {
                     self.throttle(conn);
@@ -138,11 +141,12 @@ impl Core {
                     routing_key: short(&routing_key),
                 }));
                 let props = properties_to_wire(&message.properties);
-                let frame_max = c.frame_max;
-                c.append(|buf| {
+                let size = message.body.len() as u64;
+                let head = |buf: &mut _| {
                     protocol::encode_method(buf, ChannelId(ch), &ret);
-                    protocol::encode_content(buf, ChannelId(ch), &props, &message.body, frame_max);
-                });
+                    protocol::encode_content_header(buf, ChannelId(ch), CLASS_BASIC, size, &props);
+                };
+                c.append_content(head, ch, &message.body);
                 self.dirty.insert(conn);
             }
             Effect::ConsumerCancelled { chan, consumer_tag } => {

@@ -139,6 +139,20 @@ impl ConnState {
         self.outbox.append(encode)
     }
 
+    /// Appends a content: `head` (method and content header), then `body` in body frames,
+    /// sent from the message itself when large (S-BIG-3).
+    fn append_content(
+        &mut self,
+        head: impl FnOnce(&mut BytesMut),
+        ch: u16,
+        body: &bytes::Bytes,
+    ) -> usize {
+        self.flush_acks();
+        let frame_max = self.frame_max;
+        self.outbox
+            .append_content(head, wharf_protocol::ChannelId(ch), body, frame_max)
+    }
+
     /// A publisher confirm (S-DUR-3): an ack joins the channel's run, a nack (refused by a
     /// queue, S-LEN-2) is encoded in its place. Released with the batch, once durable.
     fn confirm(&mut self, ch: u16, seq: u64, ack: bool) {

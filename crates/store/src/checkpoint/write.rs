@@ -12,7 +12,7 @@ use crate::codec::{self, STORE_FORMAT_VERSION};
 use crate::error::StoreError;
 use wharf_base::limits;
 use wharf_broker::{Event, MessageRef, Placement, Snapshot, StoredMessage};
-use wharf_wal::{FrameFields, Lsn, Storage, encode_frame, le};
+use wharf_wal::{Lsn, Storage, encode_frame_header, le, seal_frame};
 
 /// Encodes a snapshot as checkpoint records (header excluded), handing the bytes to `sink`
 /// in chunks; returns the number of records.
@@ -33,8 +33,8 @@ pub type PartSource<'a> = &'a dyn Fn(&StoredMessage) -> Result<Vec<u8>, String>;
 impl Encoder<'_> {
     fn event(&mut self, event: &Event) -> Result<(), StoreError> {
         self.payload.clear();
-        let kind = codec::encode_event(event, &mut self.payload)?;
-        self.frame(kind.byte())
+        let (kind, body) = codec::encode_event_leaving_body(event, &mut self.payload)?;
+        self.frame(kind.byte(), &body)
     }
 
     fn carried(
@@ -45,36 +45,51 @@ impl Encoder<'_> {
         parts: PartSource<'_>,
     ) -> Result<(), StoreError> {
         self.payload.clear();
+        // The body (or a stored message's whole Message part) is not copied into the
+        // payload: it follows it in the frame, written from where it is (S-BIG-3).
+        let offset = CHECKPOINT_HEADER_BYTES as u64 + self.flushed + self.buf.len() as u64;
         match message {
             MessageRef::Loaded(m) => {
-                codec::encode_carried(vhost, placements, m, &mut self.payload)?;
+                let body =
+                    codec::encode_carried_leaving_body(vhost, placements, m, &mut self.payload)?;
+                self.frame(codec::CARRIED_KIND, &body)?;
             }
             MessageRef::Stored(s) => {
                 let part = parts(s).map_err(StoreError::Log)?;
-                codec::encode_carried_part(vhost, placements, &part, &mut self.payload)?;
+                codec::encode_carried_part(vhost, placements, &[], &mut self.payload)?;
+                self.frame(codec::CARRIED_KIND, &part)?;
             }
         }
-        let offset = CHECKPOINT_HEADER_BYTES as u64 + self.flushed + self.buf.len() as u64;
         self.index.push((message.id().0, offset));
-        self.frame(codec::CARRIED_KIND)
+        Ok(())
     }
 
-    /// Frames the payload just encoded as the next record.
-    fn frame(&mut self, kind: u8) -> Result<(), StoreError> {
-        if self.payload.len() > limits::RECORD_PAYLOAD_BYTES_MAX {
+    /// Frames the payload just encoded, followed by `tail`, as the next record; a large
+    /// tail goes to the sink as it is, not through the buffer.
+    fn frame(&mut self, kind: u8, tail: &[u8]) -> Result<(), StoreError> {
+        let len = self.payload.len() + tail.len();
+        if len > limits::RECORD_PAYLOAD_BYTES_MAX {
             return Err(StoreError::RecordTooLarge {
-                len: self.payload.len(),
+                len,
                 max: limits::RECORD_PAYLOAD_BYTES_MAX,
             });
         }
         self.records += 1;
-        let fields = FrameFields {
-            lsn: Lsn(self.records),
-            kind,
-            group_delta: 0,
-        };
-        let crc = crc32fast::hash(&self.payload);
-        encode_frame(&mut self.buf, fields, &self.payload, crc);
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&self.payload);
+        hasher.update(tail);
+        let crc = hasher.finalize();
+        let start = self.buf.len();
+        encode_frame_header(&mut self.buf, len, Lsn(self.records), kind);
+        self.buf.extend_from_slice(&self.payload);
+        seal_frame(self.buf.get_mut(start..).unwrap_or_default(), 0, crc);
+        if tail.len() >= CHUNK_BYTES {
+            self.flush()?;
+            (self.sink)(tail)?;
+            self.flushed += tail.len() as u64;
+        } else {
+            self.buf.extend_from_slice(tail);
+        }
         if self.buf.len() >= CHUNK_BYTES {
             self.flush()?;
         }

@@ -3,6 +3,7 @@
 //! already encoded Message part copied forward; read back whole or with the content left in
 //! the checkpoint file.
 
+use bytes::Bytes;
 use std::sync::Arc;
 
 use super::cursor::{Dec, Enc};
@@ -41,9 +42,26 @@ pub fn encode_carried(
     message: &Message,
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
-    let e = &mut Enc { out };
+    let e = &mut Enc::new(out);
     put_placements(e, vhost, placements)?;
     put_message(e, message)
+}
+
+/// As [`encode_carried`], but the body (the last field) is not copied into `out`: it is
+/// returned, to follow `out` in the record (S-BIG-3).
+///
+/// # Errors
+/// As [`encode_carried`].
+pub fn encode_carried_leaving_body(
+    vhost: &str,
+    placements: &[Placement],
+    message: &Message,
+    out: &mut Vec<u8>,
+) -> Result<Bytes, EncodeError> {
+    let e = &mut Enc::leaving_body(out);
+    put_placements(e, vhost, placements)?;
+    put_message(e, message)?;
+    Ok(e.tail.take().unwrap_or_default())
 }
 
 /// Decodes the payload of a [`Carried`] record.
@@ -73,7 +91,7 @@ pub fn encode_carried_part(
     part: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
-    let e = &mut Enc { out };
+    let e = &mut Enc::new(out);
     put_placements(e, vhost, placements)?;
     e.out.extend_from_slice(part);
     Ok(())

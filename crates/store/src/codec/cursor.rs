@@ -16,9 +16,41 @@ const NAME_BYTES_MAX: usize = u16::MAX as usize;
 /// Appends little-endian fields to a record payload.
 pub(super) struct Enc<'a> {
     pub(super) out: &'a mut Vec<u8>,
+    /// `Some` when a message body, always the last field of its record, is to be left out of
+    /// `out` and handed over by reference instead (S-BIG-3): it is put here.
+    pub(super) tail: Option<Bytes>,
 }
 
-impl Enc<'_> {
+impl<'a> Enc<'a> {
+    /// An encoder writing every field into `out`.
+    pub(super) fn new(out: &'a mut Vec<u8>) -> Self {
+        Enc { out, tail: None }
+    }
+
+    /// An encoder writing every field into `out` but a message body, left in `tail`.
+    pub(super) fn leaving_body(out: &'a mut Vec<u8>) -> Self {
+        Enc {
+            out,
+            tail: Some(Bytes::new()),
+        }
+    }
+
+    /// A message body: its length, then its bytes (or, when leaving the body out, only its
+    /// length; the bytes go to `tail`, to follow `out` in the record).
+    pub(super) fn body(&mut self, body: &Bytes) -> Result<(), EncodeError> {
+        if self.tail.is_none() {
+            return self.bytes32("body", body);
+        }
+        let len = u32::try_from(body.len()).map_err(|_| EncodeError::TooLong {
+            field: "body",
+            len: body.len(),
+            max: u32::MAX as usize,
+        })?;
+        self.u32(len);
+        self.tail = Some(body.clone());
+        Ok(())
+    }
+
     pub(super) fn u8(&mut self, v: u8) {
         self.out.push(v);
     }

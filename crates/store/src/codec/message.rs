@@ -194,7 +194,7 @@ pub(super) fn put_message(e: &mut Enc<'_>, m: &Message) -> Result<(), EncodeErro
     e.name("exchange", &m.exchange)?;
     e.name("routing key", &m.routing_key)?;
     put_properties(e, &m.properties)?;
-    e.bytes32("body", &m.body)
+    e.body(&m.body)
 }
 
 /// A Message part's fixed fields: id, enqueue time, own TTL.

@@ -36,9 +36,11 @@ mod value;
 
 pub use carried::{
     CARRIED_KIND, Carried, decode_carried, decode_carried_stored, encode_carried,
-    encode_carried_part,
+    encode_carried_leaving_body, encode_carried_part,
 };
 pub use error::{DecodeError, EncodeError};
 pub use kind::{RecordKind, STORE_FORMAT_VERSION, StoreRecord};
-pub use record::{decode, decode_shared, encode_event, encode_format};
-pub use stored::{decode_message_part, decode_stored, message_part, message_part_id};
+pub use record::{decode, decode_shared, encode_event, encode_event_leaving_body, encode_format};
+pub use stored::{
+    decode_message_part, decode_message_part_shared, decode_stored, message_part, message_part_id,
+};

@@ -24,7 +24,25 @@ pub fn encode_format(out: &mut Vec<u8>) -> RecordKind {
 /// # Errors
 /// [`EncodeError`] when a field does not fit the format (see its variants).
 pub fn encode_event(event: &Event, out: &mut Vec<u8>) -> Result<RecordKind, EncodeError> {
-    let e = &mut Enc { out };
+    encode_with(event, &mut Enc::new(out))
+}
+
+/// As [`encode_event`], but a message body (always the last field of its record) is not
+/// copied into `out`: it is returned, to be appended after `out` as the rest of the payload
+/// (empty for records without one). The bytes are the same (S-BIG-3).
+///
+/// # Errors
+/// As [`encode_event`].
+pub fn encode_event_leaving_body(
+    event: &Event,
+    out: &mut Vec<u8>,
+) -> Result<(RecordKind, Bytes), EncodeError> {
+    let e = &mut Enc::leaving_body(out);
+    let kind = encode_with(event, e)?;
+    Ok((kind, e.tail.take().unwrap_or_default()))
+}
+
+fn encode_with(event: &Event, e: &mut Enc<'_>) -> Result<RecordKind, EncodeError> {
     match event {
         Event::Published { .. }
         | Event::Scheduled { .. }

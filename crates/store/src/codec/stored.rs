@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use super::carried::{CARRIED_KIND, skip_placements};
 use super::cursor::Dec;
 use super::error::DecodeError;
@@ -100,7 +102,21 @@ pub fn message_part_id(part: &[u8]) -> Option<MessageId> {
 /// # Errors
 /// As [`decode`](super::decode); also bytes after the message.
 pub fn decode_message_part(kind: u8, part: &[u8]) -> Result<Message, DecodeError> {
-    let d = &mut Dec::new(part, kind);
+    decode_part_with(&mut Dec::new(part, kind))
+}
+
+/// As [`decode_message_part`], but the body is a slice of `part`, not a copy (a body read
+/// back from disk is held once, S-BIG-3).
+///
+/// # Errors
+/// As [`decode_message_part`].
+pub fn decode_message_part_shared(kind: u8, part: &Bytes) -> Result<Message, DecodeError> {
+    let mut d = Dec::new(part, kind);
+    d.owner = Some(part);
+    decode_part_with(&mut d)
+}
+
+fn decode_part_with(d: &mut Dec<'_>) -> Result<Message, DecodeError> {
     let message = get_message(d)?.message;
     d.finish()?;
     Ok(Arc::unwrap_or_clone(message))

@@ -45,9 +45,9 @@ impl Store {
         let mut start = 0;
         let mut last = Lsn(0);
         let mut bytes = 0u64;
-        for (kind, end, message) in scratch.records.drain(..) {
-            let payload = scratch.bytes.get(start..end).unwrap_or_default();
-            let appended = self.appender.append(kind, payload)?;
+        for (kind, end, body, message) in scratch.records.drain(..) {
+            let head = scratch.bytes.get(start..end).unwrap_or_default();
+            let appended = self.appender.append_parts(kind, head, &body)?;
             last = appended.lsn;
             let segment = appended.position.segment.0;
             if self.last_segment.fetch_max(segment, Ordering::Relaxed) < segment {
@@ -64,7 +64,7 @@ impl Store {
                     at,
                 });
             }
-            bytes += wharf_wal::frame_bytes(payload.len()) as u64;
+            bytes += wharf_wal::frame_bytes(head.len() + body.len()) as u64;
             start = end;
         }
         self.last_lsn.store(last.0, Ordering::Release);

@@ -106,6 +106,29 @@ fn golden_published_record_matches_storage_format_md() {
     assert_eq!(doc_bytes, bytes, "storage-format.md example differs");
 }
 
+/// S-BIG-3: the store logs a record holding a body as its head followed by the body by
+/// reference, and the two together are exactly the record's documented bytes; a record
+/// without a body is all head.
+#[test]
+fn s_big_3_a_record_with_its_body_left_out_is_the_same_bytes() {
+    let event = golden_published();
+    let mut head = Vec::new();
+    let (kind, body) = wharf_store::codec::encode_event_leaving_body(&event, &mut head).unwrap();
+    assert_eq!(kind.byte(), 0x20);
+    assert_eq!(&body[..], b"hello");
+    let Event::Published { message, .. } = &event else {
+        unreachable!()
+    };
+    assert_eq!(body.as_ptr(), message.message.body.as_ptr(), "not copied");
+    head.extend_from_slice(&body);
+    assert_eq!(head, hex(GOLDEN_PUBLISHED_HEX));
+    let vhost = Event::VhostAdded { vhost: "v".into() };
+    let mut out = Vec::new();
+    let (_, body) = wharf_store::codec::encode_event_leaving_body(&vhost, &mut out).unwrap();
+    assert!(body.is_empty());
+    assert_eq!(out, encode(&vhost).1);
+}
+
 /// The bytes of the `storage-format.md` example block that opens with `title`
 /// ("Store records" section; `|` starts a comment).
 fn doc_example(title: &str) -> Vec<u8> {

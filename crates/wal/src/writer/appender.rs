@@ -8,7 +8,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::task::{Context, Poll};
 
-use super::{Chunk, Durability, Pending, Shared, WalStats, lock};
+use bytes::Bytes;
+
+use super::{Chunk, Durability, Pending, SPLICE_BYTES_MIN, Shared, WalStats, lock};
 use crate::error::WalError;
 use crate::ids::{Lsn, Position};
 use crate::record::{self, SEGMENT_HEADER_BYTES};
@@ -40,16 +42,33 @@ impl Appender {
     /// # Panics
     /// Only when an internal invariant of the pending buffer is broken (a bug).
     pub fn append(&self, kind: u8, payload: &[u8]) -> Result<Appended, WalError> {
+        self.append_parts(kind, payload, &Bytes::new())
+    }
+
+    /// Appends one record whose payload is `head` followed by `tail`, as [`Appender::append`]
+    /// does. A long `tail` (a message body) is not copied: the pending buffer holds it by
+    /// reference until the writer has written it (S-BIG-3).
+    ///
+    /// # Errors
+    /// As [`Appender::append`].
+    ///
+    /// # Panics
+    /// As [`Appender::append`].
+    pub fn append_parts(&self, kind: u8, head: &[u8], tail: &Bytes) -> Result<Appended, WalError> {
         let shared = &*self.shared;
-        if payload.len() > shared.payload_bytes_max {
+        let payload_len = head.len() + tail.len();
+        if payload_len > shared.payload_bytes_max {
             return Err(WalError::RecordTooLarge {
-                len: payload.len(),
+                len: payload_len,
                 max: shared.payload_bytes_max,
             });
         }
         // Hash outside the lock; the writer combines it into the frame CRC.
-        let payload_crc = crc32fast::hash(payload);
-        let frame_len = record::frame_bytes(payload.len());
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(head);
+        hasher.update(tail);
+        let payload_crc = hasher.finalize();
+        let frame_len = record::frame_bytes(payload_len);
         let mut pending = lock(&shared.pending);
         loop {
             if let Some(err) = &pending.failed {
@@ -75,14 +94,19 @@ impl Appender {
         let Some(chunk) = chunk else {
             unreachable!("place() always leaves a chunk for the record's segment")
         };
-        let start = chunk.bytes.len();
         assert_eq!(
-            chunk.offset + start as u64,
+            chunk.offset + chunk.len() as u64,
             appended.position.offset,
             "chunk bytes must end at the record's position"
         );
-        record::encode_frame_header(&mut chunk.bytes, payload.len(), appended.lsn, kind);
-        chunk.bytes.extend_from_slice(payload);
+        let start = chunk.bytes.len();
+        record::encode_frame_header(&mut chunk.bytes, payload_len, appended.lsn, kind);
+        chunk.bytes.extend_from_slice(head);
+        if tail.len() >= SPLICE_BYTES_MIN {
+            chunk.splices.push((chunk.bytes.len(), tail.clone()));
+        } else {
+            chunk.bytes.extend_from_slice(tail);
+        }
         chunk.frames.push((start, payload_crc));
         chunk.last_lsn = appended.lsn;
         pending.bytes += frame_len;
@@ -172,8 +196,10 @@ impl Appender {
 fn place(pending: &mut Pending, segment_bytes_max: u64, frame_len: usize) -> Appended {
     let lsn = pending.next_lsn;
     let mut creates = None;
-    if pending.tail.offset + frame_len as u64 > segment_bytes_max {
-        // Records never span segments.
+    let empty = pending.tail.offset == SEGMENT_HEADER_BYTES as u64;
+    if pending.tail.offset + frame_len as u64 > segment_bytes_max && !empty {
+        // Records never span segments; one larger than a segment's room starts a segment of
+        // its own (format 3), which the next record leaves at once.
         pending.tail = Position {
             segment: pending.tail.segment.next(),
             offset: SEGMENT_HEADER_BYTES as u64,
@@ -192,6 +218,7 @@ fn place(pending: &mut Pending, segment_bytes_max: u64, frame_len: usize) -> App
             creates_segment: creates,
             offset: position.offset,
             bytes,
+            splices: Vec::new(),
             frames: Vec::new(),
             first_lsn: lsn,
             last_lsn: lsn,
@@ -199,7 +226,7 @@ fn place(pending: &mut Pending, segment_bytes_max: u64, frame_len: usize) -> App
     }
     pending.tail.offset += frame_len as u64;
     assert!(
-        pending.tail.offset <= segment_bytes_max,
+        pending.tail.offset <= segment_bytes_max || position.offset == SEGMENT_HEADER_BYTES as u64,
         "record overflows its segment"
     );
     pending.next_lsn = lsn.next();

@@ -9,7 +9,7 @@ use super::segment::failed;
 use super::segment::{
     create_segment, preallocation_end, should_prefill, smoothed_batch_bytes, zero_fill,
 };
-use super::{ActiveSegment, Chunk, Shared, Start, lock};
+use super::{ActiveSegment, Chunk, SPARE_BYTES_MAX, Shared, Start, lock};
 use crate::error::{IoOp, WalError};
 use crate::ids::{Lsn, SegmentId};
 use crate::mark::{DurableMark, MarkFile};
@@ -117,7 +117,9 @@ impl Writer {
         let mut chunks = chunks.into_iter();
         while let Some(mut chunk) = chunks.next() {
             if let Some(first_lsn) = chunk.creates_segment {
-                match self.roll(chunk.segment, first_lsn) {
+                // A segment holding one record larger than a segment's room reserves its size.
+                let reserve = (SEGMENT_HEADER_BYTES + chunk.len()) as u64;
+                match self.roll(chunk.segment, first_lsn, reserve) {
                     // Cleared before any record of the retried batch is reported durable, so
                     // a waiter woken by it never sees the flag still set.
                     Ok(()) => self.shared.disk_full.store(false, Ordering::Release),
@@ -142,13 +144,18 @@ impl Writer {
             let path = self.shared.segment_path(chunk.segment);
             // One write per segment per batch, then one fdatasync: the write group that
             // recovery relies on (each group is synced before the next is written).
-            self.active
-                .file
-                .write_all_at(&chunk.bytes, chunk.offset)
-                .map_err(|e| Stop::Failed(failed(&path, IoOp::Write, e)))?;
-            let end = chunk.offset + chunk.bytes.len() as u64;
-            self.recent_batch_bytes =
-                smoothed_batch_bytes(self.recent_batch_bytes, chunk.bytes.len() as u64);
+            // (A chunk holding spliced bodies takes one write per piece, still before the sync.)
+            let len = chunk.len() as u64;
+            let mut at = chunk.offset;
+            for piece in chunk.pieces() {
+                self.active
+                    .file
+                    .write_all_at(piece, at)
+                    .map_err(|e| Stop::Failed(failed(&path, IoOp::Write, e)))?;
+                at += piece.len() as u64;
+            }
+            let end = chunk.offset + len;
+            self.recent_batch_bytes = smoothed_batch_bytes(self.recent_batch_bytes, len);
             self.preallocate_ahead(end)
                 .map_err(|e| Stop::Failed(failed(&path, IoOp::Write, e)))?;
             let sync_started = wharf_clock::Stopwatch::start();
@@ -159,22 +166,22 @@ impl Writer {
             let c = &self.shared.counters;
             c.writes.fetch_add(1, Ordering::Relaxed);
             c.syncs.fetch_add(1, Ordering::Relaxed);
-            c.bytes
-                .fetch_add(chunk.bytes.len() as u64, Ordering::Relaxed);
+            c.bytes.fetch_add(len, Ordering::Relaxed);
             c.records
                 .fetch_add(chunk.frames.len() as u64, Ordering::Relaxed);
             let frames = chunk.frames.len() as u64;
             self.shared
                 .sync_stats
                 .record(sync_started.elapsed(), frames);
-            self.active.end += chunk.bytes.len() as u64;
+            self.active.end += len;
             self.active.allocated = self.active.allocated.max(self.active.end);
             self.note_durable(chunk.last_lsn);
             self.shared.durability.advance(chunk.last_lsn);
+            // The spliced bodies are let go here; a buffer grown large is freed, not kept.
             let mut bytes = chunk.bytes;
             bytes.clear();
             let mut pending = lock(&self.shared.pending);
-            if pending.spare.len() < 4 {
+            if pending.spare.len() < 4 && bytes.capacity() <= SPARE_BYTES_MAX {
                 pending.spare.push(bytes);
             }
         }
@@ -246,7 +253,7 @@ impl Writer {
     }
 
     /// Seals the active segment and creates its successor.
-    fn roll(&mut self, id: SegmentId, first_lsn: Lsn) -> Result<(), WalError> {
+    fn roll(&mut self, id: SegmentId, first_lsn: Lsn, reserve: u64) -> Result<(), WalError> {
         assert_eq!(id, self.active.id.next(), "segments roll one at a time");
         let old = self.shared.segment_path(self.active.id);
         // Trim preallocated zeros so a sealed segment ends at its last record (recovery then
@@ -262,7 +269,7 @@ impl Writer {
         let preallocate_to = self
             .preallocate
             .then(|| preallocation_end(SEGMENT_HEADER_BYTES as u64, self.shared.segment_bytes_max));
-        self.active = create_segment(&self.shared, id, first_lsn, preallocate_to)?;
+        self.active = create_segment(&self.shared, id, first_lsn, reserve, preallocate_to)?;
         self.shared.sealed_below.store(id.0, Ordering::Release);
         Ok(())
     }

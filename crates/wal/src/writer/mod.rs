@@ -35,10 +35,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 
+use bytes::Bytes;
+
 use crate::error::WalError;
 use crate::ids::{Lsn, Position, SegmentId};
 use crate::mark::{DurableMark, MarkFile};
-use crate::record::{FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+
 use crate::recovery::segment_file_name;
 use crate::storage::{Storage, StorageFile};
 use crate::sync_stats::SyncStats;
@@ -60,11 +62,40 @@ struct Chunk {
     /// File offset of `bytes[0]`.
     offset: u64,
     bytes: Vec<u8>,
+    /// Large payload tails held by reference instead of copied into `bytes` (a message
+    /// body): each goes into the file just before `bytes[at]`, in order.
+    splices: Vec<(usize, Bytes)>,
     /// Per record: where its frame starts in `bytes`, and its payload's CRC.
     frames: Vec<(usize, u32)>,
     first_lsn: Lsn,
     last_lsn: Lsn,
 }
+
+impl Chunk {
+    /// Bytes this chunk takes in its segment: `bytes` and every splice.
+    fn len(&self) -> usize {
+        self.bytes.len() + self.splices.iter().map(|(_, b)| b.len()).sum::<usize>()
+    }
+
+    /// The chunk in file order: stretches of `bytes` with the splices between them.
+    fn pieces(&self) -> impl Iterator<Item = &[u8]> {
+        let mut from = 0;
+        let mut out = Vec::with_capacity(2 * self.splices.len() + 1);
+        for (at, data) in &self.splices {
+            out.push(self.bytes.get(from..*at).unwrap_or_default());
+            out.push(&data[..]);
+            from = *at;
+        }
+        out.push(self.bytes.get(from..).unwrap_or_default());
+        out.into_iter().filter(|p| !p.is_empty())
+    }
+}
+
+/// Payload tails at least this long are held by reference until written, not copied into the
+/// pending buffer (S-BIG-3).
+pub(crate) const SPLICE_BYTES_MIN: usize = 64 * 1024;
+/// Emptied pending buffers larger than this are freed, not kept for reuse.
+const SPARE_BYTES_MAX: usize = 4 * 1024 * 1024;
 
 /// What producers share with the writer thread, under one lock.
 #[derive(Debug)]
@@ -217,9 +248,8 @@ pub(crate) struct ActiveSegment {
 
 impl Shared {
     pub(crate) fn new(dir: PathBuf, storage: Arc<dyn Storage>, start: &Start) -> Self {
-        let capacity = start.segment_bytes_max - (SEGMENT_HEADER_BYTES + FRAME_HEADER_BYTES) as u64;
-        let payload_bytes_max =
-            limits::RECORD_PAYLOAD_BYTES_MAX.min(usize::try_from(capacity).unwrap_or(usize::MAX));
+        // A record larger than a segment's room gets a segment of its own (format 3).
+        let payload_bytes_max = limits::RECORD_PAYLOAD_BYTES_MAX;
         let durable = Lsn(start.next_lsn.0 - 1);
         // An unreserved active segment counts as full, so that the next record rolls.
         let tail_offset = if start.active_unreserved {

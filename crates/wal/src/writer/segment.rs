@@ -22,15 +22,17 @@ pub(crate) fn failed(path: &Path, op: IoOp, e: std::io::Error) -> WalError {
     }
 }
 
-/// Creates a segment durably: space reserved for `segment_bytes_max` bytes, header, optional
-/// zero-fill to `preallocate_to` bytes, fsync of the file, fsync of the directory (STYLE 3.8).
+/// Creates a segment durably: space reserved for `segment_bytes_max` bytes (or `reserve`,
+/// when larger: a segment for one large record), header, optional zero-fill to
+/// `preallocate_to` bytes, fsync of the file, fsync of the directory (STYLE 3.8).
 pub(crate) fn create_segment(
     shared: &Shared,
     id: SegmentId,
     first_lsn: Lsn,
+    reserve: u64,
     preallocate_to: Option<u64>,
 ) -> Result<ActiveSegment, WalError> {
-    let sizes = (shared.segment_bytes_max, preallocate_to);
+    let sizes = (shared.segment_bytes_max.max(reserve), preallocate_to);
     create_segment_in(&*shared.storage, &shared.dir, id, first_lsn, sizes)
 }
 

@@ -248,8 +248,11 @@ fn oversized_records_are_refused_and_nothing_is_appended() {
     let sim = SimStorage::new(5);
     let (wal, _, _) = open(Path::new("/wal"), Arc::new(sim), &small_segments()).unwrap();
     let app = wal.appender();
-    let err = app.append(0, &vec![0u8; 5000]).unwrap_err();
-    assert!(matches!(err, WalError::RecordTooLarge { len: 5000, .. }));
+    let len = wharf_base::limits::RECORD_PAYLOAD_BYTES_MAX + 1;
+    let err = app
+        .append_parts(0, b"", &bytes::Bytes::from(vec![0u8; len]))
+        .unwrap_err();
+    assert!(matches!(err, WalError::RecordTooLarge { len: l, .. } if l == len));
     assert_eq!(app.append_durable(0, b"ok").unwrap().lsn, Lsn(1));
 }
 
@@ -262,12 +265,12 @@ fn a_newer_format_version_is_refused_with_the_file_named() {
     drop(wal);
     let path = dir.join(segment_file_name(SegmentId(0)));
     let mut bytes = sim.file_bytes(&path).unwrap();
-    bytes[8] = 3; // format version, little-endian u16 at offset 8
+    bytes[8] = 4; // format version, little-endian u16 at offset 8
     sim.set_file_bytes(&path, bytes);
     let err = open(&dir, Arc::new(sim), &small_segments()).unwrap_err();
     match err {
         RecoveryError::UnsupportedVersion { path: p, found, .. } => {
-            assert_eq!((p, found), (path, 3));
+            assert_eq!((p, found), (path, 4));
         }
         other => panic!("unexpected {other:?}"),
     }

@@ -153,3 +153,60 @@ fn s_disk_6_a_version_2_log_without_its_mark_is_refused() {
     assert!(report.mark_missing);
     wal.close().unwrap();
 }
+
+/// S-BIG-3: a version-2 log (its mark included) is read as it is by a version-3 build, which
+/// appends to it; a record larger than a segment's room then gets a segment of its own (the
+/// first to say version 3), whole, and the next record starts the segment after it; all of
+/// it reads back after a restart.
+#[test]
+fn s_big_3_a_version_2_log_is_read_and_a_record_larger_than_a_segment_gets_its_own() {
+    let sim = SimStorage::new(4);
+    let dir = PathBuf::from("/v2-big");
+    let mut segment = golden("segment-header-v2");
+    segment.extend(golden("record"));
+    let mut mark = golden("durable-mark");
+    mark.resize(512, 0);
+    mark.extend(golden("durable-mark"));
+    sim.create_dir_all(&dir).unwrap();
+    sim.set_file_bytes(&dir.join(segment_file_name(SegmentId(0))), segment);
+    sim.set_file_bytes(&dir.join(MARK_FILE_NAME), mark);
+    let config = WalConfig {
+        segment_bytes_max: 4096,
+        ..unpreallocated()
+    };
+    let big: Vec<u8> = (0..=250u8).cycle().take(3 * 4096).collect();
+    let (wal, _) = Wal::open(&dir, Arc::new(sim.clone()), &config, &mut |_| Ok(())).unwrap();
+    let app = wal.appender();
+    let tail = bytes::Bytes::from(big.clone());
+    let at = app.append_parts(8, b"head", &tail).unwrap();
+    let after = app.append(9, b"next").unwrap();
+    app.wait_durable(after.lsn).unwrap();
+    wal.close().unwrap();
+    assert_eq!(
+        at.position.offset, 32,
+        "alone, right after its segment's header"
+    );
+    assert_eq!(after.position.segment, at.position.segment.next());
+    let own = sim
+        .file_bytes(&dir.join(segment_file_name(at.position.segment)))
+        .unwrap();
+    assert_eq!(own[8], 3, "the new segment says version 3");
+    assert_eq!(own.len(), 32 + 21 + 4 + big.len());
+    let mut records = Vec::new();
+    let (wal, _) = Wal::open(&dir, Arc::new(sim), &config, &mut |r| {
+        records.push((r.lsn, r.kind, r.payload.to_vec()));
+        Ok(())
+    })
+    .unwrap();
+    wal.close().unwrap();
+    let mut expected = b"head".to_vec();
+    expected.extend(&big);
+    assert_eq!(
+        records,
+        [
+            (Lsn(1), 7, b"hello".to_vec()),
+            (Lsn(2), 8, expected),
+            (Lsn(3), 9, b"next".to_vec())
+        ]
+    );
+}
