@@ -18,6 +18,7 @@
 //! Must not depend on `protocol`, `wal`, `store`, `server`, a clock or any I/O.
 
 mod access;
+mod browse;
 mod connections;
 mod consumers;
 mod dead_letter;
@@ -40,6 +41,8 @@ mod snapshot;
 mod state;
 mod topic_access;
 mod vhosts;
+
+pub use self::browse::{BrowsedMessage, QueueBrowse};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
