@@ -163,14 +163,14 @@ function route() {
   const [page, ...rest] = parts;
   const pages = { "": overviewPage, connections: connectionsPage, channels: channelsPage, queues: queuesPage };
   let render = pages[page] || overviewPage;
-  if (page === "queues" && rest.length >= 2) render = () => queuePage(rest[0], rest.slice(1).join("/"));
+  if (page === "queues" && rest.length >= 2) render = (r) => queuePage(r, rest[0], rest.slice(1).join("/"));
   for (const a of document.querySelectorAll("nav a")) {
     const current = (a.dataset.page === "overview" && page === "") || a.dataset.page === page;
     if (current) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
   }
   const root = $("#page");
   root.replaceChildren();
-  render(root);
+  try { render(root); } catch (e) { fail(e); }
 }
 
 // ---------- overview ----------
@@ -193,6 +193,7 @@ function chart(id, title, series, value) {
   const ns = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(ns, "svg");
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  svg.setAttribute("class", "plot");
   svg.setAttribute("role", "img");
   svg.setAttribute("aria-labelledby", id + "-caption");
   const add = (tag, attrs, text) => {
@@ -209,6 +210,8 @@ function chart(id, title, series, value) {
   add("text", { x: W - 30, y: H - 2 }, "now");
   series.forEach(([k], i) => {
     const path = pts.map((p, j) => `${x(HISTORY - pts.length + j).toFixed(1)},${y(value(p, k) || 0).toFixed(1)}`);
+    // One sample so far: a short level line ending at "now", so the series shows at once.
+    if (path.length === 1) path.unshift(`${(x(HISTORY - 1) - 8).toFixed(1)},${path[0].split(",")[1]}`);
     if (path.length) add("polyline", { class: "series s" + i, points: path.join(" ") });
   });
   const last = pts[pts.length - 1];
@@ -293,7 +296,7 @@ function renderOverview(ov, node) {
     ])),
   );
   const listeners = table("Listeners", ["Protocol", "Address", { label: "Port", num: true }],
-    (ov.listeners || []).map((l) => [l.protocol, l.ip_address, fmtNum(l.port)]));
+    (ov.listeners || []).map((l) => [l.protocol, l.ip_address, String(l.port)]));
   $("#overview").replaceChildren(
     chart("chart-rates", "Message rates (per second)", RATE_SERIES, (p, k) => p.stats[k]),
     chart("chart-queued", "Queued messages", QUEUED_SERIES, (p, k) => p.totals[k]),

@@ -1,0 +1,247 @@
+//! The dashboard in a real browser (S-UI-6, S-UI-1): Debian's Chromium driven through the
+//! `WebDriver` protocol (chromedriver on a loopback port this test picks, stopped by its pid at the end)
+//! logs in, sees a queue declared by a lapin client with its count, opens its page and
+//! browses a message, and the queue is unchanged afterwards. It takes a screenshot of the
+//! overview; with `WHARF_UPDATE_SCREENSHOTS=1` it saves it as `docs/dashboard-overview.png`
+//! (the README shows it). Without chromium and chromedriver it skips, saying so loudly;
+//! `.ci/run` installs them.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use lapin::BasicProperties;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+use lapin::types::{FieldTable, ShortString};
+use serde_json::json;
+
+use crate::support::{TestServer, within};
+
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const CHROMIUM: &str = "/usr/bin/chromium";
+/// How long the page may take to show what the test waits for.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// chromedriver, stopped by its pid when dropped.
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A free loopback port for chromedriver (bound, read, released).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// Starts chromedriver and a Chromium session with the brief's flags and a fresh profile.
+async fn browser(profile: &Path) -> (Driver, Client) {
+    let port = free_port();
+    let child = Command::new(CHROMEDRIVER)
+        .arg(format!("--port={port}"))
+        .arg("--allowed-ips=127.0.0.1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver starts");
+    let driver = Driver(child);
+    let caps = json!({
+        "goog:chromeOptions": {
+            "binary": CHROMIUM,
+            "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--window-size=1280,1100",
+                format!("--user-data-dir={}", profile.display()),
+            ],
+        }
+    });
+    let caps = caps.as_object().unwrap().clone();
+    let url = format!("http://127.0.0.1:{port}");
+    // chromedriver answers once it listens: try to open the session until it does (for up
+    // to 20 s: 200 tries 100 ms apart).
+    let mut tries = 0;
+    loop {
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        match ClientBuilder::new(connector)
+            .capabilities(caps.clone())
+            .connect(&url)
+            .await
+        {
+            Ok(client) => return (driver, client),
+            Err(e) if tries == 200 => panic!("no WebDriver session: {e}"),
+            Err(_) => tries += 1,
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until `xpath` matches (the page re-renders on its own polling), then returns it.
+async fn until(client: &Client, xpath: &str) -> fantoccini::elements::Element {
+    match client
+        .wait()
+        .at_most(WAIT)
+        .for_element(Locator::XPath(xpath))
+        .await
+    {
+        Ok(e) => e,
+        Err(e) => {
+            // What the page showed instead, for whoever reads the failure.
+            let url = client.current_url().await.map(|u| u.to_string());
+            let text = match client.find(Locator::Css("body")).await {
+                Ok(b) => b.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            panic!("never matched {xpath}: {e}\nat {url:?}, the page said:\n{text}");
+        }
+    }
+}
+
+/// Clicks what `xpath` matches, finding it again if a re-render replaced it meanwhile.
+async fn click(client: &Client, xpath: &str) {
+    for _ in 0..3 {
+        if until(client, xpath).await.click().await.is_ok() {
+            return;
+        }
+    }
+    panic!("could not click {xpath}");
+}
+
+async fn type_into(client: &Client, css: &str, text: &str) {
+    let e = client
+        .wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap();
+    e.send_keys(text).await.unwrap();
+}
+
+async fn declare_and_fill(server: &TestServer, queue: &str, n: u32) -> lapin::Connection {
+    let (conn, ch) = server.channel().await;
+    ch.queue_declare(
+        queue.into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..QueueDeclareOptions::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    for i in 0..n {
+        let props = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_content_type(ShortString::from("application/json"))
+            .with_message_id(ShortString::from(format!("order-{i}")));
+        ch.basic_publish(
+            "".into(),
+            queue.into(),
+            BasicPublishOptions::default(),
+            format!("{{\"order\":{i},\"item\":\"crate of apples\"}}").as_bytes(),
+            props,
+        )
+        .await
+        .unwrap();
+    }
+    within(10, ch.wait_for_confirms()).await.unwrap();
+    conn
+}
+
+fn screenshot_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/dashboard-overview.png")
+}
+
+/// S-UI-6, S-UI-1: log in, see the queue and its count, open it, browse a message.
+#[tokio::test]
+async fn s_ui_6_dashboard_in_chromium_logs_in_lists_a_queue_and_browses_it() {
+    if !Path::new(CHROMEDRIVER).exists() || !Path::new(CHROMIUM).exists() {
+        eprintln!(
+            "SKIPPED s_ui_6 browser test: {CHROMIUM} or {CHROMEDRIVER} is missing \
+             (apt-get install chromium chromium-driver; .ci/run installs them)"
+        );
+        return;
+    }
+    let server = TestServer::start_with(|c| c.mgmt_bind = Some("127.0.0.1:0".to_owned())).await;
+    let conn = declare_and_fill(&server, "ui-orders", 3).await;
+    let profile = tempfile::tempdir().unwrap();
+    let (_driver, client) = browser(profile.path()).await;
+    let base = format!("http://{}", server.handle.mgmt_addr().unwrap());
+
+    // Log in: the overview appears, with its charts and the node's figures.
+    client.goto(&format!("{base}/")).await.unwrap();
+    type_into(&client, "#login-user", "guest").await;
+    type_into(&client, "#login-pass", "guest").await;
+    click(&client, "//button[@id='login-submit']").await;
+    until(&client, "//h1[text()='Overview']").await;
+    until(&client, "//figure[@id='chart-rates']//*[name()='polyline']").await;
+    until(
+        &client,
+        "//section[@aria-labelledby='c-totals']//dd[text()='3']",
+    )
+    .await;
+    let png = client.screenshot().await.unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
+    if std::env::var_os("WHARF_UPDATE_SCREENSHOTS").is_some() {
+        std::fs::write(screenshot_path(), &png).unwrap();
+    }
+
+    // The queue list shows the queue with its 3 ready messages (4th data column: Ready).
+    click(&client, "//nav//a[text()='Queues']").await;
+    type_into(&client, "#filter-name", "orders").await;
+    click(&client, "//form[@role='search']//button[@type='submit']").await;
+    let row = "//table[@id='listing']//tr[th/a[text()='ui-orders']]";
+    until(&client, &format!("{row}/td[4][text()='3']")).await;
+
+    // Its page, then browse: the first message with its id and its body shown as JSON.
+    click(&client, &format!("{row}/th/a")).await;
+    until(&client, "//h1/q[text()='ui-orders']").await;
+    click(&client, "//button[@id='browse']").await;
+    until(&client, "//table[@id='browse-table']//td[text()='order-0']").await;
+    until(&client, "//table[@id='browse-table']//td[text()='order-2']").await;
+    click(
+        &client,
+        "//table[@id='browse-table']//tr[td[text()='order-0']]//summary",
+    )
+    .await;
+    let body = until(
+        &client,
+        "//table[@id='browse-table']//tr[td[text()='order-0']]//pre",
+    )
+    .await;
+    let text = body.text().await.unwrap();
+    assert!(
+        text.contains("\"item\": \"crate of apples\""),
+        "pretty JSON body: {text}"
+    );
+
+    // Browsing took nothing.
+    let ch = conn.create_channel().await.unwrap();
+    let q = ch
+        .queue_declare(
+            "ui-orders".into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(q.message_count(), 3);
+    client.close().await.unwrap();
+}
