@@ -243,5 +243,58 @@ async fn s_ui_6_dashboard_in_chromium_logs_in_lists_a_queue_and_browses_it() {
         .await
         .unwrap();
     assert_eq!(q.message_count(), 3);
+
+    declare_with_arguments(&client, &server).await;
+    close_connection(&client, &server).await;
     client.close().await.unwrap();
+}
+
+/// The queues page's form declares a queue with arguments.
+async fn declare_with_arguments(client: &Client, server: &TestServer) {
+    click(client, "//nav//a[text()='Queues']").await;
+    type_into(client, "#dq-name", "ui-ttl").await;
+    let args = until(client, "//textarea[@id='dq-args']").await;
+    args.clear().await.unwrap();
+    args.send_keys("{\"x-message-ttl\": 60000}").await.unwrap();
+    click(client, "//form[@id='declare-form']//button[@type='submit']").await;
+    until(
+        client,
+        "//div[@id='status'][text()='Queue ui-ttl declared.']",
+    )
+    .await;
+    let api = wharf_ctl::Client::new(
+        &format!("http://{}", server.handle.mgmt_addr().unwrap()),
+        "guest",
+        "guest",
+    );
+    let q = tokio::task::spawn_blocking(move || api.request("GET", "/api/queues/%2F/ui-ttl", None))
+        .await
+        .unwrap()
+        .unwrap()
+        .json();
+    assert_eq!(q["arguments"], json!({"x-message-ttl": 60000}));
+}
+
+/// The connections page lists the test's connection and closes it (after the confirmation).
+async fn close_connection(client: &Client, server: &TestServer) {
+    click(client, "//nav//a[text()='Connections']").await;
+    let close = "//table[@id='listing']//button[starts-with(@aria-label, 'Close connection')]";
+    click(client, close).await;
+    client.accept_alert().await.unwrap();
+    until(
+        client,
+        "//div[@id='status'][starts-with(text(), 'Connection ')]",
+    )
+    .await;
+    let api = wharf_ctl::Client::new(
+        &format!("http://{}", server.handle.mgmt_addr().unwrap()),
+        "guest",
+        "guest",
+    );
+    let left = tokio::task::spawn_blocking(move || api.request("GET", "/api/connections", None))
+        .await
+        .unwrap()
+        .unwrap()
+        .json();
+    assert_eq!(left, json!([]), "the connection is closed");
 }

@@ -34,24 +34,20 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
         .into_response()
 }
 
-/// The dashboard's routes: the page at `/` (and `/index.html`, as RabbitMQ's UI has) and its
-/// two files under `/ui/`.
+/// The dashboard's files: path, content type, content. The page is also at `/index.html`, as
+/// RabbitMQ's UI has it.
+const FILES: [(&str, &str, &str); 4] = [
+    ("/", "text/html; charset=utf-8", INDEX_HTML),
+    ("/index.html", "text/html; charset=utf-8", INDEX_HTML),
+    ("/ui/app.js", "text/javascript; charset=utf-8", APP_JS),
+    ("/ui/app.css", "text/css; charset=utf-8", APP_CSS),
+];
+
+/// The dashboard's routes: one per file of [`FILES`].
 pub(crate) fn routes() -> Router<Api> {
-    Router::new()
-        .route(
-            "/",
-            get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }),
-        )
-        .route(
-            "/index.html",
-            get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }),
-        )
-        .route(
-            "/ui/app.js",
-            get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
-        )
-        .route(
-            "/ui/app.css",
-            get(|| async { asset("text/css; charset=utf-8", APP_CSS) }),
-        )
+    FILES
+        .iter()
+        .fold(Router::new(), |router, &(path, content_type, body)| {
+            router.route(path, get(move || async move { asset(content_type, body) }))
+        })
 }
