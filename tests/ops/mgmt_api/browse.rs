@@ -100,6 +100,22 @@ async fn s_ui_1_browse_shows_a_page_in_queue_order_and_changes_no_state() {
     assert_eq!(next.delivery.data, b"{\"n\":1}");
     assert!(!next.delivery.redelivered);
     assert_eq!(ready_via_amqp(&ch, "b1").await, 4);
+
+    // The held head, requeued, is back at position 0, redelivered, with its delivery count.
+    ch.basic_nack(
+        held.delivery.delivery_tag,
+        lapin::options::BasicNackOptions {
+            requeue: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let page = get_json(&admin, &browse_path("b1", "count=1")).await;
+    let requeued = &page["messages"][0];
+    assert_eq!(requeued["properties"]["message_id"], "m0");
+    assert_eq!(requeued["redelivered"], true);
+    assert_eq!(requeued["delivery_count"], 1);
 }
 
 /// S-UI-2: messages whose content is on disk are read back for the page (shown as paged

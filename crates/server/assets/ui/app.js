@@ -171,6 +171,9 @@ function route() {
   const root = $("#page");
   root.replaceChildren();
   try { render(root); } catch (e) { fail(e); }
+  // Keyboard and screen-reader users land on the new page's heading.
+  const h1 = root.querySelector("h1");
+  if (h1) { h1.setAttribute("tabindex", "-1"); h1.focus(); }
 }
 
 // ---------- overview ----------
