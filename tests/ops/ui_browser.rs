@@ -1,10 +1,11 @@
 //! The dashboard in a real browser (S-UI-6, S-UI-1): Debian's Chromium driven through the
-//! `WebDriver` protocol (chromedriver on a loopback port this test picks, stopped by its pid at the end)
-//! logs in, sees a queue declared by a lapin client with its count, opens its page and
-//! browses a message, and the queue is unchanged afterwards. It takes a screenshot of the
-//! overview; with `WHARF_UPDATE_SCREENSHOTS=1` it saves it as `docs/dashboard-overview.png`
-//! (the README shows it). Without chromium and chromedriver it skips, saying so loudly;
-//! `.ci/run` installs them.
+//! `WebDriver` protocol (chromedriver on a loopback port this test picks, stopped by its pid
+//! at the end) logs in, sees a queue declared by a lapin client with its count, opens its page
+//! and browses a message (the queue unchanged afterwards), publishes and purges from the
+//! queue page, declares a queue with arguments and closes a connection. It takes a screenshot
+//! of the overview; with `WHARF_UPDATE_SCREENSHOTS=1` it saves it as
+//! `docs/dashboard-overview.png` (the README shows it). Without chromium and chromedriver it
+//! skips, saying so loudly; `.ci/run` installs them.
 
 #![allow(
     clippy::unwrap_used,
@@ -243,10 +244,41 @@ async fn s_ui_6_dashboard_in_chromium_logs_in_lists_a_queue_and_browses_it() {
         .await
         .unwrap();
     assert_eq!(q.message_count(), 3);
+    publish_and_purge(&client, &ch).await;
 
     declare_with_arguments(&client, &server).await;
     close_connection(&client, &server).await;
     client.close().await.unwrap();
+}
+
+/// The queue page publishes a message with its form, then purges the queue (after the
+/// confirmation).
+async fn publish_and_purge(client: &Client, ch: &lapin::Channel) {
+    let ready = || async {
+        ch.queue_declare(
+            "ui-orders".into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap()
+        .message_count()
+    };
+    type_into(client, "#pub-payload", "one more").await;
+    click(client, "//form[@id='publish-form']//button[@type='submit']").await;
+    until(client, "//div[@id='status'][text()='Message published.']").await;
+    assert_eq!(ready().await, 4);
+    click(client, "//button[@id='purge']").await;
+    client.accept_alert().await.unwrap();
+    until(
+        client,
+        "//div[@id='status'][text()='Queue ui-orders purged.']",
+    )
+    .await;
+    assert_eq!(ready().await, 0);
 }
 
 /// The queues page's form declares a queue with arguments.
