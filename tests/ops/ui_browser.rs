@@ -232,18 +232,7 @@ async fn s_ui_6_dashboard_in_chromium_logs_in_lists_a_queue_and_browses_it() {
 
     // Browsing took nothing.
     let ch = conn.create_channel().await.unwrap();
-    let q = ch
-        .queue_declare(
-            "ui-orders".into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(q.message_count(), 3);
+    assert_eq!(ready(&ch, "ui-orders").await, 3);
     publish_and_purge(&client, &ch).await;
 
     declare_with_arguments(&client, &server).await;
@@ -251,26 +240,42 @@ async fn s_ui_6_dashboard_in_chromium_logs_in_lists_a_queue_and_browses_it() {
     client.close().await.unwrap();
 }
 
+/// The ready messages of `queue`, by a passive declare.
+async fn ready(ch: &lapin::Channel, queue: &str) -> u32 {
+    ch.queue_declare(
+        queue.into(),
+        QueueDeclareOptions {
+            passive: true,
+            ..QueueDeclareOptions::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap()
+    .message_count()
+}
+
+/// `GET path` of the management API as guest (ureq blocks: off the runtime).
+async fn api_get(server: &TestServer, path: &'static str) -> serde_json::Value {
+    let api = wharf_ctl::Client::new(
+        &format!("http://{}", server.handle.mgmt_addr().unwrap()),
+        "guest",
+        "guest",
+    );
+    tokio::task::spawn_blocking(move || api.request("GET", path, None))
+        .await
+        .unwrap()
+        .unwrap()
+        .json()
+}
+
 /// The queue page publishes a message with its form, then purges the queue (after the
 /// confirmation).
 async fn publish_and_purge(client: &Client, ch: &lapin::Channel) {
-    let ready = || async {
-        ch.queue_declare(
-            "ui-orders".into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap()
-        .message_count()
-    };
     type_into(client, "#pub-payload", "one more").await;
     click(client, "//form[@id='publish-form']//button[@type='submit']").await;
     until(client, "//div[@id='status'][text()='Message published.']").await;
-    assert_eq!(ready().await, 4);
+    assert_eq!(ready(ch, "ui-orders").await, 4);
     click(client, "//button[@id='purge']").await;
     client.accept_alert().await.unwrap();
     until(
@@ -278,7 +283,7 @@ async fn publish_and_purge(client: &Client, ch: &lapin::Channel) {
         "//div[@id='status'][text()='Queue ui-orders purged.']",
     )
     .await;
-    assert_eq!(ready().await, 0);
+    assert_eq!(ready(ch, "ui-orders").await, 0);
 }
 
 /// The queues page's form declares a queue with arguments.
@@ -294,16 +299,7 @@ async fn declare_with_arguments(client: &Client, server: &TestServer) {
         "//div[@id='status'][text()='Queue ui-ttl declared.']",
     )
     .await;
-    let api = wharf_ctl::Client::new(
-        &format!("http://{}", server.handle.mgmt_addr().unwrap()),
-        "guest",
-        "guest",
-    );
-    let q = tokio::task::spawn_blocking(move || api.request("GET", "/api/queues/%2F/ui-ttl", None))
-        .await
-        .unwrap()
-        .unwrap()
-        .json();
+    let q = api_get(server, "/api/queues/%2F/ui-ttl").await;
     assert_eq!(q["arguments"], json!({"x-message-ttl": 60000}));
 }
 
@@ -318,15 +314,6 @@ async fn close_connection(client: &Client, server: &TestServer) {
         "//div[@id='status'][starts-with(text(), 'Connection ')]",
     )
     .await;
-    let api = wharf_ctl::Client::new(
-        &format!("http://{}", server.handle.mgmt_addr().unwrap()),
-        "guest",
-        "guest",
-    );
-    let left = tokio::task::spawn_blocking(move || api.request("GET", "/api/connections", None))
-        .await
-        .unwrap()
-        .unwrap()
-        .json();
+    let left = api_get(server, "/api/connections").await;
     assert_eq!(left, json!([]), "the connection is closed");
 }
