@@ -23,7 +23,8 @@ use wharf_server::config::{Config, FileConfig, Overrides};
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// Address to listen on for AMQP clients [default: 127.0.0.1].
+    /// Address to listen on for AMQP clients, or several separated by commas
+    /// (`127.0.0.1,::1`) [default: 127.0.0.1, and `::1` where the host has IPv6].
     #[arg(long, env = "WHARF_BIND")]
     bind: Option<String>,
     /// AMQP port; 0 picks a free one, named in the log [default: 5672].

@@ -231,22 +231,29 @@ async fn server_only_method_from_a_client_is_503() {
 
 #[tokio::test]
 async fn message_over_the_size_limit_closes_only_the_channel_with_406() {
-    let server = TestServer::start().await;
+    // S-BIG-2: the refused message's body frames are read and dropped (RabbitMQ reads the
+    // whole message before refusing it), so the connection stays usable.
+    let server = TestServer::start_with(|c| c.message_bytes_max = 1000).await;
     let mut raw = Raw::open(server.handle.local_addr(), 0).await;
     raw.open_channel(1).await;
     raw.send(&publish_method(1)).await;
     let mut buf = BytesMut::new();
-    let too_big = u64::from(wharf_base::limits::MESSAGE_BODY_BYTES_MAX) + 1;
     protocol::encode_content_header(
         &mut buf,
         ChannelId(1),
         60,
-        too_big,
+        1001,
         &amq_protocol::protocol::BasicProperties::default(),
     );
+    protocol::encode_body_frame(&mut buf, ChannelId(1), &[0; 600]);
+    protocol::encode_body_frame(&mut buf, ChannelId(1), &[0; 401]);
     raw.send(&buf).await;
-    let (code, _) = raw.expect_channel_close().await;
+    let (code, text) = raw.expect_channel_close().await;
     assert_eq!(code, 406);
+    assert_eq!(
+        text,
+        "PRECONDITION_FAILED - message size 1001 is larger than configured max size 1000"
+    );
     raw.send_method(
         1,
         AMQPClass::Channel(channel::AMQPMethod::CloseOk(channel::CloseOk {})),

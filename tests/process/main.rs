@@ -10,6 +10,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod big_message;
 mod crash_torture;
 mod damaged_tail;
 mod disk_full;

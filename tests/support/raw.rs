@@ -38,6 +38,27 @@ impl Raw<TcpStream> {
 impl<S: AsyncRead + AsyncWrite + Unpin> Raw<S> {
     /// Completes the handshake (PLAIN guest/guest) with `heartbeat_secs` over `sock`.
     pub async fn handshake(sock: S, heartbeat_secs: u16) -> Raw<S> {
+        let (mut raw, tune) = Raw::login(sock).await;
+        raw.tune_ok(tune.channel_max, tune.frame_max, heartbeat_secs)
+            .await;
+        raw.send_method(
+            0,
+            AMQPClass::Connection(connection::AMQPMethod::Open(connection::Open {
+                virtual_host: "/".into(),
+            })),
+        )
+        .await;
+        let ok = raw.method().await;
+        assert!(
+            matches!(ok, AMQPClass::Connection(connection::AMQPMethod::OpenOk(_))),
+            "{ok:?}"
+        );
+        raw
+    }
+
+    /// Sends the protocol header and logs in (PLAIN guest/guest) over `sock`; returns the
+    /// server's `connection.tune`, not answered yet.
+    pub async fn login(sock: S) -> (Raw<S>, connection::Tune) {
         let mut raw = Raw {
             sock,
             buf: BytesMut::new(),
@@ -62,28 +83,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Raw<S> {
         let AMQPClass::Connection(connection::AMQPMethod::Tune(tune)) = tune else {
             panic!("expected tune, got {tune:?}");
         };
-        raw.send_method(
-            0,
-            AMQPClass::Connection(connection::AMQPMethod::TuneOk(connection::TuneOk {
-                channel_max: tune.channel_max,
-                frame_max: tune.frame_max,
-                heartbeat: heartbeat_secs,
-            })),
-        )
-        .await;
-        raw.send_method(
-            0,
-            AMQPClass::Connection(connection::AMQPMethod::Open(connection::Open {
-                virtual_host: "/".into(),
-            })),
-        )
-        .await;
-        let ok = raw.method().await;
-        assert!(
-            matches!(ok, AMQPClass::Connection(connection::AMQPMethod::OpenOk(_))),
-            "{ok:?}"
-        );
-        raw
+        (raw, tune)
+    }
+
+    /// Answers `connection.tune` with these values.
+    pub async fn tune_ok(&mut self, channel_max: u16, frame_max: u32, heartbeat: u16) {
+        let tune_ok = connection::TuneOk {
+            channel_max,
+            frame_max,
+            heartbeat,
+        };
+        let method = AMQPClass::Connection(connection::AMQPMethod::TuneOk(tune_ok));
+        self.send_method(0, method).await;
     }
 
     /// Writes raw bytes.

@@ -83,7 +83,7 @@ pub use args::{
     Overflow, QUORUM_DELIVERY_LIMIT, QueueKind, QueueSettings, noop_policy_key, parse_policy,
     parse_queue_args,
 };
-pub use broker::{Broker, BrowsedMessage, QueueBrowse};
+pub use broker::{Broker, BrowsedMessage, QueueBrowse, REPLY_QUEUE};
 pub use error::{BrokerError, ErrorKind};
 pub use routing::{TopicIndex, topic_matches};
 pub use types::{

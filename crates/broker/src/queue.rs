@@ -1,10 +1,11 @@
 //! The messages of one queue: ready entries in queue order and an index of them by deadline.
 //! Must not depend on anything outside `broker`.
 //!
-//! Queue order is message-id order: ids are assigned when a message first enters its queues
-//! (a dead-lettered copy or a due scheduled message gets a fresh id), so a requeued message
-//! goes back to its original position by a binary search (RabbitMQ classic queues requeue by
-//! position). Removal from the middle (expiry, S-TTL-9; settles during replay) leaves a
+//! Queue order is message-id order within a priority: ids are assigned when a message first
+//! enters its queues (a dead-lettered copy or a due scheduled message gets a fresh id), so a
+//! requeued message goes back to its original position by a binary search (RabbitMQ classic
+//! queues requeue by position). A priority queue keeps one such list (a lane) per priority
+//! and delivers from the highest non-empty one (S-PRIO-3); a plain queue has one lane. Removal from the middle (expiry, S-TTL-9; settles during replay) leaves a
 //! tombstone that is dropped when it reaches the head or by an amortised compaction.
 
 #![expect(
@@ -55,195 +56,20 @@ fn deadline_at(enqueued_at_ms: u64, ttl_ms: Option<u32>, queue_ttl_ms: Option<u3
     Some(enqueued_at_ms.saturating_add(u64::from(ttl)))
 }
 
-/// Ready messages of one queue. Invariant: `slots` is sorted by id; `live` counts the
-/// non-tombstones and `bytes` their body bytes; a live message with a deadline is in
-/// `deadlines` exactly once, a tombstone never.
+/// The ready messages of one priority, in id order, with tombstones (`msg: None`) where a
+/// message was removed from the middle; never a tombstone at the front.
 #[derive(Debug, Default)]
-pub(crate) struct Ready {
+struct Lane {
     slots: VecDeque<Entry>,
-    live: usize,
-    bytes: u64,
-    deadlines: BTreeSet<(u64, MessageId)>,
-    ttl_ms: Option<u32>,
-    /// Memory the content of the live entries held in memory takes (`loaded_len`).
-    loaded_bytes: u64,
-    /// The same summed over every queue of the broker (shared, so the total is O(1) to read:
-    /// the broker task checks it after every batch). A queue's share leaves with it (`Drop`).
-    loaded_total: Arc<AtomicU64>,
     /// Entries with ids up to this one were paged out already (or were not pageable): where
-    /// the next [`Ready::page_out`] starts. A hint, not an invariant (a requeue may put a
-    /// loaded message back behind it; it is paged out when it comes back again).
+    /// the next [`Ready::page_out`] starts in this lane. A hint, not an invariant (a requeue
+    /// may put a loaded message back behind it; it is paged out when it comes back again).
     paged_through: MessageId,
 }
 
-fn body_len(msg: &MessageRef) -> u64 {
-    msg.body_len()
-}
-
-/// What a message in memory costs besides its body: the shared `Message` (properties,
-/// exchange and routing key) and its allocations, about.
-pub(crate) const LOADED_OVERHEAD_BYTES: u64 = 512;
-
-/// Memory a queued message's content takes (0 once stored).
-fn loaded_len(msg: &MessageRef) -> u64 {
-    match msg {
-        MessageRef::Loaded(m) => u64::from(m.body_len()) + LOADED_OVERHEAD_BYTES,
-        MessageRef::Stored(_) => 0,
-    }
-}
-
-impl Drop for Ready {
-    fn drop(&mut self) {
-        self.loaded_total
-            .fetch_sub(self.loaded_bytes, Ordering::Relaxed);
-    }
-}
-
-impl Ready {
-    /// An empty queue whose loaded bytes count into `total` (the broker's).
-    pub fn counting_into(total: Arc<AtomicU64>) -> Self {
-        Self {
-            slots: VecDeque::new(),
-            live: 0,
-            bytes: 0,
-            deadlines: BTreeSet::new(),
-            ttl_ms: None,
-            loaded_bytes: 0,
-            loaded_total: total,
-            paged_through: MessageId::default(),
-        }
-    }
-
-    fn add_loaded(&mut self, n: u64) {
-        self.loaded_bytes += n;
-        self.loaded_total.fetch_add(n, Ordering::Relaxed);
-    }
-
-    fn sub_loaded(&mut self, n: u64) {
-        let n = n.min(self.loaded_bytes);
-        self.loaded_bytes -= n;
-        self.loaded_total.fetch_sub(n, Ordering::Relaxed);
-    }
-
-    pub fn len(&self) -> usize {
-        self.live
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.live == 0
-    }
-
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
-    /// Gives back what the entry list grew beyond its length (after recovery, which pushes
-    /// millions of entries one by one: a doubling list holds up to twice what it needs).
-    pub fn shrink_to_fit(&mut self) {
-        self.slots.shrink_to_fit();
-    }
-
-    /// Memory the content of the live entries held in memory takes.
-    pub fn loaded_bytes(&self) -> u64 {
-        self.loaded_bytes
-    }
-
-    /// Replaces in-memory content by its stored reference, oldest first, for messages whose
-    /// record is durable (Lsn at most `durable_lsn`), until about `want` body bytes are freed
-    /// or a message not yet durable is met (later ones are not either). Only for a queue whose
-    /// messages are all in the log (a logged queue): a stored message must stay readable for
-    /// as long as it is queued, and the log (or a checkpoint) keeps exactly those. Returns the
-    /// bytes freed.
-    pub fn page_out(&mut self, durable_lsn: u64, want: u64) -> u64 {
-        let start = match self.locate(self.paged_through) {
-            Ok(i) => i + 1,
-            Err(i) => i,
-        };
-        let mut freed = 0;
-        for e in self.slots.range_mut(start..) {
-            if freed >= want {
-                break;
-            }
-            let Some(MessageRef::Loaded(m)) = &e.msg else {
-                self.paged_through = e.id;
-                continue;
-            };
-            if !m.is_persistent() {
-                self.paged_through = e.id;
-                continue;
-            }
-            let Some((lsn, stored)) = m.stored_ref() else {
-                break;
-            };
-            if lsn > durable_lsn {
-                break;
-            }
-            freed += u64::from(stored.body_len) + LOADED_OVERHEAD_BYTES;
-            e.msg = Some(MessageRef::Stored(stored));
-            self.paged_through = e.id;
-        }
-        self.sub_loaded(freed);
-        freed
-    }
-
-    /// The earliest deadline of a ready message.
-    pub fn first_deadline(&self) -> Option<u64> {
-        self.deadlines.first().map(|&(d, _)| d)
-    }
-
-    /// The queue TTL the deadline index was built with.
-    pub fn ttl_ms(&self) -> Option<u32> {
-        self.ttl_ms
-    }
-
-    /// Appends a message newer than every message in the queue.
-    pub fn push_back(&mut self, msg: MessageRef, delivery_count: u32, redelivered: bool) {
-        let id = msg.id();
-        if let Some(last) = self.slots.back() {
-            assert!(
-                last.id < id,
-                "push_back out of order: {id:?} after {:?}",
-                last.id
-            );
-        }
-        self.index_insert(&msg);
-        self.live += 1;
-        self.bytes += body_len(&msg);
-        self.add_loaded(loaded_len(&msg));
-        self.slots.push_back(Entry {
-            id,
-            msg: Some(msg),
-            delivery_count,
-            redelivered,
-        });
-    }
-
-    /// Puts a message back at its position by id (requeue, S-TTL-7: the deadline is derived
-    /// from the original enqueue time, so it is unchanged).
-    pub fn insert(&mut self, msg: MessageRef, delivery_count: u32, redelivered: bool) {
-        let id = msg.id();
-        self.index_insert(&msg);
-        self.live += 1;
-        self.bytes += body_len(&msg);
-        self.add_loaded(loaded_len(&msg));
-        let entry = Entry {
-            id,
-            msg: Some(msg),
-            delivery_count,
-            redelivered,
-        };
-        match self.locate(id) {
-            Ok(i) => {
-                let slot = self.slots.get_mut(i).expect("binary_search found index i");
-                assert!(slot.msg.is_none(), "message {id:?} is already ready");
-                *slot = entry;
-            }
-            Err(i) => self.slots.insert(i, entry),
-        }
-    }
-
+impl Lane {
     /// Finds `id` in `slots` like `binary_search`: `Ok(index)` or `Err(insertion point)`.
-    /// Ids in a queue are sorted and roughly evenly spread, so an interpolation search
+    /// Ids in a lane are sorted and roughly evenly spread, so an interpolation search
     /// lands within a few slots in a handful of probes; after a few rounds it falls back to
     /// plain bisection, so the worst case stays O(log n).
     fn locate(&self, id: MessageId) -> Result<usize, usize> {
@@ -285,7 +111,225 @@ impl Ready {
         Err(lo)
     }
 
-    fn index_insert(&mut self, msg: &MessageRef) {
+    /// The index of the live entry `id`, if it is in this lane.
+    fn find_live(&self, id: MessageId) -> Option<usize> {
+        let i = self.locate(id).ok()?;
+        self.slots.get(i)?.msg.as_ref().map(|_| i)
+    }
+
+    fn trim_front(&mut self) {
+        while self.slots.front().is_some_and(|e| e.msg.is_none()) {
+            self.slots.pop_front();
+        }
+    }
+}
+
+/// Ready messages of one queue, in delivery order: a lane per priority (S-PRIO-3; a plain
+/// queue has one), the highest lane first, each lane in id order. Invariant: every lane is
+/// sorted by id and holds only messages whose priority files them there (capped at the top
+/// lane); `live` counts the non-tombstones of every lane and `bytes` their body bytes; a live
+/// message with a deadline is in `deadlines` exactly once, a tombstone never.
+#[derive(Debug)]
+pub(crate) struct Ready {
+    lanes: Vec<Lane>,
+    live: usize,
+    bytes: u64,
+    deadlines: BTreeSet<(u64, MessageId)>,
+    ttl_ms: Option<u32>,
+    /// Memory the content of the live entries held in memory takes (`loaded_len`).
+    loaded_bytes: u64,
+    /// The same summed over every queue of the broker (shared, so the total is O(1) to read:
+    /// the broker task checks it after every batch). A queue's share leaves with it (`Drop`).
+    loaded_total: Arc<AtomicU64>,
+}
+
+impl Default for Ready {
+    fn default() -> Self {
+        Self::counting_into(Arc::default())
+    }
+}
+
+fn body_len(msg: &MessageRef) -> u64 {
+    msg.body_len()
+}
+
+/// What a message in memory costs besides its body: the shared `Message` (properties,
+/// exchange and routing key) and its allocations, about.
+pub(crate) const LOADED_OVERHEAD_BYTES: u64 = 512;
+
+/// Memory a queued message's content takes (0 once stored).
+fn loaded_len(msg: &MessageRef) -> u64 {
+    match msg {
+        MessageRef::Loaded(m) => u64::from(m.body_len()) + LOADED_OVERHEAD_BYTES,
+        MessageRef::Stored(_) => 0,
+    }
+}
+
+impl Drop for Ready {
+    fn drop(&mut self) {
+        self.loaded_total
+            .fetch_sub(self.loaded_bytes, Ordering::Relaxed);
+    }
+}
+
+impl Ready {
+    /// An empty plain queue (one lane) whose loaded bytes count into `total` (the broker's).
+    pub fn counting_into(total: Arc<AtomicU64>) -> Self {
+        Self {
+            lanes: vec![Lane::default()],
+            live: 0,
+            bytes: 0,
+            deadlines: BTreeSet::new(),
+            ttl_ms: None,
+            loaded_bytes: 0,
+            loaded_total: total,
+        }
+    }
+
+    /// Makes this (empty) queue a priority queue with priorities 0..=`max` (S-PRIO-1): a lane
+    /// each. `None` keeps one lane (a plain queue).
+    pub fn with_max_priority(mut self, max: Option<u8>) -> Self {
+        assert!(self.live == 0, "priorities are fixed before any message");
+        let lanes = max.map_or(1, |m| usize::from(m) + 1);
+        self.lanes.resize_with(lanes, Lane::default);
+        self
+    }
+
+    /// The lane a message is filed in: its priority, capped at the highest (S-PRIO-2).
+    fn lane_of(&self, msg: &MessageRef) -> usize {
+        usize::from(msg.priority()).min(self.lanes.len() - 1)
+    }
+
+    /// The highest lane holding a message: where the head of the queue is.
+    fn top_lane(&self) -> Option<usize> {
+        self.lanes.iter().rposition(|l| !l.slots.is_empty())
+    }
+
+    /// The lane and index of the live message `id` (searched from the highest lane: a plain
+    /// queue searches its one lane).
+    fn find(&self, id: MessageId) -> Option<(usize, usize)> {
+        self.lanes
+            .iter()
+            .enumerate()
+            .rev()
+            .find_map(|(l, lane)| lane.find_live(id).map(|i| (l, i)))
+    }
+
+    fn add_loaded(&mut self, n: u64) {
+        self.loaded_bytes += n;
+        self.loaded_total.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn sub_loaded(&mut self, n: u64) {
+        let n = n.min(self.loaded_bytes);
+        self.loaded_bytes -= n;
+        self.loaded_total.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Gives back what the entry lists grew beyond their length (after recovery, which pushes
+    /// millions of entries one by one: a doubling list holds up to twice what it needs).
+    pub fn shrink_to_fit(&mut self) {
+        for lane in &mut self.lanes {
+            lane.slots.shrink_to_fit();
+        }
+    }
+
+    /// Memory the content of the live entries held in memory takes.
+    pub fn loaded_bytes(&self) -> u64 {
+        self.loaded_bytes
+    }
+
+    /// Replaces in-memory content by its stored reference, oldest first in each lane (the
+    /// lowest lane first: it is delivered last), for messages whose record is durable (Lsn at
+    /// most `durable_lsn`), until about `want` body bytes are freed; a lane is left at the
+    /// first message not yet durable (its later ones are not either). Only for a queue whose
+    /// messages are all in the log (a logged queue): a stored message must stay readable for
+    /// as long as it is queued, and the log (or a checkpoint) keeps exactly those. Returns the
+    /// bytes freed.
+    pub fn page_out(&mut self, durable_lsn: u64, want: u64) -> u64 {
+        let mut freed = 0;
+        for lane in &mut self.lanes {
+            if freed >= want {
+                break;
+            }
+            freed += page_out_lane(lane, durable_lsn, want - freed);
+        }
+        self.sub_loaded(freed);
+        freed
+    }
+
+    /// The earliest deadline of a ready message.
+    pub fn first_deadline(&self) -> Option<u64> {
+        self.deadlines.first().map(|&(d, _)| d)
+    }
+
+    /// The queue TTL the deadline index was built with.
+    pub fn ttl_ms(&self) -> Option<u32> {
+        self.ttl_ms
+    }
+
+    /// True when `msg` is newer than every message of its lane: what [`Ready::push_back`]
+    /// asks (replay checks it on data read from disk before pushing).
+    pub fn is_newest(&self, msg: &MessageRef) -> bool {
+        let lane = &self.lanes[self.lane_of(msg)];
+        lane.slots.back().is_none_or(|e| e.id < msg.id())
+    }
+
+    /// Appends a message newer than every message in its lane.
+    pub fn push_back(&mut self, msg: MessageRef, delivery_count: u32, redelivered: bool) {
+        assert!(
+            self.is_newest(&msg),
+            "push_back out of order: {:?} is not the newest of its lane",
+            msg.id()
+        );
+        let id = msg.id();
+        let lane = self.lane_of(&msg);
+        self.count_in(&msg);
+        self.lanes[lane].slots.push_back(Entry {
+            id,
+            msg: Some(msg),
+            delivery_count,
+            redelivered,
+        });
+    }
+
+    /// Puts a message back at its position by id in its lane (requeue, S-TTL-7, S-PRIO-4: the
+    /// deadline is derived from the original enqueue time, so it is unchanged).
+    pub fn insert(&mut self, msg: MessageRef, delivery_count: u32, redelivered: bool) {
+        let id = msg.id();
+        let lane = self.lane_of(&msg);
+        self.count_in(&msg);
+        let entry = Entry {
+            id,
+            msg: Some(msg),
+            delivery_count,
+            redelivered,
+        };
+        let lane = &mut self.lanes[lane];
+        match lane.locate(id) {
+            Ok(i) => {
+                let slot = lane.slots.get_mut(i).expect("binary_search found index i");
+                assert!(slot.msg.is_none(), "message {id:?} is already ready");
+                *slot = entry;
+            }
+            Err(i) => lane.slots.insert(i, entry),
+        }
+    }
+
+    /// Counts a message entering the ready list: deadline index, live count, bytes.
+    fn count_in(&mut self, msg: &MessageRef) {
         if let Some(d) = deadline_of(msg, self.ttl_ms) {
             let fresh = self.deadlines.insert((d, msg.id()));
             assert!(
@@ -294,9 +338,13 @@ impl Ready {
                 msg.id()
             );
         }
+        self.live += 1;
+        self.bytes += body_len(msg);
+        self.add_loaded(loaded_len(msg));
     }
 
-    fn index_remove(&mut self, msg: &MessageRef) {
+    /// Counts a message leaving the ready list (the pair of [`Ready::count_in`]).
+    fn count_out(&mut self, msg: &MessageRef) {
         if let Some(d) = deadline_of(msg, self.ttl_ms) {
             let was = self.deadlines.remove(&(d, msg.id()));
             assert!(
@@ -310,23 +358,20 @@ impl Ready {
         self.sub_loaded(loaded_len(msg));
     }
 
-    fn trim_front(&mut self) {
-        while self.slots.front().is_some_and(|e| e.msg.is_none()) {
-            self.slots.pop_front();
-        }
-    }
-
-    /// The oldest ready message.
+    /// The next message to deliver: the oldest of the highest priority (S-PRIO-3).
     pub fn front(&self) -> Option<&Entry> {
-        self.slots.front()
+        let top = self.top_lane()?;
+        self.lanes[top].slots.front()
     }
 
-    /// Takes the oldest ready message.
+    /// Takes the next message to deliver (the oldest of the highest priority).
     pub fn pop_front(&mut self) -> Option<Taken> {
-        let entry = self.slots.pop_front()?;
+        let top = self.top_lane()?;
+        let lane = &mut self.lanes[top];
+        let entry = lane.slots.pop_front()?;
+        lane.trim_front();
         let msg = entry.msg.expect("the front is never a tombstone");
-        self.index_remove(&msg);
-        self.trim_front();
+        self.count_out(&msg);
         Some(Taken {
             msg,
             delivery_count: entry.delivery_count,
@@ -336,27 +381,29 @@ impl Ready {
 
     /// Takes the message `id` wherever it is; `None` if it is not ready here.
     pub fn remove(&mut self, id: MessageId) -> Option<Taken> {
-        let i = self.locate(id).ok()?;
-        let slot = self.slots.get_mut(i)?;
+        let (l, i) = self.find(id)?;
+        let live = self.live;
+        let lane = &mut self.lanes[l];
+        let slot = lane.slots.get_mut(i)?;
         let msg = slot.msg.take()?;
         let taken = Taken {
             msg,
             delivery_count: slot.delivery_count,
             redelivered: slot.redelivered,
         };
-        self.index_remove(&taken.msg);
-        self.trim_front();
+        lane.trim_front();
         // Amortised compaction: tombstones never outnumber live entries by much.
-        if self.slots.len() > 2 * self.live + 64 {
-            self.slots.retain(|e| e.msg.is_some());
+        if lane.slots.len() > 2 * live + 64 {
+            lane.slots.retain(|e| e.msg.is_some());
         }
+        self.count_out(&taken.msg);
         Some(taken)
     }
 
     /// A mutable view of the live entry `id` (replay's delivery marks).
     pub fn get_mut(&mut self, id: MessageId) -> Option<&mut Entry> {
-        let i = self.locate(id).ok()?;
-        self.slots.get_mut(i).filter(|e| e.msg.is_some())
+        let (l, i) = self.find(id)?;
+        self.lanes[l].slots.get_mut(i)
     }
 
     /// The earliest-deadline message if it is due at `now_ms`.
@@ -374,7 +421,7 @@ impl Ready {
         }
         self.ttl_ms = ttl_ms;
         self.deadlines.clear();
-        for e in &self.slots {
+        for e in self.lanes.iter().flat_map(|l| &l.slots) {
             if let Some(msg) = &e.msg
                 && let Some(d) = deadline_of(msg, ttl_ms)
             {
@@ -383,11 +430,13 @@ impl Ready {
         }
     }
 
-    /// Removes every ready message.
+    /// Removes every ready message, in delivery order.
     pub fn drain_all(&mut self) -> Vec<Taken> {
         let out = self
-            .slots
-            .drain(..)
+            .lanes
+            .iter_mut()
+            .rev()
+            .flat_map(|l| l.slots.drain(..))
             .filter_map(|e| {
                 e.msg.map(|msg| Taken {
                     msg,
@@ -403,10 +452,12 @@ impl Ready {
         out
     }
 
-    /// The live entries in queue order.
+    /// The live entries in delivery order (the highest lane first, each lane in id order).
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&MessageRef, &Entry)> {
-        self.slots
+        self.lanes
             .iter()
+            .rev()
+            .flat_map(|l| &l.slots)
             .filter_map(|e| e.msg.as_ref().map(|m| (m, e)))
     }
 
@@ -416,14 +467,20 @@ impl Ready {
         let mut bytes = 0;
         let mut loaded = 0;
         let mut with_deadline = 0;
-        let mut prev: Option<MessageId> = None;
-        for e in &self.slots {
-            if let Some(p) = prev {
-                assert!(p < e.id, "queue order broken: {p:?} before {:?}", e.id);
-            }
-            prev = Some(e.id);
-            if let Some(msg) = &e.msg {
+        for (l, lane) in self.lanes.iter().enumerate() {
+            assert!(
+                lane.slots.front().is_none_or(|e| e.msg.is_some()),
+                "tombstone at the head of lane {l}"
+            );
+            let mut prev: Option<MessageId> = None;
+            for e in &lane.slots {
+                if let Some(p) = prev {
+                    assert!(p < e.id, "lane {l} order broken: {p:?} before {:?}", e.id);
+                }
+                prev = Some(e.id);
+                let Some(msg) = &e.msg else { continue };
                 assert_eq!(msg.id(), e.id, "entry id differs from its message's");
+                assert_eq!(self.lane_of(msg), l, "message {:?} in the wrong lane", e.id);
                 live += 1;
                 bytes += body_len(msg);
                 loaded += loaded_len(msg);
@@ -437,10 +494,6 @@ impl Ready {
                 }
             }
         }
-        assert!(
-            self.slots.front().is_none_or(|e| e.msg.is_some()),
-            "tombstone at the head"
-        );
         assert_eq!(live, self.live, "live count");
         assert_eq!(bytes, self.bytes, "byte count");
         assert_eq!(loaded, self.loaded_bytes, "loaded byte count");
@@ -450,6 +503,39 @@ impl Ready {
             "deadline index holds messages that are not ready"
         );
     }
+}
+
+/// [`Ready::page_out`] in one lane: oldest first from its hint, until `want` bytes are freed
+/// or a message not yet durable is met. Returns the bytes freed.
+fn page_out_lane(lane: &mut Lane, durable_lsn: u64, want: u64) -> u64 {
+    let start = match lane.locate(lane.paged_through) {
+        Ok(i) => i + 1,
+        Err(i) => i,
+    };
+    let mut freed = 0;
+    for e in lane.slots.range_mut(start..) {
+        if freed >= want {
+            break;
+        }
+        let Some(MessageRef::Loaded(m)) = &e.msg else {
+            lane.paged_through = e.id;
+            continue;
+        };
+        if !m.is_persistent() {
+            lane.paged_through = e.id;
+            continue;
+        }
+        let Some((lsn, stored)) = m.stored_ref() else {
+            break;
+        };
+        if lsn > durable_lsn {
+            break;
+        }
+        freed += u64::from(stored.body_len) + LOADED_OVERHEAD_BYTES;
+        e.msg = Some(MessageRef::Stored(stored));
+        lane.paged_through = e.id;
+    }
+    freed
 }
 
 #[cfg(test)]
@@ -559,6 +645,13 @@ mod tests {
     }
 
     #[test]
+    fn s_prio_7_an_entry_stays_56_bytes_with_its_priority() {
+        // DESIGN "Memory": the priority a stored message keeps fits in its padding.
+        assert_eq!(std::mem::size_of::<crate::types::StoredMessage>(), 40);
+        assert_eq!(std::mem::size_of::<Entry>(), 56);
+    }
+
+    #[test]
     fn locate_agrees_with_binary_search() {
         let mut r = Ready::default();
         let mut id = 1;
@@ -567,8 +660,10 @@ mod tests {
             r.push_back(msg(id, 0, None), 0, false);
         }
         for probe in 0..=id + 2 {
-            let want = r.slots.binary_search_by_key(&MessageId(probe), |e| e.id);
-            assert_eq!(r.locate(MessageId(probe)), want, "id {probe}");
+            let want = r.lanes[0]
+                .slots
+                .binary_search_by_key(&MessageId(probe), |e| e.id);
+            assert_eq!(r.lanes[0].locate(MessageId(probe)), want, "id {probe}");
         }
     }
 

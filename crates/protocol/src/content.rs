@@ -57,6 +57,12 @@ enum State {
         remaining_bytes: u64,
         body: BodyBuffer,
     },
+    /// The header announced a body over the limit (refused with a channel error): its
+    /// `remaining_bytes` body octets are read and dropped, so the connection stays usable.
+    Discarding {
+        method_ids: (u16, u16),
+        remaining_bytes: u64,
+    },
 }
 
 /// The fields of `State::Body`, moved out while a body frame is handled.
@@ -121,7 +127,9 @@ impl ContentAssembler {
 
     /// Takes the next frame of this channel. Heartbeats are connection-level and leave the
     /// state alone. After an error the assembler is back to expecting a method (the caller
-    /// closes the connection, or for [`ProtocolError::MessageTooLarge`] the channel).
+    /// closes the connection), except after [`ProtocolError::MessageTooLarge`] (the caller
+    /// closes the channel): then the body frames the header announced are read and dropped
+    /// first, so they are not unexpected frames (S-BIG-2).
     ///
     /// # Errors
     /// [`ProtocolError::UnexpectedFrame`] (505) for a frame the state does not allow,
@@ -171,8 +179,19 @@ impl ContentAssembler {
             (State::Body { method, .. }, _) => {
                 Err(self.unexpected(ids(&method), FrameMismatch::ExpectedBody))
             }
+            (
+                State::Discarding {
+                    method_ids,
+                    remaining_bytes,
+                },
+                Frame::Body(_, chunk),
+            ) => self.on_discarded_body(method_ids, remaining_bytes, chunk.len()),
+            (State::Discarding { method_ids, .. }, _) => {
+                Err(self.unexpected(method_ids, FrameMismatch::ExpectedBody))
+            }
         };
-        if result.is_err() {
+        let discarding = matches!(self.state, State::Discarding { .. });
+        if result.is_err() && !discarding {
             self.state = State::Method;
         }
         result
@@ -211,6 +230,12 @@ impl ContentAssembler {
             ));
         }
         if header.body_size > u64::from(self.body_bytes_max) {
+            if header.body_size > 0 {
+                self.state = State::Discarding {
+                    method_ids: ids(&method),
+                    remaining_bytes: header.body_size,
+                };
+            }
             return Err(ProtocolError::MessageTooLarge {
                 channel: self.channel.0,
                 body_size_bytes: header.body_size,
@@ -280,6 +305,31 @@ impl ContentAssembler {
             remaining_bytes,
             body: BodyBuffer::Gathering(gathered),
         };
+        Ok(None)
+    }
+}
+
+impl ContentAssembler {
+    /// A body frame of a refused message (S-BIG-2): dropped; back to expecting a method once
+    /// the announced size has arrived.
+    fn on_discarded_body(
+        &mut self,
+        method_ids: (u16, u16),
+        remaining_bytes: u64,
+        chunk_bytes: usize,
+    ) -> Result<Option<Assembled>, ProtocolError> {
+        let Some(remaining_bytes) = remaining_bytes.checked_sub(chunk_bytes as u64) else {
+            return Err(ProtocolError::BodyOverrun {
+                channel: self.channel.0,
+                method_ids,
+            });
+        };
+        if remaining_bytes > 0 {
+            self.state = State::Discarding {
+                method_ids,
+                remaining_bytes,
+            };
+        }
         Ok(None)
     }
 }

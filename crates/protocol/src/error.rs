@@ -109,6 +109,13 @@ pub enum ProtocolError {
         /// The channel the frame was sent on.
         channel: u16,
     },
+    /// `basic.qos` with a `prefetch_size` other than 0, which RabbitMQ does not implement
+    /// (540, with its text). amq-protocol drops the field, so the decoder checks it.
+    #[error("prefetch_size!=0 ({prefetch_size})")]
+    PrefetchSize {
+        /// The prefetch size asked for, in octets.
+        prefetch_size: u32,
+    },
     /// The content header announced a body larger than the configured maximum. A channel error
     /// (406), as RabbitMQ's `max_message_size` check: the server closes the channel and, as the
     /// spec requires of a closing channel, discards the channel's remaining body frames.
@@ -166,7 +173,9 @@ impl ProtocolError {
             ProtocolError::FrameOnWrongChannel { .. } | ProtocolError::UnexpectedFrame { .. } => {
                 reply_code::UNEXPECTED_FRAME
             }
-            ProtocolError::UnknownMethod { .. } => reply_code::NOT_IMPLEMENTED,
+            ProtocolError::UnknownMethod { .. } | ProtocolError::PrefetchSize { .. } => {
+                reply_code::NOT_IMPLEMENTED
+            }
             ProtocolError::MessageTooLarge { .. } => reply_code::PRECONDITION_FAILED,
         }
     }
@@ -187,6 +196,7 @@ impl ProtocolError {
                 class_id,
                 method_id,
             } => (*class_id, *method_id),
+            ProtocolError::PrefetchSize { .. } => (60, 10),
             ProtocolError::Undecodable { method_ids, .. }
             | ProtocolError::TableTooDeep { method_ids, .. }
             | ProtocolError::UnexpectedFrame { method_ids, .. }

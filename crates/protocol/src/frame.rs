@@ -286,6 +286,16 @@ pub(crate) fn decode_method(channel: u16, payload: &[u8]) -> Result<AMQPClass, P
         });
     };
     let arguments = payload.get(4..).unwrap_or_default();
+    if (class_id, method_id) == (60, 10)
+        && let Some(&[s0, s1, s2, s3]) = arguments.first_chunk::<4>()
+        && [s0, s1, s2, s3] != [0; 4]
+    {
+        // S-PROTO-3: amq-protocol's `basic::Qos` has no prefetch_size; refused here, before
+        // the field is lost.
+        return Err(ProtocolError::PrefetchSize {
+            prefetch_size: u32::from_be_bytes([s0, s1, s2, s3]),
+        });
+    }
     if (class_id, method_id) == (60, 40) {
         // The hot path: basic.publish decoded by hand (see `decode_publish_arguments`).
         return decode_publish_arguments(arguments)

@@ -66,18 +66,65 @@ pub(crate) async fn tls_accept_loop(
     }
 }
 
-/// Binds the AMQP listener on `bind` (`host:port`; port 0 picks a free one).
-pub(crate) async fn bind_plain(bind: &str) -> Result<(TcpListener, SocketAddr), ServerError> {
-    let bind_error = |source| ServerError::Bind {
-        addr: bind.to_owned(),
-        source,
-    };
-    let listener = TcpListener::bind(bind).await.map_err(bind_error)?;
-    let addr = listener.local_addr().map_err(bind_error)?;
-    Ok((listener, addr))
+/// Binds the AMQP listeners (S-NET-1): every address of `bind` (a comma-separated list of
+/// `host:port`; each must bind), then each of `bind_if_available` that can be bound (one that
+/// cannot is logged and skipped: `::1` on a host without IPv6). An address with port 0 after
+/// the first takes the first one's port, so that one port serves every address. Returns the
+/// listeners, the first one's address first.
+pub(crate) async fn bind_plain(
+    bind: &str,
+    bind_if_available: &[String],
+) -> Result<Vec<(TcpListener, SocketAddr)>, ServerError> {
+    let mut bound: Vec<(TcpListener, SocketAddr)> = Vec::new();
+    let required = bind.split(',').map(|a| (a.trim(), true));
+    let optional = bind_if_available.iter().map(|a| (a.as_str(), false));
+    for (addr, required) in required.chain(optional) {
+        let port = bound.first().map(|(_, a)| a.port());
+        match bind_one(addr, port).await {
+            Ok(listener) => bound.push(listener),
+            Err(e) if !required => warn!(error = %e, "not listening on an optional address"),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(bound)
 }
 
-pub(crate) async fn accept_loop(
+/// Binds `addr`, with `port` instead of a port 0 when given.
+async fn bind_one(addr: &str, port: Option<u16>) -> Result<(TcpListener, SocketAddr), ServerError> {
+    let bind_error = |source| ServerError::Bind {
+        addr: addr.to_owned(),
+        source,
+    };
+    let mut resolved: Vec<SocketAddr> = tokio::net::lookup_host(addr)
+        .await
+        .map_err(bind_error)?
+        .collect();
+    if let Some(port) = port {
+        for a in resolved.iter_mut().filter(|a| a.port() == 0) {
+            a.set_port(port);
+        }
+    }
+    let listener = TcpListener::bind(resolved.as_slice())
+        .await
+        .map_err(bind_error)?;
+    let local = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, local))
+}
+
+/// One accept loop per listener, until `stop`.
+pub(crate) async fn accept_loops(
+    listeners: Vec<TcpListener>,
+    ctx: connection::ConnCtx,
+    stop: watch::Receiver<bool>,
+) {
+    let mut loops = tokio::task::JoinSet::new();
+    for listener in listeners {
+        loops.spawn(accept_loop(listener, ctx.clone(), stop.clone()));
+    }
+    while loops.join_next().await.is_some() {}
+}
+
+async fn accept_loop(
     listener: TcpListener,
     ctx: connection::ConnCtx,
     mut stop: watch::Receiver<bool>,

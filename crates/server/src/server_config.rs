@@ -15,8 +15,12 @@ use crate::users::Users;
 /// How to run a server.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Address to listen on, `host:port` (port 0 picks a free one).
+    /// Addresses to listen on: `host:port`, or several separated by commas; each must bind
+    /// (port 0 picks a free one; later addresses with port 0 take the first one's port).
     pub bind: String,
+    /// More addresses to listen on when they can be bound; one that cannot (`[::1]:5672` on
+    /// a host without IPv6) is logged and skipped (S-NET-1).
+    pub bind_if_available: Vec<String>,
     /// The data directory.
     pub data_dir: PathBuf,
     /// The clock (`SystemClock`; a `ManualClock` in tests).
@@ -87,6 +91,7 @@ impl ServerConfig {
     pub fn new(bind: impl Into<String>, data_dir: impl Into<PathBuf>) -> Self {
         ServerConfig {
             bind: bind.into(),
+            bind_if_available: Vec::new(),
             data_dir: data_dir.into(),
             clock: Arc::new(SystemClock),
             heartbeat_secs: limits::HEARTBEAT_SECS_DEFAULT,

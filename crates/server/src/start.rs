@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::info;
@@ -19,7 +20,7 @@ use crate::connection;
 use crate::core::{self, CoreMsg};
 use crate::error::ServerError;
 use crate::handle::ServerHandle;
-use crate::listener::{accept_loop, bind_plain, bind_tls, tls_accept_loop};
+use crate::listener::{accept_loops, bind_plain, bind_tls, tls_accept_loop};
 use crate::metrics;
 use crate::mgmt;
 use crate::recovery::{DowntimeDeaths, LiveCounts, Recovered, recover};
@@ -73,15 +74,11 @@ impl Server {
         core.log_startup(events)?;
         let recovery_ms = stopwatch.elapsed_ms();
 
-        let (listener, local_addr) = bind_plain(&config.bind).await?;
-        let tls_listener = match &config.tls {
-            Some(t) => Some(bind_tls(t).await?),
-            None => None,
-        };
-        let tls_addr = tls_listener.as_ref().map(|(_, a, _)| *a);
+        let (listeners, addrs, tls_listener) = bind_amqp(&config).await?;
+        let local_addr = addrs[0];
         log_listening(
             &config,
-            (local_addr, tls_addr),
+            (&addrs, tls_listener.as_ref().map(|(_, a, _)| *a)),
             recovery_ms,
             &summary,
             &live,
@@ -106,7 +103,8 @@ impl Server {
                 (addr, tokio::spawn(loop_))
             })
             .unzip();
-        let accept_task = tokio::spawn(accept_loop(listener, ctx, stop_rx.clone()));
+        let listeners = listeners.into_iter().map(|(l, _)| l).collect();
+        let accept_task = tokio::spawn(accept_loops(listeners, ctx, stop_rx.clone()));
         let (monitor, monitor_task) = start_monitor(&config, log_health, alarms.clone());
         let metrics = metrics::MetricsSource {
             core: core_tx.clone(),
@@ -150,18 +148,50 @@ impl Server {
     }
 }
 
+/// The AMQP listeners (every address of `bind`, those of `bind_if_available` that can be
+/// bound; at least one) and the AMQPS one when configured.
+async fn bind_amqp(
+    config: &ServerConfig,
+) -> Result<
+    (
+        Vec<(TcpListener, SocketAddr)>,
+        Vec<SocketAddr>,
+        Option<(TcpListener, SocketAddr, tokio_rustls::TlsAcceptor)>,
+    ),
+    ServerError,
+> {
+    let listeners = bind_plain(&config.bind, &config.bind_if_available).await?;
+    let addrs: Vec<SocketAddr> = listeners.iter().map(|(_, a)| *a).collect();
+    if addrs.is_empty() {
+        return Err(ServerError::Bind {
+            addr: config.bind.clone(),
+            source: std::io::Error::other("no address to listen on"),
+        });
+    }
+    let tls_listener = match &config.tls {
+        Some(t) => Some(bind_tls(t).await?),
+        None => None,
+    };
+    Ok((listeners, addrs, tls_listener))
+}
+
 /// The one recovery summary line (STYLE 3.5): what came back, what died while the broker was
 /// down (S-DUR-5), how long it took in real time.
 fn log_listening(
     config: &ServerConfig,
-    (addr, tls_addr): (SocketAddr, Option<SocketAddr>),
+    (addrs, tls_addr): (&[SocketAddr], Option<SocketAddr>),
     recovery_ms: u64,
     summary: &RecoverySummary,
     live: &LiveCounts,
     downtime: &DowntimeDeaths,
 ) {
+    let (addr, also) = match addrs {
+        [first, rest @ ..] => (Some(first), rest),
+        [] => (None, addrs),
+    };
     info!(
-        %addr,
+        addr = %addr.map_or_else(String::new, ToString::to_string),
+        also = ?also,
         ?tls_addr,
         data_dir = %config.data_dir.display(),
         recovery_ms,

@@ -102,6 +102,10 @@ pub fn queue_rows(broker: &Broker) -> Vec<Json> {
                 "policy": policy(&q.policy, false),
                 "operator_policy": policy(&q.operator_policy, true),
             }));
+            // S-PRIO-1: only a priority queue has the field.
+            if let (Some(p), Some(row)) = (q.max_priority, rows.last_mut()) {
+                row["max_priority"] = json!(p);
+            }
         }
     }
     rows

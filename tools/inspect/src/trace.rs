@@ -397,7 +397,8 @@ pub fn trace(ctx: &Ctx<'_>, sel: &Selector, body: BodyMode, out: &mut dyn Write)
 }
 
 /// `export DIR --queue Q`: the queue's live messages (after recovery at `now_ms`) in queue
-/// order, one JSON line each, bodies in base64.
+/// order, one JSON line each, bodies in base64; in a priority queue each with the
+/// `priority` the queue files it under (delivery order: by priority, then oldest first).
 ///
 /// # Errors
 /// [`Fatal`] as [`scan::scan`], and when the queue does not exist.
@@ -405,14 +406,20 @@ pub fn export(ctx: &Ctx<'_>, vhost: &str, queue: &str, now_ms: u64, out: &mut dy
     let mut replay = Replay::new();
     scan::scan(ctx.dir, ctx.progress, &mut |s| replay.visit(s))?;
     let _ = replay.broker.recovered(now_ms);
-    if !replay.broker.queues(vhost).iter().any(|q| q.name == queue) {
+    let queues = replay.broker.queues(vhost);
+    let Some(info) = queues.iter().find(|q| q.name == queue) else {
         return Err(Fatal(format!(
             "no queue '{queue}' in vhost '{vhost}' after recovery"
         )));
-    }
+    };
     for (msg, redelivered) in replay.broker.ready_messages(vhost, queue) {
         let mut m = render::message_json(&msg, BodyMode::Base64);
         m["redelivered"] = json!(redelivered);
+        // S-PRIO-2: the priority the queue files it under (its property may be missing or
+        // above the queue's maximum).
+        if let Some(p) = info.priority_of(&msg) {
+            m["priority"] = json!(p);
+        }
         writeln!(out, "{m}").map_err(|e| Fatal::output(&e))?;
     }
     Ok(0)

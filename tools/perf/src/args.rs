@@ -56,6 +56,9 @@ pub struct QueueSpec {
     pub durable: bool,
     /// Declaration arguments, in the order given.
     pub args: Vec<(String, ArgValue)>,
+    /// `--priorities N`: declare with `x-max-priority` N and publish with random priorities
+    /// 0..N (0: a plain queue, no priority property).
+    pub priorities: u8,
 }
 
 /// Options of a publish/consume run.
@@ -222,6 +225,8 @@ wharf-perf: AMQP 0-9-1 load generator (wharf or RabbitMQ)
 
 usage: wharf-perf [run] [options]
        wharf-perf ttl-mix [options]
+       wharf-perf rpc [--uri URI] [--callers N] [--time S] [--size BYTES] [--json]
+           RPC round trips through direct reply-to, N callers with one request each in flight
        wharf-perf recovery --broker PATH --broker-arg ARG... [options]
        wharf-perf sink [--listen 127.0.0.1:5680] [--size BYTES]
            a null broker that confirms and delivers without storing: the generator's ceiling
@@ -239,6 +244,8 @@ run options:
       --queue NAME          queue (default wharf-perf)
       --durable             declare the queue durable
       --queue-arg K=V       queue argument (repeatable); integers and true/false are typed
+      --priorities N        a priority queue: declare it with x-max-priority N (1..255) and
+                            publish with random priorities 0..N-1 (default 0: plain queue)
   -z, --time SECONDS        run for this long
   -C, --pmessages N         messages per publisher
   -D, --cmessages N         messages per consumer
@@ -374,6 +381,7 @@ pub fn default_run() -> RunConfig {
             name: "wharf-perf".to_owned(),
             durable: false,
             args: Vec::new(),
+            priorities: 0,
         },
         time: None,
         pmessages: None,
@@ -413,6 +421,7 @@ fn parse_run(args: &[String]) -> Result<RunConfig> {
             "--auto-ack" | "-a" => config.auto_ack = true,
             "--queue" | "-u" => cursor.value(flag)?.clone_into(&mut config.queue.name),
             "--durable" => config.queue.durable = true,
+            "--priorities" => config.queue.priorities = cursor.number(flag)?,
             "--queue-arg" => config
                 .queue
                 .args
@@ -762,6 +771,17 @@ mod tests {
         assert_eq!(config.multi_ack_every, 1);
         assert_eq!(config.queue.name, "wharf-perf");
         assert!(!config.queue.durable && !config.persistent && !config.json);
+    }
+
+    #[test]
+    fn priorities_take_1_to_255() {
+        assert_eq!(
+            run("-C 1 -D 1 --priorities 10").unwrap().queue.priorities,
+            10
+        );
+        assert_eq!(run("-C 1 -D 1").unwrap().queue.priorities, 0);
+        assert!(run("-C 1 -D 1 --priorities 256").is_err());
+        assert!(run("-C 1 -D 1 --priorities -1").is_err());
     }
 
     #[test]

@@ -6,11 +6,12 @@
 //! - `args`: command line -> [`args::Command`] (pure).
 //! - `wire`: frame splitting, pre-encoded publishes, hand-decoded hot methods (pure).
 //! - `client`: connection handshake and setup RPCs over tokio.
+//! - `rpc`: RPC round trips through direct reply-to.
 //! - `run`: publishers and consumers (with `soak`: `--hold`, `--watch-dir`); `ttl_mix`: the
 //!   expiry scenario; `recovery`: spawn, prefill, stop, restart and time the broker
 //!   (`broker_proc` owns the child process).
 //! - `sink`: a null broker, to measure the generator's own ceiling.
-//! - `pacing`: the `--rate` schedule (pure).
+//! - `pacing`: the `--rate` schedule (pure); `rng`: splitmix64 (shuffles, `--priorities`).
 //! - `histogram`, `report`: latency percentiles and the report (pure).
 //! - `clock`, `cpu`, `resources`: the only readers of clocks, `/proc` and directory sizes.
 
@@ -24,6 +25,8 @@ mod pacing;
 mod recovery;
 mod report;
 mod resources;
+mod rng;
+mod rpc;
 mod run;
 mod sink;
 mod soak;
@@ -60,6 +63,18 @@ async fn until_interrupted<T>(work: impl Future<Output = Result<T>>) -> Result<T
 
 fn main() -> Result<()> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
+    // `rpc` parses its own options (`rpc.rs`), so that `args` needs no scenario module.
+    if argv.first().map(String::as_str) == Some("rpc") {
+        let config = rpc::parse(argv.get(1..).unwrap_or_default())?;
+        let json = config.json;
+        let report = runtime(None)?.block_on(rpc::rpc(config))?;
+        if json {
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            print!("{}", report.to_text());
+        }
+        return Ok(());
+    }
     match args::parse(&argv)? {
         Command::Help => print!("{}", args::USAGE),
         Command::Run(config) => {

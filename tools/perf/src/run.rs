@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{Semaphore, watch};
 
-use crate::args::RunConfig;
+use crate::args::{ArgValue, RunConfig};
 use crate::client::{CHANNEL, Connection, READ_BUFFER_BYTES, check_close, field_table};
 use crate::clock::{Stopwatch, wall_us};
 use crate::cpu;
@@ -25,7 +25,9 @@ use crate::histogram::Histogram;
 use crate::pacing::Pace;
 use crate::report::Totals;
 use crate::soak::{self, WatchSummary};
-use crate::wire::{self, FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD, PublishTemplate};
+use crate::wire::{
+    self, FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD, PublishTemplates,
+};
 
 /// Most messages a publisher encodes into one write.
 const BATCH_MSGS_MAX: usize = 256;
@@ -105,7 +107,12 @@ fn properties(config: &RunConfig) -> BasicProperties {
 /// Declares (and maybe purges) the queue on a setup connection kept for the end of the run.
 async fn setup_queue(config: &RunConfig) -> Result<Connection> {
     let mut setup = Connection::open(&config.uri).await?;
-    let arguments = field_table(&config.queue.args)?;
+    let mut args = config.queue.args.clone();
+    if config.queue.priorities > 0 {
+        let max = i64::from(config.queue.priorities);
+        args.push(("x-max-priority".to_owned(), ArgValue::Int(max)));
+    }
+    let arguments = field_table(&args)?;
     setup
         .queue_declare(&config.queue.name, config.queue.durable, false, arguments)
         .await?;
@@ -188,10 +195,10 @@ pub async fn run(config: RunConfig) -> Result<Totals> {
         }));
     }
     let mut publisher_tasks = Vec::new();
-    for conn in publishers {
+    for (seed, conn) in (1..).zip(publishers) {
         let (config, stop) = (Arc::clone(&config), stop_rx.clone());
         publisher_tasks.push(tokio::spawn(async move {
-            publish(conn, &config, clock, stop).await
+            publish(conn, &config, seed, clock, stop).await
         }));
     }
     // Kept alive until every task is joined: a dropped sender would read as "stop" to them.
@@ -276,15 +283,18 @@ async fn join_soak(tasks: SoakTasks, totals: &mut Totals) -> Result<()> {
 async fn publish(
     conn: Connection,
     config: &RunConfig,
+    seed: u64,
     clock: Stopwatch,
     stop: watch::Receiver<bool>,
 ) -> Result<PublisherTotals> {
-    let template = PublishTemplate::new(
+    let templates = PublishTemplates::new(
         CHANNEL,
         &config.queue.name,
         properties(config),
+        config.queue.priorities,
         config.size_bytes,
         conn.frame_max,
+        seed,
     )?;
     let Connection {
         stream,
@@ -304,7 +314,7 @@ async fn publish(
     let pace = Pace::new(config.rate, config.producers, burst_max);
     let writer_task = tokio::spawn(write_publishes(
         writer,
-        template,
+        templates,
         Limits {
             messages: config.pmessages,
             pace,
@@ -349,12 +359,13 @@ struct Limits {
 /// what the schedule says is due; then says how many it sent.
 async fn write_publishes(
     mut writer: OwnedWriteHalf,
-    template: PublishTemplate,
+    mut templates: PublishTemplates,
     limits: Limits,
     window: Option<Arc<Semaphore>>,
     mut stop: watch::Receiver<bool>,
     done: watch::Sender<Option<u64>>,
 ) -> Result<(OwnedWriteHalf, u64)> {
+    let template = templates.first();
     let mut body: Vec<u8> = (0..template.body_bytes())
         .map(|i| u8::try_from(i % 251).unwrap_or(0))
         .collect();
@@ -407,7 +418,7 @@ async fn write_publishes(
         }
         for _ in 0..batch {
             wire::stamp(&mut body, wall_us());
-            template.push(&mut out, &body);
+            templates.pick().push(&mut out, &body);
         }
         writer.write_all(&out).await?;
         out.clear();

@@ -15,6 +15,7 @@ use tokio::io::AsyncWriteExt;
 use crate::args::TtlMixConfig;
 use crate::client::{CHANNEL, Connection, check_close};
 use crate::clock::{Stopwatch, wall_us};
+use crate::rng::SplitMix64;
 use crate::run::ConfirmTracker;
 use crate::wire::{self, FRAME_HEARTBEAT, FRAME_METHOD, PublishTemplate};
 
@@ -59,19 +60,6 @@ impl TtlMixReport {
             self.source_left,
             self.long
         )
-    }
-}
-
-/// A small deterministic generator (splitmix64) for the shuffle; no dependency needed.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
     }
 }
 

@@ -7,6 +7,8 @@ use amq_protocol::frame::{AMQPContentHeader, AMQPFrame, WriteContext, gen_frame}
 use amq_protocol::protocol::{AMQPClass, BasicProperties, basic};
 use anyhow::{Result, anyhow, bail};
 
+use crate::rng::SplitMix64;
+
 /// Frame type octets (AMQP 0-9-1, 4.2.3).
 pub const FRAME_METHOD: u8 = 1;
 /// Content header frame type.
@@ -239,6 +241,56 @@ impl PublishTemplate {
     }
 }
 
+/// The publishes one publisher sends: one template, or with `priorities` N > 0 one per
+/// priority 0..N, picked at random per message (`--priorities`; the hot path stays a copy).
+pub struct PublishTemplates {
+    each: Vec<PublishTemplate>,
+    rng: SplitMix64,
+}
+
+impl PublishTemplates {
+    /// Encodes every template once; `seed` seeds the choice of priorities.
+    pub fn new(
+        channel: u16,
+        routing_key: &str,
+        properties: BasicProperties,
+        priorities: u8,
+        body_bytes: usize,
+        frame_max: u32,
+        seed: u64,
+    ) -> Result<Self> {
+        let each: Vec<BasicProperties> = match priorities {
+            0 => vec![properties],
+            n => (0..n)
+                .map(|p| properties.clone().with_priority(p))
+                .collect(),
+        };
+        let each = each
+            .into_iter()
+            .map(|props| PublishTemplate::new(channel, routing_key, props, body_bytes, frame_max))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            each,
+            rng: SplitMix64(seed),
+        })
+    }
+
+    /// The first template: every one has the same body size and encoded size.
+    pub fn first(&self) -> &PublishTemplate {
+        &self.each[0]
+    }
+
+    /// The template of the next message.
+    pub fn pick(&mut self) -> &PublishTemplate {
+        if self.each.len() == 1 {
+            return &self.each[0];
+        }
+        let len = self.each.len() as u64;
+        let i = usize::try_from(self.rng.next() % len).unwrap_or(0);
+        &self.each[i]
+    }
+}
+
 /// Writes the send time into the first 8 bytes of a body (if it has room).
 pub fn stamp(body: &mut [u8], sent_us: u64) {
     if let Some(head) = body.get_mut(..8) {
@@ -416,5 +468,39 @@ mod tests {
         stamp(&mut short, 5);
         assert_eq!(short, [0; 7]);
         assert_eq!(read_stamp(&short), None);
+    }
+
+    /// The priority in the header of one encoded publish.
+    fn priority_of(publish: &[u8]) -> Option<u8> {
+        let (rest, _method) = parse_frame(publish).unwrap();
+        let (_, header) = parse_frame(rest).unwrap();
+        let AMQPFrame::Header(1, header) = header else {
+            panic!("not a header: {header:?}");
+        };
+        *header.properties.priority()
+    }
+
+    #[test]
+    fn priorities_are_picked_at_random_among_n_of_one_size() {
+        let props = BasicProperties::default().with_delivery_mode(2);
+        let mut seen = std::collections::BTreeMap::new();
+        for (priorities, want) in [(0u8, vec![None]), (10, (0..10).map(Some).collect())] {
+            let mut t =
+                PublishTemplates::new(1, "q", props.clone(), priorities, 100, 4096, 7).unwrap();
+            let size = t.first().encoded_bytes();
+            seen.clear();
+            for _ in 0..1000 {
+                let one = t.pick();
+                assert_eq!(one.encoded_bytes(), size, "one size for every priority");
+                let mut out = Vec::new();
+                one.push(&mut out, &[0; 100]);
+                *seen.entry(priority_of(&out)).or_insert(0) += 1;
+            }
+            assert_eq!(seen.keys().copied().collect::<Vec<_>>(), want);
+            assert!(
+                seen.values().all(|&n| n > 1000 / (want.len() * 2)),
+                "{seen:?}"
+            );
+        }
     }
 }

@@ -5,11 +5,13 @@
 //! - `queue_args.rs`: `queue.declare` arguments; [`QueueSettings`] and their resolution.
 //! - `queue_type.rs`: `x-queue-type` and the arguments each type takes (S-QQ).
 //! - `consumer_args.rs`: `basic.consume` arguments (S-CONS).
+//! - `classic.rs`: `x-max-priority`, `x-queue-mode`, `x-queue-version` (S-PRIO).
 //! - `expiration.rs`: the `expiration` property (S-TTL-2).
 //! - `policy.rs`: policy definitions and their selection (S-POL).
 //! - `equivalence.rs`: redeclare equivalence checks.
 //! - `texts.rs`: RabbitMQ's wording of types, values and resources.
 
+mod classic;
 mod consumer_args;
 mod equivalence;
 mod expiration;
@@ -18,6 +20,7 @@ mod queue_args;
 mod queue_type;
 mod texts;
 
+pub(crate) use classic::priority_lanes;
 pub(crate) use consumer_args::parse_consumer_args;
 pub(crate) use equivalence::{assert_args_equivalence, assert_field_equivalence};
 pub(crate) use expiration::parse_expiration;

@@ -3,6 +3,7 @@
 
 use regex::Regex;
 
+use super::classic;
 use super::queue_args::{Overflow, QueueSettings};
 use crate::error::BrokerError;
 use crate::types::{ApplyTo, PolicySpec};
@@ -19,6 +20,8 @@ pub struct Policy {
     pub settings: QueueSettings,
     /// The `alternate-exchange` key (an exchange policy, S-DEFS-4).
     pub alternate_exchange: Option<String>,
+    /// The keys it sets that wharf accepts and ignores (S-PRIO-8).
+    pub ignored: Vec<&'static str>,
 }
 
 impl Policy {
@@ -52,6 +55,19 @@ pub fn noop_policy_key(key: &str) -> bool {
         )
 }
 
+/// Whether an operator policy may set `key` (S-POL-2): numeric limits only, not routing,
+/// overflow or storage choices.
+fn operator_may_set(key: &str) -> bool {
+    !matches!(
+        key,
+        "dead-letter-exchange"
+            | "dead-letter-routing-key"
+            | "overflow"
+            | "alternate-exchange"
+            | "queue-mode"
+    )
+}
+
 fn policy_error(name: &str, text: &str) -> BrokerError {
     BrokerError::precondition(format!("invalid policy '{name}': {text}"))
 }
@@ -83,6 +99,7 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
     }
     let mut s = QueueSettings::default();
     let mut alternate_exchange = None;
+    let mut ignored = Vec::new();
     for (key, v) in &map {
         let int = || -> Result<u64, BrokerError> {
             v.as_u64().ok_or_else(|| {
@@ -97,15 +114,7 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
                 .map(str::to_owned)
                 .ok_or_else(|| policy_error(name, &format!("'{key}' must be a string, got {v}")))
         };
-        if operator
-            && matches!(
-                key.as_str(),
-                "dead-letter-exchange"
-                    | "dead-letter-routing-key"
-                    | "overflow"
-                    | "alternate-exchange"
-            )
-        {
+        if operator && !operator_may_set(key) {
             return Err(policy_error(
                 name,
                 &format!("'{key}' is not allowed in an operator policy"),
@@ -137,6 +146,10 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
             "delivery-limit" => s.delivery_limit = Some(int()?),
             // S-CONS-8: as `x-consumer-timeout`; the lowest wins.
             "consumer-timeout" => s.consumer_timeout_ms = Some(int()?),
+            "queue-mode" | "queue-version" => {
+                let key = classic::no_op_policy_key(key, v).map_err(|e| policy_error(name, &e))?;
+                ignored.push(key);
+            }
             "overflow" => {
                 let text = string()?;
                 s.overflow = Some(Overflow::parse(&text).ok_or_else(|| {
@@ -158,6 +171,7 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
         regex,
         settings: s,
         alternate_exchange,
+        ignored,
     })
 }
 

@@ -1,9 +1,11 @@
 //! Queue arguments (`x-message-ttl`, `x-expires`, `x-dead-letter-*`, `x-max-length*`,
 //! `x-overflow`, `x-delivery-limit`, `x-queue-type`, `x-single-active-consumer`,
-//! `x-consumer-timeout`, the quorum queue's own): validation with RabbitMQ's error texts, and
-//! the resolution of argument + policy + operator policy into a queue's effective settings
-//! (S-TTL-1, S-TTL-3, S-QEXP-1, S-DLX-2, S-LEN-1..2, S-POL-2, S-CONS, S-QQ).
+//! `x-consumer-timeout`, the quorum queue's own, and through `classic.rs` `x-max-priority`,
+//! `x-queue-mode`, `x-queue-version`): validation with RabbitMQ's error texts, and the
+//! resolution of argument + policy + operator policy into a queue's effective settings
+//! (S-TTL-1, S-TTL-3, S-QEXP-1, S-DLX-2, S-LEN-1..2, S-POL-2, S-CONS, S-QQ, S-PRIO).
 
+use super::classic;
 use super::queue_type::{
     QueueKind, check_arguments_for_kind, check_dlx_strategy, check_leader_locator, queue_kind,
 };
@@ -62,6 +64,8 @@ pub struct QueueSettings {
     /// Consumer timeout in ms: `x-consumer-timeout` or the `consumer-timeout` policy key,
     /// the lowest wins (S-CONS-8).
     pub consumer_timeout_ms: Option<u64>,
+    /// `x-max-priority` as declared (S-PRIO-1); an argument only, never a policy key.
+    pub max_priority: Option<u8>,
 }
 
 /// A quorum queue's delivery limit when none is set, as RabbitMQ 4.x (S-QQ-3).
@@ -109,6 +113,7 @@ impl QueueSettings {
                 p.consumer_timeout_ms,
                 o.consumer_timeout_ms,
             ]),
+            max_priority: args.max_priority,
         }
     }
 
@@ -180,7 +185,7 @@ pub(super) fn ttl_value(key: &str, n: u64, what: &str) -> Result<u32, BrokerErro
 }
 
 /// The queue arguments that take part in validation and equivalence checks.
-pub const QUEUE_ARGS: [&str; 9] = [
+pub const QUEUE_ARGS: [&str; 12] = [
     "x-message-ttl",
     "x-expires",
     "x-dead-letter-exchange",
@@ -190,6 +195,9 @@ pub const QUEUE_ARGS: [&str; 9] = [
     "x-overflow",
     "x-delivery-limit",
     "x-queue-type",
+    "x-max-priority",
+    "x-queue-mode",
+    "x-queue-version",
 ];
 
 /// The arguments this file's consumer and quorum rules add to the redeclare equivalence
@@ -254,6 +262,9 @@ pub fn parse_queue_args(
                 })?);
             }
             "x-delivery-limit" => s.delivery_limit = Some(delivery_limit(kind, key, v, &what)?),
+            "x-max-priority" => s.max_priority = Some(classic::max_priority(key, v, &what)?),
+            "x-queue-mode" => classic::queue_mode(key, v, &what)?,
+            "x-queue-version" => classic::queue_version(key, v, &what)?,
             _ => consumer_and_quorum_arg(key, v, &what, &mut s)?,
         }
     }
@@ -261,9 +272,9 @@ pub fn parse_queue_args(
 }
 
 /// The arguments of a queue read back from the log. A queue logged before wharf checked
-/// the consumer and quorum arguments (S-CONS, S-QQ) may carry one it now refuses; it comes
-/// back with the arguments checked before (`QUEUE_ARGS`), as it ran then, rather than
-/// stopping recovery.
+/// the consumer, quorum and classic-only arguments (S-CONS, S-QQ, S-PRIO-1) may carry one it
+/// now refuses; it comes back with the arguments checked before (`QUEUE_ARGS` less
+/// `classic::LATE_CHECKED_ARGS`), as it ran then, rather than stopping recovery.
 ///
 /// # Errors
 /// As [`parse_queue_args`], when even those fail (a damaged log).
@@ -275,7 +286,7 @@ pub(crate) fn parse_logged_queue_args(
     parse_queue_args(vhost, queue, args).or_else(|_| {
         let mut older = FieldTable::new();
         for (key, v) in args.iter() {
-            if QUEUE_ARGS.contains(&key) {
+            if QUEUE_ARGS.contains(&key) && !classic::LATE_CHECKED_ARGS.contains(&key) {
                 older.insert(key, v.clone());
             }
         }

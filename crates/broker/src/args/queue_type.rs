@@ -92,8 +92,12 @@ const STREAM_ONLY_ARGS: &[&str] = &[
 ];
 
 /// Arguments wharf accepts (validated) and does not act on, because on a single node they
-/// change nothing, as in a one-node RabbitMQ (S-QQ-6): the server logs a warning for each.
-pub const NO_OP_ARGS: [&str; 5] = [
+/// change nothing, as in a one-node RabbitMQ (S-QQ-6), or because RabbitMQ 3.12+ itself
+/// ignores them (`x-queue-mode`, `x-queue-version`: S-PRIO-8): the server logs a warning
+/// for each.
+pub const NO_OP_ARGS: [&str; 7] = [
+    "x-queue-mode",
+    "x-queue-version",
     "x-queue-master-locator",
     "x-queue-leader-locator",
     "x-quorum-initial-group-size",

@@ -1,4 +1,5 @@
-//! RabbitMQ's wording in error texts: field type names, rendered values, `rs(Resource)`.
+//! RabbitMQ's wording in error texts: field type names, rendered values, `rs(Resource)`, the
+//! `invalid arg` refusal.
 
 use crate::error::BrokerError;
 use crate::value::Value;

@@ -110,6 +110,7 @@ impl Broker {
         if let Some(t) = ch.ack_timer {
             self.timers.remove(&(t, Timer::AckTimeout(chan)));
         }
+        self.reply_to.forget(chan);
         for (tag, qid) in &ch.consumers {
             self.remove_consumer(*qid, chan, tag, now, out);
         }

@@ -129,8 +129,13 @@ impl Broker {
                 arguments,
                 bind,
             } => {
-                let src = self.check_bindable(&vhost, &source)?;
-                let dest = Dest::Exchange(self.check_bindable(&vhost, &destination)?);
+                let ends = self.check_bindable(&vhost, &source).and_then(|src| {
+                    let dest = Dest::Exchange(self.check_bindable(&vhost, &destination)?);
+                    Ok((src, dest))
+                });
+                let Some((src, dest)) = unbind_of_missing_is_ok(ends, bind)? else {
+                    return Ok(());
+                };
                 self.bind(&vhost, src, dest, routing_key, arguments, bind, out)
             }
             Command::QueueBind {
@@ -142,9 +147,13 @@ impl Broker {
                 bind,
                 owner,
             } => {
-                let qid = self.find_queue(&vhost, &queue, owner)?;
-                let src = self.check_bindable(&vhost, &exchange)?;
-                let dest = Dest::Queue(qid);
+                let ends = self.find_queue(&vhost, &queue, owner).and_then(|qid| {
+                    let src = self.check_bindable(&vhost, &exchange)?;
+                    Ok((src, Dest::Queue(qid)))
+                });
+                let Some((src, dest)) = unbind_of_missing_is_ok(ends, bind)? else {
+                    return Ok(());
+                };
                 self.bind(&vhost, src, dest, routing_key, arguments, bind, out)
             }
             other => unreachable!("not an exchange command: {other:?}"),
@@ -454,5 +463,19 @@ impl Broker {
         }
         self.set_binding(vhost, src, dest, key, arguments, bind, true, out);
         Ok(())
+    }
+}
+
+/// S-PROTO-2: as RabbitMQ, an unbind whose queue or exchange does not exist answers
+/// `unbind-ok` (there is nothing to remove); a bind still fails with 404. `Ok(None)` means
+/// "done, nothing to change".
+fn unbind_of_missing_is_ok<T>(
+    ends: Result<T, BrokerError>,
+    bind: bool,
+) -> Result<Option<T>, BrokerError> {
+    match ends {
+        Ok(ends) => Ok(Some(ends)),
+        Err(e) if !bind && e.kind == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
     }
 }

@@ -17,6 +17,7 @@ impl Broker {
     /// When an invariant is broken: that is a bug in the broker.
     pub fn check_invariants(&self) {
         self.check_access_invariants();
+        self.reply_to.check();
         assert_eq!(
             self.loaded_bytes(),
             self.queues

@@ -10,8 +10,9 @@
 //!   `policies.rs` (S-POL), `access.rs` (users, permissions): the definitions.
 //! - `publish.rs` (routing, S-LEN), `delivery.rs` (deliveries, get, acks, requeue, prefetch,
 //!   flow), `consumers.rs` (consume, cancel, priorities, single active consumer, consumer
-//!   timeout: S-CONS), `expiry.rs` (S-TTL, S-QEXP, timers), `dead_letter.rs` (S-DLX), `scheduling.rs`
-//!   (S-SCHED): moving messages.
+//!   timeout: S-CONS), `expiry.rs` (S-TTL, S-QEXP, timers), `dead_letter.rs` (S-DLX),
+//!   `scheduling.rs` (S-SCHED), `reply_to.rs` with `reply_names.rs` (S-DRT, direct
+//!   reply-to): moving messages.
 //! - `replay.rs`, `recovery.rs`, `paging.rs`, `snapshot.rs`: durability's side.
 //! - `invariants.rs`, `queries.rs`: the invariant walk and the management queries.
 //!
@@ -36,6 +37,8 @@ mod queues;
 mod recovery;
 mod refusals;
 mod replay;
+mod reply_names;
+mod reply_to;
 mod scheduling;
 mod snapshot;
 mod state;
@@ -47,6 +50,8 @@ pub use self::browse::{BrowsedMessage, QueueBrowse};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+
+pub use self::reply_names::REPLY_QUEUE;
 
 use self::state::{
     Access, Channel, Conn, Exchange, ExchangeId, Queue, QueueId, Scheduled, Timer, Vhost,
@@ -87,6 +92,8 @@ pub struct Broker {
     storage_failure: Option<String>,
     /// Memory the content of queued messages held in memory takes, over every queue.
     loaded_total: Arc<AtomicU64>,
+    /// Direct reply-to consumers (S-DRT, `reply_names.rs`, `reply_to.rs`).
+    reply_to: reply_names::ReplyConsumers,
 }
 
 impl Default for Broker {
@@ -120,6 +127,7 @@ impl Broker {
             record_size: None,
             storage_failure: None,
             loaded_total: Arc::default(),
+            reply_to: reply_names::ReplyConsumers::default(),
         };
         b.add_vhost("/");
         b
@@ -149,6 +157,24 @@ impl Broker {
     fn dispatch(&mut self, cmd: Command, now: u64, out: &mut Outcome) -> Result<(), BrokerError> {
         match cmd {
             Command::Publish(p) => self.publish(p, now, out),
+            // S-DRT: the direct reply-to pseudo-queue is the channel's, not a queue.
+            Command::PublishOn { chan, publish } => self.publish_on(chan, publish, now, out),
+            Command::ReplyConsume {
+                chan,
+                consumer_tag,
+                no_ack,
+                suffix,
+            } => self.reply_consume(chan, consumer_tag, no_ack, suffix, out),
+            Command::Cancel {
+                chan,
+                ref consumer_tag,
+            } if self.reply_to.is_tag(chan, consumer_tag) => {
+                self.reply_cancel(chan, out);
+                Ok(())
+            }
+            Command::QueueDeclare(ref d) if reply_names::is_reply_name(&d.queue) => {
+                self.reply_declare(d, out)
+            }
             Command::VhostAdd { .. } | Command::VhostDelete { .. } => {
                 self.vhost_command(cmd, now, out);
                 Ok(())

@@ -11,7 +11,7 @@ use super::Broker;
 use super::state::QueueId;
 use crate::args::{Policy, QueueSettings, parse_policy, select_policy};
 use crate::error::{BrokerError, ErrorKind};
-use crate::types::{Command, Event, Outcome, PolicySpec};
+use crate::types::{Command, Effect, Event, Outcome, PolicySpec};
 
 impl Broker {
     /// `PolicySet` / `PolicyClear`.
@@ -46,6 +46,13 @@ impl Broker {
     ) -> Result<(), BrokerError> {
         self.vhost(vhost)?;
         let policy = parse_policy(&spec, operator)?;
+        for argument in &policy.ignored {
+            out.effects.push(Effect::ArgumentIgnored {
+                vhost: vhost.to_owned(),
+                what: format!("policy '{}'", spec.name),
+                argument: (*argument).to_owned(),
+            });
+        }
         self.install_policy(vhost, policy, operator);
         out.events.push(Event::PolicySet {
             vhost: vhost.to_owned(),

@@ -184,6 +184,7 @@ impl Broker {
         let targets = self.publish_targets(&p.vhost, xid, &mut msg);
         self.refuse_unstorable(&p.vhost, &msg, &targets)?;
         let msg = Arc::new(msg);
+        self.deliver_reply(&msg, out);
         if targets.is_empty() && p.mandatory {
             out.effects.push(Effect::Return {
                 reply_code: 312,

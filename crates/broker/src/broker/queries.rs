@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::Broker;
+use crate::args::priority_lanes;
 use crate::types::{
     BindingInfo, ConsumerInfo, ExchangeInfo, ExchangeKind, Message, PolicyInfo, QueueInfo,
 };
@@ -42,6 +43,7 @@ impl Broker {
                 unacked_bytes: unacked_bytes.get(&q.id).copied().unwrap_or(0),
                 consumers: u32::try_from(q.consumers.len()).unwrap_or(u32::MAX),
                 kind: q.eff.kind(),
+                max_priority: priority_lanes(q.args.max_priority),
             })
             .collect()
     }

@@ -15,7 +15,8 @@ use super::refusals::{locked, no_queue};
 use super::state::{Dest, Queue, QueueId, Timer};
 use crate::args::{
     Overflow, QUEUE_ARGS, QUEUE_ARGS_CONS, QueueKind, QueueSettings, assert_args_equivalence,
-    assert_field_equivalence, check_queue_properties, no_op_arguments, parse_queue_args, rs_queue,
+    assert_field_equivalence, check_queue_properties, no_op_arguments, parse_queue_args,
+    priority_lanes, rs_queue,
 };
 use crate::error::{BrokerError, ErrorKind};
 use crate::queue::Ready;
@@ -96,11 +97,12 @@ impl Broker {
         {
             ignored.push("x-overflow");
         }
-        if !ignored.is_empty() {
-            out.effects.push(Effect::ArgumentsIgnored {
+        // S-QQ-6, S-PRIO-8: accepted, validated, and ignored; said so once, at creation.
+        for argument in ignored {
+            out.effects.push(Effect::ArgumentIgnored {
                 vhost: d.vhost.clone(),
-                queue: name.clone(),
-                arguments: ignored,
+                what: format!("queue '{name}'"),
+                argument: argument.to_owned(),
             });
         }
         let owner = if d.exclusive { d.owner } else { None };
@@ -188,6 +190,8 @@ impl Broker {
     ) -> QueueId {
         let id = QueueId(self.next_queue);
         self.next_queue += 1;
+        let ready = Ready::counting_into(Arc::clone(&self.loaded_total))
+            .with_max_priority(priority_lanes(settings.max_priority));
         self.queues.insert(
             id,
             Queue {
@@ -202,7 +206,7 @@ impl Broker {
                 policy: None,
                 operator_policy: None,
                 eff: QueueSettings::default(),
-                ready: Ready::counting_into(Arc::clone(&self.loaded_total)),
+                ready,
                 unacked: 0,
                 consumers: Vec::new(),
                 rr: 0,

@@ -428,13 +428,8 @@ impl Broker {
             .get(queue)
             .ok_or_else(|| corrupt("message for an unknown queue"))?;
         let q = self.queues.get_mut(&qid).expect("vhost map is consistent");
-        // next_back, not last: replay must stay linear in the number of messages.
-        if q.ready.front().is_some()
-            && q.ready
-                .iter()
-                .next_back()
-                .is_some_and(|(m, _)| m.id() >= msg.id())
-        {
+        // O(1): replay must stay linear in the number of messages.
+        if !q.ready.is_newest(&msg) {
             return Err(corrupt("message ids out of order"));
         }
         q.ready.push_back(msg, delivery_count, redelivered);

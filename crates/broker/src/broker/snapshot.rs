@@ -60,6 +60,10 @@ impl Broker {
                 // on the way (the snapshot is the checkpoint's peak memory).
                 let mut listed = Vec::with_capacity(q.ready.len());
                 listed.extend(ready);
+                // Listed by id, as a checkpoint holds them: a priority queue iterates lane by
+                // lane (S-PRIO-6). A plain queue's list is sorted already, which the sort
+                // sees in one pass.
+                listed.sort_unstable_by_key(|m| m.message.id());
                 let messages = match unacked.remove(&qid) {
                     None => listed,
                     Some(held) => merge_by_id(listed, held),

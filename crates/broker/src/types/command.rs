@@ -101,12 +101,10 @@ pub struct PolicySpec {
     pub definition: String,
 }
 
-/// A command from the server (or admin API) to the broker. `now` is passed beside it.
+/// A command from the server (or admin API) to the broker. `now` is passed beside it. The
+/// publish variants hold their [`Publish`] unboxed: a publish is the common command, and
+/// boxing it would cost an allocation each.
 #[derive(Debug, Clone, PartialEq)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "a publish is the common command; boxing it would cost an allocation each"
-)]
 pub enum Command {
     /// Create a virtual host (idempotent).
     VhostAdd {
@@ -373,5 +371,27 @@ pub enum Command {
         vhost: String,
         /// The exchange, or every exchange.
         exchange: Option<String>,
+    },
+    /// `basic.publish` on a channel: as [`Command::Publish`], after the channel's direct
+    /// reply-to rule (S-DRT-3): a `reply_to` of `amq.rabbitmq.reply-to` becomes the channel's
+    /// reply name, or is refused when the channel has no reply consumer.
+    PublishOn {
+        /// The publishing channel.
+        chan: ChanRef,
+        /// The publish.
+        publish: Publish,
+    },
+    /// `basic.consume` of the direct reply-to pseudo-queue `amq.rabbitmq.reply-to` (S-DRT-1).
+    ReplyConsume {
+        /// Channel.
+        chan: ChanRef,
+        /// Consumer tag; empty asks for a server-generated one.
+        consumer_tag: String,
+        /// Must be true: a reply consumer cannot acknowledge (406 otherwise).
+        no_ack: bool,
+        /// The channel's reply name is `amq.rabbitmq.reply-to.<suffix>`. Chosen by the
+        /// caller (the server draws it at random, so that a reply name cannot be guessed),
+        /// as `now` is: the broker itself stays deterministic.
+        suffix: String,
     },
 }

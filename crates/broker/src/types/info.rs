@@ -3,6 +3,7 @@
 
 use super::command::PolicySpec;
 use super::ids::{ChanRef, ConnId, DestName, ExchangeKind};
+use super::message::Message;
 use crate::args::QueueKind;
 use crate::value::FieldTable;
 
@@ -37,6 +38,18 @@ pub struct QueueInfo {
     pub consumers: u32,
     /// The queue type (S-QQ-1).
     pub kind: QueueKind,
+    /// The highest priority of a priority queue (S-PRIO-1: `x-max-priority`, at least 1);
+    /// `None` for a plain queue.
+    pub max_priority: Option<u8>,
+}
+
+impl QueueInfo {
+    /// The priority this queue files `message` under (S-PRIO-2: none is 0, above the
+    /// maximum is the maximum); `None` in a plain queue.
+    pub fn priority_of(&self, message: &Message) -> Option<u8> {
+        let max = self.max_priority?;
+        Some(message.properties.priority.unwrap_or(0).min(max))
+    }
 }
 
 /// An exchange as listed.

@@ -20,7 +20,7 @@ pub struct Properties {
     pub headers: Option<FieldTable>,
     /// `delivery-mode`: 2 = persistent (S-DUR-2), anything else transient.
     pub delivery_mode: Option<u8>,
-    /// `priority` (kept, not used for ordering).
+    /// `priority`: its place in a priority queue (S-PRIO-2; none counts as 0).
     pub priority: Option<u8>,
     /// `correlation-id`.
     pub correlation_id: Option<String>,
@@ -106,6 +106,7 @@ impl Message {
                 enqueued_at_ms: self.enqueued_at_ms,
                 ttl_ms: self.ttl_ms,
                 body_len: self.body_len(),
+                priority: self.properties.priority.unwrap_or(0),
                 at,
             },
         ))
@@ -160,7 +161,8 @@ impl PartialEq for StoredSlot {
 pub type StoredAt = u64;
 
 /// A persistent message whose content (exchange, routing key, properties, body) is on disk:
-/// what memory holds of it (32 bytes), enough for queue order, deadlines and byte counts.
+/// what memory holds of it (40 bytes), enough for queue order (its priority included),
+/// deadlines and byte counts.
 /// Every stored message is persistent (only persistent messages are logged).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoredMessage {
@@ -172,6 +174,9 @@ pub struct StoredMessage {
     pub ttl_ms: Option<u32>,
     /// Body length in bytes.
     pub body_len: u32,
+    /// Its `priority` property, 0 when it has none (S-PRIO-2): a priority queue files it by
+    /// this without reading it back.
+    pub priority: u8,
     /// Where its record is.
     pub at: StoredAt,
 }
@@ -208,6 +213,14 @@ impl MessageRef {
             MessageRef::Loaded(m) => m.body_len(),
             MessageRef::Stored(s) => s.body_len,
         })
+    }
+
+    /// Its `priority` property, 0 when it has none (S-PRIO-2).
+    pub fn priority(&self) -> u8 {
+        match self {
+            MessageRef::Loaded(m) => m.properties.priority.unwrap_or(0),
+            MessageRef::Stored(s) => s.priority,
+        }
     }
 
     /// Enqueue time and own TTL: what its deadline is derived from.

@@ -202,15 +202,17 @@ pub enum Effect {
         /// The close to send, with RabbitMQ's text.
         error: BrokerError,
     },
-    /// A queue was declared with arguments wharf accepts and does not act on (S-QQ-6): the
-    /// server logs a warning.
-    ArgumentsIgnored {
+    /// A queue was declared, or a policy set, with an argument or key wharf accepts and does
+    /// nothing with, as RabbitMQ does on a single node (`x-queue-mode`, `x-queue-version`, the policy keys
+    /// `queue-mode`, `queue-version`: S-PRIO-8; the leader locators, in-memory limits and a
+    /// quorum queue's `reject-publish-dlx`: S-QQ-6, S-QQ-8): worth a warning.
+    ArgumentIgnored {
         /// Virtual host.
         vhost: String,
-        /// Queue.
-        queue: String,
-        /// The arguments.
-        arguments: Vec<&'static str>,
+        /// What carried it, in RabbitMQ's words: `queue 'q'` or `policy 'p'`.
+        what: String,
+        /// The argument's or key's name.
+        argument: String,
     },
 }
 

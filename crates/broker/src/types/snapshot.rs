@@ -61,7 +61,8 @@ pub struct Snapshot {
     pub next_message_id: u64,
 }
 
-/// The persistent messages of one logged queue, in queue (= id) order.
+/// The persistent messages of one logged queue, in id order (queue order within each
+/// priority, S-PRIO-6).
 #[derive(Debug, Clone)]
 pub struct QueueSnapshot {
     /// Virtual host.

@@ -493,9 +493,12 @@ impl Run {
                 if self.r.queues[q].is_some() {
                     self.r.bound[q] = bind;
                     Some(o.unwrap())
-                } else {
+                } else if bind {
                     assert_eq!(o.unwrap_err().kind.reply_code(), 404);
                     None
+                } else {
+                    // S-PROTO-2: unbinding from a missing queue answers ok and changes nothing.
+                    Some(o.unwrap())
                 }
             }
             Op::Publish { fanout, queue, ttl } => {

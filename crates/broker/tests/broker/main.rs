@@ -18,5 +18,6 @@ mod broker_common;
 mod broker_amqp;
 mod broker_fuzz;
 mod broker_model;
+mod broker_priority_model;
 mod broker_replay;
 mod broker_semantics;

@@ -276,6 +276,43 @@ fn s_err_1_a_body_over_the_configured_limit_is_refused_at_the_header_as_a_channe
 }
 
 #[test]
+fn s_big_2_the_body_of_a_refused_message_is_discarded_and_the_channel_carries_on() {
+    // RabbitMQ reads the whole refused message before it closes the channel; so do we, without
+    // keeping it: the body frames that follow a refused header are not unexpected frames.
+    let mut a = ContentAssembler::new(CH, 1000);
+    a.push(publish()).unwrap();
+    let err = a.push(header(60, 2500)).unwrap_err();
+    assert!(
+        matches!(err, ProtocolError::MessageTooLarge { .. }),
+        "{err:?}"
+    );
+    assert_eq!(a.push(body(&[7; 1000])).unwrap(), None);
+    assert_eq!(a.gathering_capacity_bytes(), 0, "nothing is kept");
+    assert!(a.is_mid_content());
+    assert_eq!(a.push(body(&[7; 1500])).unwrap(), None);
+    assert!(!a.is_mid_content(), "the announced size arrived");
+    assert!(matches!(
+        a.push(other_method()).unwrap(),
+        Some(Assembled::Method(_))
+    ));
+    // Only the announced size is discarded: a longer body is still an overrun (501), and
+    // anything but a body frame meanwhile is unexpected (505).
+    let mut a = ContentAssembler::new(CH, 10);
+    a.push(publish()).unwrap();
+    a.push(header(60, 20)).unwrap_err();
+    let overrun = a.push(body(&[0; 21])).unwrap_err();
+    assert!(
+        matches!(overrun, ProtocolError::BodyOverrun { .. }),
+        "{overrun:?}"
+    );
+    let mut a = ContentAssembler::new(CH, 10);
+    a.push(publish()).unwrap();
+    a.push(header(60, 20)).unwrap_err();
+    let unexpected = a.push(other_method()).unwrap_err();
+    assert_eq!(unexpected.reply_code(), reply_code::UNEXPECTED_FRAME);
+}
+
+#[test]
 fn a_header_announcing_the_maximum_and_sending_nothing_reserves_nothing_up_front() {
     // Memory follows what arrives: a 16 MiB announcement then small frames must not make the
     // assembler hold 16 MiB.

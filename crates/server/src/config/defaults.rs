@@ -1,8 +1,12 @@
 //! Defaults of every setting (the binary's flags have no defaults of their own, so that a
 //! flag left out lets the file speak).
 
-/// `bind`.
+/// `bind`, when neither the flag nor the file sets it: IPv4 loopback, and IPv6 loopback
+/// (`BIND_IF_AVAILABLE`) where the host has it, since many clients resolve `localhost` to
+/// `::1` first (S-NET-1).
 pub const BIND: &str = "127.0.0.1";
+/// Hosts also listened on by default, skipped with a warning when they cannot be bound.
+pub const BIND_IF_AVAILABLE: &[&str] = &["::1"];
 /// `port`.
 pub const PORT: u16 = 5672;
 /// `data_dir`.

@@ -23,7 +23,9 @@ pub enum SizeSetting {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
-    /// Address to listen on.
+    /// Addresses to listen on: one host, a comma-separated list, or a TOML list of hosts
+    /// (joined with commas here).
+    #[serde(default, deserialize_with = "one_or_many")]
     pub bind: Option<String>,
     /// AMQP port (wider than `u16` so that 70000 is refused by name in `validate`).
     pub port: Option<u32>,
@@ -122,4 +124,21 @@ impl FileConfig {
     pub fn parse(text: &str) -> Result<FileConfig, ConfigError> {
         toml::from_str(text).map_err(ConfigError::Parse)
     }
+}
+
+/// A string, or a list of strings joined with commas (`bind = ["127.0.0.1", "::1"]`).
+fn one_or_many<'de, D>(deserializer: D) -> Result<Option<String>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(Some(match OneOrMany::deserialize(deserializer)? {
+        OneOrMany::One(one) => one,
+        OneOrMany::Many(many) => many.join(","),
+    }))
 }

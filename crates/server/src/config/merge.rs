@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use super::defaults;
 use super::error::{ConfigError, invalid};
-use super::file::{FileConfig, FileTls, SizeSetting};
+use super::file::{FileConfig, FileTls, FileUser, SizeSetting};
 use super::resolved::{Config, TlsConfig};
 use super::values::{FsyncPolicy, byte_size, disk_limit, memory_limit};
 use crate::alarm::MemoryLimit;
@@ -42,6 +42,21 @@ pub struct Overrides {
     pub tls_port: Option<u16>,
 }
 
+/// The hosts to listen on, given or by default (S-NET-1): given ones are all required; the
+/// default's IPv6 loopback is optional.
+fn bind_hosts(given: Option<String>) -> (String, Vec<String>) {
+    match given {
+        Some(hosts) => (hosts, Vec::new()),
+        None => (
+            defaults::BIND.to_owned(),
+            defaults::BIND_IF_AVAILABLE
+                .iter()
+                .map(|&h| h.to_owned())
+                .collect(),
+        ),
+    }
+}
+
 /// Merges flags over the file over the defaults, then validates.
 ///
 /// # Errors
@@ -49,33 +64,7 @@ pub struct Overrides {
 pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> {
     let (checkpoint_log_bytes_min, fsync, message_memory_bytes) = durability(&file)?;
     let prometheus_port = prometheus_port(&file, &flags);
-    let loopback: BTreeSet<String> = match file.loopback_users {
-        Some(listed) => listed.into_iter().collect(),
-        None => defaults::LOOPBACK_USERS
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect(),
-    };
-    let listed_guest = file.users.iter().any(|u| u.name == "guest");
-    // The file's users first, so that `users[i]` in an error is the file's i-th table.
-    let mut users: Vec<User> = file
-        .users
-        .into_iter()
-        .map(|u| User {
-            name: u.name,
-            password: u.password,
-            loopback_only: false,
-            vhosts: u.vhosts.unwrap_or_else(|| vec!["/".to_owned()]),
-            tags: u.tags.unwrap_or_default(),
-            initial_only: false,
-        })
-        .collect();
-    if file.default_user.unwrap_or(true) && !listed_guest {
-        users.extend(Users::default().0);
-    }
-    for u in &mut users {
-        u.loopback_only = loopback.contains(&u.name);
-    }
+    let (users, loopback) = users(file.users, file.default_user, file.loopback_users);
     let disk_free_limit_bytes = match flags.disk_free_limit.map(SizeSetting::Text) {
         Some(flag) => disk_limit(&flag)?,
         None => file
@@ -90,11 +79,10 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
             memory_limit,
         )?,
     };
+    let (bind, bind_if_available) = bind_hosts(flags.bind.or(file.bind));
     let config = Config {
-        bind: flags
-            .bind
-            .or(file.bind)
-            .unwrap_or_else(|| defaults::BIND.to_owned()),
+        bind,
+        bind_if_available,
         port: flags
             .port
             .map(u32::from)
@@ -150,6 +138,42 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
     };
     config.validate()?;
     Ok(config)
+}
+
+/// The users: the file's first (so that `users[i]` in an error is the file's i-th table),
+/// then the default `guest` unless turned off or listed; and the users that may log in
+/// from loopback addresses only.
+fn users(
+    listed: Vec<FileUser>,
+    default_user: Option<bool>,
+    loopback_users: Option<Vec<String>>,
+) -> (Vec<User>, BTreeSet<String>) {
+    let loopback: BTreeSet<String> = match loopback_users {
+        Some(listed) => listed.into_iter().collect(),
+        None => defaults::LOOPBACK_USERS
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
+    };
+    let listed_guest = listed.iter().any(|u| u.name == "guest");
+    let mut users: Vec<User> = listed
+        .into_iter()
+        .map(|u| User {
+            name: u.name,
+            password: u.password,
+            loopback_only: false,
+            vhosts: u.vhosts.unwrap_or_else(|| vec!["/".to_owned()]),
+            tags: u.tags.unwrap_or_default(),
+            initial_only: false,
+        })
+        .collect();
+    if default_user.unwrap_or(true) && !listed_guest {
+        users.extend(Users::default().0);
+    }
+    for u in &mut users {
+        u.loopback_only = loopback.contains(&u.name);
+    }
+    (users, loopback)
 }
 
 /// The Prometheus listener's port: the flag, the file's, else 15692; `None` when turned off

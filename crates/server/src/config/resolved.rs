@@ -24,8 +24,10 @@ pub struct TlsConfig {
 /// The resolved configuration, checked by [`Config::validate`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    /// Address to listen on.
+    /// Hosts to listen on, separated by commas; each must bind.
     pub bind: String,
+    /// Hosts also listened on when they can be bound (the default's `::1`).
+    pub bind_if_available: Vec<String>,
     /// AMQP port (0 picks a free one; the log says which).
     pub port: u32,
     /// Data directory.
@@ -84,14 +86,24 @@ impl Config {
             .map_err(|_| invalid("heartbeat_secs", "above 65535"))?;
         let mgmt_port =
             u16::try_from(self.mgmt_port).map_err(|_| invalid("mgmt_port", "above 65535"))?;
-        let address = |port: u16| {
-            if self.bind.contains(':') {
-                format!("[{}]:{port}", self.bind)
+        let host_port = |host: &str, port: u16| {
+            let host = host.trim();
+            if host.contains(':') {
+                format!("[{host}]:{port}")
             } else {
-                format!("{}:{port}", self.bind)
+                format!("{host}:{port}")
             }
         };
-        let mut server = ServerConfig::new(address(port), self.data_dir.clone());
+        // The management API and AMQPS listen on the first host.
+        let first = self.bind.split(',').next().unwrap_or_default();
+        let address = |port: u16| host_port(first, port);
+        let all: Vec<String> = self.bind.split(',').map(|h| host_port(h, port)).collect();
+        let mut server = ServerConfig::new(all.join(","), self.data_dir.clone());
+        server.bind_if_available = self
+            .bind_if_available
+            .iter()
+            .map(|h| host_port(h, port))
+            .collect();
         // The management API listens on the same address as AMQP.
         server.mgmt_bind = Some(address(mgmt_port));
         if let Some(port) = self.prometheus_port {

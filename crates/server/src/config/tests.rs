@@ -558,3 +558,49 @@ fn s_ops_1_prometheus_listens_on_15692_unless_moved_or_turned_off() {
         "{e}"
     );
 }
+
+#[test]
+fn s_net_1_bind_takes_one_host_or_a_list_and_defaults_to_both_loopbacks() {
+    // Default: 127.0.0.1 required, ::1 where the host has IPv6.
+    let s = merge(FileConfig::default(), Overrides::default())
+        .unwrap()
+        .server_config()
+        .unwrap();
+    assert_eq!(s.bind, "127.0.0.1:5672");
+    assert_eq!(s.bind_if_available, vec!["[::1]:5672".to_owned()]);
+    // A list in the file, a comma-separated flag: every host required, none optional.
+    let file = FileConfig::parse("bind = [\"127.0.0.1\", \"::1\"]\nport = 5680\n").unwrap();
+    let s = merge(file, Overrides::default())
+        .unwrap()
+        .server_config()
+        .unwrap();
+    assert_eq!(s.bind, "127.0.0.1:5680,[::1]:5680");
+    assert!(s.bind_if_available.is_empty());
+    assert_eq!(
+        s.mgmt_bind.as_deref(),
+        Some("127.0.0.1:15672"),
+        "first host"
+    );
+    let flags = Overrides {
+        bind: Some("::1, 127.0.0.1".into()),
+        ..Overrides::default()
+    };
+    let s = merge(FileConfig::default(), flags)
+        .unwrap()
+        .server_config()
+        .unwrap();
+    assert_eq!(s.bind, "[::1]:5672,127.0.0.1:5672");
+    assert!(s.bind_if_available.is_empty());
+    // One host, as before.
+    let file = FileConfig::parse("bind = \"0.0.0.0\"").unwrap();
+    let s = merge(file, Overrides::default())
+        .unwrap()
+        .server_config()
+        .unwrap();
+    assert_eq!(s.bind, "0.0.0.0:5672");
+    assert!(s.bind_if_available.is_empty());
+    for bad in ["bind = \"127.0.0.1,\"", "bind = []"] {
+        let e = merge(FileConfig::parse(bad).unwrap(), Overrides::default()).unwrap_err();
+        assert!(e.to_string().contains("bind"), "{bad}: {e}");
+    }
+}

@@ -47,8 +47,11 @@ impl Config {
                 return Err(invalid(key, format!("{value} is above 65535")));
             }
         }
-        if self.bind.is_empty() {
-            return Err(invalid("bind", "must not be empty"));
+        if self.bind.split(',').any(|host| host.trim().is_empty()) {
+            return Err(invalid(
+                "bind",
+                "must not be empty (nor hold an empty host)",
+            ));
         }
         self.validate_limits()?;
         let mut seen = BTreeSet::new();

@@ -10,10 +10,11 @@ use tokio::sync::oneshot;
 use tracing::{info, warn};
 
 use super::admission::Admission;
-use super::{Phase, Reader};
+use super::{ConnLimits, Phase, Reader};
 use crate::convert::{Close, broker_error_close, short};
 use crate::core::{CoreMsg, OpenConn};
 use crate::methods::MethodId;
+use wharf_base::limits;
 use wharf_protocol::{self as protocol, ChannelId, Frame, reply_code};
 
 impl Reader {
@@ -27,10 +28,11 @@ impl Reader {
             "connection.blocked",
             "authentication_failure_close",
             "per_consumer_qos",
+            // S-DRT: the `amq.rabbitmq.reply-to` pseudo-queue.
+            "direct_reply_to",
         ] {
             caps.insert(short(cap), AMQPValue::Boolean(true));
         }
-        caps.insert(short("direct_reply_to"), AMQPValue::Boolean(false));
         let mut props = WireTable::default();
         let text = |s: &str| AMQPValue::LongString(LongString::from(s.as_bytes().to_vec()));
         props.insert(short("product"), text("wharf"));
@@ -162,11 +164,15 @@ impl Reader {
     }
 
     pub(super) fn on_tune_ok(&mut self, t: &connection::TuneOk) {
-        self.channel_max = match t.channel_max {
-            0 => self.ctx.limits.channel_max,
-            n => n.min(self.ctx.limits.channel_max),
-        };
-        self.frame_max = protocol::effective_frame_max(t.frame_max).min(self.ctx.limits.frame_max);
+        if let Some(text) = tune_ok_refusal(t, self.ctx.limits) {
+            // S-PROTO-4: the spec says the server closes the socket "without attempting a
+            // negotiated close"; RabbitMQ does, and logs this text.
+            warn!(%text, "failed to negotiate connection parameters");
+            self.phase = Phase::Done;
+            return;
+        }
+        self.channel_max = t.channel_max;
+        self.frame_max = t.frame_max;
         self.heartbeat = (t.heartbeat > 0).then(|| Duration::from_secs(u64::from(t.heartbeat)));
         let _ = self.heartbeat_tx.send(self.heartbeat);
         self.phase = Phase::Open;
@@ -246,6 +252,45 @@ impl Reader {
             Err(_) => self.phase = Phase::Done,
         }
     }
+}
+
+/// Why `tune-ok` is refused, in RabbitMQ's words (`rabbit_reader`'s
+/// `validate_negotiated_integer_value`), or `None`: `frame_max` below the spec's 4096 or
+/// above (or 0, "no limit", against) what we offered, then the same for `channel_max`
+/// (at least 1). Offered values are never 0, so a client's 0 is always more than offered.
+fn tune_ok_refusal(t: &connection::TuneOk, offered: ConnLimits) -> Option<String> {
+    let check = |field: &str, value: u32, min: u32, max: u32| {
+        let detail = if field == "channel_max" && value == 0 {
+            " (no limit)"
+        } else {
+            ""
+        };
+        if value != 0 && value < min {
+            Some(format!(
+                "negotiated {field} = {value}{detail} is lower than the minimum allowed value ({min})"
+            ))
+        } else if value == 0 || value > max {
+            Some(format!(
+                "negotiated {field} = {value}{detail} is higher than the maximum allowed value ({max})"
+            ))
+        } else {
+            None
+        }
+    };
+    check(
+        "frame_max",
+        t.frame_max,
+        limits::FRAME_BYTES_MIN,
+        offered.frame_max,
+    )
+    .or_else(|| {
+        check(
+            "channel_max",
+            u32::from(t.channel_max),
+            1,
+            u32::from(offered.channel_max),
+        )
+    })
 }
 
 /// SASL PLAIN: `authzid NUL authcid NUL password`.

@@ -26,6 +26,7 @@ mod running;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
@@ -112,6 +113,11 @@ enum Phase {
     Running,
     /// We sent `connection.close`: only `close-ok` (or `close`) matters now.
     Closing,
+    /// A frame could not be decoded, so the byte stream cannot be trusted: we sent (or are
+    /// sending) `connection.close` and decode nothing more. What arrives is read and dropped
+    /// until the client hangs up or the close wait ends, so that the close frame reaches it
+    /// (S-PROTO-5).
+    Draining,
     Done,
 }
 
@@ -243,6 +249,9 @@ impl Reader {
 
     async fn run<R: AsyncRead + Unpin>(&mut self, mut sock: R) {
         let mut buf = BytesMut::with_capacity(64 * 1024);
+        // Once we sent `connection.close`: how long the client has, however much it keeps
+        // sending, to answer close-ok or hang up (S-PROTO-5).
+        let mut close_wait: Option<Pin<Box<tokio::time::Sleep>>> = None;
         loop {
             self.process(&mut buf).await;
             self.hold_while_alarm().await;
@@ -264,7 +273,16 @@ impl Reader {
             // never get here (they pause at OUTBOX_HIGH_BYTES).
             self.outbox.wait_below(OUTBOX_HARD_BYTES).await;
             let wait = self.read_timeout();
-            let closing = self.phase == Phase::Closing;
+            let closing = matches!(self.phase, Phase::Closing | Phase::Draining);
+            if closing && close_wait.is_none() {
+                close_wait = Some(Box::pin(tokio::time::sleep(limits::CLOSE_OK_WAIT)));
+            }
+            let close_waited = async {
+                match close_wait.as_mut() {
+                    Some(sleep) => sleep.await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 r = tokio::time::timeout(wait, sock.read_buf(&mut buf)) => match r {
                     Err(_) => {
@@ -279,6 +297,7 @@ impl Reader {
                 () = self.outbox.closing(), if !closing => {
                     self.phase = Phase::Closing;
                 }
+                () = close_waited, if closing => return,
             }
         }
     }
@@ -337,7 +356,7 @@ impl Reader {
     /// is closed after missed beats), a bounded handshake, a short wait for `close-ok`.
     fn read_timeout(&self) -> Duration {
         match (self.phase, self.heartbeat) {
-            (Phase::Closing, _) => limits::CLOSE_OK_WAIT,
+            (Phase::Closing | Phase::Draining, _) => limits::CLOSE_OK_WAIT,
             (Phase::Running, Some(hb)) => hb * 2,
             (Phase::Running, None) => Duration::from_secs(u64::from(u32::MAX)),
             _ => limits::HANDSHAKE_WAIT,
@@ -361,6 +380,10 @@ impl Reader {
             }
         }
         while !matches!(self.phase, Phase::Done) {
+            if self.phase == Phase::Draining {
+                buf.clear();
+                return;
+            }
             match protocol::decode(buf, self.frame_max) {
                 Ok(Some(frame)) => self.on_frame(frame).await,
                 Ok(None) => return,
@@ -372,14 +395,15 @@ impl Reader {
         }
     }
 
+    /// A frame that could not be decoded: the connection is closed with the error's code
+    /// (unless it is closing already), and nothing more is decoded (S-PROTO-5).
     fn protocol_error(&mut self, e: &ProtocolError) {
-        if self.phase == Phase::Closing {
-            self.phase = Phase::Done;
-            return;
+        if self.phase != Phase::Closing {
+            debug!(error = %e, "protocol error");
+            let close = Close::new(e.reply_code(), &e.to_string());
+            self.close_connection(close, MethodId::NONE);
         }
-        debug!(error = %e, "protocol error");
-        let close = Close::new(e.reply_code(), &e.to_string());
-        self.close_connection(close, MethodId::NONE);
+        self.phase = Phase::Draining;
     }
 
     /// Closes the connection: through the broker task once it knows us (so the close comes
@@ -408,7 +432,7 @@ impl Reader {
             Phase::Closing => self.on_frame_closing(&frame),
             Phase::Running => self.on_frame_running(frame),
             Phase::StartOk | Phase::TuneOk | Phase::Open => self.on_handshake(frame).await,
-            Phase::Header | Phase::Done => {}
+            Phase::Header | Phase::Draining | Phase::Done => {}
         }
     }
 

@@ -4,7 +4,7 @@
 //! command.
 
 use amq_protocol::protocol::{AMQPClass, channel, connection};
-use tracing::debug;
+use tracing::{debug, info};
 
 use super::{Phase, Reader};
 use crate::auth::{Need, required_permissions};
@@ -106,6 +106,16 @@ impl Reader {
                 // wait for the client to hang up (or CLOSE_OK_WAIT).
                 self.push(0, Op::ClientClose);
                 self.phase = Phase::Closing;
+            }
+            Frame::Method(_, AMQPClass::Connection(connection::AMQPMethod::UpdateSecret(u))) => {
+                // S-PROTO-1: as RabbitMQ with its internal users, the new secret is not
+                // checked (the login was); the update is logged and answered.
+                info!(user = %self.user, reason = %u.reason, "user updated secret");
+                let ok = AMQPClass::Connection(connection::AMQPMethod::UpdateSecretOk(
+                    connection::UpdateSecretOk {},
+                ));
+                self.outbox
+                    .send(|b| protocol::encode_method(b, ChannelId(0), &ok));
             }
             Frame::Heartbeat
             | Frame::Method(

@@ -241,13 +241,13 @@ fn log_effect(effect: &Effect) {
                 debug!(%vhost, %queue, id = id.0, reason = reason.name(), ?fate, "message died");
             }
         }
-        Effect::ArgumentsIgnored {
+        Effect::ArgumentIgnored {
             vhost,
-            queue,
-            arguments,
+            what,
+            argument,
         } => {
-            warn!(%vhost, %queue, ?arguments,
-                    "queue arguments accepted and not acted on: they change nothing on a single node");
+            warn!(%vhost, %what, %argument,
+                "argument accepted and not acted on: it changes nothing here, as on a one-node RabbitMQ");
         }
         _ => {}
     }

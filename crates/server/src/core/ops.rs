@@ -322,7 +322,9 @@ impl Core {
     fn topic_refusal(&self, conn: u64, cmd: &Command) -> Option<Close> {
         let access = self.access.as_ref().filter(|a| a.has_topic_permissions())?;
         let (vhost, exchange, key, write) = match cmd {
-            Command::Publish(p) => (&p.vhost, &p.exchange, &p.routing_key, true),
+            Command::Publish(p) | Command::PublishOn { publish: p, .. } => {
+                (&p.vhost, &p.exchange, &p.routing_key, true)
+            }
             Command::QueueBind {
                 vhost,
                 exchange,
@@ -357,7 +359,10 @@ impl Core {
 
     pub(super) fn publish(&mut self, conn: u64, ch: u16, p: Publish) {
         let (body_bytes, mandatory) = (p.body.len(), p.mandatory);
-        let cmd = Command::Publish(p);
+        let cmd = Command::PublishOn {
+            chan: ChanRef::new(conn, ch),
+            publish: p,
+        };
         if let Some(close) = self.topic_refusal(conn, &cmd) {
             self.fail(conn, ch, &close, MethodId::BASIC_PUBLISH);
             return;

@@ -8,14 +8,26 @@ use amq_protocol::protocol::{AMQPClass, basic};
 use super::id::MethodId;
 use super::scope::{Method, Scope};
 use crate::convert::{short, table_from_wire};
-use wharf_broker::{Command, Reply};
+use base64::Engine as _;
+use wharf_broker::{Command, REPLY_QUEUE, Reply};
+
+/// A fresh reply-name suffix (S-DRT-2): 16 random bytes, URL-safe base64, so that a reply
+/// name cannot be guessed by another client. Empty if the system has no randomness to give
+/// (the broker then refuses the consume with 541).
+fn reply_suffix() -> String {
+    let mut key = [0u8; 16];
+    match getrandom::fill(&mut key) {
+        Ok(()) => base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key),
+        Err(_) => String::new(),
+    }
+}
 
 /// A basic-class method without content.
 pub(super) fn from_wire(m: basic::AMQPMethod, scope: &Scope<'_>) -> Method {
     let chan = scope.chan;
     let (cmd, nowait) = match m {
-        // amq-protocol drops prefetch_size (RabbitMQ refuses a non-zero one with 540); it is
-        // not seen here.
+        // amq-protocol drops prefetch_size; the decoder refuses a non-zero one with 540 as
+        // RabbitMQ does (S-PROTO-3), so it is 0 here.
         basic::AMQPMethod::Qos(q) => (
             Command::Qos {
                 chan,
@@ -23,6 +35,16 @@ pub(super) fn from_wire(m: basic::AMQPMethod, scope: &Scope<'_>) -> Method {
                 global: q.global,
             },
             false,
+        ),
+        // S-DRT-1: the direct reply-to pseudo-queue is the channel's own consumer.
+        basic::AMQPMethod::Consume(c) if c.queue.as_str() == REPLY_QUEUE => (
+            Command::ReplyConsume {
+                chan,
+                consumer_tag: c.consumer_tag.to_string(),
+                no_ack: c.no_ack,
+                suffix: reply_suffix(),
+            },
+            c.nowait,
         ),
         basic::AMQPMethod::Consume(c) => (
             Command::Consume {

@@ -475,7 +475,7 @@ fn plan<'a>(defs: &Map<String, JsonValue>, into: Option<&'a str>) -> Result<Impo
 }
 
 async fn apply(api: &Api, import: Import<'_>) -> Result<Response, ApiError> {
-    let mut warnings = import.warnings;
+    let warnings = import.warnings;
     for cmd in import.cmds {
         api.command(cmd).await?;
     }

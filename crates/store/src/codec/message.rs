@@ -100,12 +100,14 @@ fn get_opt_name(
 
 /// Steps over encoded properties, checking their structure, without building them (recovery
 /// of a message whose content stays on disk; the full decode when it is read back checks the
-/// rest). Only a headers table is decoded, to find its end.
-fn skip_properties(d: &mut Dec<'_>) -> Result<(), DecodeError> {
+/// rest). Only a headers table is decoded, to find its end. Returns the `priority` property
+/// (0 when absent), which a priority queue needs to file the message (S-PRIO-2).
+fn skip_properties(d: &mut Dec<'_>) -> Result<u8, DecodeError> {
     let mask = d.u16("property mask")?;
     if mask & !PROP_ALL != 0 {
         return Err(d.err("reserved property bit set"));
     }
+    let mut priority = 0;
     for bit in 0..14u16 {
         let b = 1 << bit;
         if mask & b == 0 {
@@ -115,16 +117,17 @@ fn skip_properties(d: &mut Dec<'_>) -> Result<(), DecodeError> {
             PROP_HEADERS => {
                 get_table(d, 1)?;
             }
-            PROP_DELIVERY_MODE | PROP_PRIORITY => {
+            PROP_DELIVERY_MODE => {
                 d.u8("property")?;
             }
+            PROP_PRIORITY => priority = d.u8("priority")?,
             PROP_TIMESTAMP => {
                 d.u64("timestamp")?;
             }
             _ => d.skip_name("property")?,
         }
     }
-    Ok(())
+    Ok(priority)
 }
 
 fn get_properties(d: &mut Dec<'_>) -> Result<Properties, DecodeError> {
@@ -242,7 +245,7 @@ pub(super) fn get_stored_message(
     let (id, enqueued_at_ms, ttl_ms) = get_message_head(d)?;
     d.skip_name("exchange")?;
     d.skip_name("routing key")?;
-    skip_properties(d)?;
+    let priority = skip_properties(d)?;
     let body = d.bytes32("body")?;
     if body.len() > limits::MESSAGE_BODY_BYTES_MAX as usize {
         return Err(d.err("body over limits::MESSAGE_BODY_BYTES_MAX"));
@@ -252,6 +255,7 @@ pub(super) fn get_stored_message(
         enqueued_at_ms,
         ttl_ms,
         body_len: u32::try_from(body.len()).unwrap_or(u32::MAX),
+        priority,
         at,
     })
 }

@@ -23,6 +23,7 @@ mod store_codec;
 mod store_crash;
 mod store_diskfull;
 mod store_golden;
+mod store_priority;
 mod store_record_size;
 mod store_recovery;
 mod store_replay;

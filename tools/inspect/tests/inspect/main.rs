@@ -16,5 +16,6 @@ mod common;
 mod checkpoint;
 mod corrupt;
 mod golden;
+mod priority;
 mod queues_agree;
 mod usage;

@@ -1,5 +1,5 @@
 //! One or more tests per rule of docs/SEMANTICS.md (S-TTL, S-QEXP, S-DLX, S-LEN, S-POL,
-//! S-SCHED, S-CONS, S-QQ), a file per family, each test named after its id, driven through the public
+//! S-SCHED, S-CONS, S-QQ, S-PRIO), a file per family, each test named after its id, driven through the public
 //! `Broker` API with explicit `now` values (no clock, no sleep). Invariants are checked after
 //! every step by the helper.
 
@@ -27,6 +27,7 @@ mod consumers;
 mod dead_letter;
 mod length;
 mod policies;
+mod priority;
 mod queue_expiry;
 mod quorum;
 mod scheduling;

@@ -1,0 +1,16 @@
+//! A small deterministic generator (splitmix64) for shuffles and random priorities; no
+//! dependency needed. Pure.
+
+/// splitmix64: one `u64` of state, a full-period sequence.
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    /// The next value.
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
