@@ -283,3 +283,37 @@ async fn s_ui_6_the_dashboard_is_served_at_the_root() {
     assert_eq!(missing.status, 404);
     assert_eq!(missing.json()["error"], "Object Not Found");
 }
+
+/// S-UI-1 with S-PRIO: a priority queue browses in its delivery order, highest priority first.
+#[tokio::test]
+async fn s_ui_1_a_priority_queue_browses_in_delivery_order() {
+    let (server, admin) = start().await;
+    let (_conn, ch) = server.channel().await;
+    let mut args = LapinTable::default();
+    args.insert("x-max-priority".into(), AMQPValue::ShortShortUInt(5));
+    ch.queue_declare(
+        "b7".into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..QueueDeclareOptions::default()
+        },
+        args,
+    )
+    .await
+    .unwrap();
+    fill(&ch, "b7", 6).await;
+    let page = get_json(&admin, &browse_path("b7", "")).await;
+    let ids: Vec<&str> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["properties"]["message_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["m2", "m5", "m1", "m4", "m0", "m3"]);
+    let first = ch
+        .basic_get("b7".into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.delivery.data, b"{\"n\":2}");
+}
