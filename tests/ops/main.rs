@@ -15,5 +15,6 @@ mod mgmt_api;
 mod mgmt_tls;
 mod prometheus;
 mod rabbitmqadmin;
+mod ui_browser;
 mod wharfctl;
 mod wharfctl_habits;

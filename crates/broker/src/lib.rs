@@ -62,7 +62,7 @@
 //! - `broker/`: [`Broker`]: its state (`mod.rs`, `state.rs`) and one file per domain with
 //!   its `impl Broker` block (vhosts, connections, exchanges and bindings, queues, policies,
 //!   access, publish, delivery, expiry, dead-lettering, scheduling, replay, recovery, paging,
-//!   snapshot, invariants, queries).
+//!   snapshot, invariants, queries, browse: a page of a queue read without consuming it).
 //! - `types/`: the public vocabulary (ids, messages, commands, outcomes, events, query
 //!   results, snapshots).
 //! - `args/`: queue arguments, expiration, policy definitions, redeclare equivalence;
@@ -83,7 +83,7 @@ pub use args::{
     Overflow, QUORUM_DELIVERY_LIMIT, QueueKind, QueueSettings, noop_policy_key, parse_policy,
     parse_queue_args,
 };
-pub use broker::{Broker, REPLY_QUEUE};
+pub use broker::{Broker, BrowsedMessage, QueueBrowse, REPLY_QUEUE};
 pub use error::{BrokerError, ErrorKind};
 pub use routing::{TopicIndex, topic_matches};
 pub use types::{

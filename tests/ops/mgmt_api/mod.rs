@@ -106,6 +106,7 @@ async fn ready_via_amqp(ch: &Channel, queue: &str) -> u32 {
 }
 
 mod access;
+mod browse;
 mod connections;
 mod definitions;
 mod exchanges;

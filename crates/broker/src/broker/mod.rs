@@ -19,6 +19,7 @@
 //! Must not depend on `protocol`, `wal`, `store`, `server`, a clock or any I/O.
 
 mod access;
+mod browse;
 mod connections;
 mod consumers;
 mod dead_letter;
@@ -43,6 +44,8 @@ mod snapshot;
 mod state;
 mod topic_access;
 mod vhosts;
+
+pub use self::browse::{BrowsedMessage, QueueBrowse};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

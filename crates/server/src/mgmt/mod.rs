@@ -21,6 +21,9 @@
 //!   `vhosts.rs`, `queues.rs`, `exchanges.rs`, `bindings.rs`, `policies.rs` (user and
 //!   operator policies, one generic family), `connections.rs` (and channels, consumers),
 //!   `users.rs` (and permissions, topic permissions).
+//! - `browse.rs`: `/api/queues/{vhost}/{name}/browse`, a page of a queue read without
+//!   consuming it (S-UI).
+//! - `ui.rs`: the dashboard's static files at `/` (S-UI).
 //! - `definitions.rs`: `/api/definitions` export and import.
 //! - `json.rs`: broker values and listings as RabbitMQ's JSON, and JSON to field tables.
 //! - `node.rs`: `/api/nodes/{name}`, the node's resource figures.
@@ -29,6 +32,7 @@
 
 mod api;
 mod bindings;
+mod browse;
 mod clock;
 mod connections;
 mod definitions;
@@ -45,6 +49,7 @@ mod queues;
 mod rates;
 mod reply;
 mod serve;
+mod ui;
 mod users;
 mod vhosts;
 

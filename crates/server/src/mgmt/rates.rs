@@ -59,6 +59,11 @@ impl Rates {
             ("publish", counters.published, old.published),
             ("deliver_get", counters.delivered, old.delivered),
             ("ack", counters.acked, old.acked),
+            // The dashboard's other series (S-UI-5): RabbitMQ's names, then wharf's own.
+            ("confirm", counters.confirmed, old.confirmed),
+            ("redeliver", counters.redelivered, old.redelivered),
+            ("expired", counters.expired, old.expired),
+            ("dead_lettered", counters.dead_lettered, old.dead_lettered),
         ] {
             map.insert(name.to_owned(), json!(new));
             map.insert(
@@ -96,5 +101,28 @@ mod tests {
         assert_eq!(next["publish_details"]["rate"], 20.0 / 6.0);
         let after = rates.message_stats(21_000, counters(20));
         assert_eq!(after["publish_details"]["rate"], 0.0);
+    }
+
+    #[test]
+    fn s_ui_5_message_stats_carry_the_dashboard_series() {
+        let rates = Rates::default();
+        rates.message_stats(0, MessageCounters::default());
+        let now = MessageCounters {
+            confirmed: 10,
+            redelivered: 5,
+            expired: 20,
+            dead_lettered: 15,
+            ..MessageCounters::default()
+        };
+        let stats = rates.message_stats(5_000, now);
+        for (name, count, rate) in [
+            ("confirm", 10, 2.0),
+            ("redeliver", 5, 1.0),
+            ("expired", 20, 4.0),
+            ("dead_lettered", 15, 3.0),
+        ] {
+            assert_eq!(stats[name], count, "{name}");
+            assert_eq!(stats[format!("{name}_details")]["rate"], rate, "{name}");
+        }
     }
 }

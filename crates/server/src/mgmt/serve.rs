@@ -13,9 +13,9 @@ use tracing::{info, warn};
 use super::api::{Api, ApiError, CoreSender, MgmtConfig};
 use super::https;
 use super::{
-    bindings, clock, connections, definitions, exchanges, health, metrics, node, overview,
+    bindings, browse, clock, connections, definitions, exchanges, health, metrics, node, overview,
 };
-use super::{policies, queues, users, vhosts};
+use super::{policies, queues, ui, users, vhosts};
 use crate::error::ServerError;
 
 /// The management API's listeners, once bound.
@@ -112,6 +112,7 @@ fn router(api: Api) -> Router {
         .merge(node_routes())
         .merge(entity_routes())
         .merge(access_routes())
+        .merge(ui::routes())
         .fallback(|| async { ApiError::NotFound })
         .with_state(api)
 }
@@ -168,6 +169,10 @@ fn entity_routes() -> Router<Api> {
         .route(
             "/api/queues/{vhost}/{name}/contents",
             axum::routing::delete(queues::queue_purge),
+        )
+        .route(
+            "/api/queues/{vhost}/{name}/browse",
+            get(browse::queue_browse),
         )
         .route(
             "/api/queues/{vhost}/{name}/get",
