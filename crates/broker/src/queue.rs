@@ -196,6 +196,11 @@ impl Ready {
         self.ttl_ms
     }
 
+    /// The id of the newest slot, settled ones included: [`Ready::push_back`] needs a newer id.
+    pub fn last_slot_id(&self) -> Option<MessageId> {
+        self.slots.back().map(|e| e.id)
+    }
+
     /// Appends a message newer than every message in the queue.
     pub fn push_back(&mut self, msg: MessageRef, delivery_count: u32, redelivered: bool) {
         let id = msg.id();

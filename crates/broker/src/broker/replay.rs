@@ -428,13 +428,9 @@ impl Broker {
             .get(queue)
             .ok_or_else(|| corrupt("message for an unknown queue"))?;
         let q = self.queues.get_mut(&qid).expect("vhost map is consistent");
-        // next_back, not last: replay must stay linear in the number of messages.
-        if q.ready.front().is_some()
-            && q.ready
-                .iter()
-                .next_back()
-                .is_some_and(|(m, _)| m.id() >= msg.id())
-        {
+        // The newest slot, settled ones included (a damaged log may repeat a settled id):
+        // `push_back` asserts the order, and a file must never reach an assertion (S-ERR-2).
+        if q.ready.last_slot_id().is_some_and(|last| last >= msg.id()) {
             return Err(corrupt("message ids out of order"));
         }
         q.ready.push_back(msg, delivery_count, redelivered);

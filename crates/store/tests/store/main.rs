@@ -22,6 +22,7 @@ mod store_checkpoint;
 mod store_codec;
 mod store_crash;
 mod store_diskfull;
+mod store_fuzz_regressions;
 mod store_golden;
 mod store_record_size;
 mod store_recovery;
