@@ -1,5 +1,5 @@
 //! Fuzzes recovery of a whole data directory: the input is split at each `WSEP` into files
-//! (segments `…01.wal`, `…02.wal`, …; a chunk starting with `MARK` becomes `durable.mark`, one
+//! (`FILE<name>\0<bytes>` names its file; otherwise segments `…01.wal`, `…02.wal`, …; a chunk starting with `MARK` becomes `durable.mark`, one
 //! starting with `CKPT` a checkpoint), placed on the simulated disk, and the store is opened
 //! through the real recovery path (checkpoint, log scan, replay into the broker), strictly and
 //! in salvage mode. It must recover or refuse with an error, never panic; what it recovers is
@@ -29,7 +29,16 @@ fn chunks(data: &[u8]) -> Vec<&[u8]> {
 fn place(sim: &SimStorage, dir: &PathBuf, data: &[u8]) {
     let mut segment = 0u64;
     for chunk in chunks(data).into_iter().take(8) {
-        let (name, bytes) = if let Some(mark) = chunk.strip_prefix(b"MARK") {
+        let named = chunk.strip_prefix(b"FILE").and_then(|c| {
+            let end = c.iter().take(40).position(|&b| b == 0)?;
+            Some((
+                String::from_utf8_lossy(&c[..end]).into_owned(),
+                &c[end + 1..],
+            ))
+        });
+        let (name, bytes) = if let Some((name, bytes)) = named {
+            (name, bytes)
+        } else if let Some(mark) = chunk.strip_prefix(b"MARK") {
             (MARK_FILE_NAME.to_owned(), mark)
         } else if let Some(ckpt) = chunk.strip_prefix(b"CKPT") {
             (checkpoint::file_name(Lsn(segment * 3 + 1)), ckpt)

@@ -34,10 +34,10 @@ fn seeds_for_the_fuzz_targets() {
             let bytes = sim.file_bytes(&dir.join(name)).unwrap();
             if name.ends_with(".checkpoint") {
                 write(&out, "checkpoint_decode", &format!("{seed}-{name}"), &bytes);
-                whole.extend_from_slice(b"CKPT");
-            } else if name == "durable.mark" {
-                whole.extend_from_slice(b"MARK");
             }
+            whole.extend_from_slice(b"FILE");
+            whole.extend_from_slice(name.as_bytes());
+            whole.push(0);
             whole.extend_from_slice(&bytes);
             whole.extend_from_slice(b"WSEP");
         }

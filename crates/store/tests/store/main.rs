@@ -21,6 +21,7 @@ mod broker_common;
 mod store_checkpoint;
 mod store_codec;
 mod store_crash;
+mod store_decoder_props;
 mod store_diskfull;
 mod store_fuzz_regressions;
 mod store_golden;

@@ -15,13 +15,22 @@ use wharf_wal::{Lsn, MARK_FILE_NAME, SegmentId, SimStorage, WalConfig, segment_f
 
 /// `fuzz/fuzz_targets/store_recovery.rs`'s layout: files separated by `WSEP`; `MARK…` is the
 /// durable mark, `CKPT…` a checkpoint, anything else the next segment.
-fn place(sim: &SimStorage, dir: &Path, data: &[u8]) {
+pub(crate) fn place(sim: &SimStorage, dir: &Path, data: &[u8]) {
     let mut segment = 0u64;
     let mut rest = data;
     for _ in 0..8 {
         let at = rest.windows(4).position(|w| w == b"WSEP");
         let chunk = at.map_or(rest, |at| &rest[..at]);
-        let (name, bytes) = if let Some(mark) = chunk.strip_prefix(b"MARK") {
+        let named = chunk.strip_prefix(b"FILE").and_then(|c| {
+            let end = c.iter().take(40).position(|&b| b == 0)?;
+            Some((
+                String::from_utf8_lossy(&c[..end]).into_owned(),
+                &c[end + 1..],
+            ))
+        });
+        let (name, bytes) = if let Some((name, bytes)) = named {
+            (name, bytes)
+        } else if let Some(mark) = chunk.strip_prefix(b"MARK") {
             (MARK_FILE_NAME.to_owned(), mark)
         } else if let Some(ckpt) = chunk.strip_prefix(b"CKPT") {
             (checkpoint::file_name(Lsn(segment * 3 + 1)), ckpt)
@@ -35,7 +44,10 @@ fn place(sim: &SimStorage, dir: &Path, data: &[u8]) {
     }
 }
 
-fn recover(data: &[u8]) {
+/// Recovers the directory `data` describes, strictly and in salvage mode; returns whether
+/// the strict recovery succeeded.
+pub(crate) fn recover(data: &[u8]) -> bool {
+    let mut strict_ok = false;
     for salvage in [false, true] {
         let sim = SimStorage::new(0);
         let config = StoreConfig {
@@ -49,17 +61,19 @@ fn recover(data: &[u8]) {
             ..WalConfig::default()
         };
         if let Ok((store, broker, _)) = Store::open_with(&config, Arc::new(sim), &wal) {
+            strict_ok |= !salvage;
             broker.check_invariants();
             store.close().unwrap();
         }
     }
+    strict_ok
 }
 
 /// S-ERR-2: a log that publishes a message id again after it was settled in the same queue
 /// (a damaged or forged file) is refused as damage, not an assertion in the queue.
 #[test]
 fn s_err_2_a_log_repeating_a_settled_message_id_is_refused_not_a_panic() {
-    recover(include_bytes!(
+    let _ = recover(include_bytes!(
         "../../../../fuzz/regressions/store_recovery/replay-repeated-settled-id"
     ));
 }
