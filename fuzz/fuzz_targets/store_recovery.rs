@@ -10,45 +10,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use wharf_store::{Store, StoreConfig, checkpoint};
-use wharf_wal::{Lsn, MARK_FILE_NAME, SegmentId, SimStorage, WalConfig, segment_file_name};
 
-const SEP: &[u8] = b"WSEP";
-
-fn chunks(data: &[u8]) -> Vec<&[u8]> {
-    let mut out = Vec::new();
-    let mut rest = data;
-    while let Some(at) = rest.windows(SEP.len()).position(|w| w == SEP) {
-        out.push(&rest[..at]);
-        rest = &rest[at + SEP.len()..];
-    }
-    out.push(rest);
-    out
-}
-
-fn place(sim: &SimStorage, dir: &PathBuf, data: &[u8]) {
-    let mut segment = 0u64;
-    for chunk in chunks(data).into_iter().take(8) {
-        let named = chunk.strip_prefix(b"FILE").and_then(|c| {
-            let end = c.iter().take(40).position(|&b| b == 0)?;
-            Some((
-                String::from_utf8_lossy(&c[..end]).into_owned(),
-                &c[end + 1..],
-            ))
-        });
-        let (name, bytes) = if let Some((name, bytes)) = named {
-            (name, bytes)
-        } else if let Some(mark) = chunk.strip_prefix(b"MARK") {
-            (MARK_FILE_NAME.to_owned(), mark)
-        } else if let Some(ckpt) = chunk.strip_prefix(b"CKPT") {
-            (checkpoint::file_name(Lsn(segment * 3 + 1)), ckpt)
-        } else {
-            segment += 1;
-            (segment_file_name(SegmentId(segment)), chunk)
-        };
-        sim.set_file_bytes(&dir.join(name), bytes.to_vec());
-    }
-}
+#[path = "data_dir.rs"]
+mod data_dir;
+use wharf_store::{Store, StoreConfig};
+use wharf_wal::{SimStorage, WalConfig};
 
 fuzz_target!(|data: &[u8]| {
     for salvage in [false, true] {
@@ -57,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
             dir: PathBuf::from("/sim/data"),
             salvage,
         };
-        place(&sim, &config.dir, data);
+        data_dir::place(&sim, &config.dir, data);
         let wal = WalConfig {
             segment_bytes_max: wharf_wal::SEGMENT_BYTES_MIN,
             preallocate: false,

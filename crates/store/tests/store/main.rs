@@ -18,6 +18,8 @@ mod store_common;
 #[path = "../../../broker/tests/broker_common/mod.rs"]
 mod broker_common;
 
+#[path = "../../../../fuzz/fuzz_targets/data_dir.rs"]
+mod data_dir;
 mod store_checkpoint;
 mod store_codec;
 mod store_crash;

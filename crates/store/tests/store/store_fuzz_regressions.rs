@@ -7,42 +7,13 @@
     reason = "a test: a failed step is a failed test"
 )]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use wharf_store::{Store, StoreConfig, checkpoint};
-use wharf_wal::{Lsn, MARK_FILE_NAME, SegmentId, SimStorage, WalConfig, segment_file_name};
+use wharf_store::{Store, StoreConfig};
+use wharf_wal::{SimStorage, WalConfig};
 
-/// `fuzz/fuzz_targets/store_recovery.rs`'s layout: files separated by `WSEP`; `MARK…` is the
-/// durable mark, `CKPT…` a checkpoint, anything else the next segment.
-pub(crate) fn place(sim: &SimStorage, dir: &Path, data: &[u8]) {
-    let mut segment = 0u64;
-    let mut rest = data;
-    for _ in 0..8 {
-        let at = rest.windows(4).position(|w| w == b"WSEP");
-        let chunk = at.map_or(rest, |at| &rest[..at]);
-        let named = chunk.strip_prefix(b"FILE").and_then(|c| {
-            let end = c.iter().take(40).position(|&b| b == 0)?;
-            Some((
-                String::from_utf8_lossy(&c[..end]).into_owned(),
-                &c[end + 1..],
-            ))
-        });
-        let (name, bytes) = if let Some((name, bytes)) = named {
-            (name, bytes)
-        } else if let Some(mark) = chunk.strip_prefix(b"MARK") {
-            (MARK_FILE_NAME.to_owned(), mark)
-        } else if let Some(ckpt) = chunk.strip_prefix(b"CKPT") {
-            (checkpoint::file_name(Lsn(segment * 3 + 1)), ckpt)
-        } else {
-            segment += 1;
-            (segment_file_name(SegmentId(segment)), chunk)
-        };
-        sim.set_file_bytes(&dir.join(name), bytes.to_vec());
-        let Some(at) = at else { break };
-        rest = &rest[at + 4..];
-    }
-}
+use crate::data_dir::place;
 
 /// Recovers the directory `data` describes, strictly and in salvage mode; returns whether
 /// the strict recovery succeeded.
