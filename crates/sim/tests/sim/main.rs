@@ -40,7 +40,7 @@ fn seeds() -> Vec<u64> {
 
 /// Seeds of the CI range that fail today, with the words their failure must contain: wharf
 /// bugs the simulation found, outside this harness (see `findings.rs` and the commit). They
-/// are checked to still fail that way, so a fix shows up here as a seed to remove.
+/// are checked to fail only that way (a known seed that passes is reported, not failed).
 ///
 /// - `EndsBeforeDurable`: recovery adopts a segment whose creation was never made durable
 ///   (a write failed while it was being zero-filled, then the process restarted) and never
@@ -85,10 +85,13 @@ fn s_dur_3_s_ttl_4_s_dlx_7_s_disk_4_every_seed_matches_the_model() {
             (Err(v), Some(why)) if v.0.contains(why) && steps() == 150 => {
                 eprintln!("known failure (a wharf bug, not fixed yet): {v}");
             }
-            (Ok(_), Some(why)) if steps() == 150 => failures.push(format!(
-                "seed {seed} passes now: remove it from KNOWN ({why} fixed?)"
-            )),
-            (Ok(stats), _) => add(&mut total, &stats),
+            // Which records a failed fsync takes depends on the writer thread's timing, so a
+            // known seed may pass on a loaded machine: said loudly, not failed.
+            (Ok(stats), Some(why)) => {
+                eprintln!("seed {seed} passed: remove it from KNOWN if {why} is fixed");
+                add(&mut total, &stats);
+            }
+            (Ok(stats), None) => add(&mut total, &stats),
             (Err(v), _) => failures.push(v.0),
         }
     }
