@@ -31,8 +31,10 @@ pub(crate) fn recover(data: &[u8]) -> bool {
             preallocate: false,
             ..WalConfig::default()
         };
-        if let Ok((store, broker, _)) = Store::open_with(&config, Arc::new(sim), &wal) {
+        if let Ok((store, mut broker, _)) = Store::open_with(&config, Arc::new(sim), &wal) {
             strict_ok |= !salvage;
+            // As the server does before it listens (replay leaves queues to be re-indexed).
+            let _ = broker.recovered(1_700_000_000_000);
             broker.check_invariants();
             store.close().unwrap();
         }
@@ -46,5 +48,15 @@ pub(crate) fn recover(data: &[u8]) -> bool {
 fn s_err_2_a_log_repeating_a_settled_message_id_is_refused_not_a_panic() {
     let _ = recover(include_bytes!(
         "../../../../fuzz/regressions/store_recovery/replay-repeated-settled-id"
+    ));
+}
+
+/// A damaged directory the recovery target found: replay leaves a queue to be re-indexed,
+/// which `Broker::recovered` does before anything else (the target checked the broker's
+/// invariants too early). Recovered or refused, it never panics.
+#[test]
+fn s_err_2_a_damaged_directory_recovers_or_is_refused_without_a_panic() {
+    let _ = recover(include_bytes!(
+        "../../../../fuzz/regressions/store_recovery/recovered-queue-left-dirty"
     ));
 }
