@@ -98,6 +98,7 @@ const ARROWS: &[(&str, &[&str])] = &[
         ],
     ),
     ("wharf-perf", &[]),
+    ("wharf-sim", &["wharf-broker", "wharf-store", "wharf-wal"]),
 ];
 
 /// Crates that must stay out of a package's whole dependency tree, with the reason.

@@ -18,10 +18,14 @@ mod store_common;
 #[path = "../../../broker/tests/broker_common/mod.rs"]
 mod broker_common;
 
+#[path = "../../../../fuzz/fuzz_targets/data_dir.rs"]
+mod data_dir;
 mod store_checkpoint;
 mod store_codec;
 mod store_crash;
+mod store_decoder_props;
 mod store_diskfull;
+mod store_fuzz_regressions;
 mod store_golden;
 mod store_priority;
 mod store_record_size;

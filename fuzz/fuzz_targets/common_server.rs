@@ -1,0 +1,67 @@
+//! Shared by the fuzz targets that drive a whole server: one in-process `TestBroker` (manual
+//! clock, simulated disk, management API) on 127.0.0.1, started once per fuzzing process, and
+//! blocking loopback sockets to talk to it. A panic anywhere in the server (any task, any
+//! thread) aborts the process through libFuzzer's panic hook, so it is reported as a crash.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use wharf_server::testing::TestBroker;
+
+pub struct Fixture {
+    pub amqp: SocketAddr,
+    pub mgmt: SocketAddr,
+    _broker: TestBroker,
+    _runtime: tokio::runtime::Runtime,
+}
+
+pub fn fixture() -> &'static Fixture {
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let broker = runtime
+            .block_on(
+                TestBroker::builder()
+                    .manual_clock(1_700_000_000_000)
+                    .configure(|c| {
+                        c.bind = "127.0.0.1:0".into();
+                        c.mgmt_bind = Some("127.0.0.1:0".into());
+                        c.prometheus_bind = None;
+                    })
+                    .start(),
+            )
+            .expect("test broker starts");
+        let server = broker.server().expect("running");
+        Fixture {
+            amqp: server.local_addr(),
+            mgmt: server.mgmt_addr().expect("management API"),
+            _broker: broker,
+            _runtime: runtime,
+        }
+    })
+}
+
+/// Sends `bytes`, then `tail`, and reads until the server closes (or `timeout`: a connection
+/// left waiting for more input is not a failure). Returns what was read.
+pub fn exchange(addr: SocketAddr, bytes: &[u8], tail: &[u8], timeout: Duration) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).expect("the server still accepts connections");
+    s.set_read_timeout(Some(timeout)).ok();
+    s.set_nodelay(true).ok();
+    let _ = s.write_all(bytes);
+    let _ = s.write_all(tail);
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while out.len() < (1 << 20) {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    out
+}

@@ -1,0 +1,48 @@
+//! Fuzzes the definitions import (`POST /api/definitions`, RabbitMQ's JSON): the input is the
+//! request body, sent to an in-process server's management API (`common_server.rs`) as
+//! guest. The server must answer (any status) and never panic (a panic aborts); afterwards
+//! the export still answers 200 and is JSON.
+#![no_main]
+
+#[path = "common_server.rs"]
+mod common_server;
+
+use std::time::Duration;
+
+use libfuzzer_sys::fuzz_target;
+
+/// An import applies every definition and waits for it to be durable: on a loaded machine
+/// that takes a while; an answer later than this is a hang.
+const WAIT: Duration = Duration::from_secs(10);
+
+fn request(method: &str, path: &str, body: &[u8]) -> Vec<u8> {
+    let mut r = format!(
+        "{method} {path} HTTP/1.1\r\nHost: fuzz\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    r.extend_from_slice(body);
+    r
+}
+
+fuzz_target!(|data: &[u8]| {
+    let fx = common_server::fixture();
+    let reply = common_server::exchange(
+        fx.mgmt,
+        &request("POST", "/api/definitions", data),
+        &[],
+        WAIT,
+    );
+    assert!(
+        reply.starts_with(b"HTTP/1.1 "),
+        "no HTTP answer to an import"
+    );
+    let export =
+        common_server::exchange(fx.mgmt, &request("GET", "/api/definitions", &[]), &[], WAIT);
+    assert!(
+        export.starts_with(b"HTTP/1.1 200"),
+        "the export fails after an import: {}",
+        String::from_utf8_lossy(&export[..export.len().min(200)])
+    );
+});
