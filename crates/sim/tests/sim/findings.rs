@@ -62,9 +62,9 @@ fn s_disk_6_records_recovered_from_the_page_cache_then_lost_to_power_are_a_torn_
 /// restarts without a power loss. Recovery adopts that segment as the last one and the new
 /// process appends to it and fsyncs its data, but nothing ever fsyncs the directory: after a
 /// power loss the segment can vanish with records that were confirmed, and the start is
-/// refused (`EndsBeforeDurable`). Seeds of the power loss that drop the entry show it.
+/// refused (`EndsBeforeDurable`). Seeds of the power loss that drop the entry show it. Fixed:
+/// the WAL fsyncs the directory when it reopens the last segment.
 #[test]
-#[ignore = "fails today: a wharf-wal bug found by the simulation (seeds 36, 73, 205), to be fixed in crates/wal"]
 fn s_dur_3_records_fsynced_into_a_segment_adopted_after_a_failed_roll_survive_power_loss() {
     for seed in 0..16u64 {
         check_failed_roll_then_power(seed);

@@ -42,18 +42,11 @@ fn seeds() -> Vec<u64> {
 /// bugs the simulation found, outside this harness (see `findings.rs` and the commit). They
 /// are checked to fail only that way (a known seed that passes is reported, not failed).
 ///
-/// - `EndsBeforeDurable`: recovery adopts a segment whose creation was never made durable
-///   (a write failed while it was being zero-filled, then the process restarted) and never
-///   fsyncs the directory; a power loss then drops the segment with fsynced, confirmed records
-///   and the start is refused (`findings::s_dur_3_records_fsynced_into_a_segment_…`).
 /// - `message store unreadable`: a checkpoint whose directory fsync fails after its rename;
 ///   a later read of a paged-out message fails (the server would stop).
-const KNOWN: [(u64, &str); 6] = [
-    (36, "EndsBeforeDurable"),
-    (73, "EndsBeforeDurable"),
+const KNOWN: [(u64, &str); 3] = [
     (126, "message store unreadable"),
     (146, "message store unreadable"),
-    (205, "EndsBeforeDurable"),
     (267, "message store unreadable"),
 ];
 

@@ -163,8 +163,13 @@ pub(crate) fn prepare_active(
     }
     // Always sync once: the records recovery just handed out may have been read from the page
     // cache after a process crash; they must not vanish in a later power loss, since the layer
-    // above has acted on them.
+    // above has acted on them. The directory too: the segment's own creation may never have
+    // become durable (a write failed while it was being prepared, then the process stopped),
+    // and a power loss would then take the whole file with records synced into it since.
     file.sync_all().map_err(err)?;
+    storage
+        .sync_dir(dir)
+        .map_err(|e| failed(dir, IoOp::SyncDir, e))?;
     assert!(
         at.offset >= SEGMENT_HEADER_BYTES as u64,
         "append position inside the header"
