@@ -42,6 +42,7 @@ impl Broker {
                 unacked_bytes: unacked_bytes.get(&q.id).copied().unwrap_or(0),
                 consumers: u32::try_from(q.consumers.len()).unwrap_or(u32::MAX),
                 kind: q.eff.kind(),
+                stats: q.stats,
             })
             .collect()
     }
@@ -62,6 +63,7 @@ impl Broker {
                 auto_delete: x.auto_delete,
                 internal: x.internal,
                 arguments: x.arguments.clone(),
+                stats: x.stats.clone(),
             })
             .collect()
     }

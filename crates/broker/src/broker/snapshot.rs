@@ -229,6 +229,7 @@ impl Broker {
                     ready_bytes: 0,
                     unacked_bytes: 0,
                     consumers: 0,
+                    stats: crate::QueueStats::default(),
                     ..info
                 };
                 s.queues.push((info, msgs.into_values().collect()));
