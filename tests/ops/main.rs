@@ -16,4 +16,5 @@ mod mgmt_tls;
 mod prometheus;
 mod rabbitmqadmin;
 mod wharfctl;
+mod wharfctl_admin;
 mod wharfctl_habits;

@@ -28,6 +28,12 @@ pub(crate) struct Opts {
     /// `--timeout` / `-t`, seconds (`await_startup`'s wait; ignored elsewhere, as over HTTP
     /// every request has its own bound).
     pub(crate) timeout: Option<String>,
+    /// `--global`: `close_all_connections` in every vhost.
+    pub(crate) global: bool,
+    /// `--limit N`: `close_all_connections` closes at most N.
+    pub(crate) limit: Option<String>,
+    /// `--per-connection-delay MS`: `close_all_connections` waits between two closes.
+    pub(crate) per_connection_delay: Option<String>,
 }
 
 /// A failure with its exit code and message.
@@ -52,6 +58,8 @@ const VALUE_OPTS: &[&str] = &[
     "--formatter",
     "--timeout",
     "-t",
+    "--limit",
+    "--per-connection-delay",
 ];
 
 pub(crate) fn parse(args: &[String]) -> Result<(Opts, Vec<String>), Fail> {
@@ -107,6 +115,9 @@ pub(crate) fn parse(args: &[String]) -> Result<(Opts, Vec<String>), Fail> {
             ("--if-unused", None) => o.if_unused = true,
             ("--help" | "-h", None) => o.help = true,
             ("--timeout" | "-t", v) => o.timeout = v,
+            ("--global", None) => o.global = true,
+            ("--limit", v) => o.limit = v,
+            ("--per-connection-delay", v) => o.per_connection_delay = v,
             // Accepted for rabbitmqctl compatibility; meaningless over HTTP.
             ("--online" | "--local" | "--offline", _) => {}
             (other, _) => return Err(usage(format!("unknown option {other}"))),
@@ -136,6 +147,10 @@ Commands:
   clock show | clock advance DURATION (30m, 1h, 250ms) | clock set MS   (--test-clock only)
   export_definitions FILE|- | import_definitions FILE|-
   ping | await_startup [--timeout S] | report | environment | list_parameters [-p VHOST]
+  close_connection NAME REASON
+  close_all_connections [-p VHOST | --global] [--limit N] [--per-connection-delay MS] REASON
+  set_vm_memory_high_watermark FRACTION | absolute BYTES
+  set_disk_free_limit BYTES | mem_relative FRACTION
   help [COMMAND] (or COMMAND --help): the usage of a command";
 
 pub(crate) fn check_args(pos: &[String], min: usize, max: usize, shape: &str) -> Outcome {

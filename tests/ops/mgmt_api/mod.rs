@@ -114,3 +114,4 @@ mod parity;
 mod policies;
 mod queues;
 mod rabbitmq_import;
+mod stats;
