@@ -17,4 +17,5 @@ mod prometheus;
 mod rabbitmqadmin;
 mod ui_browser;
 mod wharfctl;
+mod wharfctl_admin;
 mod wharfctl_habits;

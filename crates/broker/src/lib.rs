@@ -89,10 +89,11 @@ pub use routing::{TopicIndex, topic_matches};
 pub use types::{
     ApplyTo, BindingInfo, ChanRef, ChannelId, Command, ConnId, ConsumerInfo, DeathFate,
     DeathReason, DelayedType, Delivery, DeliveryTag, DestName, DurableMessage, DurableState,
-    Effect, Event, ExchangeDeclare, ExchangeInfo, ExchangeKind, GetOk, LoggedMessage, Message,
-    MessageId, MessageLoader, MessageRecord, MessageRef, Outcome, PermissionInfo, Placement,
-    PolicyInfo, PolicySpec, Properties, Publish, PublishResult, QueueDeclare, QueueDeletedReason,
-    QueueInfo, QueueSnapshot, RecordSize, Reply, SettleKind, Snapshot, SnapshotMessage, StoredAt,
-    StoredEvent, StoredMessage, StoredSlot, TopicPermissionInfo, UserInfo,
+    Effect, Event, ExchangeDeclare, ExchangeInfo, ExchangeKind, ExchangeStats, GetOk,
+    LoggedMessage, Message, MessageId, MessageLoader, MessageRecord, MessageRef, Outcome,
+    PermissionInfo, Placement, PolicyInfo, PolicySpec, Properties, Publish, PublishResult,
+    QueueDeclare, QueueDeletedReason, QueueInfo, QueueSnapshot, QueueStats, RecordSize, Reply,
+    SettleKind, Snapshot, SnapshotMessage, StoredAt, StoredEvent, StoredMessage, StoredSlot,
+    TopicPermissionInfo, UserInfo,
 };
 pub use value::{FieldTable, Value};

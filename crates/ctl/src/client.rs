@@ -114,8 +114,25 @@ impl Client {
         path: &str,
         body: Option<&JsonValue>,
     ) -> Result<Answer, Unreachable> {
+        self.request_with(method, path, body, &[])
+    }
+
+    /// [`Client::request`] with extra `headers` (name, value).
+    ///
+    /// # Errors
+    /// Nothing answered.
+    pub fn request_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&JsonValue>,
+        headers: &[(&str, &str)],
+    ) -> Result<Answer, Unreachable> {
         let url = format!("{}{}", self.base, path);
-        let builder = ureq::http::Request::builder().method(method).uri(&url);
+        let mut builder = ureq::http::Request::builder().method(method).uri(&url);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
         let builder = match &self.auth {
             Some(a) => builder.header("authorization", a),
             None => builder,

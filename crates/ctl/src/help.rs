@@ -147,6 +147,26 @@ pub(crate) const COMMANDS: &[CommandHelp] = &[
         "Lists topic permissions in a virtual host",
     ),
     (
+        "close_connection",
+        "NAME REASON",
+        "Closes a connection (named as list_connections name shows it), telling the client REASON",
+    ),
+    (
+        "close_all_connections",
+        "[-p VHOST | --global] [--limit N] [--per-connection-delay MS] REASON",
+        "Closes the connections of a vhost, or of every vhost with --global",
+    ),
+    (
+        "set_vm_memory_high_watermark",
+        "FRACTION | absolute BYTES",
+        "Sets the memory alarm's threshold (a fraction of memory, or bytes with units, e.g. 1GB) until restart",
+    ),
+    (
+        "set_disk_free_limit",
+        "BYTES | mem_relative FRACTION",
+        "Sets the free disk space alarm's limit (bytes with units, e.g. 50MB, or a multiple of memory) until restart",
+    ),
+    (
         "export_definitions",
         "FILE|-",
         "Exports definitions in JSON",

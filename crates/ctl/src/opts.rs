@@ -1,5 +1,5 @@
-//! The command line: options anywhere among the positional arguments ([`parse`]), the
-//! usage text, and the argument-count check every command makes.
+//! The command line: options anywhere among the positional arguments ([`parse`], on clap),
+//! the usage text, and the argument-count check every command makes.
 
 use crate::exit::EXIT_USAGE;
 
@@ -28,6 +28,12 @@ pub(crate) struct Opts {
     /// `--timeout` / `-t`, seconds (`await_startup`'s wait; ignored elsewhere, as over HTTP
     /// every request has its own bound).
     pub(crate) timeout: Option<String>,
+    /// `--global`: `close_all_connections` in every vhost.
+    pub(crate) global: bool,
+    /// `--limit N`: `close_all_connections` closes at most N.
+    pub(crate) limit: Option<String>,
+    /// `--per-connection-delay MS`: `close_all_connections` waits between two closes.
+    pub(crate) per_connection_delay: Option<String>,
 }
 
 /// A failure with its exit code and message.
@@ -39,80 +45,113 @@ pub(crate) fn usage(text: impl Into<String>) -> Fail {
     Fail(EXIT_USAGE, text.into())
 }
 
-const VALUE_OPTS: &[&str] = &[
-    "--url",
-    "--cacert",
-    "--username",
-    "-u",
-    "--password",
-    "--vhost",
-    "-p",
-    "--priority",
-    "--apply-to",
-    "--formatter",
-    "--timeout",
-    "-t",
-];
+/// The command line as clap reads it: every option of every command, anywhere among the
+/// positional arguments (rabbitmqctl's habit), the last of a repeated option winning. clap's
+/// own help and version are off: `help` and `--help` are rabbitmqctl's (`crate::help`).
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "wharfctl",
+    no_binary_name = true,
+    disable_help_flag = true,
+    disable_version_flag = true,
+    args_override_self = true
+)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "one field per rabbitmqctl flag, each independent"
+)]
+struct Cli {
+    #[arg(long, allow_hyphen_values = true)]
+    url: Option<String>,
+    #[arg(long, allow_hyphen_values = true)]
+    cacert: Option<String>,
+    #[arg(long, short = 'u', allow_hyphen_values = true)]
+    username: Option<String>,
+    #[arg(long, allow_hyphen_values = true)]
+    password: Option<String>,
+    #[arg(long, short = 'p', allow_hyphen_values = true)]
+    vhost: Option<String>,
+    #[arg(long, allow_hyphen_values = true)]
+    priority: Option<String>,
+    #[arg(long = "apply-to", allow_hyphen_values = true)]
+    apply_to: Option<String>,
+    #[arg(long, allow_hyphen_values = true)]
+    formatter: Option<String>,
+    #[arg(long, short = 't', allow_hyphen_values = true)]
+    timeout: Option<String>,
+    #[arg(long, allow_hyphen_values = true)]
+    limit: Option<String>,
+    #[arg(long = "per-connection-delay", allow_hyphen_values = true)]
+    per_connection_delay: Option<String>,
+    #[arg(long, short = 'q')]
+    quiet: bool,
+    #[arg(long, short = 's')]
+    silent: bool,
+    #[arg(long = "no-table-headers")]
+    no_headers: bool,
+    #[arg(long = "if-empty")]
+    if_empty: bool,
+    #[arg(long = "if-unused")]
+    if_unused: bool,
+    #[arg(long, short = 'h')]
+    help: bool,
+    #[arg(long)]
+    global: bool,
+    /// Accepted for rabbitmqctl compatibility; meaningless over HTTP.
+    #[arg(long)]
+    online: bool,
+    #[arg(long)]
+    local: bool,
+    #[arg(long)]
+    offline: bool,
+    /// The command and its arguments.
+    positional: Vec<String>,
+}
 
 pub(crate) fn parse(args: &[String]) -> Result<(Opts, Vec<String>), Fail> {
-    let mut o = Opts::default();
-    let mut pos = Vec::new();
-    let mut it = args.iter();
-    let mut options_done = false;
-    while let Some(arg) = it.next() {
-        if options_done || !arg.starts_with('-') || arg == "-" {
-            pos.push(arg.clone());
-            continue;
-        }
-        if arg == "--" {
-            options_done = true;
-            continue;
-        }
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n, Some(v.to_owned())),
-            _ => (arg.as_str(), None),
-        };
-        let value = if VALUE_OPTS.contains(&name) {
-            match inline {
-                Some(v) => Some(v),
-                None => Some(
-                    it.next()
-                        .ok_or_else(|| usage(format!("option {name} needs a value")))?
-                        .clone(),
-                ),
-            }
-        } else {
-            None
-        };
-        match (name, value) {
-            ("--url", v) => o.url = v,
-            ("--cacert", v) => o.cacert = v,
-            ("--username" | "-u", v) => o.username = v,
-            ("--password", v) => o.password = v,
-            ("--vhost" | "-p", v) => o.vhost = v,
-            ("--priority", v) => o.priority = v,
-            ("--apply-to", v) => o.apply_to = v,
-            ("--formatter", Some(f)) => match f.as_str() {
-                "json" => o.json = true,
-                "table" | "tsv" => o.json = false,
-                other => return Err(usage(format!("unknown formatter '{other}'"))),
-            },
-            ("--quiet" | "-q", None) => o.quiet = true,
-            ("--silent" | "-s", None) => {
-                o.silent = true;
-                o.quiet = true;
-            }
-            ("--no-table-headers", None) => o.no_headers = true,
-            ("--if-empty", None) => o.if_empty = true,
-            ("--if-unused", None) => o.if_unused = true,
-            ("--help" | "-h", None) => o.help = true,
-            ("--timeout" | "-t", v) => o.timeout = v,
-            // Accepted for rabbitmqctl compatibility; meaningless over HTTP.
-            ("--online" | "--local" | "--offline", _) => {}
-            (other, _) => return Err(usage(format!("unknown option {other}"))),
-        }
+    use clap::Parser as _;
+    let cli = Cli::try_parse_from(args).map_err(|e| usage(clap_error(&e)))?;
+    let json = match cli.formatter.as_deref() {
+        None | Some("table" | "tsv") => false,
+        Some("json") => true,
+        Some(other) => return Err(usage(format!("unknown formatter '{other}'"))),
+    };
+    let opts = Opts {
+        url: cli.url,
+        cacert: cli.cacert,
+        username: cli.username,
+        password: cli.password,
+        vhost: cli.vhost,
+        priority: cli.priority,
+        apply_to: cli.apply_to,
+        json,
+        quiet: cli.quiet || cli.silent,
+        silent: cli.silent,
+        no_headers: cli.no_headers,
+        if_empty: cli.if_empty,
+        if_unused: cli.if_unused,
+        help: cli.help,
+        timeout: cli.timeout,
+        global: cli.global,
+        limit: cli.limit,
+        per_connection_delay: cli.per_connection_delay,
+    };
+    Ok((opts, cli.positional))
+}
+
+/// clap's refusal in rabbitmqctl's words: the option named, without clap's own usage.
+fn clap_error(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ErrorKind};
+    let arg = e
+        .get(ContextKind::InvalidArg)
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let name = arg.split([' ', '=']).next().unwrap_or_default();
+    match e.kind() {
+        ErrorKind::UnknownArgument => format!("unknown option {name}"),
+        ErrorKind::InvalidValue | ErrorKind::NoEquals => format!("option {name} needs a value"),
+        _ => e.kind().to_string(),
     }
-    Ok((o, pos))
 }
 
 /// The command summary printed on usage errors.
@@ -136,6 +175,10 @@ Commands:
   clock show | clock advance DURATION (30m, 1h, 250ms) | clock set MS   (--test-clock only)
   export_definitions FILE|- | import_definitions FILE|-
   ping | await_startup [--timeout S] | report | environment | list_parameters [-p VHOST]
+  close_connection NAME REASON
+  close_all_connections [-p VHOST | --global] [--limit N] [--per-connection-delay MS] REASON
+  set_vm_memory_high_watermark FRACTION | absolute BYTES
+  set_disk_free_limit BYTES | mem_relative FRACTION
   help [COMMAND] (or COMMAND --help): the usage of a command";
 
 pub(crate) fn check_args(pos: &[String], min: usize, max: usize, shape: &str) -> Outcome {
@@ -151,4 +194,58 @@ pub(crate) fn check_args(pos: &[String], min: usize, max: usize, shape: &str) ->
 
 pub(crate) fn arg(pos: &[String], i: usize) -> &str {
     pos.get(i).map_or("", String::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn options_go_anywhere_and_the_last_one_wins() {
+        let (o, pos) = parse(&args(&[
+            "list_queues",
+            "-p",
+            "a",
+            "name",
+            "--vhost=b",
+            "-q",
+            "--formatter",
+            "json",
+        ]))
+        .ok()
+        .unwrap();
+        assert_eq!(pos, args(&["list_queues", "name"]));
+        assert_eq!(o.vhost.as_deref(), Some("b"));
+        assert!(o.quiet && o.json);
+        let (o, pos) = parse(&args(&["export_definitions", "-", "--password", "-x"]))
+            .ok()
+            .unwrap();
+        assert_eq!(pos, args(&["export_definitions", "-"]));
+        assert_eq!(o.password.as_deref(), Some("-x"));
+        let (_, pos) = parse(&args(&["set_policy", "--", "-odd", "x"]))
+            .ok()
+            .unwrap();
+        assert_eq!(pos, args(&["set_policy", "-odd", "x"]));
+    }
+
+    #[test]
+    fn bad_options_are_usage_errors() {
+        for (a, text) in [
+            (&["ping", "--bogus"][..], "unknown option --bogus"),
+            (&["ping", "--url"], "option --url needs a value"),
+            (&["ping", "--formatter", "xml"], "unknown formatter 'xml'"),
+        ] {
+            match parse(&args(a)) {
+                Err(Fail(code, t)) => {
+                    assert_eq!(code, EXIT_USAGE, "{a:?}");
+                    assert_eq!(t, text, "{a:?}");
+                }
+                Ok(_) => panic!("{a:?} parsed"),
+            }
+        }
+    }
 }

@@ -114,6 +114,22 @@ pub struct ChannelInfo {
     pub transactional: bool,
     /// Has published at least once (a publisher, as RabbitMQ counts them).
     pub publishing: bool,
+    /// Its message counts since it opened (S-MGMT-8).
+    pub stats: ChannelStats,
+}
+
+/// A channel's message counts since it opened, bumped where the broker task already holds
+/// the channel's state (S-MGMT-8): RabbitMQ's per-channel `message_stats`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ChannelStats {
+    /// `basic.publish` methods handled.
+    pub publish: u64,
+    /// Messages handed to its consumers and fetched by `basic.get`.
+    pub deliver_get: u64,
+    /// Of those, flagged `redelivered`.
+    pub redeliver: u64,
+    /// Messages it acknowledged by `basic.ack`.
+    pub ack: u64,
 }
 
 /// One open connection as the broker task knows it.

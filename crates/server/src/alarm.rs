@@ -168,6 +168,8 @@ pub enum AlarmSource {
 struct Sources {
     disk: bool,
     memory: bool,
+    /// The limits in force (changed at runtime by [`ResourceControl::set`]).
+    limits: Limits,
     /// Raised by hand (`ServerHandle::set_blocked`), with its reason.
     manual: Option<String>,
     /// The monitor's last samples (`None`: not measured yet, or the probe failed).
@@ -228,6 +230,22 @@ impl Alarms {
     /// Raises (`Some(reason)`) or clears (`None`) the alarm raised by hand.
     pub fn set_manual(&self, reason: Option<String>) {
         self.update(|s| s.manual = reason);
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> Limits {
+        self.sources
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .limits
+    }
+
+    /// Replaces the limits; the monitor applies them at its next check.
+    pub fn set_limits(&self, limits: Limits) {
+        self.sources
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .limits = limits;
     }
 
     /// The monitor's last samples.
@@ -291,6 +309,107 @@ pub struct Thresholds {
     pub memory_limit_bytes: u64,
 }
 
+/// The free disk limit as set: bytes, or a multiple of the memory the broker may use
+/// (RabbitMQ's `set_disk_free_limit mem_relative F`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DiskLimit {
+    /// Bytes.
+    Bytes(u64),
+    /// A multiple of the available memory, positive.
+    MemRelative(f64),
+}
+
+impl DiskLimit {
+    /// The limit in bytes when `memory_bytes` of memory are available.
+    pub fn bytes(self, memory_bytes: u64) -> u64 {
+        match self {
+            DiskLimit::Bytes(b) => b,
+            DiskLimit::MemRelative(f) => {
+                #[expect(
+                    clippy::cast_precision_loss,
+                    clippy::cast_possible_truncation,
+                    clippy::cast_sign_loss,
+                    reason = "a positive multiple of a RAM size; `as` saturates and a few \
+                              bytes of rounding do not matter"
+                )]
+                let bytes = (memory_bytes as f64 * f.max(0.0)) as u64;
+                bytes
+            }
+        }
+    }
+}
+
+/// The limits as set (what the configuration or an operator said) and as applied (bytes).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// The memory high watermark as set.
+    pub memory: MemoryLimit,
+    /// The free disk limit as set.
+    pub disk: DiskLimit,
+    /// Both in bytes, as the monitor applies them.
+    pub thresholds: Thresholds,
+}
+
+impl Default for Limits {
+    /// No limits: no alarm ever goes on (a server sets its own at start).
+    fn default() -> Self {
+        Limits::resolve(MemoryLimit::Bytes(u64::MAX), DiskLimit::Bytes(0), 0)
+    }
+}
+
+impl Limits {
+    /// The limits `memory` and `disk` on a machine where `memory_bytes` are available (what a
+    /// fraction is of).
+    pub fn resolve(memory: MemoryLimit, disk: DiskLimit, memory_bytes: u64) -> Limits {
+        Limits {
+            memory,
+            disk,
+            thresholds: Thresholds {
+                disk_free_limit_bytes: disk.bytes(memory_bytes),
+                memory_limit_bytes: memory.bytes(memory_bytes),
+            },
+        }
+    }
+}
+
+/// Changing the limits at runtime (`wharfctl set_vm_memory_high_watermark`,
+/// `set_disk_free_limit`; S-OPS-8): the new limits apply at once (the monitor checks again
+/// before [`ResourceControl::set`] returns) and last until the server stops, as RabbitMQ's
+/// do.
+#[derive(Debug, Clone)]
+pub struct ResourceControl {
+    /// The alarms and their limits.
+    pub alarms: Arc<Alarms>,
+    /// The monitor's request channel (a check, answered once done).
+    pub check: mpsc::Sender<oneshot::Sender<()>>,
+    /// What a fraction of memory is of (see [`memory_available_bytes`]).
+    pub memory_bytes: u64,
+}
+
+impl ResourceControl {
+    /// Sets the memory watermark and/or the disk limit (`None`: unchanged), has the monitor
+    /// check at once, and returns the limits now in force.
+    pub async fn set(&self, memory: Option<MemoryLimit>, disk: Option<DiskLimit>) -> Limits {
+        let old = self.alarms.limits();
+        let limits = Limits::resolve(
+            memory.unwrap_or(old.memory),
+            disk.unwrap_or(old.disk),
+            self.memory_bytes,
+        );
+        self.alarms.set_limits(limits);
+        info!(
+            memory_limit_bytes = limits.thresholds.memory_limit_bytes,
+            disk_free_limit_bytes = limits.thresholds.disk_free_limit_bytes,
+            "resource limits changed"
+        );
+        let (done, wait) = oneshot::channel();
+        if self.check.send(done).await.is_ok() {
+            let _ = wait.await;
+        }
+        limits
+    }
+}
+
 /// Whether the disk alarm is on after seeing `free` bytes: on below the limit, off again only
 /// once free space is [`limits::ALARM_HYSTERESIS_PERCENT`] above it.
 pub fn disk_alarm(was_on: bool, free: u64, limit: u64) -> bool {
@@ -318,9 +437,7 @@ pub fn memory_alarm(was_on: bool, used: u64, limit: u64) -> bool {
 pub struct Monitor {
     /// Where samples come from.
     pub probe: Arc<dyn ResourceProbe>,
-    /// The limits.
-    pub thresholds: Thresholds,
-    /// The alarms it raises.
+    /// The alarms it raises, and the limits it applies ([`Alarms::limits`]).
     pub alarms: Arc<Alarms>,
     /// The log, for its disk-full state.
     pub wal: LogHealth,
@@ -331,6 +448,7 @@ pub struct Monitor {
 impl Monitor {
     /// Samples once and raises or clears the disk and memory alarms.
     pub fn check(&mut self) {
+        let thresholds = self.alarms.limits().thresholds;
         let disk_was = self.alarms.is_on(AlarmSource::Disk);
         let wal_full = self.wal.disk_full();
         let free = self.sample(|p| p.disk_free_bytes());
@@ -339,7 +457,7 @@ impl Monitor {
         let demand = self.wal.demand_bytes();
         let usable = free.map(|f| f.saturating_sub(demand));
         let low = usable.map_or(disk_was, |usable| {
-            disk_alarm(disk_was, usable, self.thresholds.disk_free_limit_bytes)
+            disk_alarm(disk_was, usable, thresholds.disk_free_limit_bytes)
         });
         let disk_on = low || wal_full;
         if disk_on != disk_was {
@@ -347,7 +465,7 @@ impl Monitor {
                 warn!(
                     free_bytes = ?free,
                     about_to_be_used_bytes = demand,
-                    limit_bytes = self.thresholds.disk_free_limit_bytes,
+                    limit_bytes = thresholds.disk_free_limit_bytes,
                     wal_disk_full = wal_full,
                     "disk alarm: blocking publishers"
                 );
@@ -365,15 +483,15 @@ impl Monitor {
         self.alarms.record(Samples {
             disk_free_bytes: free,
             memory_used_bytes: used,
-            memory_limit_bytes: Some(self.thresholds.memory_limit_bytes),
+            memory_limit_bytes: Some(thresholds.memory_limit_bytes),
         });
         if let Some(used) = used {
-            let mem_on = memory_alarm(mem_was, used, self.thresholds.memory_limit_bytes);
+            let mem_on = memory_alarm(mem_was, used, thresholds.memory_limit_bytes);
             if mem_on != mem_was {
                 if mem_on {
                     warn!(
                         used_bytes = used,
-                        limit_bytes = self.thresholds.memory_limit_bytes,
+                        limit_bytes = thresholds.memory_limit_bytes,
                         "memory alarm: blocking publishers"
                     );
                 } else {
@@ -487,17 +605,17 @@ mod tests {
         let (wal, _) = Wal::open(dir, Arc::new(sim.clone()), &config, &mut |_| Ok(())).unwrap();
         let appender = wal.appender();
         let alarms = Arc::new(Alarms::default());
+        alarms.set_limits(Limits::resolve(
+            MemoryLimit::Bytes(u64::MAX),
+            DiskLimit::Bytes(1),
+            0,
+        ));
         let mut monitor = Monitor {
             probe: Arc::new(Plenty),
-            thresholds: Thresholds {
-                disk_free_limit_bytes: 1,
-                memory_limit_bytes: 1,
-            },
             alarms: alarms.clone(),
             wal: LogHealth::from(appender.clone()),
             probe_failed: false,
         };
-        monitor.thresholds.memory_limit_bytes = u64::MAX;
         monitor.check();
         assert_eq!(alarms.reason(), None);
         // Fill the first segment, then the disk.

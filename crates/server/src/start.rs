@@ -106,14 +106,7 @@ impl Server {
         let listeners = listeners.into_iter().map(|(l, _)| l).collect();
         let accept_task = tokio::spawn(accept_loops(listeners, ctx, stop_rx.clone()));
         let (monitor, monitor_task) = start_monitor(&config, log_health, alarms.clone());
-        let metrics = metrics::MetricsSource {
-            core: core_tx.clone(),
-            alarms: Some(alarms.clone()),
-            node: mgmt::NODE.to_owned(),
-            recovery_ms,
-            started_at_ms,
-            disk_free_limit_bytes: config.disk_free_limit_bytes,
-        };
+        let metrics = metrics_source(&core_tx, &alarms, recovery_ms, started_at_ms);
         let prometheus = start_prometheus(&config, &metrics, &stop_rx).await?;
         let (mgmt, mgmt_tls_addr) = start_mgmt(
             &config,
@@ -121,6 +114,8 @@ impl Server {
                 registry: registry.clone(),
                 metrics,
                 amqp_addr: local_addr,
+                resources: monitor.clone(),
+                prometheus_addr: prometheus.as_ref().map(|(a, _)| *a),
             },
             core_tx.clone(),
             stop_rx,
@@ -139,7 +134,7 @@ impl Server {
             core_done,
             connections_gone,
             alarms,
-            monitor,
+            monitor: monitor.check,
             monitor_task,
             mgmt,
             mgmt_tls_addr,
@@ -231,6 +226,8 @@ struct MgmtParts {
     registry: Arc<auth::UserRegistry>,
     metrics: metrics::MetricsSource,
     amqp_addr: SocketAddr,
+    resources: alarm::ResourceControl,
+    prometheus_addr: Option<SocketAddr>,
 }
 
 /// Starts the management API when `mgmt_bind` is set: (its address and task, its HTTPS
@@ -250,6 +247,8 @@ async fn start_mgmt(
         metrics: parts.metrics,
         environment: mgmt::environment(config),
         amqp_addr: parts.amqp_addr,
+        prometheus_addr: parts.prometheus_addr,
+        resources: parts.resources,
         clock: config.clock_control.clone(),
         tls: config.mgmt_tls.clone(),
     };
@@ -271,33 +270,49 @@ async fn start_prometheus(
     }
 }
 
+/// Where the metrics (and the management API's node figures) read.
+fn metrics_source(
+    core: &mpsc::Sender<CoreMsg>,
+    alarms: &Arc<alarm::Alarms>,
+    recovery_ms: u64,
+    started_at_ms: u64,
+) -> metrics::MetricsSource {
+    metrics::MetricsSource {
+        core: core.clone(),
+        alarms: Some(alarms.clone()),
+        node: mgmt::NODE.to_owned(),
+        recovery_ms,
+        started_at_ms,
+    }
+}
+
 /// Spawns the resource monitor (see `alarm`) over the configured probe and limits.
 fn start_monitor(
     config: &ServerConfig,
     wal: LogHealth,
     alarms: Arc<alarm::Alarms>,
-) -> (mpsc::Sender<oneshot::Sender<()>>, JoinHandle<()>) {
+) -> (alarm::ResourceControl, JoinHandle<()>) {
     let probe = config.resource_probe.clone().unwrap_or_else(|| {
         Arc::new(alarm::SystemProbe {
             dir: config.data_dir.clone(),
         })
     });
-    let thresholds = alarm::Thresholds {
-        disk_free_limit_bytes: config.disk_free_limit_bytes,
-        // A fraction is of the RAM, or of the cgroup v2 limit when lower.
-        memory_limit_bytes: config
-            .memory_high_watermark
-            .bytes(alarm::memory_available_bytes()),
-    };
+    // A fraction is of the RAM, or of the cgroup v2 limit when lower.
+    let memory_bytes = alarm::memory_available_bytes();
+    let limits = alarm::Limits::resolve(
+        config.memory_high_watermark,
+        alarm::DiskLimit::Bytes(config.disk_free_limit_bytes),
+        memory_bytes,
+    );
+    alarms.set_limits(limits);
     info!(
-        disk_free_limit_bytes = thresholds.disk_free_limit_bytes,
-        memory_limit_bytes = thresholds.memory_limit_bytes,
+        disk_free_limit_bytes = limits.thresholds.disk_free_limit_bytes,
+        memory_limit_bytes = limits.thresholds.memory_limit_bytes,
         "resource alarms armed"
     );
     let monitor = alarm::Monitor {
         probe,
-        thresholds,
-        alarms,
+        alarms: alarms.clone(),
         wal,
         probe_failed: false,
     };
@@ -310,7 +325,12 @@ fn start_monitor(
             let _ = tx.try_send(oneshot::channel().0);
         }
     });
-    (tx, tokio::spawn(alarm::monitor(monitor, rx)))
+    let control = alarm::ResourceControl {
+        alarms,
+        check: tx,
+        memory_bytes,
+    };
+    (control, tokio::spawn(alarm::monitor(monitor, rx)))
 }
 
 /// The registry of a server: `loopback_users` plus every configured `loopback_only` user may

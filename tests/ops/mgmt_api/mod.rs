@@ -115,3 +115,4 @@ mod parity;
 mod policies;
 mod queues;
 mod rabbitmq_import;
+mod stats;

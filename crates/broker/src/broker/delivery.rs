@@ -50,6 +50,8 @@ fn hand_out(
     let (consumer, no_ack) = (by.consumer, by.no_ack);
     let delivery_tag = ch.next_tag;
     ch.next_tag += 1;
+    q.stats.deliver_get += 1; // S-MGMT-8
+    q.stats.redeliver += u64::from(taken.redelivered);
     let logged = q.logged() && taken.msg.is_persistent();
     let mark = if no_ack {
         Mark::Settle(SettleKind::Ack)
@@ -338,10 +340,11 @@ impl Broker {
         let taken = self.take_unacked(chan, delivery_tag, multiple)?;
         for u in taken {
             self.unacked_released(&u, Some(chan));
-            if let Some(q) = self.queues.get(&u.queue)
-                && q.logged()
-                && u.taken.msg.is_persistent()
-            {
+            let Some(q) = self.queues.get_mut(&u.queue) else {
+                continue;
+            };
+            q.stats.ack += 1; // S-MGMT-8
+            if q.logged() && u.taken.msg.is_persistent() {
                 push_mark(
                     &mut out.events,
                     &q.vhost,

@@ -192,6 +192,7 @@ impl Broker {
                 bindings: Vec::new(),
                 direct: HashMap::new(),
                 topic: TopicIndex::new(),
+                stats: crate::ExchangeStats::default(),
             },
         );
         if let Some(v) = self.vhosts.get_mut(vhost) {

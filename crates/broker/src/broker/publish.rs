@@ -166,7 +166,9 @@ impl Broker {
             _ => None,
         };
         let durable_x = x.durable;
-        let id = self.next_id();
+        // `next_id` by hand: `x` stays borrowed (a field borrow) to count the publish on it.
+        let id = MessageId(self.next_message);
+        self.next_message += 1;
         let mut msg = Message {
             id,
             enqueued_at_ms: now,
@@ -178,10 +180,13 @@ impl Broker {
             stored: StoredSlot::default(),
         };
         if let Some(delay) = delay {
+            // Routed later, when the delay passed: counted in only (S-MGMT-8).
+            x.stats.count(false);
             self.publish_delayed(p.vhost, msg, delay, durable_x, now, out);
             return Ok(());
         }
         let targets = self.publish_targets(&p.vhost, xid, &mut msg);
+        x.stats.count(!targets.is_empty());
         self.refuse_unstorable(&p.vhost, &msg, &targets)?;
         let msg = Arc::new(msg);
         self.deliver_reply(&msg, out);
@@ -362,9 +367,10 @@ impl Broker {
     ) {
         let mut pushed = Vec::new();
         for &qid in targets {
-            let Some(q) = self.queues.get(&qid) else {
+            let Some(q) = self.queues.get_mut(&qid) else {
                 continue;
             };
+            q.stats.publish += 1; // S-MGMT-8
             let taken = Taken {
                 msg: MessageRef::Loaded(msg.clone()),
                 delivery_count: 0,

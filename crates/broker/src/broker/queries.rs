@@ -44,6 +44,7 @@ impl Broker {
                 consumers: u32::try_from(q.consumers.len()).unwrap_or(u32::MAX),
                 kind: q.eff.kind(),
                 max_priority: priority_lanes(q.args.max_priority),
+                stats: q.stats,
             })
             .collect()
     }
@@ -64,6 +65,7 @@ impl Broker {
                 auto_delete: x.auto_delete,
                 internal: x.internal,
                 arguments: x.arguments.clone(),
+                stats: x.stats.clone(),
             })
             .collect()
     }

@@ -216,6 +216,7 @@ impl Broker {
                 armed_msg: None,
                 armed_lease: None,
                 dirty: false,
+                stats: crate::QueueStats::default(),
             },
         );
         if let Some(v) = self.vhosts.get_mut(vhost) {

@@ -9,8 +9,8 @@ use super::Broker;
 use super::state::QueueId;
 use crate::queue::deadline_of;
 use crate::types::{
-    BindingInfo, DurableMessage, DurableState, Event, MessageId, MessageRecord, MessageRef,
-    QueueInfo, QueueSnapshot, Snapshot, SnapshotMessage,
+    BindingInfo, DurableMessage, DurableState, Event, ExchangeInfo, MessageId, MessageRecord,
+    MessageRef, QueueInfo, QueueSnapshot, Snapshot, SnapshotMessage,
 };
 
 impl Broker {
@@ -175,8 +175,16 @@ impl Broker {
             ..DurableState::default()
         };
         for vhost in &s.vhosts {
-            s.exchanges
-                .extend(self.exchanges(vhost).into_iter().filter(|x| x.durable));
+            // The message counts are not durable state (S-MGMT-8): left out.
+            s.exchanges.extend(
+                self.exchanges(vhost)
+                    .into_iter()
+                    .filter(|x| x.durable)
+                    .map(|x| ExchangeInfo {
+                        stats: crate::ExchangeStats::default(),
+                        ..x
+                    }),
+            );
             let v = &self.vhosts[vhost];
             for x in v.exchanges.values().filter_map(|id| self.exchanges.get(id)) {
                 if !x.durable {
@@ -233,6 +241,7 @@ impl Broker {
                     ready_bytes: 0,
                     unacked_bytes: 0,
                     consumers: 0,
+                    stats: crate::QueueStats::default(),
                     ..info
                 };
                 s.queues.push((info, msgs.into_values().collect()));

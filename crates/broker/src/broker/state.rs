@@ -80,6 +80,8 @@ pub(super) struct Queue {
     pub(super) armed_msg: Option<u64>,
     pub(super) armed_lease: Option<u64>,
     pub(super) dirty: bool,
+    /// Messages in and out since start (S-MGMT-8).
+    pub(super) stats: crate::QueueStats,
 }
 
 impl Queue {
@@ -124,6 +126,8 @@ pub(super) struct Exchange {
     pub(super) bindings: Vec<Binding>,
     pub(super) direct: HashMap<String, Vec<Dest>>,
     pub(super) topic: TopicIndex<Dest>,
+    /// Messages in and out since start (S-MGMT-8).
+    pub(super) stats: crate::ExchangeStats,
 }
 
 /// A virtual host's names.

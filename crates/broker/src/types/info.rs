@@ -41,6 +41,8 @@ pub struct QueueInfo {
     /// The highest priority of a priority queue (S-PRIO-1: `x-max-priority`, at least 1);
     /// `None` for a plain queue.
     pub max_priority: Option<u8>,
+    /// Messages in and out since the broker started (S-MGMT-8).
+    pub stats: QueueStats,
 }
 
 impl QueueInfo {
@@ -49,6 +51,40 @@ impl QueueInfo {
     pub fn priority_of(&self, message: &Message) -> Option<u8> {
         let max = self.max_priority?;
         Some(message.properties.priority.unwrap_or(0).min(max))
+    }
+}
+
+/// A queue's message counts since the broker started (not kept across a restart), bumped
+/// where the broker already holds the queue: RabbitMQ's per-queue `message_stats`
+/// (S-MGMT-8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueStats {
+    /// Messages that entered the queue (published or dead-lettered into it).
+    pub publish: u64,
+    /// Messages handed out, to consumers and by `basic.get`.
+    pub deliver_get: u64,
+    /// Of those, handed out flagged `redelivered`.
+    pub redeliver: u64,
+    /// Messages acknowledged by `basic.ack`.
+    pub ack: u64,
+}
+
+/// An exchange's message counts since the broker started (S-MGMT-8), kept in cells so that
+/// the publish path bumps them through the shared reference it already holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExchangeStats {
+    /// Messages published to the exchange.
+    pub publish_in: std::cell::Cell<u64>,
+    /// Of those, messages it routed to at least one queue.
+    pub publish_out: std::cell::Cell<u64>,
+}
+
+impl ExchangeStats {
+    /// Counts one publish, routed or not.
+    pub fn count(&self, routed: bool) {
+        self.publish_in.set(self.publish_in.get() + 1);
+        self.publish_out
+            .set(self.publish_out.get() + u64::from(routed));
     }
 }
 
@@ -69,6 +105,8 @@ pub struct ExchangeInfo {
     pub internal: bool,
     /// Arguments.
     pub arguments: FieldTable,
+    /// Messages in and out since the broker started (S-MGMT-8).
+    pub stats: ExchangeStats,
 }
 
 /// A binding as listed.

@@ -24,8 +24,8 @@ pub use ids::{
     ChanRef, ChannelId, ConnId, DelayedType, DeliveryTag, DestName, ExchangeKind, MessageId,
 };
 pub use info::{
-    BindingInfo, ConsumerInfo, ExchangeInfo, PermissionInfo, PolicyInfo, QueueInfo,
-    TopicPermissionInfo, UserInfo,
+    BindingInfo, ConsumerInfo, ExchangeInfo, ExchangeStats, PermissionInfo, PolicyInfo, QueueInfo,
+    QueueStats, TopicPermissionInfo, UserInfo,
 };
 pub use message::{
     LoggedMessage, Message, MessageLoader, MessageRef, Properties, RecordSize, StoredAt,

@@ -3,8 +3,12 @@
 //!
 //! - `policies.rs`, `lists.rs`, `objects.rs` (queues, vhosts), `users.rs` (and permissions),
 //!   `node.rs` (clock, definitions), `status.rs` (`ping`, `await_startup`, `status`,
-//!   `report`, `list_parameters`).
+//!   `report`, `list_parameters`), `closing.rs` (`close_connection`,
+//!   `close_all_connections`), `limits.rs` (`set_vm_memory_high_watermark`,
+//!   `set_disk_free_limit`).
 
+mod closing;
+mod limits;
 mod lists;
 mod node;
 mod objects;
@@ -31,6 +35,13 @@ impl Ctl<'_, '_> {
         self.opts.vhost.clone().unwrap_or_else(|| "/".to_owned())
     }
 
+    /// The broker's node name, as `/api/overview` gives it.
+    fn node(&self) -> Result<String, Fail> {
+        Ok(cell(
+            &self.call("GET", "/api/overview", None)?.json()["node"],
+        ))
+    }
+
     fn info(&mut self, text: &str) {
         if !self.opts.quiet {
             let _ = writeln!(self.io.out, "{text}");
@@ -39,12 +50,26 @@ impl Ctl<'_, '_> {
 
     /// Sends a request and maps failures to exit codes.
     fn call(&self, method: &str, path: &str, body: Option<&JsonValue>) -> Result<Answer, Fail> {
-        let answer = self.client.request(method, path, body).map_err(|e| {
-            Fail(
-                EXIT_UNAVAILABLE,
-                format!("unable to perform an operation on the broker: {e}"),
-            )
-        })?;
+        self.call_with(method, path, body, &[])
+    }
+
+    /// [`Ctl::call`] with extra request headers.
+    fn call_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&JsonValue>,
+        headers: &[(&str, &str)],
+    ) -> Result<Answer, Fail> {
+        let answer = self
+            .client
+            .request_with(method, path, body, headers)
+            .map_err(|e| {
+                Fail(
+                    EXIT_UNAVAILABLE,
+                    format!("unable to perform an operation on the broker: {e}"),
+                )
+            })?;
         match answer.status {
             200..=299 => Ok(answer),
             401 | 403 => Err(Fail(
@@ -114,6 +139,10 @@ impl Ctl<'_, '_> {
             "await_startup" => self.await_startup(pos),
             "report" => self.report(pos),
             "list_parameters" => self.list_parameters(pos),
+            "close_connection" => self.close_connection(pos),
+            "close_all_connections" => self.close_all_connections(pos),
+            "set_vm_memory_high_watermark" => self.set_vm_memory_high_watermark(pos),
+            "set_disk_free_limit" => self.set_disk_free_limit(pos),
             other => Err(usage(format!("unknown command '{other}'"))),
         }
     }
@@ -153,6 +182,7 @@ fn not_found(path: &str, answer: &Answer) -> Fail {
             EXIT_UNAVAILABLE,
             format!("Policy '{name}' in vhost '{vhost}' does not exist"),
         ),
+        ["connections", name] => Fail(EXIT_UNAVAILABLE, format!("Connection '{name}' not found")),
         ["permissions", vhost, user] => Fail(
             EXIT_UNAVAILABLE,
             format!("No permissions for user '{user}' in vhost '{vhost}'"),

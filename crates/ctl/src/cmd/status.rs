@@ -24,6 +24,18 @@ fn gb(v: &JsonValue) -> String {
     }
 }
 
+/// What a listener is for, in rabbitmqctl's words.
+fn purpose(protocol: &str) -> &'static str {
+    match protocol {
+        "amqp" => "AMQP 0-9-1",
+        "amqp/ssl" => "AMQP 0-9-1 over TLS",
+        "http" => "HTTP API",
+        "https" => "HTTP API over TLS (HTTPS)",
+        "http/prometheus" => "Prometheus exporter API over HTTP",
+        _ => "unknown",
+    }
+}
+
 impl Ctl<'_, '_> {
     /// `ping`: one request; 0 when the broker answers, 69 (and why) when it does not.
     pub(super) fn ping(&mut self, pos: &[String]) -> Outcome {
@@ -137,17 +149,14 @@ impl Ctl<'_, '_> {
             "\nListeners\n".to_owned(),
         ]);
         for l in o["listeners"].as_array().into_iter().flatten() {
+            let protocol = cell(&l["protocol"]);
             lines.push(format!(
-                "Interface: {}, port: {}, protocol: {}, purpose: AMQP 0-9-1",
+                "Interface: {}, port: {}, protocol: {protocol}, purpose: {}",
                 cell(&l["ip_address"]),
                 cell(&l["port"]),
-                cell(&l["protocol"])
+                purpose(&protocol)
             ));
         }
-        lines.push(format!(
-            "Interface: {}, protocol: http, purpose: HTTP API",
-            self.client.base()
-        ));
         for line in lines {
             let _ = writeln!(self.io.out, "{line}");
         }

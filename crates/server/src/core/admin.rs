@@ -139,6 +139,7 @@ impl Core {
                         confirm: s.confirm_next.is_some(),
                         transactional: s.tx.is_some(),
                         publishing: s.publishing,
+                        stats: s.stats,
                     })
                     .collect();
                 channels.sort_by_key(|ch| ch.number);

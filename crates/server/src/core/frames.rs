@@ -66,9 +66,13 @@ impl Core {
             Effect::Deliver(d) => {
                 let auto_ack = self
                     .conns
-                    .get(&d.chan.conn.0)
-                    .and_then(|c| c.channels.get(&d.chan.channel.0))
-                    .is_some_and(|s| s.auto_ack_consumers.contains(&*d.consumer_tag));
+                    .get_mut(&d.chan.conn.0)
+                    .and_then(|c| c.channels.get_mut(&d.chan.channel.0))
+                    .is_some_and(|s| {
+                        s.stats.deliver_get += 1; // S-MGMT-8
+                        s.stats.redeliver += u64::from(d.redelivered);
+                        s.auto_ack_consumers.contains(&*d.consumer_tag)
+                    });
                 self.counters.deliver(auto_ack, d.redelivered);
             }
             Effect::QueueDeleted { .. } => self.counters.queues_deleted += 1,

@@ -87,6 +87,8 @@ struct ChanState {
     /// Tags of its consumers with automatic acknowledgement (their deliveries are counted
     /// apart, as RabbitMQ does).
     auto_ack_consumers: HashSet<String>,
+    /// Its message counts (S-MGMT-8).
+    stats: crate::admin::ChannelStats,
 }
 
 #[derive(Debug)]

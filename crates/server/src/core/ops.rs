@@ -372,6 +372,7 @@ impl Core {
                 let result = out.published().unwrap_or_default();
                 let confirm = self.chan_mut(conn, ch).is_some_and(|s| {
                     s.publishing = true;
+                    s.stats.publish += 1; // S-MGMT-8
                     s.confirm_next.is_some()
                 });
                 self.counters.publish(body_bytes, confirm);
@@ -416,7 +417,11 @@ impl Core {
             Ok(out) => {
                 if let Some((chan, before)) = acking {
                     let settled = before.saturating_sub(self.broker.channel_unacked(chan));
-                    self.counters.acked += u64::try_from(settled).unwrap_or(u64::MAX);
+                    let settled = u64::try_from(settled).unwrap_or(u64::MAX);
+                    self.counters.acked += settled;
+                    if let Some(s) = self.chan_mut(conn, ch) {
+                        s.stats.ack += settled; // S-MGMT-8
+                    }
                 }
                 self.count_reply(conn, ch, &counted, &out.reply);
                 // The reply comes before the effects (consume-ok before the first delivery);
@@ -512,7 +517,13 @@ impl Core {
     /// set of auto-ack consumers (their deliveries are counted apart).
     fn count_reply(&mut self, conn: u64, ch: u16, counted: &Counted, reply: &Reply) {
         match (counted, reply) {
-            (Counted::Get { no_ack }, Reply::GetOk(g)) => self.counters.get(*no_ack, g.redelivered),
+            (Counted::Get { no_ack }, Reply::GetOk(g)) => {
+                self.counters.get(*no_ack, g.redelivered);
+                if let Some(s) = self.chan_mut(conn, ch) {
+                    s.stats.deliver_get += 1; // S-MGMT-8
+                    s.stats.redeliver += u64::from(g.redelivered);
+                }
+            }
             (Counted::Get { .. }, Reply::GetEmpty) => self.counters.get_empty += 1,
             (Counted::Consume { no_ack: true }, Reply::ConsumeOk { consumer_tag }) => {
                 if let Some(s) = self.chan_mut(conn, ch) {

@@ -50,8 +50,6 @@ pub struct MetricsSource {
     pub(crate) recovery_ms: u64,
     /// When the server started, ms since the epoch (the server's clock).
     pub(crate) started_at_ms: u64,
-    /// The disk alarm's limit, bytes.
-    pub(crate) disk_free_limit_bytes: u64,
 }
 
 impl MetricsSource {
@@ -68,7 +66,10 @@ impl MetricsSource {
             disk_free_bytes: samples.disk_free_bytes,
             memory_used_bytes: samples.memory_used_bytes,
             memory_limit_bytes: samples.memory_limit_bytes,
-            disk_free_limit_bytes: Some(self.disk_free_limit_bytes),
+            disk_free_limit_bytes: self
+                .alarms
+                .as_ref()
+                .map(|a| a.limits().thresholds.disk_free_limit_bytes),
             alarms: self
                 .alarms
                 .as_ref()

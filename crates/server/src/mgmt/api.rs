@@ -33,6 +33,10 @@ pub struct MgmtConfig {
     pub environment: serde_json::Value,
     /// The AMQP listener's address (for `/api/overview`'s listeners).
     pub amqp_addr: SocketAddr,
+    /// The Prometheus listener's address, when it listens (`/api/overview`'s listeners).
+    pub prometheus_addr: Option<SocketAddr>,
+    /// The resource limits, changed at runtime by `PUT /api/wharf/resource-limits`.
+    pub resources: crate::alarm::ResourceControl,
     /// The manual clock the server runs on when started with clock control
     /// (`--test-clock`); `None`: the clock endpoints refuse.
     pub clock: Option<wharf_clock::ManualClock>,
@@ -49,27 +53,33 @@ pub(crate) type CoreSender = mpsc::Sender<CoreMsg>;
 pub(crate) struct Api {
     config: Arc<MgmtConfig>,
     core: CoreSender,
-    /// The ports this API's listeners are bound to (for the port-listener health check).
-    ports: Arc<[u16]>,
+    /// This API's listeners: the plain HTTP one, then the HTTPS one if any.
+    listeners: Arc<[SocketAddr]>,
     /// The sampled message rates (`message_stats`' `*_details`).
     pub(crate) rates: Arc<super::rates::Rates>,
 }
 
 impl Api {
-    /// The shared state of the handlers of `config`, listening on `ports`, sending to the
-    /// broker task on `core`.
-    pub(crate) fn new(config: MgmtConfig, core: CoreSender, ports: &[u16]) -> Self {
+    /// The shared state of the handlers of `config`, listening on `listeners` (plain HTTP,
+    /// then HTTPS), sending to the broker task on `core`.
+    pub(crate) fn new(config: MgmtConfig, core: CoreSender, listeners: &[SocketAddr]) -> Self {
         Api {
             config: Arc::new(config),
             core,
-            ports: ports.into(),
+            listeners: listeners.into(),
             rates: Arc::default(),
         }
     }
 
-    /// The ports this API listens on.
-    pub(crate) fn listening_ports(&self) -> &[u16] {
-        &self.ports
+    /// Every listener of the server with RabbitMQ's protocol name (`amqp`, `http`, `https`,
+    /// `http/prometheus`), as `/api/overview` lists them.
+    pub(crate) fn listeners(&self) -> Vec<(&'static str, SocketAddr)> {
+        let mut all = vec![("amqp", self.config.amqp_addr)];
+        for (i, addr) in self.listeners.iter().enumerate() {
+            all.push((if i == 0 { "http" } else { "https" }, *addr));
+        }
+        all.extend(self.config.prometheus_addr.map(|a| ("http/prometheus", a)));
+        all
     }
 }
 

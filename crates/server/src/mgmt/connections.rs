@@ -87,9 +87,9 @@ pub(crate) async fn channels(
     Reader(api, scope): Reader,
 ) -> ApiResult {
     let server = api.config().amqp_addr;
-    let list = api
+    let (now_ms, mut list, counts) = api
         .query(move |view| {
-            let mut list = Vec::new();
+            let (mut list, mut counts) = (Vec::new(), Vec::new());
             for c in view.connections.iter().filter(|c| scope.sees_user(&c.user)) {
                 let consumers = view.broker.consumers(&c.vhost);
                 for ch in &c.channels {
@@ -98,12 +98,22 @@ pub(crate) async fn channels(
                         .filter(|k| k.chan.conn.0 == c.id && k.chan.channel.0 == ch.number)
                         .collect();
                     let unacked = mine.iter().map(|k| u64::from(k.unacked)).sum();
-                    list.push(j::channel(c, ch, server, mine.len(), unacked));
+                    let json = j::channel(c, ch, server, mine.len(), unacked);
+                    let s = ch.stats;
+                    let named = vec![
+                        ("publish", s.publish),
+                        ("deliver_get", s.deliver_get),
+                        ("redeliver", s.redeliver),
+                        ("ack", s.ack),
+                    ];
+                    counts.push((format!("ch/{}", json["name"]), named));
+                    list.push(json);
                 }
             }
-            list
+            (view.now_ms, list, counts)
         })
         .await?;
+    api.rates.attach(now_ms, &mut list, &counts);
     list_answer(list, &q)
 }
 

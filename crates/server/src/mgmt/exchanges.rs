@@ -14,7 +14,7 @@ use super::reply::{
 };
 
 use base64::Engine as _;
-use wharf_broker::{Command, ErrorKind, ExchangeDeclare, Publish};
+use wharf_broker::{Command, ErrorKind, ExchangeDeclare, ExchangeInfo, Publish};
 
 async fn exchange_list(
     api: &Api,
@@ -23,16 +23,34 @@ async fn exchange_list(
     q: &HashMap<String, String>,
 ) -> ApiResult {
     let vhosts = vhosts_of(api, scope, vhost).await?;
-    let list = api
+    let (now_ms, exchanges) = api
         .query(move |view| {
             let mut list = Vec::new();
             for v in &vhosts {
-                list.extend(view.broker.exchanges(v).iter().map(j::exchange));
+                list.extend(view.broker.exchanges(v));
             }
-            list
+            (view.now_ms, list)
         })
         .await?;
-    list_answer(list, q)
+    list_answer(exchanges_json(api, now_ms, &exchanges), q)
+}
+
+/// The exchanges as JSON, each with its sampled `message_stats` (S-MGMT-8).
+fn exchanges_json(api: &Api, now_ms: u64, exchanges: &[ExchangeInfo]) -> Vec<JsonValue> {
+    let mut list: Vec<JsonValue> = exchanges.iter().map(j::exchange).collect();
+    let counts: Vec<_> = exchanges
+        .iter()
+        .map(|x| {
+            let key = format!("x/{}/{}", x.vhost, x.name);
+            let named = vec![
+                ("publish_in", x.stats.publish_in.get()),
+                ("publish_out", x.stats.publish_out.get()),
+            ];
+            (key, named)
+        })
+        .collect();
+    api.rates.attach(now_ms, &mut list, &counts);
+    list
 }
 
 pub(crate) async fn exchanges_all(
@@ -51,15 +69,20 @@ pub(crate) async fn exchanges_vhost(
 }
 
 async fn find_exchange(api: &Api, vhost: String, name: String) -> Result<JsonValue, ApiError> {
-    api.query(move |view| {
-        view.broker
-            .exchanges(&vhost)
-            .iter()
-            .find(|x| x.name == name)
-            .map(j::exchange)
-    })
-    .await?
-    .ok_or(ApiError::NotFound)
+    let (now_ms, found) = api
+        .query(move |view| {
+            let found = view
+                .broker
+                .exchanges(&vhost)
+                .into_iter()
+                .find(|x| x.name == name);
+            (view.now_ms, found)
+        })
+        .await?;
+    let found = found.ok_or(ApiError::NotFound)?;
+    exchanges_json(api, now_ms, &[found])
+        .pop()
+        .ok_or(ApiError::NotFound)
 }
 
 pub(crate) async fn exchange_get(

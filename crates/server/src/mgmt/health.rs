@@ -53,11 +53,9 @@ pub(crate) async fn alarms(Authenticated(api, _): Authenticated) -> ApiResult {
     })))
 }
 
-/// The ports wharf listens on (AMQP, and this API's listeners).
+/// The ports wharf listens on (AMQP, this API's listeners, Prometheus).
 fn ports(api: &super::api::Api) -> Vec<u16> {
-    let mut ports = vec![api.config().amqp_addr.port()];
-    ports.extend(api.listening_ports());
-    ports
+    api.listeners().iter().map(|(_, a)| a.port()).collect()
 }
 
 pub(crate) async fn port_listener(

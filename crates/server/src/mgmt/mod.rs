@@ -26,7 +26,8 @@
 //! - `ui.rs`: the dashboard's static files at `/` (S-UI).
 //! - `definitions.rs`: `/api/definitions` export and import.
 //! - `json.rs`: broker values and listings as RabbitMQ's JSON, and JSON to field tables.
-//! - `node.rs`: `/api/nodes/{name}`, the node's resource figures.
+//! - `node.rs`: `/api/environment`, the settings the server runs with.
+//! - `limits.rs`: `/api/wharf/resource-limits`, the alarms' limits changed at runtime.
 //! - `metrics.rs`: `/metrics`, served by `crate::metrics`.
 //! - `https.rs`: the TLS listener (`MgmtConfig::tls`), serving the same router.
 
@@ -40,6 +41,7 @@ mod exchanges;
 mod health;
 mod https;
 mod json;
+mod limits;
 mod metrics;
 mod node;
 mod overview;

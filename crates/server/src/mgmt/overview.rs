@@ -6,10 +6,10 @@ use serde_json::{Value as JsonValue, json};
 
 use super::api::{ApiResult, Authenticated};
 use super::json::NODE;
+use super::rates::overview_counts;
 use super::reply::ok_json;
 
 pub(crate) async fn overview(Authenticated(api, _): Authenticated) -> ApiResult {
-    let amqp = api.config().amqp_addr;
     let totals = api
         .query(|view| {
             let mut queues = 0usize;
@@ -42,12 +42,26 @@ pub(crate) async fn overview(Authenticated(api, _): Authenticated) -> ApiResult 
         })
         .await?;
     let (now_ms, counters) = api.query(|v| (v.now_ms, v.counters)).await?;
-    let message_stats = api.rates.message_stats(now_ms, counters);
+    let message_stats = api
+        .rates
+        .one(now_ms, "overview".to_owned(), overview_counts(&counters));
     let exchange_types: Vec<JsonValue> =
         ["direct", "fanout", "headers", "topic", "x-delayed-message"]
             .iter()
             .map(|t| json!({ "name": t, "enabled": true }))
             .collect();
+    let listeners: Vec<JsonValue> = api
+        .listeners()
+        .iter()
+        .map(|(protocol, addr)| {
+            json!({
+                "node": NODE,
+                "protocol": protocol,
+                "ip_address": addr.ip().to_string(),
+                "port": addr.port(),
+            })
+        })
+        .collect();
     let mut out = json!({
         // The management API level wharf follows, for tools that check it.
         "management_version": "3.13.0",
@@ -59,12 +73,7 @@ pub(crate) async fn overview(Authenticated(api, _): Authenticated) -> ApiResult 
         "rates_mode": "basic",
         "message_stats": message_stats,
         "exchange_types": exchange_types,
-        "listeners": [{
-            "node": NODE,
-            "protocol": "amqp",
-            "ip_address": amqp.ip().to_string(),
-            "port": amqp.port(),
-        }],
+        "listeners": listeners,
     });
     if let (Some(out), JsonValue::Object(t)) = (out.as_object_mut(), totals) {
         out.extend(t);

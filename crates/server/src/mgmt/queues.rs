@@ -104,9 +104,9 @@ async fn queue_rows(
     api: &Api,
     vhosts: Vec<String>,
     only: Option<String>,
-) -> Result<Vec<(Vec<QueueInfo>, Vec<PolicyInfo>)>, ApiError> {
+) -> Result<Rows, ApiError> {
     api.query(move |view| {
-        vhosts
+        let rows = vhosts
             .iter()
             .map(|v| {
                 let mut queues = view.broker.queues(v);
@@ -115,17 +115,35 @@ async fn queue_rows(
                 }
                 (queues, view.broker.policies(v))
             })
-            .collect()
+            .collect();
+        (view.now_ms, rows)
     })
     .await
 }
 
-fn queues_json(rows: &[(Vec<QueueInfo>, Vec<PolicyInfo>)]) -> Vec<JsonValue> {
+/// The broker clock's time of a listing, and each vhost's queues with its policies.
+type Rows = (u64, Vec<(Vec<QueueInfo>, Vec<PolicyInfo>)>);
+
+/// The queues as JSON, each with its sampled `message_stats` (S-MGMT-8).
+fn queues_json(api: &Api, (now_ms, rows): &Rows) -> Vec<JsonValue> {
     let mut list = Vec::new();
+    let mut counts = Vec::new();
     for (queues, policies) in rows {
         let parsed = ParsedPolicies::new(policies);
         list.extend(queues.iter().map(|q| queue_json(q, &parsed)));
+        counts.extend(queues.iter().map(|q| {
+            let s = q.stats;
+            let key = format!("q/{}/{}", q.vhost, q.name);
+            let named = vec![
+                ("publish", s.publish),
+                ("deliver_get", s.deliver_get),
+                ("redeliver", s.redeliver),
+                ("ack", s.ack),
+            ];
+            (key, named)
+        }));
     }
+    api.rates.attach(*now_ms, &mut list, &counts);
     list
 }
 
@@ -137,7 +155,7 @@ async fn queue_list(
 ) -> ApiResult {
     let vhosts = vhosts_of(api, scope, vhost).await?;
     let rows = queue_rows(api, vhosts, None).await?;
-    list_answer(queues_json(&rows), q)
+    list_answer(queues_json(api, &rows), q)
 }
 
 pub(crate) async fn queues_all(
@@ -157,7 +175,7 @@ pub(crate) async fn queues_vhost(
 
 async fn find_queue(api: &Api, vhost: String, name: String) -> Result<JsonValue, ApiError> {
     let rows = queue_rows(api, vec![vhost], Some(name)).await?;
-    queues_json(&rows)
+    queues_json(api, &rows)
         .into_iter()
         .next()
         .ok_or(ApiError::NotFound)

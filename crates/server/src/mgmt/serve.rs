@@ -13,7 +13,8 @@ use tracing::{info, warn};
 use super::api::{Api, ApiError, CoreSender, MgmtConfig};
 use super::https;
 use super::{
-    bindings, browse, clock, connections, definitions, exchanges, health, metrics, node, overview,
+    bindings, browse, clock, connections, definitions, exchanges, health, limits, metrics, node,
+    overview,
 };
 use super::{policies, queues, ui, users, vhosts};
 use crate::error::ServerError;
@@ -55,10 +56,10 @@ pub(crate) async fn serve(
         None => None,
     };
     let tls_addr = tls.as_ref().map(|(_, a)| *a);
-    let ports: Vec<u16> = std::iter::once(addr.port())
-        .chain(tls.as_ref().map(|(_, a)| a.port()))
+    let listeners: Vec<SocketAddr> = std::iter::once(addr)
+        .chain(tls.as_ref().map(|(_, a)| *a))
         .collect();
-    let api = Api::new(config, core, &ports);
+    let api = Api::new(config, core, &listeners);
     let app = router(api);
     let shutdown = |mut stop: watch::Receiver<bool>| async move {
         let _ = stop.wait_for(|s| *s).await;
@@ -143,6 +144,10 @@ fn node_routes() -> Router<Api> {
         .route("/api/nodes", get(health::nodes))
         .route("/api/nodes/{name}", get(health::node))
         .route("/api/parameters", get(definitions::parameters))
+        .route(
+            "/api/wharf/resource-limits",
+            get(limits::limits_get).put(limits::limits_put),
+        )
         .route("/api/test/clock", get(clock::clock_show))
         .route("/api/test/clock/advance", post(clock::clock_advance))
         .route("/api/test/clock/set", post(clock::clock_set))
