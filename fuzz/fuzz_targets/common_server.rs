@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use wharf_server::testing::TestBroker;
 
+// Shared by two targets (`mod common_server;` in each): each reads only its own address.
+#[allow(dead_code)]
 pub struct Fixture {
     pub amqp: SocketAddr,
     pub mgmt: SocketAddr,
