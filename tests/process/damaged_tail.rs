@@ -13,7 +13,7 @@
 use crate::support::binary;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use binary::Broker;
 use lapin::BasicProperties;
@@ -85,21 +85,7 @@ fn copy_dir(from: &Path) -> tempfile::TempDir {
 
 /// Runs the binary on `dir` expecting it to refuse to start; returns its output.
 fn refused_start(dir: &Path) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_wharf"))
-        .args([
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--mgmt-port",
-            "0",
-            "--prometheus-port",
-            "0",
-        ])
-        .arg("--data-dir")
-        .arg(dir)
-        .env("NO_COLOR", "1")
-        .env_remove("WHARF_CONFIG")
+    let out = binary::command(env!("CARGO_BIN_EXE_wharf"), dir)
         .stdin(Stdio::null())
         .output()
         .unwrap();

@@ -58,6 +58,27 @@ pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     Some(rest.split(' ').next().unwrap_or(rest))
 }
 
+/// `bin` on `dir` listening on free loopback ports (AMQP, management, Prometheus), without
+/// colours or a configuration file from the environment: how every test runs the binary.
+pub fn command(bin: &str, dir: &Path) -> Command {
+    let mut c = Command::new(bin);
+    c.args([
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--mgmt-port",
+        "0",
+        "--prometheus-port",
+        "0",
+    ])
+    .arg("--data-dir")
+    .arg(dir)
+    .env("NO_COLOR", "1")
+    .env_remove("WHARF_CONFIG");
+    c
+}
+
 impl Broker {
     /// Starts the binary on `dir` and waits for its start line.
     pub fn start(dir: &Path) -> Broker {
@@ -71,24 +92,9 @@ impl Broker {
 
     /// As [`Broker::start_bin`], with more command-line arguments.
     pub fn start_with_args(bin: &str, dir: &Path, extra: &[&str]) -> Broker {
-        let mut child = Command::new(bin)
-            .args([
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--mgmt-port",
-                "0",
-                "--prometheus-port",
-                "0",
-                "--log",
-                "info",
-            ])
-            .arg("--data-dir")
-            .arg(dir)
+        let mut child = command(bin, dir)
+            .args(["--log", "info"])
             .args(extra)
-            .env("NO_COLOR", "1")
-            .env_remove("WHARF_CONFIG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
