@@ -8,6 +8,7 @@
 )]
 
 use crate::support;
+use crate::support::publish_persistent as publish;
 
 use std::io::Write as _;
 use std::process::{Command, Stdio};
@@ -97,20 +98,6 @@ async fn declare(ch: &Channel, queue: &str) {
         },
         LapinTable::default(),
     )
-    .await
-    .unwrap();
-}
-
-async fn publish(ch: &Channel, queue: &str, body: &[u8]) {
-    ch.basic_publish(
-        "".into(),
-        queue.into(),
-        BasicPublishOptions::default(),
-        body,
-        BasicProperties::default().with_delivery_mode(2),
-    )
-    .await
-    .unwrap()
     .await
     .unwrap();
 }

@@ -109,3 +109,19 @@ pub async fn within<T>(secs: u64, fut: impl std::future::Future<Output = T>) -> 
 }
 pub mod binary;
 pub mod raw;
+
+/// Publishes `body` persistently (delivery mode 2) to `queue` through the default exchange and
+/// waits until the broker has taken it (its confirm, on a channel in confirm mode).
+pub async fn publish_persistent(ch: &Channel, queue: &str, body: &[u8]) {
+    ch.basic_publish(
+        "".into(),
+        queue.into(),
+        lapin::options::BasicPublishOptions::default(),
+        body,
+        lapin::BasicProperties::default().with_delivery_mode(2),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+}

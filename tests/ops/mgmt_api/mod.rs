@@ -9,6 +9,7 @@
 )]
 
 use crate::support;
+use crate::support::publish_persistent as publish;
 
 use lapin::options::{
     BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions,
@@ -62,20 +63,6 @@ async fn get_json(client: &Client, path: &str) -> Value {
     let a = call(client, "GET", path, None).await;
     assert_eq!(a.status, 200, "GET {path}: {}", a.body);
     a.json()
-}
-
-async fn publish(ch: &Channel, queue: &str, body: &[u8]) {
-    ch.basic_publish(
-        "".into(),
-        queue.into(),
-        BasicPublishOptions::default(),
-        body,
-        BasicProperties::default().with_delivery_mode(2),
-    )
-    .await
-    .unwrap()
-    .await
-    .unwrap();
 }
 
 async fn declare(ch: &Channel, queue: &str) {
