@@ -151,6 +151,20 @@ function fail(e) {
   say(e instanceof ApiError ? `The API answered ${e.status}: ${e.message}` : String(e), true);
 }
 
+// ---------- pages ----------
+
+// Every page: `#/<name>/<rest...>` calls `PAGES[name](root, rest)`. Pages defined in other
+// scripts (loaded after this one, see index.html) add themselves with `registerPage`, and
+// their nav link with a `data-page` attribute in index.html.
+const PAGES = {
+  "": overviewPage,
+  connections: connectionsPage,
+  channels: channelsPage,
+  queues: (root, rest) => rest.length >= 2 ? queuePage(root, rest[0], rest.slice(1).join("/")) : queuesPage(root),
+};
+
+function registerPage(name, render) { PAGES[name] = render; }
+
 function route() {
   if (!credentials()) return showLogin();
   $("#login").hidden = true;
@@ -161,16 +175,14 @@ function route() {
   say("");
   const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   const [page, ...rest] = parts;
-  const pages = { "": overviewPage, connections: connectionsPage, channels: channelsPage, queues: queuesPage };
-  let render = pages[page] || overviewPage;
-  if (page === "queues" && rest.length >= 2) render = (r) => queuePage(r, rest[0], rest.slice(1).join("/"));
+  const render = PAGES[page] || overviewPage;
   for (const a of document.querySelectorAll("nav a")) {
     const current = (a.dataset.page === "overview" && page === "") || a.dataset.page === page;
     if (current) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
   }
   const root = $("#page");
   root.replaceChildren();
-  try { render(root); } catch (e) { fail(e); }
+  try { render(root, rest); } catch (e) { fail(e); }
   // Keyboard and screen-reader users land on the new page's heading.
   const h1 = root.querySelector("h1");
   if (h1) { h1.setAttribute("tabindex", "-1"); h1.focus(); }
