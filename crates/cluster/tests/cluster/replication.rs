@@ -8,7 +8,7 @@ use openraft::RaftLogReader;
 use wharf_broker::Broker;
 
 use crate::commands::{declare_quorum, get, open, publish};
-use crate::support::{Cluster, HangGuard, LiveBroker};
+use crate::support::{Cluster, HangGuard, LiveBroker, open_log};
 
 fn live() -> LiveBroker {
     LiveBroker {
@@ -99,9 +99,10 @@ async fn s_clu_2_committed_entries_survive_the_loss_of_the_leader() {
     assert_eq!(ready, 6, "five from the old leader, one from the new");
 }
 
-/// S-CLU-3: a leader cut off from the others appends an entry no majority ever holds; it is
-/// never confirmed, and when the member rejoins the new leader's entries replace it in its
-/// log and in its committed broker.
+/// S-CLU-3: a leader cut off from the others appends entries no majority ever holds (three,
+/// more than the new leader will write over them); they are never confirmed, and when the
+/// member rejoins its log from the first of them on is the new leader's, in memory and as its
+/// WAL replays it after a restart, and so is its committed broker.
 #[tokio::test(start_paused = true)]
 async fn s_clu_3_a_deposed_leaders_unconfirmed_entries_are_truncated() {
     let _guard = HangGuard::new("s_clu_3_a_deposed_leaders_unconfirmed_entries_are_truncated");
@@ -114,8 +115,12 @@ async fn s_clu_3_a_deposed_leaders_unconfirmed_entries_are_truncated() {
     c.isolate(1);
     let (lost, _) = leader.batch(vec![publish("q", "never confirmed", None)], 2_000);
     let pending = c.raft(1).client_write_ff(lost).await.unwrap();
-    c.until(1, "the lost entry in its log", |m| {
-        m.last_log_index >= Some(base + 1)
+    for i in 0..2 {
+        let (lost, _) = leader.batch(vec![publish("q", "lost too", None)], 2_001 + i);
+        drop(c.raft(1).client_write_ff(lost).await.unwrap());
+    }
+    c.until(1, "the lost entries in its log", |m| {
+        m.last_log_index >= Some(base + 3)
     })
     .await;
     let on_old = c.members[&1]
@@ -141,12 +146,18 @@ async fn s_clu_3_a_deposed_leaders_unconfirmed_entries_are_truncated() {
     c.heal(1);
     c.raft(2).trigger().heartbeat().await.unwrap();
     c.wait_applied(1, kept).await;
+    assert_eq!(kept, base + 2, "a blank entry and the confirmed one");
     let replaced = c.members[&1]
         .log
         .clone()
-        .try_get_log_entries(base + 1..=kept)
+        .try_get_log_entries(base + 1..)
         .await
         .unwrap();
+    assert_eq!(
+        replaced.len(),
+        2,
+        "nothing left after the new leader's entries"
+    );
     assert!(
         replaced.iter().all(|e| e.log_id.leader_id.node_id == 2),
         "member 1's log from the lost entry on is member 2's: {replaced:?}"
@@ -156,6 +167,15 @@ async fn s_clu_3_a_deposed_leaders_unconfirmed_entries_are_truncated() {
         c.committed(1).queues[0].1.len(),
         1,
         "only the confirmed one"
+    );
+    c.raft(1).shutdown().await.unwrap();
+    let mut reopened = open_log(&c.members[&1].disk);
+    let replayed = reopened.try_get_log_entries(base + 1..).await.unwrap();
+    let ids = |es: &[wharf_cluster::Entry]| es.iter().map(|e| e.log_id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(&replayed),
+        ids(&replaced),
+        "the WAL replays the truncation"
     );
     let answer = pending.await.unwrap();
     assert!(
