@@ -38,9 +38,7 @@ async fn s_clu_6_a_new_leader_expires_the_same_messages_at_the_same_times() {
     let _guard = HangGuard::new("s_clu_6_a_new_leader_expires_the_same_messages_at_the_same_times");
     let c = Cluster::start(3).await;
     let clock1 = ManualClock::new(T0);
-    let mut leader = LiveBroker {
-        broker: Broker::new(),
-    };
+    let mut leader = LiveBroker::new();
     let mut logged: Vec<Event> = Vec::new();
     let mut step = |cmds, now| {
         let (p, _) = leader.batch(cmds, now);
@@ -70,11 +68,7 @@ async fn s_clu_6_a_new_leader_expires_the_same_messages_at_the_same_times() {
     c.elect(2).await;
     c.wait_applied(2, last).await;
     let clock2 = ManualClock::new(T0 + 5_000);
-    let (broker, recovered) = c.members[&2]
-        .machine
-        .with(|m| wharf_cluster::take_over(m, clock2.now_ms()))
-        .unwrap();
-    let mut next = LiveBroker { broker };
+    let (mut next, recovered) = c.take_over(2, clock2.now_ms());
 
     // The reference: one node that logged the same events and restarted at T0+5 s.
     let mut single = Broker::new();
@@ -128,9 +122,7 @@ async fn s_clu_6_a_new_leader_expires_the_same_messages_at_the_same_times() {
 async fn s_clu_5_a_leader_clock_behind_the_log_does_not_turn_time_back() {
     let _guard = HangGuard::new("s_clu_5_a_leader_clock_behind_the_log_does_not_turn_time_back");
     let c = Cluster::start(3).await;
-    let mut leader = LiveBroker {
-        broker: Broker::new(),
-    };
+    let mut leader = LiveBroker::new();
     let (p, _) = leader.batch(
         vec![
             declare_quorum("q", None),
@@ -156,10 +148,7 @@ async fn s_clu_5_a_leader_clock_behind_the_log_does_not_turn_time_back() {
         "the highest logged now"
     );
     assert_eq!(wharf_cluster::leader_now(behind, T0 + 5_000), T0 + 5_000);
-    let (_, out) = c.members[&2]
-        .machine
-        .with(|m| wharf_cluster::take_over(m, behind))
-        .unwrap();
+    let (_, out) = c.take_over(2, behind);
     assert_eq!(
         expired(&out).len(),
         1,

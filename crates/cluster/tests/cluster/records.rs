@@ -34,9 +34,7 @@ fn log_id(term: u64, node: u64, index: u64) -> LogId {
 async fn s_clu_1_a_followers_confirmed_entries_survive_its_power_loss() {
     let _guard = HangGuard::new("s_clu_1_a_followers_confirmed_entries_survive_its_power_loss");
     let c = Cluster::start(3).await;
-    let mut leader = LiveBroker {
-        broker: Broker::new(),
-    };
+    let mut leader = LiveBroker::new();
     let mut cmds = vec![declare_quorum("q", None)];
     cmds.extend((0..3).map(|i| publish("q", &format!("m{i}"), None)));
     let (p, _) = leader.batch(cmds, 1_000);
@@ -181,9 +179,7 @@ fn raft_record_decoder_refuses_damage_without_panicking() {
 /// same committed state (S-CLU-4); a damaged header or checkpoint is refused.
 #[test]
 fn raft_snapshot_is_a_header_and_a_checkpoint() {
-    let mut live = LiveBroker {
-        broker: Broker::new(),
-    };
+    let mut live = LiveBroker::new();
     let (p, _) = live.batch(
         vec![declare_quorum("q", Some(5_000)), publish("q", "m", None)],
         1_000,
@@ -218,9 +214,7 @@ fn raft_snapshot_is_a_header_and_a_checkpoint() {
 async fn s_clu_1_an_entry_a_follower_could_not_sync_is_not_confirmed() {
     let _guard = HangGuard::new("s_clu_1_an_entry_a_follower_could_not_sync_is_not_confirmed");
     let c = Cluster::start(3).await;
-    let mut leader = LiveBroker {
-        broker: Broker::new(),
-    };
+    let mut leader = LiveBroker::new();
     let (p, _) = leader.batch(vec![declare_quorum("q", None)], 1_000);
     let base = c.raft(1).client_write(p).await.unwrap().log_id.index;
     c.settle(1).await;

@@ -5,16 +5,9 @@
 
 use openraft::EntryPayload;
 use openraft::RaftLogReader;
-use wharf_broker::Broker;
 
 use crate::commands::{declare_quorum, get, open, publish};
 use crate::support::{Cluster, HangGuard, LiveBroker, open_log};
-
-fn live() -> LiveBroker {
-    LiveBroker {
-        broker: Broker::new(),
-    }
-}
 
 /// S-CLU-1: three members elect one leader; an entry is confirmed once a majority holds it
 /// (the leader and one follower, the third cut off), and the third catches up when it
@@ -29,7 +22,7 @@ async fn s_clu_1_three_members_elect_a_leader_and_commit_on_a_majority() {
             .await;
     }
 
-    let mut leader = live();
+    let mut leader = LiveBroker::new();
     let (p, _) = leader.batch(
         vec![declare_quorum("q", None), publish("q", "a", None)],
         1_000,
@@ -68,7 +61,7 @@ async fn s_clu_1_three_members_elect_a_leader_and_commit_on_a_majority() {
 async fn s_clu_2_committed_entries_survive_the_loss_of_the_leader() {
     let _guard = HangGuard::new("s_clu_2_committed_entries_survive_the_loss_of_the_leader");
     let c = Cluster::start(3).await;
-    let mut leader = live();
+    let mut leader = LiveBroker::new();
     let mut cmds = vec![declare_quorum("q", None)];
     cmds.extend((0..5).map(|i| publish("q", &format!("m{i}"), None)));
     let (p, _) = leader.batch(cmds, 1_000);
@@ -84,13 +77,7 @@ async fn s_clu_2_committed_entries_survive_the_loss_of_the_leader() {
         "every committed message is on the new leader"
     );
 
-    let (mut next, _) = c.members[&2]
-        .machine
-        .with(|m| wharf_cluster::take_over(m, 2_000))
-        .unwrap();
-    let mut next_leader = LiveBroker {
-        broker: std::mem::take(&mut next),
-    };
+    let (mut next_leader, _) = c.take_over(2, 2_000);
     let (p, _) = next_leader.batch(vec![publish("q", "after", None)], 2_000);
     let after = c.raft(2).client_write(p).await.unwrap();
     c.wait_applied(3, after.log_id.index).await;
@@ -107,7 +94,7 @@ async fn s_clu_2_committed_entries_survive_the_loss_of_the_leader() {
 async fn s_clu_3_a_deposed_leaders_unconfirmed_entries_are_truncated() {
     let _guard = HangGuard::new("s_clu_3_a_deposed_leaders_unconfirmed_entries_are_truncated");
     let c = Cluster::start(3).await;
-    let mut leader = live();
+    let mut leader = LiveBroker::new();
     let (p, _) = leader.batch(vec![declare_quorum("q", None)], 1_000);
     let base = c.raft(1).client_write(p).await.unwrap().log_id.index;
 
@@ -133,13 +120,7 @@ async fn s_clu_3_a_deposed_leaders_unconfirmed_entries_are_truncated() {
     assert_eq!(on_old[0].log_id.leader_id.node_id, 1);
 
     c.elect(2).await;
-    let (mut next, _) = c.members[&2]
-        .machine
-        .with(|m| wharf_cluster::take_over(m, 3_000))
-        .unwrap();
-    let mut next_leader = LiveBroker {
-        broker: std::mem::take(&mut next),
-    };
+    let (mut next_leader, _) = c.take_over(2, 3_000);
     let (p, _) = next_leader.batch(vec![publish("q", "confirmed", None)], 3_000);
     let kept = c.raft(2).client_write(p).await.unwrap().log_id.index;
 
@@ -170,10 +151,10 @@ async fn s_clu_3_a_deposed_leaders_unconfirmed_entries_are_truncated() {
     );
     c.raft(1).shutdown().await.unwrap();
     let mut reopened = open_log(&c.members[&1].disk);
-    let replayed = reopened.try_get_log_entries(base + 1..).await.unwrap();
+    let after_restart = reopened.try_get_log_entries(base + 1..).await.unwrap();
     let ids = |es: &[wharf_cluster::Entry]| es.iter().map(|e| e.log_id).collect::<Vec<_>>();
     assert_eq!(
-        ids(&replayed),
+        ids(&after_restart),
         ids(&replaced),
         "the WAL replays the truncation"
     );
@@ -193,7 +174,7 @@ async fn s_clu_4_a_lagging_member_catches_up_from_a_snapshot() {
     let c = Cluster::start(3).await;
     c.isolate(3);
     let cut_at = c.last_index(3);
-    let mut leader = live();
+    let mut leader = LiveBroker::new();
     let mut last = 0;
     let (p, _) = leader.batch(
         [vec![declare_quorum("q", Some(60_000))], open()].concat(),

@@ -311,6 +311,16 @@ impl Cluster {
         .await;
     }
 
+    /// Member `id` takes over as leader at its clock `clock_ms` (S-CLU-6): its live broker, and
+    /// the outcome of ending recovery, whose events it proposes first.
+    pub fn take_over(&self, id: u64, clock_ms: u64) -> (LiveBroker, Outcome) {
+        let (broker, out) = self.members[&id]
+            .machine
+            .with(|m| wharf_cluster::take_over(m, clock_ms))
+            .unwrap();
+        (LiveBroker { broker }, out)
+    }
+
     /// Member `id`'s committed durable state.
     pub fn committed(&self, id: u64) -> DurableState {
         self.members[&id]
@@ -331,6 +341,13 @@ pub struct LiveBroker {
 }
 
 impl LiveBroker {
+    /// A leader's broker before anything happened: a fresh one.
+    pub fn new() -> LiveBroker {
+        LiveBroker {
+            broker: Broker::new(),
+        }
+    }
+
     /// Handles `cmds` at `now_ms`; returns the proposal (the events, in order) and the
     /// outcomes.
     pub fn batch(&mut self, cmds: Vec<Command>, now_ms: u64) -> (Proposal, Vec<Outcome>) {
