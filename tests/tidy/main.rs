@@ -99,6 +99,10 @@ const ARROWS: &[(&str, &[&str])] = &[
     ),
     ("wharf-perf", &[]),
     ("wharf-sim", &["wharf-broker", "wharf-store", "wharf-wal"]),
+    (
+        "wharf-cluster",
+        &["wharf-base", "wharf-broker", "wharf-store", "wharf-wal"],
+    ),
 ];
 
 /// Crates that must stay out of a package's whole dependency tree, with the reason.
@@ -136,6 +140,18 @@ const FORBIDDEN: &[(&str, &[&str], &str)] = &[
             "wharf-server",
         ],
         "the inspector links only what it reads with",
+    ),
+    (
+        "wharf-cluster",
+        &[
+            "wharf-server",
+            "axum",
+            "rustls",
+            "tokio-rustls",
+            "ureq",
+            "amq-protocol",
+        ],
+        "replication sits beside the server, not on it: no AMQP, HTTP or TLS (tokio comes with openraft)",
     ),
 ];
 

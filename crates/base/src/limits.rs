@@ -99,6 +99,10 @@ pub const MESSAGE_MEMORY_BYTES: u64 = 16 * 1024 * 1024;
 /// Largest `x-message-ttl`, `message-ttl` and per-message `expiration` value (S-TTL-1): 2^32-1 ms.
 pub const TTL_MS_MAX: u64 = u32::MAX as u64;
 
+/// Raft log appends whose durability a group's flusher is waiting for (`wharf-cluster`): an
+/// append waits for room beyond this, so a group that outruns its disk is throttled.
+pub const RAFT_FLUSH_PENDING_MAX: usize = 4096;
+
 const _: () = assert!(
     FRAME_BYTES_MAX >= FRAME_BYTES_MIN,
     "AMQP frame-min-size is 4096"

@@ -1,0 +1,336 @@
+//! [`WalLogStore`]: openraft's `RaftLogStorage` on wharf's WAL (DESIGN "Replication", "The
+//! Raft log is the WAL"). Every change is a record (`record.rs`): entries, votes, truncations
+//! and purges, appended in the order openraft asks for them; reopening replays them in Lsn
+//! order to rebuild the log. `append` does not wait for the disk: a flusher task awaits the
+//! WAL's durability of the last record and only then fires openraft's flush callback, so the
+//! WAL's group commit (one `fdatasync` for everything pending) is what confirms entries
+//! (S-CLU-1). A vote waits for its own fsync before `save_vote` returns, as openraft requires.
+//!
+//! **wharf today:** the store owns its WAL (one group per WAL), keeps the entries it holds in
+//! memory until they are purged, and does not reclaim segments after a purge.
+
+#![expect(
+    clippy::result_large_err,
+    reason = "openraft's StorageError is the error its storage traits require; helpers return it as is"
+)]
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::ops::RangeBounds;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{RaftLogReader, StorageIOError};
+use tokio::sync::mpsc;
+use wharf_base::limits;
+use wharf_wal::{Appender, Lsn, RecordRef, Storage, Wal, WalConfig, WalError};
+
+use crate::record::{self, RAFT_FORMAT_VERSION, RaftRecord};
+use crate::types::{Entry, LogId, StorageError, TypeConfig, Vote};
+
+/// What reopening a log found, and why it could not.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The WAL itself would not open (damage, I/O).
+    #[error("the Raft log's WAL did not open")]
+    Wal(#[from] wharf_wal::RecoveryError),
+    /// A record of this group does not decode, or announces a newer format.
+    #[error("Raft record at {lsn:?} of group {group}: {reason}")]
+    Record {
+        /// The group.
+        group: u64,
+        /// Where.
+        lsn: Lsn,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The format marker could not be written.
+    #[error("writing the Raft format marker")]
+    Append(#[from] WalError),
+}
+
+/// The log as memory holds it: what the records replayed so far say.
+#[derive(Debug, Default)]
+struct Log {
+    entries: BTreeMap<u64, Entry>,
+    vote: Option<Vote>,
+    last_purged: Option<LogId>,
+}
+
+impl Log {
+    /// Applies one record, as `append`, `truncate`, `purge` and `save_vote` did when they wrote
+    /// it (and as reopening replays it).
+    fn replay(&mut self, record: RaftRecord) {
+        match record {
+            RaftRecord::Format { .. } => {}
+            RaftRecord::Vote { vote, .. } => self.vote = Some(vote),
+            RaftRecord::Entry { entry, .. } => {
+                // openraft truncates before it appends over a conflict; an entry at or below
+                // the last one can only follow a truncation record, so this removes nothing
+                // on a log openraft wrote. It keeps the log free of holes if it ever did.
+                self.entries.split_off(&entry.log_id.index);
+                self.entries.insert(entry.log_id.index, entry);
+            }
+            RaftRecord::Truncate { index, .. } => {
+                self.entries.split_off(&index);
+            }
+            RaftRecord::Purge { log_id, .. } => {
+                self.entries = self.entries.split_off(&(log_id.index + 1));
+                if self.last_purged.is_none_or(|p| p < log_id) {
+                    self.last_purged = Some(log_id);
+                }
+            }
+        }
+    }
+
+    fn state(&self) -> LogState<TypeConfig> {
+        let last = self.entries.values().next_back().map(|e| e.log_id);
+        LogState {
+            last_purged_log_id: self.last_purged,
+            last_log_id: last.or(self.last_purged),
+        }
+    }
+}
+
+fn lock(log: &Mutex<Log>) -> MutexGuard<'_, Log> {
+    // A panic while holding the lock left a log we cannot trust; stopping is right (STYLE 3.1).
+    #[expect(
+        clippy::expect_used,
+        reason = "a poisoned lock means a panic mid-update: fail-stop"
+    )]
+    log.lock().expect("Raft log lock poisoned")
+}
+
+/// A flush to report once the WAL is durable through `lsn`.
+type Pending = (Lsn, LogFlushed<TypeConfig>);
+
+/// A Raft group's log on a WAL. Cheap to read from several replication tasks
+/// ([`WalLogReader`]); written only by openraft's storage task.
+pub struct WalLogStore {
+    group: u64,
+    log: Arc<Mutex<Log>>,
+    appender: Appender,
+    flushes: mpsc::Sender<Pending>,
+    wal: Option<Wal>,
+}
+
+/// Reads entries of a [`WalLogStore`] (openraft's replication tasks hold one each).
+#[derive(Clone)]
+pub struct WalLogReader {
+    log: Arc<Mutex<Log>>,
+}
+
+impl WalLogStore {
+    /// Opens (or creates) group `group`'s log in `dir`: replays every Raft record of the group
+    /// in Lsn order, writes a format marker, and starts the flusher task (on the current tokio
+    /// runtime). Records of other groups and of the store are skipped.
+    ///
+    /// # Errors
+    /// [`OpenError`]: the WAL's own recovery errors, or a record of this group that does not
+    /// decode or is of a newer format.
+    pub fn open(
+        dir: &Path,
+        storage: Arc<dyn Storage>,
+        config: &WalConfig,
+        group: u64,
+    ) -> Result<WalLogStore, OpenError> {
+        let mut log = Log::default();
+        let mut bad: Option<OpenError> = None;
+        let mut visit = |r: RecordRef<'_>| {
+            if record::RaftKind::from_byte(r.kind).is_none() || bad.is_some() {
+                return Ok(());
+            }
+            match record::decode(r.kind, r.payload) {
+                Ok(rec) if record_group(&rec) != group => {}
+                Ok(RaftRecord::Format { version, .. }) if version > RAFT_FORMAT_VERSION => {
+                    bad = Some(OpenError::Record {
+                        group,
+                        lsn: r.lsn,
+                        reason: format!("format version {version} is newer than this build's"),
+                    });
+                }
+                Ok(rec) => log.replay(rec),
+                Err(e) => {
+                    bad = Some(OpenError::Record {
+                        group,
+                        lsn: r.lsn,
+                        reason: e.to_string(),
+                    });
+                }
+            }
+            Ok(())
+        };
+        let (wal, _report) = Wal::open(dir, storage, config, &mut visit)?;
+        if let Some(e) = bad {
+            return Err(e);
+        }
+        let appender = wal.appender();
+        let (kind, payload) = record::encode(&RaftRecord::Format {
+            group,
+            version: RAFT_FORMAT_VERSION,
+        })
+        .map_err(|e| OpenError::Record {
+            group,
+            lsn: Lsn(0),
+            reason: e.to_string(),
+        })?;
+        appender.append(kind, &payload)?;
+        let (flushes, pending) = mpsc::channel(limits::RAFT_FLUSH_PENDING_MAX);
+        tokio::spawn(flusher(appender.clone(), pending));
+        Ok(WalLogStore {
+            group,
+            log: Arc::new(Mutex::new(log)),
+            appender,
+            flushes,
+            wal: Some(wal),
+        })
+    }
+
+    /// The group this log belongs to.
+    pub fn group(&self) -> u64 {
+        self.group
+    }
+
+    /// A reader of this log (for tests and inspection, as openraft's replication uses).
+    pub fn reader(&self) -> WalLogReader {
+        WalLogReader {
+            log: Arc::clone(&self.log),
+        }
+    }
+
+    /// Appends `record` to the WAL without waiting, and applies it to the log in memory.
+    fn write(&self, record: RaftRecord) -> Result<Lsn, StorageError> {
+        let (kind, payload) =
+            record::encode(&record).map_err(|e| StorageIOError::write_logs(&e))?;
+        let appended = self
+            .appender
+            .append(kind, &payload)
+            .map_err(|e| StorageIOError::write_logs(&e))?;
+        lock(&self.log).replay(record);
+        Ok(appended.lsn)
+    }
+}
+
+impl Drop for WalLogStore {
+    fn drop(&mut self) {
+        if let Some(wal) = self.wal.take()
+            && let Err(e) = wal.close()
+        {
+            tracing::error!(group = self.group, error = %e, "closing a Raft log's WAL failed");
+        }
+    }
+}
+
+fn record_group(record: &RaftRecord) -> u64 {
+    match record {
+        RaftRecord::Format { group, .. }
+        | RaftRecord::Vote { group, .. }
+        | RaftRecord::Entry { group, .. }
+        | RaftRecord::Truncate { group, .. }
+        | RaftRecord::Purge { group, .. } => *group,
+    }
+}
+
+/// Fires each flush callback, in append order, once the WAL's group commit has made its last
+/// record durable. Ends when the store is dropped.
+async fn flusher(appender: Appender, mut pending: mpsc::Receiver<Pending>) {
+    while let Some((lsn, callback)) = pending.recv().await {
+        let result = appender.durable(lsn).await.map_err(std::io::Error::other);
+        callback.log_io_completed(result);
+    }
+}
+
+impl RaftLogReader<TypeConfig> for WalLogReader {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        Ok(lock(&self.log)
+            .entries
+            .range(range)
+            .map(|(_, e)| e.clone())
+            .collect())
+    }
+}
+
+impl RaftLogReader<TypeConfig> for WalLogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        self.reader().try_get_log_entries(range).await
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for WalLogStore {
+    type LogReader = WalLogReader;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        Ok(lock(&self.log).state())
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.reader()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
+        let lsn = self.write(RaftRecord::Vote {
+            group: self.group,
+            vote: *vote,
+        })?;
+        self.appender
+            .durable(lsn)
+            .await
+            .map_err(|e| StorageIOError::write_vote(&e).into())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
+        Ok(lock(&self.log).vote)
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let mut last = self.appender.durable_lsn();
+        for entry in entries {
+            last = self.write(RaftRecord::Entry {
+                group: self.group,
+                entry,
+            })?;
+        }
+        self.flushes
+            .send((last, callback))
+            .await
+            .map_err(|_| StorageIOError::write_logs(&FlusherGone).into())
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        // Not waited for: a later append's fsync covers it (the WAL is ordered), and openraft
+        // only relies on it once entries after it are flushed.
+        self.write(RaftRecord::Truncate {
+            group: self.group,
+            index: log_id.index,
+        })
+        .map(|_| ())
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.write(RaftRecord::Purge {
+            group: self.group,
+            log_id,
+        })
+        .map(|_| ())
+    }
+}
+
+/// The flusher task ended (its runtime shut down) while the store was still in use.
+#[derive(Debug, thiserror::Error)]
+#[error("the Raft log's flusher task has stopped")]
+struct FlusherGone;

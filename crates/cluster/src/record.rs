@@ -1,0 +1,393 @@
+//! The Raft records a member writes into its WAL, byte for byte as `storage-format.md` ("Raft
+//! records") describes them: the format marker, votes, log entries, truncations and purges.
+//! An entry's events are the store's own record payloads (`wharf_store::codec`), so a logged
+//! entry holds exactly the bytes a single node would log for the same events.
+//!
+//! Pure functions over byte slices; everything little-endian through `wharf_wal::le`. The
+//! decoder distrusts every byte: lengths are checked against what is left before anything is
+//! read, counts are never used to allocate, trailing bytes are refused, nothing panics
+//! (S-ERR-2).
+#![warn(clippy::indexing_slicing)]
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use openraft::{BasicNode, CommittedLeaderId, EntryPayload};
+use wharf_store::codec::{self, StoreRecord};
+use wharf_wal::le;
+
+use crate::types::{Entry, LogId, Membership, NodeId, Proposal, Vote};
+
+/// The Raft record format this build writes and the newest it reads (a `Format` record at
+/// every open says which version follows).
+pub const RAFT_FORMAT_VERSION: u16 = 1;
+
+/// The WAL kind byte of each Raft record. Part of the format: never reuse or renumber one.
+/// They sit apart from the store's kinds (`0x01`-`0x30`), so one WAL can hold both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum RaftKind {
+    /// The format version, written at every open.
+    Format = 0x50,
+    /// A vote (`save_vote`).
+    Vote = 0x51,
+    /// One log entry.
+    Entry = 0x52,
+    /// Entries from an index on were removed (a conflict with the leader's log).
+    Truncate = 0x53,
+    /// Entries up to a log id were removed (covered by a snapshot).
+    Purge = 0x54,
+}
+
+impl RaftKind {
+    /// The kind of a WAL record's kind byte, if it is a Raft record.
+    pub fn from_byte(byte: u8) -> Option<RaftKind> {
+        [
+            RaftKind::Format,
+            RaftKind::Vote,
+            RaftKind::Entry,
+            RaftKind::Truncate,
+            RaftKind::Purge,
+        ]
+        .into_iter()
+        .find(|k| *k as u8 == byte)
+    }
+}
+
+/// An entry payload's tag byte.
+const TAG_BLANK: u8 = 0;
+const TAG_NORMAL: u8 = 1;
+const TAG_MEMBERSHIP: u8 = 2;
+
+/// One Raft record, decoded. Every record names the group it belongs to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RaftRecord {
+    /// The format of the records after it.
+    Format {
+        /// Group.
+        group: u64,
+        /// Version.
+        version: u16,
+    },
+    /// A vote saved.
+    Vote {
+        /// Group.
+        group: u64,
+        /// The vote.
+        vote: Vote,
+    },
+    /// An entry appended.
+    Entry {
+        /// Group.
+        group: u64,
+        /// The entry.
+        entry: Entry,
+    },
+    /// Entries at `index` and after removed.
+    Truncate {
+        /// Group.
+        group: u64,
+        /// First removed index.
+        index: u64,
+    },
+    /// Entries up to and including `log_id` removed.
+    Purge {
+        /// Group.
+        group: u64,
+        /// Last removed log id.
+        log_id: LogId,
+    },
+}
+
+/// A record that cannot be written: an event the store codec refuses.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordEncodeError {
+    /// An event of the entry does not fit the store's format.
+    #[error("an event of the entry does not encode")]
+    Event(#[from] codec::EncodeError),
+    /// A count or length over the format's field size.
+    #[error("{what} does not fit its length field")]
+    TooLong {
+        /// Which field.
+        what: &'static str,
+    },
+}
+
+/// A payload that is not a valid Raft record. `offset` is inside the payload.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("undecodable Raft record (kind {kind:#04x}) at payload byte {offset}: {what}")]
+pub struct RecordDecodeError {
+    /// The record kind byte.
+    pub kind: u8,
+    /// Byte offset in the payload where decoding failed.
+    pub offset: usize,
+    /// What was wrong.
+    pub what: &'static str,
+}
+
+/// Encodes `record`; returns its WAL kind byte and payload.
+///
+/// # Errors
+/// An event the store codec refuses, or a count over its field.
+pub fn encode(record: &RaftRecord) -> Result<(u8, Vec<u8>), RecordEncodeError> {
+    let mut out = Vec::new();
+    let kind = match record {
+        RaftRecord::Format { group, version } => {
+            le::put_u64(&mut out, *group);
+            le::put_u16(&mut out, *version);
+            RaftKind::Format
+        }
+        RaftRecord::Vote { group, vote } => {
+            le::put_u64(&mut out, *group);
+            le::put_u64(&mut out, vote.leader_id.term);
+            le::put_u64(&mut out, vote.leader_id.node_id);
+            out.push(u8::from(vote.committed));
+            RaftKind::Vote
+        }
+        RaftRecord::Entry { group, entry } => {
+            le::put_u64(&mut out, *group);
+            put_log_id(&mut out, &entry.log_id);
+            put_payload(&mut out, &entry.payload)?;
+            RaftKind::Entry
+        }
+        RaftRecord::Truncate { group, index } => {
+            le::put_u64(&mut out, *group);
+            le::put_u64(&mut out, *index);
+            RaftKind::Truncate
+        }
+        RaftRecord::Purge { group, log_id } => {
+            le::put_u64(&mut out, *group);
+            put_log_id(&mut out, log_id);
+            RaftKind::Purge
+        }
+    };
+    Ok((kind as u8, out))
+}
+
+fn put_log_id(out: &mut Vec<u8>, log_id: &LogId) {
+    le::put_u64(out, log_id.leader_id.term);
+    le::put_u64(out, log_id.leader_id.node_id);
+    le::put_u64(out, log_id.index);
+}
+
+fn count_u32(n: usize, what: &'static str) -> Result<u32, RecordEncodeError> {
+    u32::try_from(n).map_err(|_| RecordEncodeError::TooLong { what })
+}
+
+fn put_payload(
+    out: &mut Vec<u8>,
+    payload: &EntryPayload<crate::TypeConfig>,
+) -> Result<(), RecordEncodeError> {
+    match payload {
+        EntryPayload::Blank => out.push(TAG_BLANK),
+        EntryPayload::Normal(p) => {
+            out.push(TAG_NORMAL);
+            le::put_u64(out, p.now_ms);
+            le::put_u32(out, count_u32(p.events.len(), "event count")?);
+            let mut body = Vec::new();
+            for event in &p.events {
+                body.clear();
+                let kind = codec::encode_event(event, &mut body)?;
+                out.push(kind.byte());
+                le::put_u32(out, count_u32(body.len(), "event payload")?);
+                out.extend_from_slice(&body);
+            }
+        }
+        EntryPayload::Membership(m) => {
+            out.push(TAG_MEMBERSHIP);
+            let configs = m.get_joint_config();
+            le::put_u32(out, count_u32(configs.len(), "config count")?);
+            for config in configs {
+                le::put_u32(out, count_u32(config.len(), "voter count")?);
+                for id in config {
+                    le::put_u64(out, *id);
+                }
+            }
+            let nodes: Vec<_> = m.nodes().collect();
+            le::put_u32(out, count_u32(nodes.len(), "node count")?);
+            for (id, node) in nodes {
+                le::put_u64(out, *id);
+                le::put_u32(out, count_u32(node.addr.len(), "node address")?);
+                out.extend_from_slice(node.addr.as_bytes());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A cursor over an untrusted payload.
+struct Dec<'a> {
+    kind: u8,
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Dec<'a> {
+    fn err(&self, what: &'static str) -> RecordDecodeError {
+        RecordDecodeError {
+            kind: self.kind,
+            offset: self.at,
+            what,
+        }
+    }
+
+    fn bytes(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], RecordDecodeError> {
+        let end = self.at.checked_add(n).ok_or_else(|| self.err(what))?;
+        let got = self.buf.get(self.at..end).ok_or_else(|| self.err(what))?;
+        self.at = end;
+        Ok(got)
+    }
+
+    fn u8(&mut self, what: &'static str) -> Result<u8, RecordDecodeError> {
+        let b = self.bytes(1, what)?;
+        b.first().copied().ok_or_else(|| self.err(what))
+    }
+
+    fn u16(&mut self, what: &'static str) -> Result<u16, RecordDecodeError> {
+        let v = le::u16_at(self.buf, self.at).ok_or_else(|| self.err(what))?;
+        self.at += 2;
+        Ok(v)
+    }
+
+    fn u32(&mut self, what: &'static str) -> Result<u32, RecordDecodeError> {
+        let v = le::u32_at(self.buf, self.at).ok_or_else(|| self.err(what))?;
+        self.at += 4;
+        Ok(v)
+    }
+
+    fn u64(&mut self, what: &'static str) -> Result<u64, RecordDecodeError> {
+        let v = le::u64_at(self.buf, self.at).ok_or_else(|| self.err(what))?;
+        self.at += 8;
+        Ok(v)
+    }
+
+    fn len(&mut self, what: &'static str) -> Result<usize, RecordDecodeError> {
+        let n = self.u32(what)?;
+        usize::try_from(n).map_err(|_| self.err(what))
+    }
+
+    fn log_id(&mut self) -> Result<LogId, RecordDecodeError> {
+        let term = self.u64("log id term")?;
+        let node = self.u64("log id node")?;
+        let index = self.u64("log id index")?;
+        Ok(LogId::new(CommittedLeaderId::new(term, node), index))
+    }
+
+    fn end(&self) -> Result<(), RecordDecodeError> {
+        if self.at == self.buf.len() {
+            Ok(())
+        } else {
+            Err(self.err("bytes after the record"))
+        }
+    }
+}
+
+/// Decodes a Raft record from its WAL kind byte and payload.
+///
+/// # Errors
+/// A kind that is not a Raft record, or a payload that does not decode.
+pub fn decode(kind: u8, payload: &[u8]) -> Result<RaftRecord, RecordDecodeError> {
+    let d = &mut Dec {
+        kind,
+        buf: payload,
+        at: 0,
+    };
+    let raft_kind = RaftKind::from_byte(kind).ok_or_else(|| d.err("not a Raft record kind"))?;
+    let group = d.u64("group")?;
+    let record = match raft_kind {
+        RaftKind::Format => RaftRecord::Format {
+            group,
+            version: d.u16("version")?,
+        },
+        RaftKind::Vote => {
+            let term = d.u64("vote term")?;
+            let node = d.u64("vote node")?;
+            let mut vote = Vote::new(term, node);
+            match d.u8("vote committed")? {
+                0 => {}
+                1 => vote.commit(),
+                _ => return Err(d.err("vote committed flag not 0 or 1")),
+            }
+            RaftRecord::Vote { group, vote }
+        }
+        RaftKind::Entry => {
+            let log_id = d.log_id()?;
+            let payload = decode_payload(d)?;
+            RaftRecord::Entry {
+                group,
+                entry: Entry { log_id, payload },
+            }
+        }
+        RaftKind::Truncate => RaftRecord::Truncate {
+            group,
+            index: d.u64("truncate index")?,
+        },
+        RaftKind::Purge => RaftRecord::Purge {
+            group,
+            log_id: d.log_id()?,
+        },
+    };
+    d.end()?;
+    Ok(record)
+}
+
+fn decode_payload(d: &mut Dec<'_>) -> Result<EntryPayload<crate::TypeConfig>, RecordDecodeError> {
+    match d.u8("entry tag")? {
+        TAG_BLANK => Ok(EntryPayload::Blank),
+        TAG_NORMAL => {
+            let now_ms = d.u64("now")?;
+            let count = d.u32("event count")?;
+            let mut events = Vec::new();
+            for _ in 0..count {
+                let kind = d.u8("event kind")?;
+                let len = d.len("event length")?;
+                let at = d.at;
+                let body = d.bytes(len, "event payload")?;
+                match codec::decode(kind, body) {
+                    Ok(StoreRecord::Event(event)) => events.push(event),
+                    Ok(StoreRecord::Format { .. }) => {
+                        d.at = at;
+                        return Err(d.err("a format marker inside an entry"));
+                    }
+                    Err(_) => {
+                        d.at = at;
+                        return Err(d.err("event payload does not decode"));
+                    }
+                }
+            }
+            Ok(EntryPayload::Normal(Proposal { now_ms, events }))
+        }
+        TAG_MEMBERSHIP => Ok(EntryPayload::Membership(decode_membership(d)?)),
+        _ => Err(d.err("unknown entry tag")),
+    }
+}
+
+fn decode_membership(d: &mut Dec<'_>) -> Result<Membership, RecordDecodeError> {
+    let configs_n = d.u32("config count")?;
+    let mut configs = Vec::new();
+    for _ in 0..configs_n {
+        let voters = d.u32("voter count")?;
+        let mut config = BTreeSet::new();
+        for _ in 0..voters {
+            config.insert(d.u64("voter id")?);
+        }
+        configs.push(config);
+    }
+    let nodes_n = d.u32("node count")?;
+    let mut nodes = BTreeMap::new();
+    for _ in 0..nodes_n {
+        let id = d.u64("node id")?;
+        let len = d.len("node address length")?;
+        let at = d.at;
+        let addr = std::str::from_utf8(d.bytes(len, "node address")?).map_err(|_| {
+            d.at = at;
+            d.err("node address not UTF-8")
+        });
+        let addr = addr?.to_owned();
+        nodes.insert(id, BasicNode { addr });
+    }
+    let voters: BTreeSet<NodeId> = configs.iter().flatten().copied().collect();
+    if voters.iter().any(|v| !nodes.contains_key(v)) {
+        return Err(d.err("a voter without its node"));
+    }
+    Ok(Membership::new(configs, nodes))
+}

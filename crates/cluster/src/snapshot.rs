@@ -1,0 +1,104 @@
+//! A group's snapshot: wharf's checkpoint bytes of the committed broker, behind a small
+//! header with the highest `now` applied (storage-format.md, "Raft snapshots"). A lagging or
+//! new member installs one into a fresh broker through the checkpoint reader, which checks
+//! every byte (S-CLU-4).
+#![warn(clippy::indexing_slicing)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use wharf_broker::{Broker, MessageRef};
+use wharf_store::StoreError;
+use wharf_store::checkpoint::{self, CheckpointRecord};
+use wharf_wal::{Lsn, SimStorage, le};
+
+/// The snapshot header's magic bytes (`wharfsnp`), then a version.
+pub const SNAPSHOT_MAGIC: [u8; 8] = *b"wharfsnp";
+/// The snapshot format this build writes and reads.
+pub const SNAPSHOT_VERSION: u16 = 1;
+/// Magic, version (u16), highest applied `now` (u64).
+pub const SNAPSHOT_HEADER_BYTES: usize = 8 + 2 + 8;
+
+/// Why snapshot bytes could not be made or read back.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// The checkpoint encoder or reader refused (damage, a message whose content is on disk).
+    #[error("the snapshot's checkpoint")]
+    Checkpoint(#[from] StoreError),
+    /// The header is not a wharf snapshot of a version this build reads.
+    #[error("not a wharf snapshot (or a newer version): {0}")]
+    Header(&'static str),
+    /// The committed broker refused a record of the snapshot.
+    #[error("the snapshot does not fit the broker")]
+    Refused(#[from] wharf_broker::BrokerError),
+}
+
+/// Encodes the committed broker as snapshot bytes: the header, then a checkpoint covering
+/// `index` (the checkpoint's Lsn field holds the group's log index).
+///
+/// # Errors
+/// The checkpoint encoder's errors.
+pub fn encode(broker: &Broker, index: u64, now_ms: u64) -> Result<Vec<u8>, SnapshotError> {
+    let body = checkpoint::encode_to_vec(&broker.snapshot(), Lsn(index))?;
+    let mut out = Vec::with_capacity(SNAPSHOT_HEADER_BYTES + body.len());
+    out.extend_from_slice(&SNAPSHOT_MAGIC);
+    le::put_u16(&mut out, SNAPSHOT_VERSION);
+    le::put_u64(&mut out, now_ms);
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+/// A snapshot decoded: a fresh broker holding its state (nothing fired: the replay state, as
+/// after `Broker::apply`), and the highest `now` applied when it was taken.
+pub struct Decoded {
+    /// The broker.
+    pub broker: Broker,
+    /// Highest applied `now`.
+    pub now_ms: u64,
+}
+
+/// Decodes snapshot bytes into a fresh broker, checking the header and every checkpoint
+/// record.
+///
+/// # Errors
+/// [`SnapshotError`] for a bad header, a damaged checkpoint, or a record the broker refuses.
+pub fn decode(bytes: &[u8]) -> Result<Decoded, SnapshotError> {
+    let (head, body) = bytes
+        .split_at_checked(SNAPSHOT_HEADER_BYTES)
+        .ok_or(SnapshotError::Header("shorter than its header"))?;
+    if head.get(..8) != Some(&SNAPSHOT_MAGIC[..]) {
+        return Err(SnapshotError::Header("bad magic"));
+    }
+    if le::u16_at(head, 8) != Some(SNAPSHOT_VERSION) {
+        return Err(SnapshotError::Header("unknown version"));
+    }
+    let now_ms = le::u64_at(head, 10).ok_or(SnapshotError::Header("no now"))?;
+    // The checkpoint reader reads through the `Storage` trait; an in-memory disk holding the
+    // received bytes lets the same checked reader do it, with no second parser.
+    let disk = SimStorage::new(0);
+    let path = Path::new("snapshot.checkpoint");
+    disk.set_file_bytes(path, body.to_vec());
+    let mut broker = Broker::new();
+    let mut refused: Option<wharf_broker::BrokerError> = None;
+    let header = checkpoint::read(&disk, path, &mut |record, _, _| {
+        let result = match record {
+            CheckpointRecord::Event(event) => broker.apply(&event),
+            CheckpointRecord::Carried(c) => broker.restore_message(
+                &c.vhost,
+                &MessageRef::Loaded(Arc::clone(&c.message)),
+                &c.placements,
+            ),
+        };
+        if let Err(e) = result
+            && refused.is_none()
+        {
+            refused = Some(e);
+        }
+        Ok(())
+    })?;
+    if let Some(e) = refused {
+        return Err(e.into());
+    }
+    broker.restore_next_message_id(header.next_message_id);
+    Ok(Decoded { broker, now_ms })
+}

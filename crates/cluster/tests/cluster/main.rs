@@ -1,0 +1,16 @@
+//! wharf-cluster's tests: three members of a Raft group on an in-memory network, each with its
+//! log in a WAL on a simulated disk (S-CLU).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    missing_docs,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+mod commands;
+mod expiry;
+mod records;
+mod replication;
+mod support;
