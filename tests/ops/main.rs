@@ -15,6 +15,7 @@ mod mgmt_api;
 mod mgmt_tls;
 mod prometheus;
 mod rabbitmqadmin;
+mod ui_admin_browser;
 mod ui_browser;
 mod wharfctl;
 mod wharfctl_admin;
