@@ -26,7 +26,9 @@
 )]
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use wharf_clock::Stopwatch;
 
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
@@ -42,7 +44,7 @@ fn setting(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// The broker's CPU seconds so far (utime + stime, in USER_HZ = 100 ticks a second).
+/// The broker's CPU seconds so far (utime + stime, in `USER_HZ` = 100 ticks a second).
 fn cpu_s(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let after_name = &stat[stat.rfind(')').unwrap() + 1..];
@@ -68,7 +70,7 @@ async fn timed_gets(api: &wharf_ctl::Client, path: &str, rounds: u64) -> (f64, f
     for _ in 0..rounds {
         let (api, path) = (api.clone(), path.to_owned());
         let took = tokio::task::spawn_blocking(move || {
-            let start = Instant::now();
+            let start = Stopwatch::start();
             let a = api.request("GET", &path, None).unwrap();
             assert_eq!(a.status, 200, "{path}: {}", a.body);
             start.elapsed().as_secs_f64() * 1000.0
@@ -134,7 +136,7 @@ async fn ui_perf_queue_list_first_paint_and_polling_cost() {
     let broker = Broker::start(dir.path());
     let mgmt = mgmt_addr(&broker).await;
     let base = format!("http://{mgmt}");
-    let started = Instant::now();
+    let started = Stopwatch::start();
     declare_queues(&broker, queues).await;
     let declare_s = started.elapsed().as_secs_f64();
 
@@ -169,7 +171,7 @@ async fn ui_perf_queue_list_first_paint_and_polling_cost() {
             .await
             .unwrap();
         let overview = cpu_share(broker.pid(), window).await;
-        let clicked = Instant::now();
+        let clicked = Stopwatch::start();
         click(&client, "//nav//a[text()='Queues']").await;
         until(&client, "//table[@id='listing']/tbody/tr[100]").await;
         let list_ms = clicked.elapsed().as_secs_f64() * 1000.0;

@@ -64,7 +64,7 @@ impl Broker {
             .skip(skip)
             .take(count)
             .zip(offset..)
-            .map(|((m, e), position)| self.browsed(m, e, ttl, position, self.read(m)))
+            .map(|((m, e), position)| browsed(m, e, ttl, position, self.read(m)))
             .collect();
         Some(QueueBrowse {
             ready: u64::try_from(q.ready.len()).unwrap_or(u64::MAX),
@@ -73,26 +73,24 @@ impl Broker {
     }
 }
 
-impl Broker {
-    /// A ready message at `position` as browsing shows it, with its `content` as read.
-    pub(super) fn browsed(
-        &self,
-        m: &MessageRef,
-        e: &Entry,
-        ttl: Option<u32>,
-        position: u64,
-        content: Result<Arc<Message>, String>,
-    ) -> BrowsedMessage {
-        let (enqueued_at_ms, _) = m.timing();
-        BrowsedMessage {
-            position,
-            content,
-            body_len: m.body_len(),
-            enqueued_at_ms,
-            deadline_ms: deadline_of(m, ttl),
-            delivery_count: e.delivery_count,
-            redelivered: e.redelivered,
-            paged_out: matches!(m, MessageRef::Stored(_)),
-        }
+/// A ready message at `position` of a queue whose TTL is `ttl`, as browsing shows it, with
+/// its `content` as read.
+pub(super) fn browsed(
+    m: &MessageRef,
+    e: &Entry,
+    ttl: Option<u32>,
+    position: u64,
+    content: Result<Arc<Message>, String>,
+) -> BrowsedMessage {
+    let (enqueued_at_ms, _) = m.timing();
+    BrowsedMessage {
+        position,
+        content,
+        body_len: m.body_len(),
+        enqueued_at_ms,
+        deadline_ms: deadline_of(m, ttl),
+        delivery_count: e.delivery_count,
+        redelivered: e.redelivered,
+        paged_out: matches!(m, MessageRef::Stored(_)),
     }
 }

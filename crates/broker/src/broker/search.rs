@@ -4,7 +4,7 @@
 //! (S-UI-1): paged-out content is read into the answer only (S-UI-2).
 
 use super::Broker;
-use super::browse::BrowsedMessage;
+use super::browse::{BrowsedMessage, browsed};
 use crate::types::Message;
 use crate::value::Value;
 
@@ -97,7 +97,7 @@ impl Broker {
             if let Ok(content) = self.read(m)
                 && what.matches(&content)
             {
-                messages.push(self.browsed(m, e, ttl, position, Ok(content)));
+                messages.push(browsed(m, e, ttl, position, Ok(content)));
                 if messages.len() >= count {
                     break;
                 }
