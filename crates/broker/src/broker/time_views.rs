@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::Broker;
 use super::publish::routing_keys;
+use super::state::{Scheduled, Timer};
 use crate::types::{Message, MessageId};
 
 /// A queue's upcoming expiries ([`Broker::expiry_horizon`]).
@@ -50,8 +51,10 @@ pub struct ScheduledMessage {
 /// A page of scheduled messages, in due order.
 #[derive(Debug, Clone)]
 pub struct ScheduledPage {
-    /// How many match in all.
+    /// How many match among those looked at: all of them when `complete`.
     pub total: u64,
+    /// Whether every scheduled message of the vhost was looked at.
+    pub complete: bool,
     /// From the requested offset on, earliest due first.
     pub messages: Vec<ScheduledMessage>,
 }
@@ -91,48 +94,65 @@ impl Broker {
     /// (S-UI-21), earliest due first, `count` of them from `offset`. For a queue, "bound for"
     /// is what the exchange's bindings route to now; a binding made or removed before the
     /// message is due changes it, as it changes where the message goes (S-SCHED-2). `None`
-    /// when the vhost, exchange or queue does not exist. Costs a walk over the vhost's
-    /// scheduled messages (routing each one, for a queue).
+    /// when the vhost, exchange or queue does not exist.
+    ///
+    /// It walks the broker's timers in due order and stops once the page is full and `scan`
+    /// scheduled messages of the vhost were looked at, so a poll's work is bounded whatever
+    /// waits; [`ScheduledPage::complete`] says whether `total` counted them all.
     pub fn scheduled(
         &self,
         vhost: &str,
         of: ScheduledFor<'_>,
         offset: usize,
         count: usize,
+        scan: usize,
     ) -> Option<ScheduledPage> {
         let v = self.vhosts.get(vhost)?;
-        let target = match of {
+        let queue = match of {
             ScheduledFor::Exchange(name) => {
                 v.exchanges.get(name)?;
                 None
             }
             ScheduledFor::Queue(name) => Some(*v.queues.get(name)?),
         };
-        let mut found: Vec<ScheduledMessage> = self
-            .scheduled
-            .iter()
-            .filter(|(_, s)| s.vhost == vhost)
-            .filter(|(_, s)| match (of, target) {
-                (ScheduledFor::Exchange(name), _) => s.exchange == name,
-                (ScheduledFor::Queue(_), Some(qid)) => {
-                    v.exchanges.get(s.exchange.as_str()).is_some_and(|&xid| {
-                        let headers = s.msg.properties.headers.as_ref();
-                        let keys = routing_keys(&s.msg.routing_key, headers);
-                        self.route(v, xid, &keys, headers).contains(&qid)
-                    })
-                }
-                (ScheduledFor::Queue(_), None) => false,
-            })
-            .map(|(&id, s)| ScheduledMessage {
-                due_ms: s.msg.enqueued_at_ms,
-                id,
-                message: Arc::clone(&s.msg),
-                durable: s.durable,
-            })
-            .collect();
-        found.sort_by_key(|m| (m.due_ms, m.id));
-        let total = u64::try_from(found.len()).unwrap_or(u64::MAX);
-        let messages = found.into_iter().skip(offset).take(count).collect();
-        Some(ScheduledPage { total, messages })
+        let bound_here = |s: &Scheduled| match (of, queue) {
+            (ScheduledFor::Exchange(name), _) => s.exchange == name,
+            (_, Some(qid)) => v.exchanges.get(s.exchange.as_str()).is_some_and(|&xid| {
+                let headers = s.msg.properties.headers.as_ref();
+                let keys = routing_keys(&s.msg.routing_key, headers);
+                self.route(v, xid, &keys, headers).contains(&qid)
+            }),
+            (ScheduledFor::Queue(_), None) => false,
+        };
+        let (mut looked, mut total, mut complete) = (0usize, 0usize, true);
+        let mut messages = Vec::new();
+        let waiting = self.timers.iter().filter_map(|&(due, t)| match t {
+            Timer::Scheduled(id) => self.scheduled.get(&id).map(|s| (due, id, s)),
+            _ => None,
+        });
+        for (due, id, s) in waiting.filter(|(_, _, s)| s.vhost == vhost) {
+            if looked >= scan && total >= offset.saturating_add(count) {
+                complete = false;
+                break;
+            }
+            looked += 1;
+            if !bound_here(s) {
+                continue;
+            }
+            if total >= offset && messages.len() < count {
+                messages.push(ScheduledMessage {
+                    due_ms: due,
+                    id,
+                    message: Arc::clone(&s.msg),
+                    durable: s.durable,
+                });
+            }
+            total += 1;
+        }
+        Some(ScheduledPage {
+            total: u64::try_from(total).unwrap_or(u64::MAX),
+            complete,
+            messages,
+        })
     }
 }

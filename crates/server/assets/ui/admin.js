@@ -145,7 +145,7 @@ function exchangePage(root, vhost, name) {
     $("#bindings-in").replaceChildren(bindingsTable("Bindings to this exchange", "bindings-in-table", vhost, into, false));
     if (x.type === "x-delayed-message") {
       const s = await api("GET", `/api/wharf/exchanges/${exchangePath(vhost, name)}/scheduled?count=50`);
-      $("#exchange-scheduled").replaceChildren(table(`Scheduled messages waiting here: ${fmtNum(s.total)}`,
+      $("#exchange-scheduled").replaceChildren(table(`Scheduled messages waiting here: ${s.total_complete ? "" : "at least "}${fmtNum(s.total)}`,
         ["Due", "Routing key", "Message id", { label: "Size", num: true }],
         s.messages.map((m) => [fmtTime(m.due), m.routing_key, (m.properties && m.properties.message_id) || "", fmtBytes(m.payload_bytes)]),
         { id: "exchange-scheduled-table", empty: "No scheduled messages." }));
@@ -233,7 +233,7 @@ function vhostsSection(root) {
 function policiesSection(root, kind, title) {
   const out = el("div");
   const p = kind === "policies" ? "pol" : "opol";
-  root.append(out, actionForm(`${p}-form`, `Add or update ${title.toLowerCase().replace(/s$/, "")}`, [
+  root.append(out, actionForm(`${p}-form`, kind === "policies" ? "Add or update a policy" : "Add or update an operator policy", [
     field("Virtual host", vhostInput(`${p}-vhost`)),
     field("Name", el("input", { id: `${p}-name`, required: true })),
     field("Pattern (a regular expression on names)", el("input", { id: `${p}-pattern`, required: true })),

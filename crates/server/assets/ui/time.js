@@ -47,7 +47,7 @@ registerQueueSection((vhost, name) => {
       ], { id: "expiry-table" }),
       el("p", {}, `Next deadline: ${h.next_deadline === null ? "none" : fmtTime(h.next_deadline)}. `,
         `${fmtNum(h.messages_ready)} ready; broker clock ${fmtTime(h.now)}.`));
-    scheduled.replaceChildren(table(`Scheduled messages bound for this queue: ${fmtNum(s.total)}`,
+    scheduled.replaceChildren(table(`Scheduled messages bound for this queue: ${s.total_complete ? "" : "at least "}${fmtNum(s.total)}`,
       ["Due", "Due in", "Exchange", "Routing key", "Message id", { label: "Size", num: true }],
       s.messages.map((m) => [fmtTime(m.due), fmtDuration(m.due_in_ms), m.exchange, m.routing_key,
         (m.properties && m.properties.message_id) || "", fmtBytes(m.payload_bytes)]),

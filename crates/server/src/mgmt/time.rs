@@ -48,6 +48,9 @@ const HORIZONS: [(&str, u64); 3] = [("minute", 60_000), ("hour", 3_600_000), ("d
 const SCAN_DEFAULT: u64 = 10_000;
 const SCAN_MAX: u64 = 100_000;
 
+/// Scheduled messages a listing looks at beyond its page, at most (S-UI-21).
+const SCHEDULED_SCAN: usize = 10_000;
+
 /// Scheduled messages per page when `count` is not given, and at most.
 const SCHEDULED_DEFAULT: u64 = 50;
 const SCHEDULED_MAX: u64 = 500;
@@ -146,7 +149,8 @@ async fn scheduled(
             };
             (
                 view.now_ms,
-                view.broker.scheduled(&v, target, offset, count),
+                view.broker
+                    .scheduled(&v, target, offset, count, SCHEDULED_SCAN),
             )
         })
         .await?;
@@ -160,6 +164,7 @@ async fn scheduled(
         "vhost": vhost,
         "now": now,
         "total": page.total,
+        "total_complete": page.complete,
         "offset": offset,
         "count": messages.len(),
         "messages": messages,
