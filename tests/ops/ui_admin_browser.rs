@@ -12,13 +12,11 @@
 
 use std::path::Path;
 
+use crate::support::TestServer;
+use crate::ui_browser::{
+    CHROMEDRIVER, CHROMIUM, api_get, browser, click, declare_and_fill, ready, type_into, until,
+};
 use fantoccini::Client;
-use lapin::BasicProperties;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
-use lapin::types::FieldTable;
-
-use crate::support::{TestServer, within};
-use crate::ui_browser::{CHROMEDRIVER, CHROMIUM, api_get, browser, click, ready, type_into, until};
 
 /// Replaces the text of the textarea or input `id` with `text`.
 async fn set_text(client: &Client, id: &str, text: &str) {
@@ -43,32 +41,9 @@ async fn s_ui_24_admin_and_exchange_pages_in_chromium() {
         return;
     }
     let server = TestServer::start_with(|c| c.mgmt_bind = Some("127.0.0.1:0".to_owned())).await;
-    let (conn, ch) = server.channel().await;
-    for queue in ["ui-pol", "ui-dest"] {
-        ch.queue_declare(
-            queue.into(),
-            QueueDeclareOptions {
-                durable: true,
-                ..QueueDeclareOptions::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    }
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
-    ch.basic_publish(
-        "".into(),
-        "ui-pol".into(),
-        BasicPublishOptions::default(),
-        b"waiting",
-        BasicProperties::default().with_delivery_mode(2),
-    )
-    .await
-    .unwrap();
-    within(10, ch.wait_for_confirms()).await.unwrap();
+    let conn = declare_and_fill(&server, "ui-pol", 1).await;
+    let _dest = declare_and_fill(&server, "ui-dest", 0).await;
+    let ch = conn.create_channel().await.unwrap();
 
     let profile = tempfile::tempdir().unwrap();
     let (_driver, client) = browser(profile.path()).await;

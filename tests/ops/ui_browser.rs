@@ -129,7 +129,11 @@ pub(crate) async fn type_into(client: &Client, css: &str, text: &str) {
     e.send_keys(text).await.unwrap();
 }
 
-async fn declare_and_fill(server: &TestServer, queue: &str, n: u32) -> lapin::Connection {
+pub(crate) async fn declare_and_fill(
+    server: &TestServer,
+    queue: &str,
+    n: u32,
+) -> lapin::Connection {
     let (conn, ch) = server.channel().await;
     ch.queue_declare(
         queue.into(),

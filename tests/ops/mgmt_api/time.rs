@@ -195,7 +195,10 @@ async fn s_ui_21_scheduled_messages_with_their_due_times() {
     let s2 = get_json(&admin, "/api/wharf/queues/%2F/s2/scheduled").await;
     assert_eq!(dues(&s2), [t0 + 3_000]);
     let x = get_json(&admin, "/api/wharf/exchanges/%2F/delayed/scheduled").await;
-    assert_eq!((&x["total"], &x["total_complete"]), (&json!(3), &json!(true)));
+    assert_eq!(
+        (&x["total"], &x["total_complete"]),
+        (&json!(3), &json!(true))
+    );
     assert_eq!(dues(&x), [t0 + 1_000, t0 + 3_000, t0 + 5_000]);
     let page = get_json(
         &admin,

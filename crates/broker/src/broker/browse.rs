@@ -51,11 +51,7 @@ impl Broker {
         offset: u64,
         count: usize,
     ) -> Option<QueueBrowse> {
-        let q = self
-            .vhosts
-            .get(vhost)
-            .and_then(|v| v.queues.get(queue))
-            .and_then(|id| self.queues.get(id))?;
+        let q = self.queue_named(vhost, queue)?;
         let ttl = q.ready.ttl_ms();
         let skip = usize::try_from(offset).unwrap_or(usize::MAX);
         let messages = q

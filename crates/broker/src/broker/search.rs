@@ -82,11 +82,7 @@ impl Broker {
         scan: usize,
         what: &MessageMatch,
     ) -> Option<QueueSearch> {
-        let q = self
-            .vhosts
-            .get(vhost)
-            .and_then(|v| v.queues.get(queue))
-            .and_then(|id| self.queues.get(id))?;
+        let q = self.queue_named(vhost, queue)?;
         let ttl = q.ready.ttl_ms();
         let ready = u64::try_from(q.ready.len()).unwrap_or(u64::MAX);
         let skip = usize::try_from(from).unwrap_or(usize::MAX);

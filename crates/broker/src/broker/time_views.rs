@@ -71,11 +71,7 @@ impl Broker {
         now_ms: u64,
         horizons_ms: &[u64],
     ) -> Option<ExpiryHorizon> {
-        let q = self
-            .vhosts
-            .get(vhost)
-            .and_then(|v| v.queues.get(queue))
-            .and_then(|id| self.queues.get(id))?;
+        let q = self.queue_named(vhost, queue)?;
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
         let within = horizons_ms
             .iter()
