@@ -10,11 +10,9 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
-use std::path::Path;
-
 use crate::support::TestServer;
 use crate::ui_browser::{
-    CHROMEDRIVER, CHROMIUM, api_get, browser, click, declare_and_fill, ready, type_into, until,
+    api_get, browser, browser_missing, click, declare_and_fill, login, ready, type_into, until,
 };
 use fantoccini::Client;
 
@@ -33,11 +31,7 @@ async fn status_says(client: &Client, text: &str) {
 /// queue page shows the effect.
 #[tokio::test]
 async fn s_ui_24_admin_and_exchange_pages_in_chromium() {
-    if !Path::new(CHROMEDRIVER).exists() || !Path::new(CHROMIUM).exists() {
-        eprintln!(
-            "SKIPPED s_ui_24 browser test: {CHROMIUM} or {CHROMEDRIVER} is missing \
-             (apt-get install chromium chromium-driver; .ci/run installs them)"
-        );
+    if browser_missing("s_ui_24") {
         return;
     }
     let server = TestServer::start_with(|c| c.mgmt_bind = Some("127.0.0.1:0".to_owned())).await;
@@ -48,11 +42,7 @@ async fn s_ui_24_admin_and_exchange_pages_in_chromium() {
     let profile = tempfile::tempdir().unwrap();
     let (_driver, client) = browser(profile.path()).await;
     let base = format!("http://{}", server.handle.mgmt_addr().unwrap());
-    client.goto(&format!("{base}/")).await.unwrap();
-    type_into(&client, "#login-user", "guest").await;
-    type_into(&client, "#login-pass", "guest").await;
-    click(&client, "//button[@id='login-submit']").await;
-    until(&client, "//h1[text()='Overview']").await;
+    login(&client, &base).await;
 
     set_policy(&client, &server).await;
     exchange_publish_and_search(&client, &server, &ch).await;

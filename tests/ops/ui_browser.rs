@@ -167,6 +167,27 @@ pub(crate) async fn declare_and_fill(
     conn
 }
 
+/// Whether Chromium or chromedriver is missing; if so, says loudly that `test` is skipped.
+pub(crate) fn browser_missing(test: &str) -> bool {
+    let missing = !Path::new(CHROMEDRIVER).exists() || !Path::new(CHROMIUM).exists();
+    if missing {
+        eprintln!(
+            "SKIPPED {test} browser test: {CHROMIUM} or {CHROMEDRIVER} is missing \
+             (apt-get install chromium chromium-driver; .ci/run installs them)"
+        );
+    }
+    missing
+}
+
+/// Opens the dashboard at `base` and logs in as guest: the overview appears.
+pub(crate) async fn login(client: &Client, base: &str) {
+    client.goto(&format!("{base}/")).await.unwrap();
+    type_into(client, "#login-user", "guest").await;
+    type_into(client, "#login-pass", "guest").await;
+    click(client, "//button[@id='login-submit']").await;
+    until(client, "//h1[text()='Overview']").await;
+}
+
 fn screenshot_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/dashboard-overview.png")
 }
@@ -174,11 +195,7 @@ fn screenshot_path() -> PathBuf {
 /// S-UI-6, S-UI-1: log in, see the queue and its count, open it, browse a message.
 #[tokio::test]
 async fn s_ui_6_dashboard_in_chromium_logs_in_lists_a_queue_and_browses_it() {
-    if !Path::new(CHROMEDRIVER).exists() || !Path::new(CHROMIUM).exists() {
-        eprintln!(
-            "SKIPPED s_ui_6 browser test: {CHROMIUM} or {CHROMEDRIVER} is missing \
-             (apt-get install chromium chromium-driver; .ci/run installs them)"
-        );
+    if browser_missing("s_ui_6") {
         return;
     }
     let server = TestServer::start_with(|c| c.mgmt_bind = Some("127.0.0.1:0".to_owned())).await;
@@ -188,11 +205,7 @@ async fn s_ui_6_dashboard_in_chromium_logs_in_lists_a_queue_and_browses_it() {
     let base = format!("http://{}", server.handle.mgmt_addr().unwrap());
 
     // Log in: the overview appears, with its charts and the node's figures.
-    client.goto(&format!("{base}/")).await.unwrap();
-    type_into(&client, "#login-user", "guest").await;
-    type_into(&client, "#login-pass", "guest").await;
-    click(&client, "//button[@id='login-submit']").await;
-    until(&client, "//h1[text()='Overview']").await;
+    login(&client, &base).await;
     until(&client, "//figure[@id='chart-rates']//*[name()='polyline']").await;
     until(
         &client,

@@ -25,7 +25,6 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
-use std::path::Path;
 use std::time::Duration;
 
 use wharf_clock::Stopwatch;
@@ -35,7 +34,7 @@ use lapin::types::FieldTable;
 use serde_json::json;
 
 use crate::support::binary::{Broker, field};
-use crate::ui_browser::{CHROMEDRIVER, CHROMIUM, browser, click, type_into, until};
+use crate::ui_browser::{browser, browser_missing, click, login, until};
 
 fn setting(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -154,14 +153,10 @@ async fn ui_perf_queue_list_first_paint_and_polling_cost() {
         "cpu_share_no_page": idle,
     });
 
-    if Path::new(CHROMEDRIVER).exists() && Path::new(CHROMIUM).exists() {
+    if !browser_missing("ui_perf's") {
         let profile = tempfile::tempdir().unwrap();
         let (_driver, client) = browser(profile.path()).await;
-        client.goto(&format!("{base}/")).await.unwrap();
-        type_into(&client, "#login-user", "guest").await;
-        type_into(&client, "#login-pass", "guest").await;
-        click(&client, "//button[@id='login-submit']").await;
-        until(&client, "//h1[text()='Overview']").await;
+        login(&client, &base).await;
         let fcp = client
             .execute(
                 "const e = performance.getEntriesByName('first-contentful-paint')[0]; \
@@ -173,7 +168,8 @@ async fn ui_perf_queue_list_first_paint_and_polling_cost() {
         let overview = cpu_share(broker.pid(), window).await;
         let clicked = Stopwatch::start();
         click(&client, "//nav//a[text()='Queues']").await;
-        until(&client, "//table[@id='listing']/tbody/tr[100]").await;
+        let rows = queues.clamp(1, 100);
+        until(&client, &format!("//table[@id='listing']/tbody/tr[{rows}]")).await;
         let list_ms = clicked.elapsed().as_secs_f64() * 1000.0;
         let listing = cpu_share(broker.pid(), window).await;
         client.close().await.unwrap();
@@ -182,8 +178,6 @@ async fn ui_perf_queue_list_first_paint_and_polling_cost() {
         r.insert("queue_list_shown_ms".into(), json!(list_ms));
         r.insert("cpu_share_overview_open".into(), json!(overview));
         r.insert("cpu_share_queue_list_open".into(), json!(listing));
-    } else {
-        eprintln!("ui_perf: {CHROMIUM} or {CHROMEDRIVER} missing: browser steps skipped");
     }
     println!("ui_perf {report}");
     broker.terminate();
