@@ -25,13 +25,13 @@ use serde_json::json;
 
 use crate::support::{TestServer, within};
 
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
-const CHROMIUM: &str = "/usr/bin/chromium";
+pub(crate) const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+pub(crate) const CHROMIUM: &str = "/usr/bin/chromium";
 /// How long the page may take to show what the test waits for.
 const WAIT: Duration = Duration::from_secs(20);
 
 /// chromedriver, stopped by its pid when dropped.
-struct Driver(Child);
+pub(crate) struct Driver(Child);
 
 impl Drop for Driver {
     fn drop(&mut self) {
@@ -47,7 +47,7 @@ fn free_port() -> u16 {
 }
 
 /// Starts chromedriver and a Chromium session with the brief's flags and a fresh profile.
-async fn browser(profile: &Path) -> (Driver, Client) {
+pub(crate) async fn browser(profile: &Path) -> (Driver, Client) {
     let port = free_port();
     let child = Command::new(CHROMEDRIVER)
         .arg(format!("--port={port}"))
@@ -89,7 +89,7 @@ async fn browser(profile: &Path) -> (Driver, Client) {
 }
 
 /// Waits until `xpath` matches (the page re-renders on its own polling), then returns it.
-async fn until(client: &Client, xpath: &str) -> fantoccini::elements::Element {
+pub(crate) async fn until(client: &Client, xpath: &str) -> fantoccini::elements::Element {
     match client
         .wait()
         .at_most(WAIT)
@@ -110,7 +110,7 @@ async fn until(client: &Client, xpath: &str) -> fantoccini::elements::Element {
 }
 
 /// Clicks what `xpath` matches, finding it again if a re-render replaced it meanwhile.
-async fn click(client: &Client, xpath: &str) {
+pub(crate) async fn click(client: &Client, xpath: &str) {
     for _ in 0..3 {
         if until(client, xpath).await.click().await.is_ok() {
             return;
@@ -119,7 +119,7 @@ async fn click(client: &Client, xpath: &str) {
     panic!("could not click {xpath}");
 }
 
-async fn type_into(client: &Client, css: &str, text: &str) {
+pub(crate) async fn type_into(client: &Client, css: &str, text: &str) {
     let e = client
         .wait()
         .at_most(WAIT)
@@ -129,7 +129,11 @@ async fn type_into(client: &Client, css: &str, text: &str) {
     e.send_keys(text).await.unwrap();
 }
 
-async fn declare_and_fill(server: &TestServer, queue: &str, n: u32) -> lapin::Connection {
+pub(crate) async fn declare_and_fill(
+    server: &TestServer,
+    queue: &str,
+    n: u32,
+) -> lapin::Connection {
     let (conn, ch) = server.channel().await;
     ch.queue_declare(
         queue.into(),
@@ -163,6 +167,27 @@ async fn declare_and_fill(server: &TestServer, queue: &str, n: u32) -> lapin::Co
     conn
 }
 
+/// Whether Chromium or chromedriver is missing; if so, says loudly that `test` is skipped.
+pub(crate) fn browser_missing(test: &str) -> bool {
+    let missing = !Path::new(CHROMEDRIVER).exists() || !Path::new(CHROMIUM).exists();
+    if missing {
+        eprintln!(
+            "SKIPPED {test} browser test: {CHROMIUM} or {CHROMEDRIVER} is missing \
+             (apt-get install chromium chromium-driver; .ci/run installs them)"
+        );
+    }
+    missing
+}
+
+/// Opens the dashboard at `base` and logs in as guest: the overview appears.
+pub(crate) async fn login(client: &Client, base: &str) {
+    client.goto(&format!("{base}/")).await.unwrap();
+    type_into(client, "#login-user", "guest").await;
+    type_into(client, "#login-pass", "guest").await;
+    click(client, "//button[@id='login-submit']").await;
+    until(client, "//h1[text()='Overview']").await;
+}
+
 fn screenshot_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/dashboard-overview.png")
 }
@@ -170,11 +195,7 @@ fn screenshot_path() -> PathBuf {
 /// S-UI-6, S-UI-1: log in, see the queue and its count, open it, browse a message.
 #[tokio::test]
 async fn s_ui_6_dashboard_in_chromium_logs_in_lists_a_queue_and_browses_it() {
-    if !Path::new(CHROMEDRIVER).exists() || !Path::new(CHROMIUM).exists() {
-        eprintln!(
-            "SKIPPED s_ui_6 browser test: {CHROMIUM} or {CHROMEDRIVER} is missing \
-             (apt-get install chromium chromium-driver; .ci/run installs them)"
-        );
+    if browser_missing("s_ui_6") {
         return;
     }
     let server = TestServer::start_with(|c| c.mgmt_bind = Some("127.0.0.1:0".to_owned())).await;
@@ -184,11 +205,7 @@ async fn s_ui_6_dashboard_in_chromium_logs_in_lists_a_queue_and_browses_it() {
     let base = format!("http://{}", server.handle.mgmt_addr().unwrap());
 
     // Log in: the overview appears, with its charts and the node's figures.
-    client.goto(&format!("{base}/")).await.unwrap();
-    type_into(&client, "#login-user", "guest").await;
-    type_into(&client, "#login-pass", "guest").await;
-    click(&client, "//button[@id='login-submit']").await;
-    until(&client, "//h1[text()='Overview']").await;
+    login(&client, &base).await;
     until(&client, "//figure[@id='chart-rates']//*[name()='polyline']").await;
     until(
         &client,
@@ -241,7 +258,7 @@ async fn s_ui_6_dashboard_in_chromium_logs_in_lists_a_queue_and_browses_it() {
 }
 
 /// The ready messages of `queue`, by a passive declare.
-async fn ready(ch: &lapin::Channel, queue: &str) -> u32 {
+pub(crate) async fn ready(ch: &lapin::Channel, queue: &str) -> u32 {
     ch.queue_declare(
         queue.into(),
         QueueDeclareOptions {
@@ -256,7 +273,7 @@ async fn ready(ch: &lapin::Channel, queue: &str) -> u32 {
 }
 
 /// `GET path` of the management API as guest (ureq blocks: off the runtime).
-async fn api_get(server: &TestServer, path: &'static str) -> serde_json::Value {
+pub(crate) async fn api_get(server: &TestServer, path: &'static str) -> serde_json::Value {
     let api = wharf_ctl::Client::new(
         &format!("http://{}", server.handle.mgmt_addr().unwrap()),
         "guest",

@@ -84,6 +84,9 @@ pub use args::{
     parse_queue_args,
 };
 pub use broker::{Broker, BrowsedMessage, QueueBrowse, REPLY_QUEUE};
+pub use broker::{
+    ExpiryHorizon, MessageMatch, QueueSearch, ScheduledFor, ScheduledMessage, ScheduledPage,
+};
 pub use error::{BrokerError, ErrorKind};
 pub use routing::{TopicIndex, topic_matches};
 pub use types::{

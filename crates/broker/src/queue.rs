@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::types::{MessageId, MessageRef};
 use std::collections::{BTreeSet, VecDeque};
+use std::ops::Bound;
 
 /// One queued message: 56 bytes, the content either shared in memory by every queue it
 /// entered or left on disk (a 32-byte reference inline, DESIGN "Memory").
@@ -414,6 +415,33 @@ impl Ready {
             .map(|&(_, id)| id)
     }
 
+    /// How many ready messages have a deadline at or before `bound_ms`, read from the
+    /// deadline index (S-UI-20): it walks the index from both ends at once and stops when
+    /// either side ends, so the cost is the smaller side, never the messages without a TTL.
+    pub fn deadlines_until(&self, bound_ms: u64) -> usize {
+        let split = (bound_ms, MessageId(u64::MAX));
+        let mut below = self.deadlines.range(..=split);
+        let mut above = self
+            .deadlines
+            .range((Bound::Excluded(split), Bound::Unbounded));
+        let (mut b, mut a) = (0, 0);
+        loop {
+            if below.next().is_none() {
+                return b;
+            }
+            b += 1;
+            if above.next().is_none() {
+                return self.deadlines.len() - a;
+            }
+            a += 1;
+        }
+    }
+
+    /// How many ready messages have a deadline at all.
+    pub fn with_deadline(&self) -> usize {
+        self.deadlines.len()
+    }
+
     /// Changes the queue TTL and rebuilds the deadline index (S-TTL-11).
     pub fn set_ttl(&mut self, ttl_ms: Option<u32>) {
         if self.ttl_ms == ttl_ms {
@@ -556,6 +584,39 @@ mod tests {
             body: bytes::Bytes::from_static(b"abc"),
             stored: crate::types::StoredSlot::default(),
         }))
+    }
+
+    /// S-UI-20: counts by deadline from the index, whichever side of the bound is smaller.
+    #[test]
+    fn s_ui_20_deadlines_until_counts_from_the_index() {
+        let mut r = Ready::default();
+        r.push_back(msg(1, 0, None), 0, false);
+        for id in 2..=11 {
+            // Deadlines 10, 20, ..., 100.
+            r.push_back(
+                msg(id, 0, Some(u32::try_from(id - 1).unwrap() * 10)),
+                0,
+                false,
+            );
+        }
+        assert_eq!(r.with_deadline(), 10);
+        for (bound, want) in [
+            (0, 0),
+            (9, 0),
+            (10, 1),
+            (11, 1),
+            (55, 5),
+            (90, 9),
+            (100, 10),
+            (u64::MAX, 10),
+        ] {
+            assert_eq!(r.deadlines_until(bound), want, "until {bound}");
+        }
+        r.remove(MessageId(3)).unwrap();
+        assert_eq!(r.deadlines_until(20), 1);
+        r.set_ttl(Some(5));
+        // Every message now has a deadline: the queue TTL's 5 ms, or its own if shorter.
+        assert_eq!((r.with_deadline(), r.deadlines_until(5)), (10, 10));
     }
 
     #[test]

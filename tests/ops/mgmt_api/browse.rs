@@ -164,7 +164,7 @@ async fn s_ui_2_browse_reads_paged_out_messages_without_loading_them_back() {
     assert_eq!(m.delivery.data, b"{\"n\":0}");
 }
 
-fn user(name: &str, tags: &[&str], vhosts: &[&str]) -> User {
+pub(super) fn user(name: &str, tags: &[&str], vhosts: &[&str]) -> User {
     User {
         name: name.to_owned(),
         password: "pw".to_owned(),

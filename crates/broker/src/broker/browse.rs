@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::Broker;
-use crate::queue::deadline_of;
+use crate::queue::{Entry, deadline_of};
 use crate::types::{Message, MessageRef};
 
 /// One page of a queue's ready messages ([`Broker::browse`]).
@@ -51,11 +51,7 @@ impl Broker {
         offset: u64,
         count: usize,
     ) -> Option<QueueBrowse> {
-        let q = self
-            .vhosts
-            .get(vhost)
-            .and_then(|v| v.queues.get(queue))
-            .and_then(|id| self.queues.get(id))?;
+        let q = self.queue_named(vhost, queue)?;
         let ttl = q.ready.ttl_ms();
         let skip = usize::try_from(offset).unwrap_or(usize::MAX);
         let messages = q
@@ -64,23 +60,33 @@ impl Broker {
             .skip(skip)
             .take(count)
             .zip(offset..)
-            .map(|((m, e), position)| {
-                let (enqueued_at_ms, _) = m.timing();
-                BrowsedMessage {
-                    position,
-                    content: self.read(m),
-                    body_len: m.body_len(),
-                    enqueued_at_ms,
-                    deadline_ms: deadline_of(m, ttl),
-                    delivery_count: e.delivery_count,
-                    redelivered: e.redelivered,
-                    paged_out: matches!(m, MessageRef::Stored(_)),
-                }
-            })
+            .map(|((m, e), position)| browsed(m, e, ttl, position, self.read(m)))
             .collect();
         Some(QueueBrowse {
             ready: u64::try_from(q.ready.len()).unwrap_or(u64::MAX),
             messages,
         })
+    }
+}
+
+/// A ready message at `position` of a queue whose TTL is `ttl`, as browsing shows it, with
+/// its `content` as read.
+pub(super) fn browsed(
+    m: &MessageRef,
+    e: &Entry,
+    ttl: Option<u32>,
+    position: u64,
+    content: Result<Arc<Message>, String>,
+) -> BrowsedMessage {
+    let (enqueued_at_ms, _) = m.timing();
+    BrowsedMessage {
+        position,
+        content,
+        body_len: m.body_len(),
+        enqueued_at_ms,
+        deadline_ms: deadline_of(m, ttl),
+        delivery_count: e.delivery_count,
+        redelivered: e.redelivered,
+        paged_out: matches!(m, MessageRef::Stored(_)),
     }
 }

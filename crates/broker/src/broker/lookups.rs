@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::Broker;
 use super::refusals::{locked, no_exchange, no_queue};
-use super::state::{Channel, ExchangeId, QueueId, Vhost};
+use super::state::{Channel, ExchangeId, Queue, QueueId, Vhost};
 use crate::error::{BrokerError, ErrorKind};
 use crate::types::{ChanRef, ConnId, MessageId};
 
@@ -45,6 +45,14 @@ impl Broker {
             .get(&chan.conn)
             .map(|c| c.vhost.clone())
             .ok_or_else(|| BrokerError::new(ErrorKind::ChannelError, "connection is not open"))
+    }
+
+    /// The queue `name` of `vhost`, if both exist (the read-only views' lookup).
+    pub(super) fn queue_named(&self, vhost: &str, name: &str) -> Option<&Queue> {
+        self.vhosts
+            .get(vhost)
+            .and_then(|v| v.queues.get(name))
+            .and_then(|id| self.queues.get(id))
     }
 
     /// The queue `name`, checking exclusive ownership against `accessor` (None = the admin

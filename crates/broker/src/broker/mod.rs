@@ -14,7 +14,8 @@
 //!   `scheduling.rs` (S-SCHED), `reply_to.rs` with `reply_names.rs` (S-DRT, direct
 //!   reply-to): moving messages.
 //! - `replay.rs`, `recovery.rs`, `paging.rs`, `snapshot.rs`: durability's side.
-//! - `invariants.rs`, `queries.rs`: the invariant walk and the management queries.
+//! - `invariants.rs`, `queries.rs`: the invariant walk and the management queries;
+//!   `browse.rs`, `search.rs` and `time_views.rs`: the dashboard's read-only views (S-UI).
 //!
 //! Must not depend on `protocol`, `wal`, `store`, `server`, a clock or any I/O.
 
@@ -40,12 +41,16 @@ mod replay;
 mod reply_names;
 mod reply_to;
 mod scheduling;
+mod search;
 mod snapshot;
 mod state;
+mod time_views;
 mod topic_access;
 mod vhosts;
 
 pub use self::browse::{BrowsedMessage, QueueBrowse};
+pub use self::search::{MessageMatch, QueueSearch};
+pub use self::time_views::{ExpiryHorizon, ScheduledFor, ScheduledMessage, ScheduledPage};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -425,15 +425,23 @@ function channelsPage(root) {
 
 // ---------- one queue ----------
 
+// Sections other scripts add to the queue page: `make(vhost, name, base)` returns
+// `{ element, refresh(q) }`; `refresh` runs on each poll with the queue's JSON.
+const QUEUE_SECTIONS = [];
+
+function registerQueueSection(make) { QUEUE_SECTIONS.push(make); }
+
 function queuePage(root, vhost, name) {
   const base = `/api/queues/${qpath(vhost, name)}`;
+  const sections = QUEUE_SECTIONS.map((make) => make(vhost, name, base));
   root.append(el("h1", {}, "Queue ", el("q", { text: name })),
     el("p", {}, "Virtual host ", el("code", { text: vhost }), " · ", el("a", { href: "#/queues", text: "All queues" })),
     el("div", { id: "queue-facts" }, "Loading…"), el("div", { id: "queue-consumers" }), el("div", { id: "queue-bindings" }));
-  root.append(actions(vhost, name, base), browseSection(base));
+  root.append(actions(vhost, name, base), browseSection(base), ...sections.map((s) => s.element));
   poll(async () => {
     const [q, consumers, bindings] = await Promise.all([
       api("GET", base), api("GET", `/api/consumers/${enc(vhost)}`), api("GET", `${base}/bindings`)]);
+    await Promise.all(sections.map((s) => s.refresh && s.refresh(q)));
     $("#queue-facts").replaceChildren(facts([
       ["Type", q.type], ["State", q.state], ["Durable", q.durable ? "yes" : "no"], ["Auto-delete", q.auto_delete ? "yes" : "no"],
       ["Ready", fmtNum(q.messages_ready)], ["Unacked", fmtNum(q.messages_unacknowledged)], ["Total", fmtNum(q.messages)],

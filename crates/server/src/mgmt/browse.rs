@@ -23,15 +23,19 @@ const PREVIEW_BYTES: usize = 2048;
 
 /// The checked query parameters of a browse request.
 #[derive(Debug, PartialEq)]
-struct BrowseQuery {
-    offset: u64,
-    count: usize,
+pub(super) struct BrowseQuery {
+    pub(super) offset: u64,
+    pub(super) count: usize,
     encoding: String,
     truncate: usize,
 }
 
 /// A non-negative integer parameter, or 400 naming it (S-UI-4).
-fn number(q: &HashMap<String, String>, key: &str, default: u64) -> Result<u64, ApiError> {
+pub(super) fn number(
+    q: &HashMap<String, String>,
+    key: &str,
+    default: u64,
+) -> Result<u64, ApiError> {
     match q.get(key) {
         None => Ok(default),
         Some(v) => v.parse::<u64>().map_err(|_| {
@@ -43,7 +47,7 @@ fn number(q: &HashMap<String, String>, key: &str, default: u64) -> Result<u64, A
 impl BrowseQuery {
     /// Reads `offset` (default 0), `count` (1..=500, default 50), `encoding` (`auto` or
     /// `base64`, as RabbitMQ's get) and `truncate` (body bytes shown, default 2048).
-    fn parse(q: &HashMap<String, String>) -> Result<Self, ApiError> {
+    pub(super) fn parse(q: &HashMap<String, String>) -> Result<Self, ApiError> {
         let offset = number(q, "offset", 0)?;
         let count = number(q, "count", COUNT_DEFAULT as u64)?;
         let count = usize::try_from(count)
@@ -70,7 +74,7 @@ impl BrowseQuery {
 
 /// One browsed message as JSON: `/get`'s fields (payload, properties, exchange, routing key)
 /// and what the queue knows of it.
-fn browsed_json(b: &BrowsedMessage, q: &BrowseQuery) -> JsonValue {
+pub(super) fn browsed_json(b: &BrowsedMessage, q: &BrowseQuery) -> JsonValue {
     let mut out = json!({
         "position": b.position,
         "payload_bytes": b.body_len,

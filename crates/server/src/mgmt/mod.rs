@@ -23,6 +23,9 @@
 //!   `users.rs` (and permissions, topic permissions).
 //! - `browse.rs`: `/api/queues/{vhost}/{name}/browse`, a page of a queue read without
 //!   consuming it (S-UI).
+//! - `time.rs`: `/api/wharf/queues/{vhost}/{name}/expiry-horizon`, `.../scheduled` and
+//!   `.../search`, and `/api/wharf/exchanges/{vhost}/{name}/scheduled`: the dashboard's time
+//!   views and browse search (S-UI).
 //! - `ui.rs`: the dashboard's static files at `/` (S-UI).
 //! - `definitions.rs`: `/api/definitions` export and import.
 //! - `json.rs`: broker values and listings as RabbitMQ's JSON, and JSON to field tables.
@@ -51,6 +54,7 @@ mod queues;
 mod rates;
 mod reply;
 mod serve;
+mod time;
 mod ui;
 mod users;
 mod vhosts;

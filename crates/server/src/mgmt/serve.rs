@@ -16,7 +16,7 @@ use super::{
     bindings, browse, clock, connections, definitions, exchanges, health, limits, metrics, node,
     overview,
 };
-use super::{policies, queues, ui, users, vhosts};
+use super::{policies, queues, time, ui, users, vhosts};
 use crate::error::ServerError;
 
 /// The management API's listeners, once bound.
@@ -113,6 +113,7 @@ fn router(api: Api) -> Router {
         .merge(node_routes())
         .merge(entity_routes())
         .merge(access_routes())
+        .merge(time::routes())
         .merge(ui::routes())
         .fallback(|| async { ApiError::NotFound })
         .with_state(api)

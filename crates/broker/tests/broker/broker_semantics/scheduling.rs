@@ -92,3 +92,70 @@ fn s_sched_2_deadline_counts_from_the_scheduled_time() {
     h.advance_to(t0 + 1500);
     assert_eq!(h.ready("q"), 0);
 }
+
+/// S-UI-21: the scheduled messages bound for a queue (by the bindings now) or waiting on an
+/// exchange, earliest due first, paged; a bounded walk says when its total is incomplete.
+#[test]
+fn s_ui_21_scheduled_lists_in_due_order_with_a_bounded_walk() {
+    use wharf_broker::ScheduledFor;
+    let mut h = H::new();
+    let t0 = h.now;
+    delayed(&mut h, false);
+    h.queue("q", &[]);
+    h.bind("q", "later", "k");
+    for (key, ms) in [
+        ("k", 5000),
+        ("k", 1000),
+        ("other", 1500),
+        ("k", 4000),
+        ("k", 2000),
+    ] {
+        h.ok(H::publish_cmd(
+            "later",
+            key,
+            delay_props(ms, Properties::default()),
+            b"x",
+        ));
+    }
+    let dues = |p: &wharf_broker::ScheduledPage| -> Vec<u64> {
+        p.messages.iter().map(|m| m.due_ms - t0).collect()
+    };
+    let all =
+        h.b.scheduled("/", ScheduledFor::Queue("q"), 0, 10, 100)
+            .unwrap();
+    assert_eq!(
+        (dues(&all), all.total, all.complete),
+        (vec![1000, 2000, 4000, 5000], 4, true)
+    );
+    let page =
+        h.b.scheduled("/", ScheduledFor::Queue("q"), 1, 2, 100)
+            .unwrap();
+    assert_eq!((dues(&page), page.total), (vec![2000, 4000], 4));
+    // A walk of at most 1 beyond the page: the page is whole, the total is not.
+    let short =
+        h.b.scheduled("/", ScheduledFor::Queue("q"), 0, 2, 1)
+            .unwrap();
+    assert_eq!(
+        (dues(&short), short.total, short.complete),
+        (vec![1000, 2000], 2, false)
+    );
+    let x =
+        h.b.scheduled("/", ScheduledFor::Exchange("later"), 0, 10, 100)
+            .unwrap();
+    assert_eq!(dues(&x), [1000, 1500, 2000, 4000, 5000]);
+    assert!(
+        h.b.scheduled("/", ScheduledFor::Queue("nope"), 0, 10, 100)
+            .is_none()
+    );
+    assert!(
+        h.b.scheduled("/", ScheduledFor::Exchange("nope"), 0, 10, 100)
+            .is_none()
+    );
+    // Routed when due: gone from the list.
+    h.advance_to(t0 + 1000);
+    assert_eq!(h.ready("q"), 1);
+    let left =
+        h.b.scheduled("/", ScheduledFor::Queue("q"), 0, 10, 100)
+            .unwrap();
+    assert_eq!(dues(&left), [2000, 4000, 5000]);
+}
