@@ -45,7 +45,7 @@ impl std::fmt::Display for Violation {
     }
 }
 
-/// What a run did, and a hash of everything the clients saw (equal for equal seeds).
+/// What a run did, and a hash of all of it (equal for equal seeds: a seed names a run).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Steps taken.
@@ -76,7 +76,8 @@ pub struct Stats {
     pub clean_restarts: u64,
     /// Recoveries checked against the model.
     pub recoveries: u64,
-    /// A hash of the run's choices and of what the clients saw.
+    /// A hash of the whole run: every choice, every batch of events logged, every output the
+    /// clients saw, and every byte left on the disk at the end.
     pub trace: u64,
 }
 
