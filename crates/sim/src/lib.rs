@@ -5,10 +5,14 @@
 //! A run is named by its seed; the same seed runs the same steps.
 //!
 //! What it reaches: the broker task's batch/log/release cycle, the expiry timer, paging,
-//! checkpoints, segment reclamation, recovery. What it does not (yet): the server's tokio
-//! glue (connections, frames, outboxes), which the AMQP integration tests and the
-//! `amqp_connection` fuzz target cover. The network is a seam ([`Network`]) where a simulated
-//! network for the cluster work plugs in.
+//! checkpoints, segment reclamation, recovery, with the log's writer run inline
+//! (`WalConfig::inline_writer`), so a seed reproduces its run exactly, fsync grouping and
+//! injected faults included. What it does not (yet): the server's tokio glue (connections,
+//! frames, outboxes), which the AMQP integration tests and the `amqp_connection` fuzz target
+//! cover. The way in is the server's socket-free door (`ServerHandle::connect_in_memory`,
+//! S-NET-2), which the fuzz target already uses; what is missing is a server started on this
+//! disk with the inline writer, on a current-thread runtime whose time the run moves. The
+//! network is a seam ([`Network`]) where a simulated network for the cluster work plugs in.
 //!
 //! # Layout
 //!
