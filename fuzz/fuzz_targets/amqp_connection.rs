@@ -39,6 +39,8 @@ fuzz_target!(|data: &[u8]| {
     let open_ok = [0, 10, 0, 41];
     assert!(
         reply.windows(4).any(|w| w == open_ok),
-        "a clean connection did not get connection.open-ok after a fuzzed one"
+        "a clean connection did not get connection.open-ok after a fuzzed one; it read {} bytes: {:?}",
+        reply.len(),
+        &reply[..reply.len().min(256)]
     );
 });
