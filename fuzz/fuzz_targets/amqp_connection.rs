@@ -1,8 +1,9 @@
 //! Fuzzes a stateful AMQP connection: an in-process server (`common_server.rs`) receives, on a
-//! fresh loopback connection, a complete handshake as guest (unless the first input octet is
-//! odd: then the raw bytes alone), then the input as a sequence of frames, then a
-//! `connection.close`. The server must never panic (any panic aborts), and must still accept
-//! and open a clean connection afterwards (malformed input never disturbs another connection).
+//! fresh in-memory connection (the server's socket-free door, S-NET-2), a complete handshake
+//! as guest (unless the first input octet is odd: then the raw bytes alone), then the input as
+//! a sequence of frames, then a `connection.close`, then the client hangs up. The server must
+//! never panic (any panic aborts), and must still accept and open a clean connection
+//! afterwards (malformed input never disturbs another connection).
 #![no_main]
 
 #[path = "common_server.rs"]
@@ -32,12 +33,14 @@ fuzz_target!(|data: &[u8]| {
         input.extend_from_slice(HANDSHAKE);
     }
     input.extend_from_slice(frames);
-    let _ = common_server::exchange(fx.amqp, &input, CLOSE, Duration::from_millis(300));
+    let _ = common_server::exchange_amqp(fx, &input, CLOSE, Duration::from_secs(10));
     // Another, clean connection still gets through the handshake to `open-ok` and its close.
-    let reply = common_server::exchange(fx.amqp, HANDSHAKE, CLOSE, Duration::from_secs(5));
+    let reply = common_server::exchange_amqp(fx, HANDSHAKE, CLOSE, Duration::from_secs(10));
     let open_ok = [0, 10, 0, 41];
     assert!(
         reply.windows(4).any(|w| w == open_ok),
-        "a clean connection did not get connection.open-ok after a fuzzed one"
+        "a clean connection did not get connection.open-ok after a fuzzed one; it read {} bytes: {:?}",
+        reply.len(),
+        &reply[..reply.len().min(256)]
     );
 });

@@ -1,13 +1,17 @@
 //! Shared by the fuzz targets that drive a whole server: one in-process `TestBroker` (manual
-//! clock, simulated disk, management API) on 127.0.0.1, started once per fuzzing process, and
-//! blocking loopback sockets to talk to it. A panic anywhere in the server (any task, any
-//! thread) aborts the process through libFuzzer's panic hook, so it is reported as a crash.
+//! clock, simulated disk, management API) on 127.0.0.1, started once per fuzzing process.
+//! AMQP connections go through the server's in-memory door (`connect_in_memory`, S-NET-2: no
+//! socket, and the end of the input is seen at once, so a run never waits out a timeout);
+//! the management API through blocking loopback sockets. A panic anywhere in the server (any
+//! task, any thread) aborts the process through libFuzzer's panic hook, so it is reported as
+//! a crash.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wharf_server::testing::TestBroker;
 
 // Shared by two targets (`mod common_server;` in each): each reads only its own address.
@@ -15,8 +19,8 @@ use wharf_server::testing::TestBroker;
 pub struct Fixture {
     pub amqp: SocketAddr,
     pub mgmt: SocketAddr,
-    _broker: TestBroker,
-    _runtime: tokio::runtime::Runtime,
+    broker: TestBroker,
+    runtime: tokio::runtime::Runtime,
 }
 
 pub fn fixture() -> &'static Fixture {
@@ -43,14 +47,49 @@ pub fn fixture() -> &'static Fixture {
         Fixture {
             amqp: server.local_addr(),
             mgmt: server.mgmt_addr().expect("management API"),
-            _broker: broker,
-            _runtime: runtime,
+            broker,
+            runtime,
         }
+    })
+}
+
+/// Over a new in-memory AMQP connection: sends `bytes`, then `tail`, then hangs up (the
+/// server sees the end of its input at once), reading meanwhile until the server closes its
+/// end (or `timeout`, a bound that a correct server never reaches). Returns what was read.
+#[allow(dead_code)]
+pub fn exchange_amqp(fx: &Fixture, bytes: &[u8], tail: &[u8], timeout: Duration) -> Vec<u8> {
+    fx.runtime.block_on(async {
+        let server = fx.broker.server().expect("running");
+        let stream = server
+            .connect_in_memory()
+            .expect("the server still accepts connections");
+        let (mut read, mut write) = tokio::io::split(stream);
+        let send = async {
+            let _ = write.write_all(bytes).await;
+            let _ = write.write_all(tail).await;
+            let _ = write.shutdown().await;
+        };
+        let receive = async {
+            let mut out = Vec::new();
+            let mut buf = [0u8; 4096];
+            while out.len() < (1 << 20) {
+                match read.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => out.extend_from_slice(&buf[..n]),
+                }
+            }
+            out
+        };
+        let both = async { tokio::join!(send, receive).1 };
+        tokio::time::timeout(timeout, both)
+            .await
+            .unwrap_or_default()
     })
 }
 
 /// Sends `bytes`, then `tail`, and reads until the server closes (or `timeout`: a connection
 /// left waiting for more input is not a failure). Returns what was read.
+#[allow(dead_code)]
 pub fn exchange(addr: SocketAddr, bytes: &[u8], tail: &[u8], timeout: Duration) -> Vec<u8> {
     let mut s = TcpStream::connect(addr).expect("the server still accepts connections");
     s.set_read_timeout(Some(timeout)).ok();

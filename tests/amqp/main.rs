@@ -15,6 +15,7 @@ mod server_amqprs;
 mod server_basic;
 mod server_config;
 mod server_consumers;
+mod server_door;
 mod server_errors;
 mod server_flow;
 mod server_paging;

@@ -16,6 +16,7 @@ use wharf_store::StoreError;
 use crate::admin;
 use crate::alarm;
 use crate::auth;
+use crate::connection;
 use crate::core::CoreMsg;
 use crate::error::ServerError;
 
@@ -46,6 +47,8 @@ pub struct ServerHandle {
     pub(crate) mgmt_tls_addr: Option<SocketAddr>,
     /// The Prometheus listener's address and task, when served.
     pub(crate) prometheus: Option<(SocketAddr, JoinHandle<()>)>,
+    /// Connections without a socket ([`ServerHandle::connect_in_memory`]).
+    pub(crate) door: connection::Door,
 }
 
 impl ServerHandle {
@@ -113,6 +116,17 @@ impl ServerHandle {
         answer.await.map_err(|_| gone())?.map(|_reply| ())
     }
 
+    /// Opens an AMQP connection without a socket (S-NET-2): the server serves one end of an
+    /// in-memory byte stream exactly as it serves an accepted TCP socket from `127.0.0.1` (so
+    /// `loopback_users` may log in), and the caller speaks AMQP on the returned end, from the
+    /// protocol header on. Shutting the returned end's writing side is the client hanging up.
+    /// No port and no kernel are involved: for a program that embeds wharf, the simulation's
+    /// clients and the AMQP fuzz target. Must be called within the server's tokio runtime.
+    /// `None` once the server is shutting down.
+    pub fn connect_in_memory(&self) -> Option<tokio::io::DuplexStream> {
+        self.door.open()
+    }
+
     /// An `amqp://` URL for the default user and vhost.
     pub fn amqp_url(&self) -> String {
         format!("amqp://guest:guest@{}/%2f", self.local_addr)
@@ -171,6 +185,7 @@ impl ServerHandle {
         // Connections held by an alarm wake on the 320 close below, not on the alarm.
         self.monitor_task.abort();
         let _ = self.stop_accepting.send(true);
+        self.door.close();
         let _ = self.accept_task.await;
         for (_, task) in [self.mgmt.take(), self.prometheus.take()]
             .into_iter()

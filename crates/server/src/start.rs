@@ -104,6 +104,7 @@ impl Server {
             })
             .unzip();
         let listeners = listeners.into_iter().map(|(l, _)| l).collect();
+        let door = connection::Door::new(ctx.clone());
         let accept_task = tokio::spawn(accept_loops(listeners, ctx, stop_rx.clone()));
         let (monitor, monitor_task) = start_monitor(&config, log_health, alarms.clone());
         let metrics = metrics_source(&core_tx, &alarms, recovery_ms, started_at_ms);
@@ -139,6 +140,7 @@ impl Server {
             mgmt,
             mgmt_tls_addr,
             prometheus,
+            door,
         })
     }
 }

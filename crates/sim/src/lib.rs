@@ -5,10 +5,14 @@
 //! A run is named by its seed; the same seed runs the same steps.
 //!
 //! What it reaches: the broker task's batch/log/release cycle, the expiry timer, paging,
-//! checkpoints, segment reclamation, recovery. What it does not (yet): the server's tokio
-//! glue (connections, frames, outboxes), which the AMQP integration tests and the
-//! `amqp_connection` fuzz target cover. The network is a seam ([`Network`]) where a simulated
-//! network for the cluster work plugs in.
+//! checkpoints, segment reclamation, recovery, with the log's writer run inline
+//! (`WalConfig::inline_writer`), so a seed reproduces its run exactly, fsync grouping and
+//! injected faults included. What it does not (yet): the server's tokio glue (connections,
+//! frames, outboxes), which the AMQP integration tests and the `amqp_connection` fuzz target
+//! cover. The way in is the server's socket-free door (`ServerHandle::connect_in_memory`,
+//! S-NET-2), which the fuzz target already uses; what is missing is a server started on this
+//! disk with the inline writer, on a current-thread runtime whose time the run moves. The
+//! network is a seam ([`Network`]) where a simulated network for the cluster work plugs in.
 //!
 //! # Layout
 //!
@@ -45,7 +49,7 @@ impl std::fmt::Display for Violation {
     }
 }
 
-/// What a run did, and a hash of everything the clients saw (equal for equal seeds).
+/// What a run did, and a hash of all of it (equal for equal seeds: a seed names a run).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Steps taken.
@@ -76,7 +80,8 @@ pub struct Stats {
     pub clean_restarts: u64,
     /// Recoveries checked against the model.
     pub recoveries: u64,
-    /// A hash of the run's choices and of what the clients saw.
+    /// A hash of the whole run: every choice, every batch of events logged, every output the
+    /// clients saw, and every byte left on the disk at the end.
     pub trace: u64,
 }
 

@@ -122,8 +122,12 @@ impl Node {
     /// What recovery refused.
     pub fn start(disk: &Disk, config: NodeConfig) -> Result<(Node, RecoverySummary), StoreError> {
         let (storage, fence) = disk.mount();
+        // The log's writer runs when the node waits for durability, on this thread (no
+        // writer thread): which records share an fsync, and so which ones an injected fault or
+        // a power loss takes, follows from the seed alone.
         let wal = WalConfig {
             segment_bytes_max: config.segment_bytes,
+            inline_writer: true,
             ..WalConfig::default()
         };
         let store_config = StoreConfig {
@@ -310,19 +314,23 @@ impl Node {
         std::mem::take(&mut self.logged)
     }
 
-    /// Releases what is durable. With `wait`, waits until everything logged is durable
-    /// first (the run's only way to let the disk catch up, so that runs are reproducible);
-    /// without it (a full disk), releases nothing. A failure latches (fail-stop) and drops
-    /// everything held: nothing of it will ever be durable. Returns the released outputs and
-    /// the durable ticket.
-    pub fn release(&mut self, wait: bool) -> (Vec<Output>, Ticket) {
-        if !wait || self.failed.is_some() {
-            return (Vec::new(), 0);
+    /// Makes everything logged durable and releases what was held for it, as the log's
+    /// writer and the broker task do after each batch. `None` when nothing could be made
+    /// durable: the disk is full (the log holds the records and retries at the next call, not
+    /// fail-stop), or the log failed. A failure latches (fail-stop) and drops everything held:
+    /// nothing of it will ever be durable. Returns the released outputs and the durable ticket.
+    pub fn release(&mut self) -> Option<(Vec<Output>, Ticket)> {
+        if self.failed.is_some() {
+            return None;
         }
-        if let Err(err) = self.store.wait_durable(self.last_ticket) {
-            self.held.clear();
-            self.failed = Some(err);
-            return (Vec::new(), 0);
+        match self.store.wait_durable(self.last_ticket) {
+            Ok(()) => {}
+            Err(StoreError::Wal(e)) if e.is_disk_full() => return None,
+            Err(err) => {
+                self.held.clear();
+                self.failed = Some(err);
+                return None;
+            }
         }
         let mut out = Vec::new();
         while let Some((_, outputs)) = self.held.pop_front() {
@@ -331,7 +339,7 @@ impl Node {
         // As the broker task after each batch: page content out beyond the memory budget.
         self.broker
             .page_out(self.last_ticket, self.config.message_memory_bytes);
-        (out, self.last_ticket)
+        Some((out, self.last_ticket))
     }
 
     /// A checkpoint now, synchronously (the store's thread does the same work).

@@ -34,6 +34,9 @@ pub struct World {
     getter: Holder,
     /// Steps left with the disk full (nothing is released meanwhile).
     disk_full_steps: u32,
+    /// An fsync or write failure was armed for this process lifetime (it may still be
+    /// pending: a clean stop may meet it).
+    fault_armed: bool,
     config: NodeConfig,
     /// The run's statistics and trace hash.
     pub stats: Stats,
@@ -62,6 +65,7 @@ impl World {
             consumer: Holder::default(),
             getter: Holder::default(),
             disk_full_steps: 0,
+            fault_armed: false,
             config,
             stats: Stats::default(),
         };
@@ -93,6 +97,20 @@ impl World {
 
     fn trace(&mut self, what: u64) {
         self.stats.trace = (self.stats.trace ^ what).wrapping_mul(0x0100_0000_01b3);
+    }
+
+    /// Folds `bytes` into the trace, eight at a time, and their length.
+    fn trace_bytes(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(w);
+            self.trace(u64::from_le_bytes(word));
+        }
+        for &b in words.remainder() {
+            self.trace(u64::from(b));
+        }
+        self.trace(bytes.len() as u64);
     }
 
     /// One step chosen by the seed.
@@ -251,6 +269,7 @@ impl World {
     /// The next fsync (or write) fails, within the next few.
     fn arm_fault(&mut self, sync: bool) {
         let n = self.rng.below(3);
+        self.fault_armed = true;
         if sync {
             self.stats.sync_faults += 1;
             self.disk.sim().fail_sync_after(n);
@@ -277,6 +296,7 @@ impl World {
         self.node().advance_to(now, now);
         self.node().end_batch(now);
         for logged in self.node().take_logged() {
+            self.trace_bytes(format!("{} {:?}", logged.now_ms, logged.events).as_bytes());
             self.model.logged(&logged.events, logged.now_ms)?;
         }
         if self.disk_full_steps > 0 {
@@ -286,26 +306,30 @@ impl World {
             }
             self.check_no_partial_checkpoint()?;
         }
-        let wait = self.disk_full_steps == 0;
-        let (outputs, durable) = self.node().release(wait);
-        self.trace(durable);
+        let released = self.node().release();
+        self.trace(released.as_ref().map_or(0, |r| r.1));
         if self.node().failed() {
             self.stats.fail_stops += 1;
             let power = self.rng.chance(500);
             return self.restart(power, false);
         }
-        if wait {
-            self.model.all_durable();
-        }
+        let Some((outputs, _)) = released else {
+            // The disk is full: the log holds the records, nothing is released.
+            return self.check_on_time(now);
+        };
+        self.model.all_durable();
         self.net.send(outputs);
         for out in self.net.deliver() {
             self.receive(out)?;
         }
+        self.check_on_time(now)
+    }
+
+    fn check_on_time(&self, now: u64) -> Result<(), Violation> {
         let Some(node) = self.node.as_ref() else {
             return Err(Violation("no node after a step".into()));
         };
-        self.model.check_on_time(node.broker(), now)?;
-        Ok(())
+        self.model.check_on_time(node.broker(), now)
     }
 
     /// S-DISK-4: a checkpoint that failed for want of space left no partial file.
@@ -325,6 +349,7 @@ impl World {
     }
 
     fn receive(&mut self, out: Output) -> Result<(), Violation> {
+        self.trace_bytes(format!("{out:?}").as_bytes());
         match out {
             Output::Confirm { conn, seq, ack } => {
                 self.trace(seq);
@@ -380,8 +405,12 @@ impl World {
         }
         if clean {
             self.stats.clean_restarts += 1;
-            node.stop()
-                .map_err(|e| Violation(format!("clean stop failed: {e}")))?;
+            match node.stop() {
+                Ok(()) => {}
+                // The stop met the armed fault: the process fails there, as after a crash.
+                Err(_) if self.fault_armed => self.stats.fail_stops += 1,
+                Err(e) => return Err(Violation(format!("clean stop failed: {e}"))),
+            }
         } else {
             self.stats.crashes += 1;
             node.crash();
@@ -393,6 +422,7 @@ impl World {
         // Injected faults belong to the dead process.
         self.disk.sim().fail_sync_after(u64::MAX);
         self.disk.sim().fail_write_after(u64::MAX);
+        self.fault_armed = false;
         self.net.reset();
         for p in &mut self.publishers {
             p.reset();
@@ -443,6 +473,15 @@ impl World {
         if let Some(node) = self.node.take() {
             node.stop()
                 .map_err(|e| Violation(format!("final stop failed: {e}")))?;
+        }
+        // Every byte the run left on its disk.
+        let dir = std::path::Path::new(DATA_DIR);
+        let names = self.disk.sim().list(dir);
+        let names = names.map_err(|e| Violation(format!("listing the data directory: {e}")))?;
+        for name in names {
+            let bytes = self.disk.sim().file_bytes(&dir.join(&name));
+            self.trace_bytes(name.as_bytes());
+            self.trace_bytes(&bytes.unwrap_or_default());
         }
         Ok(self.stats)
     }

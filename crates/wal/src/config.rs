@@ -22,6 +22,12 @@ pub struct WalConfig {
     pub pending_bytes_max: usize,
     /// Strict (default) or salvage recovery.
     pub recovery_mode: RecoveryMode,
+    /// No writer thread: the writer runs on the thread of whoever waits for durability
+    /// (`Appender::wait_durable`, polling `Appender::durable`) or appends into a full pending
+    /// buffer, and at close. Which records share an fsync then depends only on when the caller
+    /// waits, never on timing: the deterministic simulation (`wharf-sim`) runs the log so.
+    /// A full disk is returned to the waiter instead of waited out. Off by default.
+    pub inline_writer: bool,
 }
 
 impl Default for WalConfig {
@@ -31,6 +37,7 @@ impl Default for WalConfig {
             preallocate: true,
             pending_bytes_max: limits::WAL_PENDING_BYTES_MAX,
             recovery_mode: RecoveryMode::Strict,
+            inline_writer: false,
         }
     }
 }

@@ -126,6 +126,13 @@ pub enum WalError {
     /// The log was closed; records not yet durable will never be reported durable.
     #[error("write-ahead log is closed")]
     Closed,
+    /// A wait, on a log whose writer runs inline (`WalConfig::inline_writer`), for a record
+    /// never appended: nothing could ever make it durable (a writer thread would wait).
+    #[error("waiting for lsn {lsn}, which was never appended")]
+    NotAppended {
+        /// The Lsn waited for.
+        lsn: Lsn,
+    },
     /// Reading a record back failed.
     #[error("reading {path} at offset {offset} failed")]
     Read {

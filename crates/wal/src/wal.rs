@@ -16,7 +16,8 @@ use crate::recovery::{self, RecoveryReport, Visitor, scan};
 use crate::storage::Storage;
 use crate::writer::{Appender, Shared, Start, Writer, prepare_active};
 
-/// An open write-ahead log: owns the writer thread. Dropping it closes it (draining what is
+/// An open write-ahead log: owns the writer thread (or, with `WalConfig::inline_writer`, the
+/// writer run by whoever waits for durability). Dropping it closes it (draining what is
 /// pending); [`Wal::close`] does the same and reports a latched failure.
 #[derive(Debug)]
 pub struct Wal {
@@ -78,20 +79,27 @@ impl Wal {
             pending_bytes_max: config.pending_bytes_max,
             preallocate: config.preallocate,
         };
-        let shared = Arc::new(Shared::new(dir.to_owned(), storage, &start));
+        let inline = config.inline_writer;
+        let shared = Arc::new(Shared::new(dir.to_owned(), storage, &start, inline));
         let writer = Writer::new(Arc::clone(&shared), start);
-        let handle = std::thread::Builder::new()
-            .name("wharf-wal-writer".to_owned())
-            .spawn(move || writer.run())
-            .map_err(|source| RecoveryError::Io {
-                path: dir.to_owned(),
-                source,
-            })?;
+        let handle = if inline {
+            shared.set_inline_writer(writer);
+            None
+        } else {
+            let spawned = std::thread::Builder::new()
+                .name("wharf-wal-writer".to_owned())
+                .spawn(move || writer.run())
+                .map_err(|source| RecoveryError::Io {
+                    path: dir.to_owned(),
+                    source,
+                })?;
+            Some(spawned)
+        };
         let reader = Reader::new(Arc::clone(&shared));
         let wal = Wal {
             shared,
             reader,
-            writer: Some(handle),
+            writer: handle,
         };
         Ok((wal, report))
     }
@@ -156,6 +164,7 @@ impl Wal {
 
     fn stop(&mut self) {
         self.shared.close();
+        self.shared.close_inline();
         if let Some(handle) = self.writer.take() {
             // A panic in the writer is a bug that has already been reported by the panic
             // hook; waiters were not told "durable", which is what matters here.

@@ -152,6 +152,54 @@ struct Reader {
     admission: Option<Admission>,
 }
 
+/// The in-memory door (S-NET-2): connections without a socket, served as an accepted TCP
+/// socket from `127.0.0.1` is (the same task, handshake, limits and timeouts). Held by the
+/// [`crate::ServerHandle`] and closed when the server shuts down, as the listeners are.
+pub(crate) struct Door(std::sync::Mutex<Option<ConnCtx>>);
+
+/// Bytes an in-memory connection buffers each way before a writer waits for its reader (a
+/// socket's buffer, about).
+const DOOR_BUFFER_BYTES: usize = 64 * 1024;
+
+impl Door {
+    pub(crate) fn new(ctx: ConnCtx) -> Self {
+        Door(std::sync::Mutex::new(Some(ctx)))
+    }
+
+    /// A new connection: the server serves one end (spawned on the current runtime), the
+    /// caller gets the other. `None` once closed.
+    pub(crate) fn open(&self) -> Option<tokio::io::DuplexStream> {
+        let ctx = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()?;
+        let (client, server) = tokio::io::duplex(DOOR_BUFFER_BYTES);
+        let id = ctx
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let peer = SocketAddr::from(([127, 0, 0, 1], 0));
+        tokio::spawn(serve_stream(server, peer, id, ctx));
+        Some(client)
+    }
+
+    /// No more connections (the server is shutting down); those open carry on.
+    pub(crate) fn close(&self) {
+        let ctx = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        drop(ctx);
+    }
+}
+
+impl std::fmt::Debug for Door {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Door")
+    }
+}
+
 /// Serves one accepted TCP socket until it closes.
 pub async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: ConnCtx) {
     let _ = stream.set_nodelay(true);

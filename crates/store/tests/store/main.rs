@@ -21,6 +21,7 @@ mod broker_common;
 #[path = "../../../../fuzz/fuzz_targets/data_dir.rs"]
 mod data_dir;
 mod store_checkpoint;
+mod store_checkpoint_install;
 mod store_codec;
 mod store_crash;
 mod store_decoder_props;

@@ -81,6 +81,14 @@ impl Appender {
             if pending.bytes == 0 || pending.bytes + frame_len <= shared.pending_bytes_max {
                 break;
             }
+            if shared.inline {
+                // No thread will empty it: write what is pending now, on this thread.
+                let last = Lsn(pending.next_lsn.0.saturating_sub(1));
+                drop(pending);
+                shared.step_inline(last)?;
+                pending = lock(&shared.pending);
+                continue;
+            }
             pending = shared
                 .space
                 .wait(pending)
@@ -125,18 +133,26 @@ impl Appender {
         Ok(appended)
     }
 
-    /// Blocks until `lsn` is durable.
+    /// Blocks until `lsn` is durable. With an inline writer (`WalConfig::inline_writer`) it
+    /// writes and syncs everything pending on this thread instead of waiting for a writer.
     ///
     /// # Errors
     /// [`WalError::Failed`] when the log failed before `lsn` became durable, or
     /// [`WalError::Closed`] when it was closed first. Never reports a record durable that is
-    /// not.
+    /// not. With an inline writer, also a full disk (at once, not latched: the next wait
+    /// retries) and [`WalError::NotAppended`].
     pub fn wait_durable(&self, lsn: Lsn) -> Result<(), WalError> {
         let d = &self.shared.durability;
         let mut state = lock(&d.state);
         loop {
             if let Some(result) = Durability::check(&state, lsn) {
                 return result;
+            }
+            if self.shared.inline {
+                drop(state);
+                self.shared.step_inline(lsn)?;
+                state = lock(&d.state);
+                continue;
             }
             state = d
                 .changed
@@ -146,7 +162,8 @@ impl Appender {
     }
 
     /// A `Future` that resolves when `lsn` is durable (same outcomes as
-    /// [`Appender::wait_durable`]); usable from any executor, it needs none.
+    /// [`Appender::wait_durable`]); usable from any executor, it needs none. With an inline
+    /// writer, polling it runs the writer, as [`Appender::wait_durable`] does.
     pub fn durable(&self, lsn: Lsn) -> Durable {
         Durable {
             shared: Arc::clone(&self.shared),
@@ -247,11 +264,21 @@ impl Future for Durable {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         let mut state = lock(&this.shared.durability.state);
-        if let Some(result) = Durability::check(&state, this.lsn) {
-            if let Some(id) = this.registration.take() {
-                state.wakers.remove(&(this.lsn, id));
+        loop {
+            if let Some(result) = Durability::check(&state, this.lsn) {
+                if let Some(id) = this.registration.take() {
+                    state.wakers.remove(&(this.lsn, id));
+                }
+                return Poll::Ready(result);
             }
-            return Poll::Ready(result);
+            if !this.shared.inline {
+                break;
+            }
+            drop(state);
+            if let Err(err) = this.shared.step_inline(this.lsn) {
+                return Poll::Ready(Err(err));
+            }
+            state = lock(&this.shared.durability.state);
         }
         let id = *this.registration.get_or_insert_with(|| {
             state.next_waker_id += 1;

@@ -28,6 +28,9 @@ pub(crate) struct Writer {
     last_mark: DurableMark,
     /// A mark write failed: no more are tried in this run.
     mark_failed: bool,
+    /// Records taken but not written yet: a batch, or what a full disk left of one (retried
+    /// first, in order).
+    held: Option<Vec<Chunk>>,
 }
 
 impl Writer {
@@ -40,35 +43,87 @@ impl Writer {
             mark: start.mark,
             last_mark: start.recovered,
             mark_failed: false,
+            held: None,
         }
     }
 
     /// The thread body: batch, write, sync, complete; until closed (after draining) or failed.
     /// On a full disk it keeps the batch's remaining chunks and retries them.
     pub(crate) fn run(mut self) {
-        let mut held: Option<Vec<Chunk>> = None;
         let failure = loop {
-            let chunks = match held.take() {
-                Some(chunks) => chunks,
-                None => match self.take_batch() {
-                    Some(chunks) => chunks,
+            if self.held.is_none() {
+                match self.take_batch() {
+                    Some(chunks) => self.held = Some(chunks),
                     None => break None,
-                },
-            };
-            match self.commit(chunks) {
+                }
+            }
+            match self.commit_held() {
                 Ok(()) => {}
                 Err(Stop::Failed(err)) => break Some(err),
-                Err(Stop::DiskFull { rest, err }) => {
-                    self.shared.disk_full.store(true, Ordering::Release);
+                Err(Stop::DiskFull(err)) => {
                     if !self.wait_for_space() {
                         // Closing on a full disk: the held records can never be written; their
                         // waiters learn it (they were never reported durable).
                         break Some(err);
                     }
-                    held = Some(rest);
                 }
             }
         };
+        self.finish(failure);
+    }
+
+    /// One step of an inline writer (`WalConfig::inline_writer`), on the caller's thread:
+    /// what a full disk held back, then everything pending, written and synced as one batch.
+    /// Returns whether there was anything to write. A full disk is returned, not waited
+    /// for, and not latched (the next step retries); any other failure is latched as the
+    /// writer thread latches it, and the writer is done (`Err` with `true`).
+    pub(crate) fn step(&mut self) -> Result<bool, (WalError, bool)> {
+        if self.held.is_none() {
+            self.held = self.take_pending();
+        }
+        if self.held.is_none() {
+            return Ok(false);
+        }
+        match self.commit_held() {
+            Ok(()) => Ok(true),
+            Err(Stop::DiskFull(err)) => Err((err, false)),
+            Err(Stop::Failed(err)) => {
+                self.finish(Some(err.clone()));
+                Err((err, true))
+            }
+        }
+    }
+
+    /// Closes an inline writer: drains what is pending (a full disk now is given up, as the
+    /// writer thread gives up after its last retry), then ends as the thread ends.
+    pub(crate) fn close_inline(mut self) {
+        let failure = loop {
+            match self.step() {
+                Ok(true) => {}
+                Ok(false) => break None,
+                Err((_, true)) => return,
+                Err((err, false)) => break Some(err),
+            }
+        };
+        self.finish(failure);
+    }
+
+    /// Commits what is held (a batch taken, or what a full disk left of one); on a full disk
+    /// the rest stays held and the disk-full flag is raised.
+    fn commit_held(&mut self) -> Result<(), Stop> {
+        let Some(chunks) = self.held.take() else {
+            return Ok(());
+        };
+        let result = self.commit(chunks);
+        if matches!(result, Err(Stop::DiskFull(_))) {
+            self.shared.disk_full.store(true, Ordering::Release);
+        }
+        result
+    }
+
+    /// The end of the writer: a failure is latched for appenders, a clean end is recorded in
+    /// the durable mark; every waiter learns how it ended.
+    fn finish(&mut self, failure: Option<WalError>) {
         if let Some(err) = &failure {
             lock(&self.shared.pending).failed = Some(err.clone());
             self.shared.space.notify_all();
@@ -90,6 +145,17 @@ impl Writer {
                 .work
                 .wait(pending)
                 .unwrap_or_else(PoisonError::into_inner);
+        }
+        drop(pending);
+        self.take_pending()
+    }
+
+    /// Takes every pending record, without waiting; `None` when there is none.
+    fn take_pending(&self) -> Option<Vec<Chunk>> {
+        let shared = &*self.shared;
+        let mut pending = lock(&shared.pending);
+        if pending.chunks.is_empty() {
+            return None;
         }
         pending.bytes = 0;
         let chunks = std::mem::take(&mut pending.chunks);
@@ -127,7 +193,8 @@ impl Writer {
                         // Nothing of this chunk (or any later one) was written: keep them all.
                         let mut rest = vec![chunk];
                         rest.extend(chunks);
-                        return Err(Stop::DiskFull { rest, err });
+                        self.held = Some(rest);
+                        return Err(Stop::DiskFull(err));
                     }
                     Err(err) => return Err(Stop::Failed(err)),
                 }
@@ -279,9 +346,9 @@ impl Writer {
 enum Stop {
     /// Fail-stop.
     Failed(WalError),
-    /// A new segment found no space: `rest` (the chunk that needed it and every later one) was
-    /// not written and is retried.
-    DiskFull { rest: Vec<Chunk>, err: WalError },
+    /// A new segment found no space: the chunk that needed it and every later one were not
+    /// written; they are held ([`Writer::held`]) and retried.
+    DiskFull(WalError),
 }
 
 /// Fills in every frame's group delta and CRC: the chunk is one write group.

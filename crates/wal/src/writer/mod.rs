@@ -196,6 +196,22 @@ pub(crate) struct Shared {
     retry: Condvar,
     /// Sync latency and batch-size histograms (the metrics endpoint's).
     sync_stats: SyncStats,
+    /// Whether the writer runs inline (`WalConfig::inline_writer`): no thread; whoever waits
+    /// for durability runs it.
+    pub(crate) inline: bool,
+    /// The inline writer, until it is closed or failed (always `None` with a writer thread).
+    inline_writer: InlineWriter,
+}
+
+/// The slot of an inline writer. It holds an `Arc` of the [`Shared`] that holds it: the
+/// cycle is broken when the log closes (`Wal::stop` takes the writer out).
+#[derive(Default)]
+struct InlineWriter(Mutex<Option<Writer>>);
+
+impl std::fmt::Debug for InlineWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InlineWriter")
+    }
 }
 
 #[derive(Debug, Default)]
@@ -247,7 +263,12 @@ pub(crate) struct ActiveSegment {
 }
 
 impl Shared {
-    pub(crate) fn new(dir: PathBuf, storage: Arc<dyn Storage>, start: &Start) -> Self {
+    pub(crate) fn new(
+        dir: PathBuf,
+        storage: Arc<dyn Storage>,
+        start: &Start,
+        inline: bool,
+    ) -> Self {
         // A record larger than a segment's room gets a segment of its own (format 3).
         let payload_bytes_max = limits::RECORD_PAYLOAD_BYTES_MAX;
         let durable = Lsn(start.next_lsn.0 - 1);
@@ -293,6 +314,43 @@ impl Shared {
             disk_full: AtomicBool::new(false),
             retry: Condvar::new(),
             sync_stats: SyncStats::default(),
+            inline,
+            inline_writer: InlineWriter::default(),
+        }
+    }
+
+    /// Installs the writer of an inline log (`Wal::open`).
+    pub(crate) fn set_inline_writer(&self, writer: Writer) {
+        *lock(&self.inline_writer.0) = Some(writer);
+    }
+
+    /// Runs one step of the inline writer on this thread for a waiter of `lsn`: everything
+    /// pending is written and synced as one batch. `Ok` when the waiter should look at the
+    /// watermark again (a step was taken, or the writer is done and the outcome latched);
+    /// a full disk (not latched: the next step retries), a failure, or a wait for a record
+    /// never appended (nothing could ever make it durable) as an error.
+    pub(crate) fn step_inline(&self, lsn: Lsn) -> Result<(), WalError> {
+        let mut slot = lock(&self.inline_writer.0);
+        let Some(writer) = slot.as_mut() else {
+            return Ok(());
+        };
+        match writer.step() {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(WalError::NotAppended { lsn }),
+            Err((err, done)) => {
+                if done {
+                    *slot = None;
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Closes an inline writer (drains what is pending); nothing with a writer thread.
+    pub(crate) fn close_inline(&self) {
+        let writer = lock(&self.inline_writer.0).take();
+        if let Some(writer) = writer {
+            writer.close_inline();
         }
     }
 

@@ -12,5 +12,6 @@ mod wal_decode;
 mod wal_diskfull;
 mod wal_durable;
 mod wal_golden;
+mod wal_inline;
 mod wal_kill;
 mod wal_sim;
