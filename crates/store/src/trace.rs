@@ -245,15 +245,15 @@ impl Tracer {
         let has = |needle: &[u8]| memmem::find(payload, needle).is_some();
         match RecordKind::from_byte(kind) {
             Some(RecordKind::QueueDeclared | RecordKind::QueueDeleted) => true,
-            Some(RecordKind::Published | RecordKind::Scheduled) => {
+            // Records that may carry a message the selector picks.
+            Some(RecordKind::Published | RecordKind::Scheduled | RecordKind::DeadLettered) => {
                 has(&self.needle) || self.ids.iter().any(|id| has(&id.0.to_le_bytes()))
             }
             Some(
                 RecordKind::Settled
                 | RecordKind::Delivered
                 | RecordKind::Returned
-                | RecordKind::Purged
-                | RecordKind::DeadLettered,
+                | RecordKind::Purged,
             ) => self.ids.iter().any(|id| has(&id.0.to_le_bytes())),
             _ => kind == CARRIED_KIND && has(&self.needle),
         }
@@ -452,13 +452,22 @@ impl Tracer {
         copy: Option<&MessageRecord>,
         targets: &[String],
     ) {
-        if !self.ids.contains(&id) {
-            return;
-        }
         let death = copy.and_then(|m| Death::newest(&m.message.properties));
         // A dead-lettering puts its own death first: the source queue. A move back keeps the
         // x-death it had, whose newest entry names the queue it died in before (S-UI-10).
         let moved_back = matches!((&death, from), (Some(d), Some(f)) if d.queue != f);
+        let how = if moved_back {
+            Entry::MovedBack
+        } else {
+            Entry::DeadLettered
+        };
+        if !self.ids.contains(&id) {
+            // A copy asked for by itself: its story starts where it entered its queues.
+            if let Some(m) = copy.filter(|m| self.selector.matches(&m.message)) {
+                self.enter(at, vhost, &m.message, targets, how);
+            }
+            return;
+        }
         let kind = StepKind::DeadLettered {
             from: from.map(str::to_owned),
             reason: death.map(|d| d.reason),
@@ -471,11 +480,6 @@ impl Tracer {
             self.leave(id, vhost, from);
         }
         if let Some(m) = copy {
-            let how = if moved_back {
-                Entry::MovedBack
-            } else {
-                Entry::DeadLettered
-            };
             self.enter(at, vhost, &m.message, targets, how);
         }
     }

@@ -23,6 +23,10 @@
 //!   `users.rs` (and permissions, topic permissions).
 //! - `browse.rs`: `/api/queues/{vhost}/{name}/browse`, a page of a queue read without
 //!   consuming it (S-UI).
+//! - `timeline.rs`: `/api/wharf/messages/{vhost}/{id}/timeline`, a message's life read from
+//!   the log on a blocking thread (S-UI).
+//! - `dead_letters.rs`: `/api/wharf/dead-letters/{vhost}/{queue}`, a dead-letter queue grouped
+//!   by death, and its `move-back` (S-UI).
 //! - `ui.rs`: the dashboard's static files at `/` (S-UI).
 //! - `definitions.rs`: `/api/definitions` export and import.
 //! - `json.rs`: broker values and listings as RabbitMQ's JSON, and JSON to field tables.
@@ -36,6 +40,7 @@ mod bindings;
 mod browse;
 mod clock;
 mod connections;
+mod dead_letters;
 mod definitions;
 mod exchanges;
 mod health;
@@ -51,6 +56,7 @@ mod queues;
 mod rates;
 mod reply;
 mod serve;
+mod timeline;
 mod ui;
 mod users;
 mod vhosts;
