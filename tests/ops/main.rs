@@ -16,6 +16,7 @@ mod mgmt_tls;
 mod prometheus;
 mod rabbitmqadmin;
 mod ui_browser;
+mod ui_life;
 mod wharfctl;
 mod wharfctl_admin;
 mod wharfctl_habits;

@@ -25,13 +25,13 @@ use serde_json::json;
 
 use crate::support::{TestServer, within};
 
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
-const CHROMIUM: &str = "/usr/bin/chromium";
+pub(crate) const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+pub(crate) const CHROMIUM: &str = "/usr/bin/chromium";
 /// How long the page may take to show what the test waits for.
 const WAIT: Duration = Duration::from_secs(20);
 
 /// chromedriver, stopped by its pid when dropped.
-struct Driver(Child);
+pub(crate) struct Driver(Child);
 
 impl Drop for Driver {
     fn drop(&mut self) {
@@ -47,7 +47,7 @@ fn free_port() -> u16 {
 }
 
 /// Starts chromedriver and a Chromium session with the brief's flags and a fresh profile.
-async fn browser(profile: &Path) -> (Driver, Client) {
+pub(crate) async fn browser(profile: &Path) -> (Driver, Client) {
     let port = free_port();
     let child = Command::new(CHROMEDRIVER)
         .arg(format!("--port={port}"))
@@ -89,7 +89,7 @@ async fn browser(profile: &Path) -> (Driver, Client) {
 }
 
 /// Waits until `xpath` matches (the page re-renders on its own polling), then returns it.
-async fn until(client: &Client, xpath: &str) -> fantoccini::elements::Element {
+pub(crate) async fn until(client: &Client, xpath: &str) -> fantoccini::elements::Element {
     match client
         .wait()
         .at_most(WAIT)
@@ -110,7 +110,7 @@ async fn until(client: &Client, xpath: &str) -> fantoccini::elements::Element {
 }
 
 /// Clicks what `xpath` matches, finding it again if a re-render replaced it meanwhile.
-async fn click(client: &Client, xpath: &str) {
+pub(crate) async fn click(client: &Client, xpath: &str) {
     for _ in 0..3 {
         if until(client, xpath).await.click().await.is_ok() {
             return;
@@ -119,7 +119,7 @@ async fn click(client: &Client, xpath: &str) {
     panic!("could not click {xpath}");
 }
 
-async fn type_into(client: &Client, css: &str, text: &str) {
+pub(crate) async fn type_into(client: &Client, css: &str, text: &str) {
     let e = client
         .wait()
         .at_most(WAIT)
@@ -241,7 +241,7 @@ async fn s_ui_6_dashboard_in_chromium_logs_in_lists_a_queue_and_browses_it() {
 }
 
 /// The ready messages of `queue`, by a passive declare.
-async fn ready(ch: &lapin::Channel, queue: &str) -> u32 {
+pub(crate) async fn ready(ch: &lapin::Channel, queue: &str) -> u32 {
     ch.queue_declare(
         queue.into(),
         QueueDeclareOptions {

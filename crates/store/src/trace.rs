@@ -461,13 +461,11 @@ impl Tracer {
         } else {
             Entry::DeadLettered
         };
-        if !self.ids.contains(&id) {
-            // A copy asked for by itself: its story starts where it entered its queues.
-            if let Some(m) = copy.filter(|m| self.selector.matches(&m.message)) {
-                self.enter(at, vhost, &m.message, targets, how);
-            }
+        let copy_asked = copy.is_some_and(|m| self.selector.matches(&m.message));
+        if !self.ids.contains(&id) && !copy_asked {
             return;
         }
+        // A copy asked for by itself starts its story here, naming the message it came from.
         let kind = StepKind::DeadLettered {
             from: from.map(str::to_owned),
             reason: death.map(|d| d.reason),

@@ -186,9 +186,13 @@ async fn s_ui_7_the_timeline_tells_a_message_life_from_the_log() {
     assert_eq!(t["steps"][6]["queue"], "dlq");
     assert_eq!(t["steps"][6]["targets"], json!(["work"]));
     assert_eq!(t["still_queued"], json!([]));
-    // The copy's own timeline starts where it entered the dead-letter queue.
+    // The copy's own timeline starts with the step that made it, naming the original.
     let c = get_json(&admin, &timeline_path(copy)).await;
-    assert_eq!(events(&c)[0], "enqueued (dead-lettered copy)");
+    assert_eq!(
+        events(&c)[..2],
+        ["dead-lettered", "enqueued (dead-lettered copy)"]
+    );
+    assert_eq!(c["steps"][0]["message"], original);
 }
 
 /// S-UI-8: any reader of the vhost may read a timeline; a bad id is 400, an unknown vhost or

@@ -14,6 +14,8 @@ use super::api::Api;
 const INDEX_HTML: &str = include_str!("../../assets/ui/index.html");
 const APP_JS: &str = include_str!("../../assets/ui/app.js");
 const APP_CSS: &str = include_str!("../../assets/ui/app.css");
+/// A message's timeline and the dead-letter explorer (S-UI-7..10), pages of their own.
+const LIFE_JS: &str = include_str!("../../assets/ui/life.js");
 
 /// Only what the page itself serves: scripts, styles and API calls from this origin.
 const CSP: &str = "default-src 'self'; img-src 'self' data:; object-src 'none'; \
@@ -36,11 +38,12 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 
 /// The dashboard's files: path, content type, content. The page is also at `/index.html`, as
 /// RabbitMQ's UI has it.
-const FILES: [(&str, &str, &str); 4] = [
+const FILES: [(&str, &str, &str); 5] = [
     ("/", "text/html; charset=utf-8", INDEX_HTML),
     ("/index.html", "text/html; charset=utf-8", INDEX_HTML),
     ("/ui/app.js", "text/javascript; charset=utf-8", APP_JS),
     ("/ui/app.css", "text/css; charset=utf-8", APP_CSS),
+    ("/ui/life.js", "text/javascript; charset=utf-8", LIFE_JS),
 ];
 
 /// The dashboard's routes: one per file of [`FILES`].
