@@ -210,9 +210,12 @@ pub struct Step {
 #[derive(Debug)]
 pub struct Tracer {
     selector: Selector,
-    needle: Vec<u8>,
+    /// Finds the selector's bytes in a raw payload.
+    needle: memmem::Finder<'static>,
     /// Messages in the story (the matches and their copies).
     ids: HashSet<MessageId>,
+    /// Finds each of `ids`' bytes in a raw payload (built once per id, not per record).
+    id_finders: Vec<memmem::Finder<'static>>,
     /// Queues holding each traced message.
     held: HashMap<MessageId, Vec<(String, String)>>,
     deliveries: HashMap<(MessageId, String), u32>,
@@ -227,9 +230,10 @@ impl Tracer {
     #[must_use]
     pub fn new(selector: Selector) -> Tracer {
         Tracer {
-            needle: selector.needle(),
+            needle: memmem::Finder::new(&selector.needle()).into_owned(),
             selector,
             ids: HashSet::new(),
+            id_finders: Vec::new(),
             held: HashMap::new(),
             deliveries: HashMap::new(),
             queue_ttl_ms: HashMap::new(),
@@ -242,20 +246,21 @@ impl Tracer {
     /// holds a traced id's bytes or the selector's. Never false for a record that matters.
     #[must_use]
     pub fn concerns(&self, kind: u8, payload: &[u8]) -> bool {
-        let has = |needle: &[u8]| memmem::find(payload, needle).is_some();
+        let traced = || self.id_finders.iter().any(|f| f.find(payload).is_some());
+        let selected = || self.needle.find(payload).is_some();
         match RecordKind::from_byte(kind) {
             Some(RecordKind::QueueDeclared | RecordKind::QueueDeleted) => true,
             // Records that may carry a message the selector picks.
             Some(RecordKind::Published | RecordKind::Scheduled | RecordKind::DeadLettered) => {
-                has(&self.needle) || self.ids.iter().any(|id| has(&id.0.to_le_bytes()))
+                selected() || traced()
             }
             Some(
                 RecordKind::Settled
                 | RecordKind::Delivered
                 | RecordKind::Returned
                 | RecordKind::Purged,
-            ) => self.ids.iter().any(|id| has(&id.0.to_le_bytes())),
-            _ => kind == CARRIED_KIND && has(&self.needle),
+            ) => traced(),
+            _ => kind == CARRIED_KIND && selected(),
         }
     }
 
@@ -296,7 +301,7 @@ impl Tracer {
                 (q.clone(), ttl.map(|t| m.enqueued_at_ms.saturating_add(t)))
             })
             .collect();
-        self.ids.insert(m.id);
+        self.trace_id(m.id);
         let kind = StepKind::Entered {
             how,
             message: m.clone(),
@@ -309,6 +314,14 @@ impl Tracer {
             .map(|q| (vhost.to_owned(), q.clone()))
             .collect();
         self.held.insert(m.id, held);
+    }
+
+    /// Adds `id` to the story (and to the prefilter).
+    fn trace_id(&mut self, id: MessageId) {
+        if self.ids.insert(id) {
+            self.id_finders
+                .push(memmem::Finder::new(&id.0.to_le_bytes()).into_owned());
+        }
     }
 
     fn leave(&mut self, id: MessageId, vhost: &str, queue: &str) {
@@ -364,7 +377,7 @@ impl Tracer {
             Event::Scheduled { vhost, message, .. } => {
                 let m = &message.message;
                 if self.selector.matches(m) {
-                    self.ids.insert(m.id);
+                    self.trace_id(m.id);
                     let kind = StepKind::Scheduled {
                         due_ms: m.enqueued_at_ms,
                         carried: at.in_checkpoint,

@@ -45,8 +45,7 @@ fn step_fields(step: &Step, body: BodyMode) -> (String, Json) {
             let event = match how {
                 Entry::Published => "published".to_owned(),
                 Entry::Carried => format!("carried in checkpoint at Lsn {}", step.at.lsn),
-                Entry::DeadLettered => "enqueued".to_owned(),
-                Entry::MovedBack => "moved back".to_owned(),
+                Entry::DeadLettered | Entry::MovedBack => "enqueued".to_owned(),
             };
             let mut fields = render::message_json(message, body);
             fields["vhost"] = json!(vhost);
@@ -103,7 +102,7 @@ fn step_fields(step: &Step, body: BodyMode) -> (String, Json) {
             moved_back,
         } => (
             if *moved_back {
-                "moved out"
+                "moved back"
             } else {
                 "dead-lettered"
             }
