@@ -136,34 +136,7 @@ async fn s_ui_10_dashboard_in_chromium_shows_a_timeline_and_moves_a_dead_letter_
     .await;
     until(&client, "//p[@id='timeline-end'][contains(., 'ui-work')]").await;
 
-    // The dead-letter explorer of ui-dlq: one group, rejected in ui-work; move it back.
-    client
-        .goto(&format!("{base}/#/queues/%2F/ui-dlq"))
-        .await
-        .unwrap();
-    click(&client, "//a[text()='Dead-letter explorer']").await;
-    let group = "//section[@class='dl-group'][h2[starts-with(., 'rejected in ui-work')]]";
-    click(&client, &format!("{group}//input[@type='checkbox']")).await;
-    click(&client, "//button[@id='dl-move-selected']").await;
-    until(
-        &client,
-        "//div[@role='alertdialog']/p[contains(., '1 selected message')]",
-    )
-    .await;
-    assert_eq!(
-        ready(&ch, "ui-dlq").await,
-        1,
-        "nothing moves before the yes"
-    );
-    click(&client, "//button[@id='dl-confirm-yes']").await;
-    until(
-        &client,
-        "//div[@id='status'][text()='Moved 1 message back.']",
-    )
-    .await;
-    until(&client, "//p[text()='No dead-lettered messages here.']").await;
-    assert_eq!(ready(&ch, "ui-dlq").await, 0);
-    assert_eq!(ready(&ch, "ui-work").await, 2);
+    move_back_in_explorer(&client, &base, &ch).await;
 
     // It is in its source queue, and its timeline tells the whole story.
     client
@@ -209,4 +182,32 @@ async fn s_ui_10_dashboard_in_chromium_shows_a_timeline_and_moves_a_dead_letter_
         std::fs::write(path, &png).unwrap();
     }
     client.close().await.unwrap();
+}
+
+/// The dead-letter explorer of ui-dlq: one group, rejected in ui-work; move it back through
+/// the confirmation step.
+async fn move_back_in_explorer(client: &fantoccini::Client, base: &str, ch: &lapin::Channel) {
+    client
+        .goto(&format!("{base}/#/queues/%2F/ui-dlq"))
+        .await
+        .unwrap();
+    click(client, "//a[text()='Dead-letter explorer']").await;
+    let group = "//section[@class='dl-group'][h2[starts-with(., 'rejected in ui-work')]]";
+    click(client, &format!("{group}//input[@type='checkbox']")).await;
+    click(client, "//button[@id='dl-move-selected']").await;
+    until(
+        client,
+        "//div[@role='alertdialog']/p[contains(., '1 selected message')]",
+    )
+    .await;
+    assert_eq!(ready(ch, "ui-dlq").await, 1, "nothing moves before the yes");
+    click(client, "//button[@id='dl-confirm-yes']").await;
+    until(
+        client,
+        "//div[@id='status'][text()='Moved 1 message back.']",
+    )
+    .await;
+    until(client, "//p[text()='No dead-lettered messages here.']").await;
+    assert_eq!(ready(ch, "ui-dlq").await, 0);
+    assert_eq!(ready(ch, "ui-work").await, 2);
 }

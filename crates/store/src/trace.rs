@@ -399,14 +399,14 @@ impl Tracer {
 
     /// Deliveries, returns, settles and purges: per traced id of the batch.
     fn settled(&mut self, at: &At, event: &Event) {
-        let (vhost, queue, ids) = match event {
-            Event::Delivered { vhost, queue, ids }
-            | Event::Returned { vhost, queue, ids }
-            | Event::Settled {
-                vhost, queue, ids, ..
-            }
-            | Event::Purged { vhost, queue, ids } => (vhost, queue, ids),
-            _ => return,
+        let (Event::Delivered { vhost, queue, ids }
+        | Event::Returned { vhost, queue, ids }
+        | Event::Settled {
+            vhost, queue, ids, ..
+        }
+        | Event::Purged { vhost, queue, ids }) = event
+        else {
+            return;
         };
         for id in self.traced(ids) {
             let kind = match event {
