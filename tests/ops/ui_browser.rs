@@ -119,6 +119,15 @@ pub(crate) async fn click(client: &Client, xpath: &str) {
     panic!("could not click {xpath}");
 }
 
+/// Opens the dashboard at `base` and logs in as guest: the overview appears.
+pub(crate) async fn login(client: &Client, base: &str) {
+    client.goto(&format!("{base}/")).await.unwrap();
+    type_into(client, "#login-user", "guest").await;
+    type_into(client, "#login-pass", "guest").await;
+    click(client, "//button[@id='login-submit']").await;
+    until(client, "//h1[text()='Overview']").await;
+}
+
 pub(crate) async fn type_into(client: &Client, css: &str, text: &str) {
     let e = client
         .wait()
@@ -184,11 +193,7 @@ async fn s_ui_6_dashboard_in_chromium_logs_in_lists_a_queue_and_browses_it() {
     let base = format!("http://{}", server.handle.mgmt_addr().unwrap());
 
     // Log in: the overview appears, with its charts and the node's figures.
-    client.goto(&format!("{base}/")).await.unwrap();
-    type_into(&client, "#login-user", "guest").await;
-    type_into(&client, "#login-pass", "guest").await;
-    click(&client, "//button[@id='login-submit']").await;
-    until(&client, "//h1[text()='Overview']").await;
+    login(&client, &base).await;
     until(&client, "//figure[@id='chart-rates']//*[name()='polyline']").await;
     until(
         &client,

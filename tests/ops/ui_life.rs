@@ -12,57 +12,17 @@
 
 use std::path::Path;
 
-use lapin::options::{
-    BasicGetOptions, BasicPublishOptions, BasicRejectOptions, ConfirmSelectOptions,
-    ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
-};
-use lapin::types::{AMQPValue, FieldTable, ShortString};
-use lapin::{BasicProperties, ExchangeKind};
+use lapin::BasicProperties;
+use lapin::options::{BasicGetOptions, BasicPublishOptions, BasicRejectOptions};
+use lapin::types::ShortString;
 
 use crate::support::TestServer;
-use crate::ui_browser::{CHROMEDRIVER, CHROMIUM, browser, click, ready, type_into, until};
+use crate::ui_browser::{CHROMEDRIVER, CHROMIUM, browser, click, login, ready, until};
 
 /// `ui-dlx` (fanout) into `ui-dlq`; `ui-work` dead-letters to it. Publishes `order-1` and
 /// `order-2` to `ui-work` and rejects `order-2` into `ui-dlq`.
 async fn dead_letter_one(ch: &lapin::Channel) {
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
-    let durable = QueueDeclareOptions {
-        durable: true,
-        ..QueueDeclareOptions::default()
-    };
-    ch.exchange_declare(
-        "ui-dlx".into(),
-        ExchangeKind::Fanout,
-        ExchangeDeclareOptions {
-            durable: true,
-            ..ExchangeDeclareOptions::default()
-        },
-        FieldTable::default(),
-    )
-    .await
-    .unwrap();
-    ch.queue_declare("ui-dlq".into(), durable, FieldTable::default())
-        .await
-        .unwrap();
-    ch.queue_bind(
-        "ui-dlq".into(),
-        "ui-dlx".into(),
-        "".into(),
-        QueueBindOptions::default(),
-        FieldTable::default(),
-    )
-    .await
-    .unwrap();
-    let mut args = FieldTable::default();
-    args.insert(
-        "x-dead-letter-exchange".into(),
-        AMQPValue::LongString("ui-dlx".into()),
-    );
-    ch.queue_declare("ui-work".into(), durable, args)
-        .await
-        .unwrap();
+    crate::support::dead_letter_topology(ch, "ui-dlx", "ui-dlq", &["ui-work"]).await;
     for id in ["order-2", "order-1"] {
         let props = BasicProperties::default()
             .with_delivery_mode(2)
@@ -111,24 +71,10 @@ async fn s_ui_10_dashboard_in_chromium_shows_a_timeline_and_moves_a_dead_letter_
     let profile = tempfile::tempdir().unwrap();
     let (_driver, client) = browser(profile.path()).await;
     let base = format!("http://{}", server.handle.mgmt_addr().unwrap());
-    client.goto(&format!("{base}/")).await.unwrap();
-    type_into(&client, "#login-user", "guest").await;
-    type_into(&client, "#login-pass", "guest").await;
-    click(&client, "//button[@id='login-submit']").await;
-    until(&client, "//h1[text()='Overview']").await;
+    login(&client, &base).await;
 
     // Browse ui-work, then open the timeline of its message from the browse table.
-    client
-        .goto(&format!("{base}/#/queues/%2F/ui-work"))
-        .await
-        .unwrap();
-    click(&client, "//button[@id='browse']").await;
-    let row = "//table[@id='browse-table']//tr[td[text()='order-1']]";
-    click(
-        &client,
-        &format!("{row}//a[starts-with(@aria-label, 'Timeline')]"),
-    )
-    .await;
+    timeline_from_browse(&client, &base, "order-1").await;
     until(
         &client,
         "//ol[@id='timeline']/li[1]/strong[text()='published']",
@@ -139,17 +85,7 @@ async fn s_ui_10_dashboard_in_chromium_shows_a_timeline_and_moves_a_dead_letter_
     move_back_in_explorer(&client, &base, &ch).await;
 
     // It is in its source queue, and its timeline tells the whole story.
-    client
-        .goto(&format!("{base}/#/queues/%2F/ui-work"))
-        .await
-        .unwrap();
-    click(&client, "//button[@id='browse']").await;
-    let row = "//table[@id='browse-table']//tr[td[text()='order-2']]";
-    click(
-        &client,
-        &format!("{row}//a[starts-with(@aria-label, 'Timeline')]"),
-    )
-    .await;
+    timeline_from_browse(&client, &base, "order-2").await;
     until(
         &client,
         "//ol[@id='timeline']/li/strong[text()='moved back']",
@@ -210,4 +146,20 @@ async fn move_back_in_explorer(client: &fantoccini::Client, base: &str, ch: &lap
     until(client, "//p[text()='No dead-lettered messages here.']").await;
     assert_eq!(ready(ch, "ui-dlq").await, 0);
     assert_eq!(ready(ch, "ui-work").await, 2);
+}
+
+/// Opens ui-work's page, browses it, and follows the timeline link of the message whose
+/// message id is `message_id`.
+async fn timeline_from_browse(client: &fantoccini::Client, base: &str, message_id: &str) {
+    client
+        .goto(&format!("{base}/#/queues/%2F/ui-work"))
+        .await
+        .unwrap();
+    click(client, "//button[@id='browse']").await;
+    let row = format!("//table[@id='browse-table']//tr[td[text()='{message_id}']]");
+    click(
+        client,
+        &format!("{row}//a[starts-with(@aria-label, 'Timeline')]"),
+    )
+    .await;
 }

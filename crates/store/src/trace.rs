@@ -193,6 +193,38 @@ pub enum StepKind {
     },
 }
 
+impl StepKind {
+    /// The step's name as the dashboard's timeline shows it (S-UI-7).
+    #[must_use]
+    pub fn event(&self) -> &'static str {
+        match self {
+            StepKind::Entered { how, .. } => match how {
+                Entry::Published => "published",
+                Entry::Carried => "carried in checkpoint",
+                Entry::DeadLettered => "enqueued (dead-lettered copy)",
+                Entry::MovedBack => "enqueued (moved back)",
+            },
+            StepKind::Scheduled { .. } => "scheduled",
+            StepKind::Delivered { .. } => "delivered",
+            StepKind::Requeued { .. } => "requeued",
+            StepKind::Settled { kind, .. } => match kind {
+                SettleKind::Ack => "acked",
+                SettleKind::Expire => "expired",
+                SettleKind::Discard => "discarded",
+            },
+            StepKind::Purged { .. } => "purged",
+            StepKind::QueueDeleted { .. } => "queue deleted",
+            StepKind::DeadLettered { moved_back, .. } => {
+                if *moved_back {
+                    "moved back"
+                } else {
+                    "dead-lettered"
+                }
+            }
+        }
+    }
+}
+
 /// One step of a message's life.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Step {

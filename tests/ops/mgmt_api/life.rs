@@ -3,54 +3,11 @@
 //! moving messages back to their original route; who may do what, and bad input.
 
 use super::*;
-use lapin::ExchangeKind;
-use lapin::options::{BasicRejectOptions, ExchangeDeclareOptions, QueueBindOptions};
+use lapin::options::BasicRejectOptions;
 use lapin::types::{AMQPValue, ShortString};
 
-/// `dlx` (fanout) into `dlq`, and the durable queues `sources`, each dead-lettering to
-/// `dlx`; a confirming channel.
 async fn topology(ch: &Channel, sources: &[&str]) {
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
-    ch.exchange_declare(
-        "dlx".into(),
-        ExchangeKind::Fanout,
-        ExchangeDeclareOptions {
-            durable: true,
-            ..ExchangeDeclareOptions::default()
-        },
-        LapinTable::default(),
-    )
-    .await
-    .unwrap();
-    declare(ch, "dlq").await;
-    ch.queue_bind(
-        "dlq".into(),
-        "dlx".into(),
-        "".into(),
-        QueueBindOptions::default(),
-        LapinTable::default(),
-    )
-    .await
-    .unwrap();
-    for q in sources {
-        let mut args = LapinTable::default();
-        args.insert(
-            "x-dead-letter-exchange".into(),
-            AMQPValue::LongString("dlx".into()),
-        );
-        ch.queue_declare(
-            (*q).into(),
-            QueueDeclareOptions {
-                durable: true,
-                ..QueueDeclareOptions::default()
-            },
-            args,
-        )
-        .await
-        .unwrap();
-    }
+    support::dead_letter_topology(ch, "dlx", "dlq", sources).await;
 }
 
 /// Publishes a persistent message with message id `mid` to `queue` and waits for its confirm.

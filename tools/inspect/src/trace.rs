@@ -7,7 +7,6 @@
 use std::io::Write;
 
 use serde_json::{Map, Value as Json, json};
-use wharf_broker::SettleKind;
 use wharf_store::codec::StoreRecord;
 use wharf_store::trace::{At, Entry, Step, StepKind, Tracer};
 
@@ -32,9 +31,12 @@ fn visit(tracer: &mut Tracer, s: &Scanned<'_>) {
     tracer.visit(&at, e);
 }
 
-/// A step's event name and fields as the inspector prints them.
+/// A step's event name and fields as the inspector prints them: the names of
+/// `StepKind::event`, but for a message entering its queues (`published`, `carried in
+/// checkpoint at Lsn N`, `enqueued`) and a carried schedule.
 fn step_fields(step: &Step, body: BodyMode) -> (String, Json) {
     let vhost = step.vhost.as_str();
+    let event = step.kind.event().to_owned();
     match &step.kind {
         StepKind::Entered {
             how,
@@ -43,7 +45,7 @@ fn step_fields(step: &Step, body: BodyMode) -> (String, Json) {
             deadlines_ms,
         } => {
             let event = match how {
-                Entry::Published => "published".to_owned(),
+                Entry::Published => event,
                 Entry::Carried => format!("carried in checkpoint at Lsn {}", step.at.lsn),
                 Entry::DeadLettered | Entry::MovedBack => "enqueued".to_owned(),
             };
@@ -66,47 +68,26 @@ fn step_fields(step: &Step, body: BodyMode) -> (String, Json) {
             let event = if *carried {
                 format!("scheduled, carried in checkpoint at Lsn {}", step.at.lsn)
             } else {
-                "scheduled".to_owned()
+                event
             };
             (event, json!({ "vhost": vhost, "due_ms": due_ms }))
         }
         StepKind::Delivered { queue, delivery } => (
-            "delivered".to_owned(),
+            event,
             json!({ "vhost": vhost, "queue": queue, "delivery": delivery }),
         ),
-        StepKind::Requeued { queue } => (
-            "requeued".to_owned(),
-            json!({ "vhost": vhost, "queue": queue }),
-        ),
-        StepKind::Settled { queue, kind } => {
-            let event = match kind {
-                SettleKind::Ack => "acked",
-                SettleKind::Expire => "expired",
-                SettleKind::Discard => "discarded",
-            };
-            (event.to_owned(), json!({ "vhost": vhost, "queue": queue }))
-        }
-        StepKind::Purged { queue } => (
-            "purged".to_owned(),
-            json!({ "vhost": vhost, "queue": queue }),
-        ),
-        StepKind::QueueDeleted { queue } => (
-            "queue deleted".to_owned(),
-            json!({ "vhost": vhost, "queue": queue }),
-        ),
+        StepKind::Requeued { queue }
+        | StepKind::Settled { queue, .. }
+        | StepKind::Purged { queue }
+        | StepKind::QueueDeleted { queue } => (event, json!({ "vhost": vhost, "queue": queue })),
         StepKind::DeadLettered {
             from,
             reason,
             copy,
             targets,
-            moved_back,
+            ..
         } => (
-            if *moved_back {
-                "moved back"
-            } else {
-                "dead-lettered"
-            }
-            .to_owned(),
+            event,
             json!({ "vhost": vhost, "from": from,
             "reason": reason, "copy": copy.map(|c| c.0), "targets": targets }),
         ),

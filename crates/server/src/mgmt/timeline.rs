@@ -13,8 +13,8 @@ use axum::extract::Path;
 use serde_json::{Map, Value as JsonValue, json};
 use tokio::sync::Semaphore;
 use tracing::debug;
-use wharf_broker::{MessageId, SettleKind};
-use wharf_store::trace::{Entry, Selector, Step, StepKind, Tracer, trace_dir};
+use wharf_broker::MessageId;
+use wharf_store::trace::{Selector, Step, StepKind, Tracer, trace_dir};
 use wharf_wal::FileStorage;
 
 use super::api::{ApiError, ApiResult, Reader};
@@ -54,27 +54,21 @@ fn read_trace(dir: &std::path::Path, id: u64) -> Result<Tracer, String> {
     Err(last)
 }
 
-/// The event name and fields of one step.
-fn step_fields(step: &Step) -> (&'static str, JsonValue) {
+/// The fields of one step besides its name.
+fn step_fields(step: &Step) -> JsonValue {
     match &step.kind {
         StepKind::Entered {
-            how,
             message,
             queues,
             deadlines_ms,
+            ..
         } => {
             let (payload, encoding) = j::payload(&message.body, "auto", Some(PREVIEW_BYTES));
             let deadlines: Map<String, JsonValue> = deadlines_ms
                 .iter()
                 .map(|(q, d)| (q.clone(), json!(d)))
                 .collect();
-            let event = match how {
-                Entry::Published => "published",
-                Entry::Carried => "carried in checkpoint",
-                Entry::DeadLettered => "enqueued (dead-lettered copy)",
-                Entry::MovedBack => "enqueued (moved back)",
-            };
-            let fields = json!({
+            json!({
                 "queues": queues,
                 "deadlines": deadlines,
                 "enqueued_at": message.enqueued_at_ms,
@@ -85,48 +79,33 @@ fn step_fields(step: &Step) -> (&'static str, JsonValue) {
                 "payload_encoding": encoding,
                 "payload_bytes": message.body.len(),
                 "payload_truncated": message.body.len() > PREVIEW_BYTES,
-            });
-            (event, fields)
+            })
         }
-        StepKind::Scheduled { due_ms, .. } => ("scheduled", json!({ "due_at": due_ms })),
+        StepKind::Scheduled { due_ms, .. } => json!({ "due_at": due_ms }),
         StepKind::Delivered { queue, delivery } => {
-            ("delivered", json!({ "queue": queue, "delivery": delivery }))
+            json!({ "queue": queue, "delivery": delivery })
         }
-        StepKind::Requeued { queue } => ("requeued", json!({ "queue": queue })),
-        StepKind::Settled { queue, kind } => {
-            let event = match kind {
-                SettleKind::Ack => "acked",
-                SettleKind::Expire => "expired",
-                SettleKind::Discard => "discarded",
-            };
-            (event, json!({ "queue": queue }))
-        }
-        StepKind::Purged { queue } => ("purged", json!({ "queue": queue })),
-        StepKind::QueueDeleted { queue } => ("queue deleted", json!({ "queue": queue })),
+        StepKind::Requeued { queue }
+        | StepKind::Settled { queue, .. }
+        | StepKind::Purged { queue }
+        | StepKind::QueueDeleted { queue } => json!({ "queue": queue }),
         StepKind::DeadLettered {
             from,
             reason,
             copy,
             targets,
-            moved_back,
-        } => (
-            if *moved_back {
-                "moved back"
-            } else {
-                "dead-lettered"
-            },
-            json!({ "queue": from, "reason": reason, "copy": copy.map(|c| c.0),
-                    "targets": targets }),
-        ),
+            ..
+        } => json!({ "queue": from, "reason": reason, "copy": copy.map(|c| c.0),
+                     "targets": targets }),
     }
 }
 
 /// One step as JSON: `message`, `event`, its fields, and where its record is.
 fn step_json(step: &Step) -> JsonValue {
-    let (event, fields) = step_fields(step);
+    let fields = step_fields(step);
     let mut out = json!({
         "message": step.message.0,
-        "event": event,
+        "event": step.kind.event(),
         "lsn": step.at.lsn,
         "file": step.at.file,
         "offset": step.at.offset,
