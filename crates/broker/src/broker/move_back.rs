@@ -10,10 +10,13 @@ use super::Broker;
 use super::state::QueueId;
 use crate::error::BrokerError;
 use crate::types::{Death, Event, Message, MessageId, MessageRecord, Outcome, Reply, StoredSlot};
+use wharf_base::limits::MOVE_BACK_MESSAGES_MAX;
 
 impl Broker {
-    /// `Command::MoveBack`: every message of `ids` (or every ready message) that can move,
-    /// moved; the reply lists what moved and what stayed. 404 for an unknown vhost or queue.
+    /// `Command::MoveBack`: every message of `ids` (or the first
+    /// [`MOVE_BACK_MESSAGES_MAX`] ready messages) that can move, moved; the reply lists what
+    /// moved and what stayed. 404 for an unknown vhost or queue; 406 for more than
+    /// [`MOVE_BACK_MESSAGES_MAX`] ids.
     pub(super) fn move_back(
         &mut self,
         vhost: &str,
@@ -23,10 +26,25 @@ impl Broker {
         out: &mut Outcome,
     ) -> Result<(), BrokerError> {
         let qid = self.find_queue(vhost, queue, None)?;
+        if ids
+            .as_ref()
+            .is_some_and(|ids| ids.len() > MOVE_BACK_MESSAGES_MAX)
+        {
+            return Err(BrokerError::precondition(format!(
+                "at most {MOVE_BACK_MESSAGES_MAX} messages move back at once"
+            )));
+        }
+        // "All" is the first MOVE_BACK_MESSAGES_MAX: the broker task does this work at once.
         let ids = ids.unwrap_or_else(|| {
             self.queues
                 .get(&qid)
-                .map(|q| q.ready.iter().map(|(m, _)| m.id()).collect())
+                .map(|q| {
+                    q.ready
+                        .iter()
+                        .take(MOVE_BACK_MESSAGES_MAX)
+                        .map(|(m, _)| m.id())
+                        .collect()
+                })
                 .unwrap_or_default()
         });
         let (mut moved, mut skipped) = (Vec::new(), Vec::new());

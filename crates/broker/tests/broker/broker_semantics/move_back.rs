@@ -164,3 +164,45 @@ fn s_ui_10_what_cannot_move_stays_with_its_reason() {
     });
     assert_eq!(e.kind, ErrorKind::NotFound);
 }
+
+/// A message carrying an `x-death` as a dead-lettering from `work` writes it (what a client
+/// republishing a dead letter by hand sends).
+fn dead_letter_props() -> Properties {
+    let mut death = FieldTable::new();
+    death.insert("count", Value::I64(1));
+    death.insert("exchange", s(""));
+    death.insert("queue", s("work"));
+    death.insert("reason", s("expired"));
+    death.insert("routing-keys", Value::Array(vec![s("work")]));
+    let mut headers = FieldTable::new();
+    headers.insert("x-death", Value::Array(vec![Value::Table(death)]));
+    Properties {
+        headers: Some(headers),
+        ..persistent()
+    }
+}
+
+#[test]
+fn s_ui_10_one_move_back_handles_at_most_the_limit() {
+    let max = wharf_base::limits::MOVE_BACK_MESSAGES_MAX;
+    let mut h = H::new();
+    h.durable_queue("work", &[]);
+    h.durable_queue("dlq", &[]);
+    for _ in 0..=max {
+        h.send("dlq", dead_letter_props());
+    }
+    let too_many = (0..=max as u64).map(MessageId).collect();
+    let e = h.err(Command::MoveBack {
+        vhost: "/".into(),
+        queue: "dlq".into(),
+        ids: Some(too_many),
+    });
+    assert_eq!(e.kind, ErrorKind::PreconditionFailed);
+    let o = move_back(&mut h, None);
+    let Reply::MovedBack { moved, skipped } = o.reply else {
+        panic!("{:?}", o.reply);
+    };
+    assert_eq!((moved.len(), skipped.len()), (max, 0));
+    assert_eq!(o.events.len(), max, "one record per message");
+    assert_eq!((h.ready("work"), h.ready("dlq")), (max as u64, 1));
+}
