@@ -289,9 +289,17 @@ async fn s_ui_10_move_back_returns_messages_to_their_source_queue() {
         json!({ "messages": ["a"] }),
         json!({ "all": true, "messages": [1] }),
         json!([1]),
+        // Over limits::MOVE_BACK_MESSAGES_MAX.
+        json!({ "messages": (1..=10_001).collect::<Vec<u64>>() }),
     ] {
         let a = call(&admin, "POST", path, Some(bad.clone())).await;
-        assert_eq!(a.status, 400, "{bad}: {}", a.body);
+        assert_eq!(
+            a.status,
+            400,
+            "{}: {}",
+            &bad.to_string()[..40.min(bad.to_string().len())],
+            a.body
+        );
         assert_eq!(a.json()["error"], "bad_request");
     }
     let a = call(
