@@ -125,3 +125,53 @@ pub async fn publish_persistent(ch: &Channel, queue: &str, body: &[u8]) {
     .await
     .unwrap();
 }
+
+/// A dead-letter set-up on a channel it puts in confirm mode: the durable fanout exchange
+/// `dlx` bound to the durable queue `dlq`, and the durable queues `sources`, each dead-lettering
+/// to `dlx` (S-DLX).
+pub async fn dead_letter_topology(ch: &Channel, dlx: &str, dlq: &str, sources: &[&str]) {
+    use lapin::options::{
+        ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+    };
+    use lapin::types::{AMQPValue, FieldTable};
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    let exchange = ExchangeDeclareOptions {
+        durable: true,
+        ..ExchangeDeclareOptions::default()
+    };
+    ch.exchange_declare(
+        dlx.into(),
+        lapin::ExchangeKind::Fanout,
+        exchange,
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    ch.queue_declare(dlq.into(), durable, FieldTable::default())
+        .await
+        .unwrap();
+    let bind = QueueBindOptions::default();
+    ch.queue_bind(
+        dlq.into(),
+        dlx.into(),
+        "".into(),
+        bind,
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    for q in sources {
+        let mut args = FieldTable::default();
+        args.insert(
+            "x-dead-letter-exchange".into(),
+            AMQPValue::LongString(dlx.into()),
+        );
+        ch.queue_declare((*q).into(), durable, args).await.unwrap();
+    }
+}

@@ -96,6 +96,11 @@ pub const CHECKPOINT_LOG_BYTES_MIN_HIGHEST: u64 = 4 * 1024 * 1024 * 1024;
 /// read back from the log or the checkpoint when delivered (DESIGN "Memory").
 pub const MESSAGE_MEMORY_BYTES: u64 = 16 * 1024 * 1024;
 
+/// Messages one move back out of a dead-letter queue (S-UI-10) handles: it runs on the broker
+/// task, reading each paged-out message back, so one request stays within milliseconds to a
+/// few hundred (a larger queue takes several requests; "all" takes the first this many).
+pub const MOVE_BACK_MESSAGES_MAX: usize = 10_000;
+
 /// Largest `x-message-ttl`, `message-ttl` and per-message `expiration` value (S-TTL-1): 2^32-1 ms.
 pub const TTL_MS_MAX: u64 = u32::MAX as u64;
 

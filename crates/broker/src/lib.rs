@@ -90,7 +90,7 @@ pub use broker::{
 pub use error::{BrokerError, ErrorKind};
 pub use routing::{TopicIndex, topic_matches};
 pub use types::{
-    ApplyTo, BindingInfo, ChanRef, ChannelId, Command, ConnId, ConsumerInfo, DeathFate,
+    ApplyTo, BindingInfo, ChanRef, ChannelId, Command, ConnId, ConsumerInfo, Death, DeathFate,
     DeathReason, DelayedType, Delivery, DeliveryTag, DestName, DurableMessage, DurableState,
     Effect, Event, ExchangeDeclare, ExchangeInfo, ExchangeKind, ExchangeStats, GetOk,
     LoggedMessage, Message, MessageId, MessageLoader, MessageRecord, MessageRef, Outcome,

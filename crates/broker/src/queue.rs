@@ -401,6 +401,12 @@ impl Ready {
         Some(taken)
     }
 
+    /// The ready message `id`, if it is ready here.
+    pub fn get(&self, id: MessageId) -> Option<&MessageRef> {
+        let (l, i) = self.find(id)?;
+        self.lanes[l].slots.get(i)?.msg.as_ref()
+    }
+
     /// A mutable view of the live entry `id` (replay's delivery marks).
     pub fn get_mut(&mut self, id: MessageId) -> Option<&mut Entry> {
         let (l, i) = self.find(id)?;

@@ -253,6 +253,7 @@ async fn start_mgmt(
         resources: parts.resources,
         clock: config.clock_control.clone(),
         tls: config.mgmt_tls.clone(),
+        data_dir: Some(config.data_dir.clone()),
     };
     let m = mgmt::serve(mgmt_config, core, stop).await?;
     Ok((Some((m.addr, m.task)), m.tls_addr))

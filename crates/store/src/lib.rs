@@ -17,6 +17,8 @@
 //! - `codec`: the store records, byte for byte (a public namespace).
 //! - `stored`: messages whose content stays on disk, read back by position.
 //! - `record_size`: the size rule of a message's record, installed in the broker.
+//! - `trace`: the life of one message in the log (the inspector's `trace`, the management
+//!   API's timeline), a public namespace.
 //! - `error`: [`StoreError`] and the typed reasons it carries.
 //!
 //! # Checkpoints
@@ -39,6 +41,7 @@ mod record_size;
 mod replay;
 mod store;
 mod stored;
+pub mod trace;
 
 pub use appender::LogHealth;
 pub use checkpoint_trigger::{CheckpointDone, CheckpointTrigger};

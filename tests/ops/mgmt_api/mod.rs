@@ -97,6 +97,7 @@ mod browse;
 mod connections;
 mod definitions;
 mod exchanges;
+mod life;
 mod metrics;
 mod parity;
 mod policies;

@@ -144,9 +144,13 @@ pub enum Cmd {
     BenchScan {
         /// The data directory.
         dir: PathBuf,
-        /// `wal`, `decode` or `replay`.
+        /// `wal`, `decode`, `replay`, or `timeline` (the dashboard's read of one message,
+        /// `wharf_store::trace::trace_dir`, for `--message`).
         #[arg(long, default_value = "wal")]
         stage: String,
+        /// The broker message id `--stage timeline` traces.
+        #[arg(long, default_value_t = 1)]
+        message: u64,
     },
     /// Writes a benchmark log (not read-only: creates DIR). For measuring the inspector.
     #[command(hide = true)]
@@ -251,10 +255,17 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<i32, scan::Fatal> {
             vhost,
             now,
         } => trace::export(&ctx(cli, dir), vhost, queue, now_or_clock(*now), out),
-        Cmd::BenchScan { dir, stage } => {
+        Cmd::BenchScan {
+            dir,
+            stage,
+            message,
+        } => {
+            if stage == "timeline" {
+                return bench_timeline(dir, *message, out);
+            }
             if !["wal", "decode", "replay"].contains(&stage.as_str()) {
                 return Err(scan::Fatal(format!(
-                    "--stage {stage}: use wal, decode or replay"
+                    "--stage {stage}: use wal, decode, replay or timeline"
                 )));
             }
             bench_scan(dir, stage, out)
@@ -337,6 +348,23 @@ fn bench_scan(dir: &Path, stage: &str, out: &mut dyn Write) -> Result<i32, scan:
     }
     writeln!(out, "stage {stage}: {records} records, {bytes} bytes")
         .map_err(|e| scan::Fatal(e.to_string()))?;
+    Ok(0)
+}
+
+/// The dashboard's timeline read (S-UI-7) of message `id`: how many steps it found.
+fn bench_timeline(dir: &Path, id: u64, out: &mut dyn Write) -> Result<i32, scan::Fatal> {
+    let tracer = wharf_store::trace::trace_dir(
+        &wharf_wal::FileStorage,
+        dir,
+        wharf_store::trace::Selector::Id(id),
+    )
+    .map_err(|e| scan::Fatal(e.to_string()))?;
+    writeln!(
+        out,
+        "stage timeline: message {id}, {} steps",
+        tracer.steps.len()
+    )
+    .map_err(|e| scan::Fatal(e.to_string()))?;
     Ok(0)
 }
 

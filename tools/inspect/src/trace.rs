@@ -1,327 +1,112 @@
 //! `trace` (the life of one message, following its dead-lettered copies) and `export` (a
 //! queue's live messages). Both read the log through `scan`; `trace` does not replay the
-//! broker, so it costs one pass of checksums and decoding. Must not write files.
+//! broker, so it costs one pass of checksums and decoding. The trace's state machine is
+//! `wharf_store::trace`, shared with the management API's timeline; this file prints it.
+//! Must not write files.
 
-use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
 use serde_json::{Map, Value as Json, json};
-use wharf_broker::{Event, Message, MessageId, SettleKind, Value};
 use wharf_store::codec::StoreRecord;
+use wharf_store::trace::{At, Entry, Step, StepKind, Tracer};
 
 use crate::commands::{Ctx, Exit};
 use crate::render::{self, BodyMode};
 use crate::scan::{self, Fatal, Scanned};
 use crate::state::Replay;
 
-/// How the message to trace is chosen.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Selector {
-    /// The broker's message id.
-    Id(u64),
-    /// The `message-id` property.
-    MessageId(String),
-    /// The `correlation-id` property.
-    CorrelationId(String),
-    /// A header's value (strings as text, numbers in decimal).
-    Header(String, String),
+pub use wharf_store::trace::Selector;
+
+/// Feeds one scanned record to the shared tracer (`wharf_store::trace`).
+fn visit(tracer: &mut Tracer, s: &Scanned<'_>) {
+    let Ok(StoreRecord::Event(e)) = &s.record else {
+        return;
+    };
+    let at = At {
+        file: s.file.to_owned(),
+        offset: s.offset,
+        lsn: s.lsn,
+        in_checkpoint: s.in_checkpoint,
+    };
+    tracer.visit(&at, e);
 }
 
-impl Selector {
-    /// Parses `--by` (`message_id=..`, `correlation_id=..`, `header:NAME=VALUE`).
-    ///
-    /// # Errors
-    /// A message naming the accepted forms.
-    pub fn parse_by(spec: &str) -> Result<Selector, String> {
-        let (key, value) = spec
-            .split_once('=')
-            .ok_or_else(|| format!("--by {spec}: expected KEY=VALUE"))?;
-        match key {
-            "message_id" => Ok(Selector::MessageId(value.to_owned())),
-            "correlation_id" => Ok(Selector::CorrelationId(value.to_owned())),
-            _ => match key.strip_prefix("header:") {
-                Some(name) if !name.is_empty() => {
-                    Ok(Selector::Header(name.to_owned(), value.to_owned()))
-                }
-                _ => Err(format!(
-                    "--by {spec}: use message_id=.., correlation_id=.. or header:NAME=VALUE"
-                )),
-            },
-        }
-    }
-
-    fn matches(&self, m: &Message) -> bool {
-        let p = &m.properties;
-        match self {
-            Selector::Id(id) => m.id.0 == *id,
-            Selector::MessageId(v) => p.message_id.as_deref() == Some(v.as_str()),
-            Selector::CorrelationId(v) => p.correlation_id.as_deref() == Some(v.as_str()),
-            Selector::Header(name, v) => p
-                .headers
-                .as_ref()
-                .and_then(|h| h.get(name))
-                .is_some_and(|value| header_text(value).as_deref() == Some(v.as_str())),
-        }
-    }
-}
-
-fn header_text(v: &Value) -> Option<String> {
-    if let Some(s) = v.as_str() {
-        return Some(s.to_owned());
-    }
-    if let Some(n) = v.as_integer() {
-        return Some(n.to_string());
-    }
-    match v {
-        Value::Bool(b) => Some(b.to_string()),
-        _ => None,
-    }
-}
-
-/// What the trace keeps while scanning.
-#[derive(Default)]
-struct Tracer {
-    /// Messages in the story (the matches and their dead-lettered copies).
-    ids: HashSet<MessageId>,
-    /// Queues holding each traced message.
-    held: HashMap<MessageId, Vec<(String, String)>>,
-    deliveries: HashMap<(MessageId, String), u32>,
-    /// Declared `x-message-ttl` per queue, for the deadline shown at publish.
-    queue_ttl_ms: HashMap<(String, String), u64>,
-    steps: Vec<Json>,
-}
-
-impl Tracer {
-    fn step(&mut self, s: &Scanned<'_>, id: MessageId, event: &str, fields: Json) {
-        let mut m = Map::new();
-        m.insert("message".to_owned(), json!(id.0));
-        m.insert("event".to_owned(), json!(event));
-        if let Json::Object(f) = fields {
-            m.extend(f);
-        }
-        m.insert("lsn".to_owned(), json!(s.lsn));
-        m.insert("file".to_owned(), json!(s.file));
-        m.insert("offset".to_owned(), json!(s.offset));
-        self.steps.push(Json::Object(m));
-    }
-
-    fn enter(
-        &mut self,
-        s: &Scanned<'_>,
-        vhost: &str,
-        m: &Message,
-        queues: &[String],
-        event: &str,
-        body: BodyMode,
-    ) {
-        let deadlines: Map<String, Json> = queues
-            .iter()
-            .map(|q| {
-                let queue_ttl = self
-                    .queue_ttl_ms
-                    .get(&(vhost.to_owned(), q.clone()))
-                    .copied();
-                let ttl = [m.ttl_ms.map(u64::from), queue_ttl]
-                    .into_iter()
-                    .flatten()
-                    .min();
-                (
-                    q.clone(),
-                    json!(ttl.map(|t| m.enqueued_at_ms.saturating_add(t))),
-                )
-            })
-            .collect();
-        let mut fields = render::message_json(m, body);
-        fields["vhost"] = json!(vhost);
-        fields["queues"] = json!(queues);
-        let readable: Map<String, Json> = deadlines
-            .iter()
-            .map(|(q, ms)| (q.clone(), render::rfc3339_json(ms.as_u64())))
-            .collect();
-        fields["deadlines_ms"] = Json::Object(deadlines);
-        fields["deadlines"] = Json::Object(readable);
-        self.step(s, m.id, event, fields);
-        self.held.insert(
-            m.id,
-            queues
+/// A step's event name and fields as the inspector prints them: the names of
+/// `StepKind::event`, but for a message entering its queues (`published`, `carried in
+/// checkpoint at Lsn N`, `enqueued`) and a carried schedule.
+fn step_fields(step: &Step, body: BodyMode) -> (String, Json) {
+    let vhost = step.vhost.as_str();
+    let event = step.kind.event().to_owned();
+    match &step.kind {
+        StepKind::Entered {
+            how,
+            message,
+            queues,
+            deadlines_ms,
+        } => {
+            let event = match how {
+                Entry::Published => event,
+                Entry::Carried => format!("carried in checkpoint at Lsn {}", step.at.lsn),
+                Entry::DeadLettered | Entry::MovedBack => "enqueued".to_owned(),
+            };
+            let mut fields = render::message_json(message, body);
+            fields["vhost"] = json!(vhost);
+            fields["queues"] = json!(queues);
+            let ms: Map<String, Json> = deadlines_ms
                 .iter()
-                .map(|q| (vhost.to_owned(), q.clone()))
-                .collect(),
-        );
-    }
-
-    fn leave(&mut self, id: MessageId, vhost: &str, queue: &str) {
-        if let Some(h) = self.held.get_mut(&id) {
-            h.retain(|(v, q)| !(v == vhost && q == queue));
+                .map(|(q, d)| (q.clone(), json!(d)))
+                .collect();
+            let readable: Map<String, Json> = deadlines_ms
+                .iter()
+                .map(|(q, d)| (q.clone(), render::rfc3339_json(*d)))
+                .collect();
+            fields["deadlines_ms"] = Json::Object(ms);
+            fields["deadlines"] = Json::Object(readable);
+            (event, fields)
         }
-    }
-
-    #[expect(clippy::too_many_lines, reason = "one arm per event kind")]
-    fn visit(&mut self, s: &Scanned<'_>, sel: &Selector, body: BodyMode) {
-        let Ok(StoreRecord::Event(e)) = &s.record else {
-            return;
-        };
-        match e {
-            Event::QueueDeclared {
-                vhost,
-                queue,
-                arguments,
-                ..
-            } => {
-                if let Some(ttl) = arguments
-                    .get("x-message-ttl")
-                    .and_then(Value::as_integer)
-                    .and_then(|t| u64::try_from(t).ok())
-                {
-                    self.queue_ttl_ms
-                        .insert((vhost.clone(), queue.clone()), ttl);
-                }
-            }
-            Event::Published {
-                vhost,
-                message,
-                queues,
-                scheduled,
-            } => {
-                let m = &message.message;
-                // A scheduled message routed when due gets a new id: follow it.
-                let was_scheduled = scheduled.is_some_and(|id| self.ids.contains(&id));
-                if was_scheduled || sel.matches(m) {
-                    self.ids.insert(m.id);
-                    let event = if s.in_checkpoint {
-                        format!("carried in checkpoint at Lsn {}", s.lsn)
-                    } else {
-                        "published".to_owned()
-                    };
-                    self.enter(s, vhost, m, queues, &event, body);
-                }
-            }
-            Event::Scheduled { vhost, message, .. } => {
-                let m = &message.message;
-                if sel.matches(m) {
-                    self.ids.insert(m.id);
-                    let event = if s.in_checkpoint {
-                        format!("scheduled, carried in checkpoint at Lsn {}", s.lsn)
-                    } else {
-                        "scheduled".to_owned()
-                    };
-                    self.step(
-                        s,
-                        m.id,
-                        &event,
-                        json!({ "vhost": vhost, "due_ms": m.enqueued_at_ms }),
-                    );
-                }
-            }
-            Event::Delivered { vhost, queue, ids } => {
-                for id in ids
-                    .iter()
-                    .filter(|i| self.ids.contains(i))
-                    .copied()
-                    .collect::<Vec<_>>()
-                {
-                    let n = self.deliveries.entry((id, queue.clone())).or_insert(0);
-                    *n += 1;
-                    let n = *n;
-                    self.step(
-                        s,
-                        id,
-                        "delivered",
-                        json!({ "vhost": vhost, "queue": queue, "delivery": n }),
-                    );
-                }
-            }
-            Event::Returned { vhost, queue, ids } => {
-                for id in ids
-                    .iter()
-                    .filter(|i| self.ids.contains(i))
-                    .copied()
-                    .collect::<Vec<_>>()
-                {
-                    self.step(s, id, "requeued", json!({ "vhost": vhost, "queue": queue }));
-                }
-            }
-            Event::Settled {
-                vhost,
-                queue,
-                ids,
-                kind,
-            } => {
-                let event = match kind {
-                    SettleKind::Ack => "acked",
-                    SettleKind::Expire => "expired",
-                    SettleKind::Discard => "discarded",
-                };
-                for id in ids
-                    .iter()
-                    .filter(|i| self.ids.contains(i))
-                    .copied()
-                    .collect::<Vec<_>>()
-                {
-                    self.step(s, id, event, json!({ "vhost": vhost, "queue": queue }));
-                    self.leave(id, vhost, queue);
-                }
-            }
-            Event::Purged { vhost, queue, ids } => {
-                for id in ids
-                    .iter()
-                    .filter(|i| self.ids.contains(i))
-                    .copied()
-                    .collect::<Vec<_>>()
-                {
-                    self.step(s, id, "purged", json!({ "vhost": vhost, "queue": queue }));
-                    self.leave(id, vhost, queue);
-                }
-            }
-            Event::QueueDeleted { vhost, queue } => {
-                let held: Vec<MessageId> = self
-                    .held
-                    .iter()
-                    .filter(|(_, qs)| qs.iter().any(|(v, q)| v == vhost && q == queue))
-                    .map(|(id, _)| *id)
-                    .collect();
-                for id in held {
-                    self.step(
-                        s,
-                        id,
-                        "queue deleted",
-                        json!({ "vhost": vhost, "queue": queue }),
-                    );
-                    self.leave(id, vhost, queue);
-                }
-            }
-            Event::DeadLettered {
-                vhost,
-                from,
-                id,
-                message,
-                targets,
-            } => {
-                if !self.ids.contains(id) {
-                    return;
-                }
-                let reason = message
-                    .as_ref()
-                    .and_then(|m| render::death_reason(&m.message));
-                let copy = message.as_ref().map(|m| m.message.id.0);
-                self.step(
-                    s,
-                    *id,
-                    "dead-lettered",
-                    json!({ "vhost": vhost, "from": from,
-                    "reason": reason, "copy": copy, "targets": targets }),
-                );
-                if let Some(from) = from {
-                    self.leave(*id, vhost, from);
-                }
-                if let Some(m) = message {
-                    self.ids.insert(m.message.id);
-                    self.enter(s, vhost, &m.message, targets, "enqueued", body);
-                }
-            }
-            _ => {}
+        StepKind::Scheduled { due_ms, carried } => {
+            let event = if *carried {
+                format!("scheduled, carried in checkpoint at Lsn {}", step.at.lsn)
+            } else {
+                event
+            };
+            (event, json!({ "vhost": vhost, "due_ms": due_ms }))
         }
+        StepKind::Delivered { queue, delivery } => (
+            event,
+            json!({ "vhost": vhost, "queue": queue, "delivery": delivery }),
+        ),
+        StepKind::Requeued { queue }
+        | StepKind::Settled { queue, .. }
+        | StepKind::Purged { queue }
+        | StepKind::QueueDeleted { queue } => (event, json!({ "vhost": vhost, "queue": queue })),
+        StepKind::DeadLettered {
+            from,
+            reason,
+            copy,
+            targets,
+            ..
+        } => (
+            event,
+            json!({ "vhost": vhost, "from": from,
+            "reason": reason, "copy": copy.map(|c| c.0), "targets": targets }),
+        ),
     }
+}
+
+/// A step as the inspector prints it: `message`, `event`, its fields, then where it is.
+fn step_json(step: &Step, body: BodyMode) -> Json {
+    let (event, fields) = step_fields(step, body);
+    let mut m = Map::new();
+    m.insert("message".to_owned(), json!(step.message.0));
+    m.insert("event".to_owned(), json!(event));
+    if let Json::Object(f) = fields {
+        m.extend(f);
+    }
+    m.insert("lsn".to_owned(), json!(step.at.lsn));
+    m.insert("file".to_owned(), json!(step.at.file));
+    m.insert("offset".to_owned(), json!(step.at.offset));
+    Json::Object(m)
 }
 
 /// `trace DIR MESSAGE`: every step of the selected messages and their dead-lettered copies.
@@ -330,21 +115,15 @@ impl Tracer {
 /// # Errors
 /// [`Fatal`] as [`scan::scan`].
 pub fn trace(ctx: &Ctx<'_>, sel: &Selector, body: BodyMode, out: &mut dyn Write) -> Exit {
-    let mut tracer = Tracer::default();
-    let outcome = scan::scan(ctx.dir, ctx.progress, &mut |s| tracer.visit(s, sel, body))?;
+    let mut tracer = Tracer::new(sel.clone());
+    let outcome = scan::scan(ctx.dir, ctx.progress, &mut |s| visit(&mut tracer, s))?;
     for f in &outcome.findings {
         eprintln!(
             "wharf-inspect: {} offset {}: {}: {}",
             f.file, f.offset, f.severity, f.what
         );
     }
-    let mut finals: Vec<(MessageId, Vec<(String, String)>)> = tracer
-        .held
-        .iter()
-        .filter(|(_, qs)| !qs.is_empty())
-        .map(|(id, qs)| (*id, qs.clone()))
-        .collect();
-    finals.sort();
+    let finals = tracer.still_queued();
     let write =
         |out: &mut dyn Write, s: String| writeln!(out, "{s}").map_err(|e| Fatal::output(&e));
     if tracer.steps.is_empty() {
@@ -355,7 +134,7 @@ pub fn trace(ctx: &Ctx<'_>, sel: &Selector, body: BodyMode, out: &mut dyn Write)
         }
         return Ok(1);
     }
-    for step in &tracer.steps {
+    for step in tracer.steps.iter().map(|s| step_json(s, body)) {
         if ctx.json {
             write(out, step.to_string())?;
         } else if let Json::Object(m) = step {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::Broker;
 use crate::queue::{Entry, deadline_of};
-use crate::types::{Message, MessageRef};
+use crate::types::{Message, MessageId, MessageRef};
 
 /// One page of a queue's ready messages ([`Broker::browse`]).
 #[derive(Debug, Clone)]
@@ -23,6 +23,8 @@ pub struct QueueBrowse {
 pub struct BrowsedMessage {
     /// Its place in the queue: 0 is the next to be delivered.
     pub position: u64,
+    /// The broker's id for it (the timeline's message reference, S-UI-7).
+    pub id: MessageId,
     /// Its content (read back from disk when paged out), or why it could not be read.
     pub content: Result<Arc<Message>, String>,
     /// Body length in bytes (known even when the content cannot be read).
@@ -81,6 +83,7 @@ pub(super) fn browsed(
     let (enqueued_at_ms, _) = m.timing();
     BrowsedMessage {
         position,
+        id: m.id(),
         content,
         body_len: m.body_len(),
         enqueued_at_ms,

@@ -12,7 +12,7 @@
 //!   flow), `consumers.rs` (consume, cancel, priorities, single active consumer, consumer
 //!   timeout: S-CONS), `expiry.rs` (S-TTL, S-QEXP, timers), `dead_letter.rs` (S-DLX),
 //!   `scheduling.rs` (S-SCHED), `reply_to.rs` with `reply_names.rs` (S-DRT, direct
-//!   reply-to): moving messages.
+//!   reply-to), `move_back.rs` (out of a dead-letter queue, S-UI-10): moving messages.
 //! - `replay.rs`, `recovery.rs`, `paging.rs`, `snapshot.rs`: durability's side.
 //! - `invariants.rs`, `queries.rs`: the invariant walk and the management queries;
 //!   `browse.rs`, `search.rs` and `time_views.rs`: the dashboard's read-only views (S-UI).
@@ -30,6 +30,7 @@ mod expiry;
 mod invariants;
 mod lookups;
 mod marks;
+mod move_back;
 mod paging;
 mod policies;
 mod publish;
@@ -194,6 +195,9 @@ impl Broker {
             | Command::QueueBind { .. } => self.exchange_command(cmd, out),
             Command::QueueDeclare(_) | Command::QueuePurge { .. } | Command::QueueDelete { .. } => {
                 self.queue_command(cmd, now, out)
+            }
+            Command::MoveBack { vhost, queue, ids } => {
+                self.move_back(&vhost, &queue, ids, now, out)
             }
             Command::PolicySet { .. } | Command::PolicyClear { .. } => {
                 self.policy_command(cmd, now, out)

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::ids::{ChanRef, ConnId};
+use super::ids::{ChanRef, ConnId, MessageId};
 use super::message::Properties;
 use crate::value::FieldTable;
 
@@ -212,6 +212,17 @@ pub enum Command {
         queue: String,
         /// The connection asking.
         owner: Option<ConnId>,
+    },
+    /// Moves dead-lettered messages of `queue` back to the exchange and routing keys of their
+    /// newest `x-death` entry (S-UI-10), each in one `DeadLettered` event; the management
+    /// API's dead-letter explorer. Not an AMQP method.
+    MoveBack {
+        /// Virtual host.
+        vhost: String,
+        /// The dead-letter queue.
+        queue: String,
+        /// The ready messages to move, or `None` for every ready message.
+        ids: Option<Vec<MessageId>>,
     },
     /// `queue.delete`.
     QueueDelete {

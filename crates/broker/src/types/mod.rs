@@ -6,11 +6,13 @@
 //! - `message.rs`: properties, messages, stored references, the loader of stored messages.
 //! - `command.rs`: [`Command`] and the method fields it carries.
 //! - `outcome.rs`: [`Outcome`]: replies, effects, deliveries.
+//! - `death.rs`: [`Death`], a message's newest `x-death` entry.
 //! - `event.rs`: [`Event`] (the durable facts) and [`StoredEvent`].
 //! - `info.rs`: what the management queries list.
 //! - `snapshot.rs`: [`DurableState`] and [`Snapshot`] (checkpoints).
 
 mod command;
+mod death;
 mod event;
 mod ids;
 mod info;
@@ -19,6 +21,7 @@ mod outcome;
 mod snapshot;
 
 pub use command::{ApplyTo, Command, ExchangeDeclare, PolicySpec, Publish, QueueDeclare};
+pub use death::Death;
 pub use event::{Event, MessageRecord, SettleKind, StoredEvent};
 pub use ids::{
     ChanRef, ChannelId, ConnId, DelayedType, DeliveryTag, DestName, ExchangeKind, MessageId,

@@ -97,6 +97,13 @@ pub enum Reply {
     GetEmpty,
     /// The publish's fate.
     Published(PublishResult),
+    /// A move back out of a dead-letter queue (S-UI-10): what moved, what stayed and why.
+    MovedBack {
+        /// The messages moved (their ids in the dead-letter queue), in the order asked.
+        moved: Vec<MessageId>,
+        /// The messages left where they were, each with the reason.
+        skipped: Vec<(MessageId, String)>,
+    },
 }
 
 /// Why a queue went away on its own.

@@ -192,6 +192,8 @@ enum Op {
     Policy(Option<u32>, Option<u8>),
     ClearPolicy,
     Purge(usize),
+    /// S-UI-10: every ready message of the queue moved back to its original route.
+    MoveBack(usize),
     CloseChannel,
     Delay(u32),
     Advance(u64),
@@ -213,6 +215,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (prop::option::of(0..50u32), prop::option::of(0..4u8)).prop_map(|(t, m)| Op::Policy(t, m)),
         1 => Just(Op::ClearPolicy),
         1 => (0..3usize).prop_map(Op::Purge),
+        1 => (0..3usize).prop_map(Op::MoveBack),
         1 => Just(Op::CloseChannel),
         1 => (1..60u32).prop_map(Op::Delay),
         3 => (0..40u64).prop_map(Op::Advance),
@@ -344,6 +347,11 @@ fn to_command(op: &Op) -> Option<Command> {
             vhost: vhost(),
             queue: QUEUES[*q].into(),
             owner: None,
+        },
+        Op::MoveBack(q) => Command::MoveBack {
+            vhost: vhost(),
+            queue: QUEUES[*q].into(),
+            ids: None,
         },
         Op::CloseChannel => Command::ChannelClose { chan: CH },
         Op::Delay(ms) => Command::Publish(Publish {

@@ -435,9 +435,10 @@ function queuePage(root, vhost, name) {
   const base = `/api/queues/${qpath(vhost, name)}`;
   const sections = QUEUE_SECTIONS.map((make) => make(vhost, name, base));
   root.append(el("h1", {}, "Queue ", el("q", { text: name })),
-    el("p", {}, "Virtual host ", el("code", { text: vhost }), " · ", el("a", { href: "#/queues", text: "All queues" })),
+    el("p", {}, "Virtual host ", el("code", { text: vhost }), " · ", el("a", { href: "#/queues", text: "All queues" }),
+      " · ", el("a", { href: `#/dead-letters/${qpath(vhost, name)}`, text: "Dead-letter explorer" })),
     el("div", { id: "queue-facts" }, "Loading…"), el("div", { id: "queue-consumers" }), el("div", { id: "queue-bindings" }));
-  root.append(actions(vhost, name, base), browseSection(base), ...sections.map((s) => s.element));
+  root.append(actions(vhost, name, base), browseSection(base, vhost), ...sections.map((s) => s.element));
   poll(async () => {
     const [q, consumers, bindings] = await Promise.all([
       api("GET", base), api("GET", `/api/consumers/${enc(vhost)}`), api("GET", `${base}/bindings`)]);
@@ -526,7 +527,7 @@ function messageView(m, title) {
 
 // ---------- browse without consuming ----------
 
-function browseSection(base) {
+function browseSection(base, vhost) {
   const state = { offset: 0 };
   const out = el("div", { id: "browse-out", "aria-live": "polite" });
   const load = async () => {
@@ -538,13 +539,14 @@ function browseSection(base) {
       el("button", { type: "button", disabled: page.offset === 0, onclick: go(page.offset - BROWSE_COUNT), text: "Previous messages" }),
       el("button", { type: "button", disabled: last >= page.messages_ready, onclick: go(last), text: "Next messages" }));
     const rows = page.messages.map((m) => [
-      fmtNum(m.position + 1), m.properties && m.properties.message_id || "", m.routing_key === undefined ? "" : m.routing_key,
+      fmtNum(m.position + 1), el("a", { href: `#/message/${enc(vhost)}/${m.message}`, text: `${m.message}`, "aria-label": `Timeline of message ${m.message}` }),
+      m.properties && m.properties.message_id || "", m.routing_key === undefined ? "" : m.routing_key,
       fmtBytes(m.payload_bytes), fmtTime(m.enqueued_at), fmtTime(m.deadline), fmtNum(m.delivery_count), fmtNum(m.priority),
       m.paged_out ? "disk" : "memory",
       m.error ? el("span", { class: "error", text: m.error }) : el("details", {}, el("summary", { text: "Show" }),
         facts([["Properties", el("code", { text: JSON.stringify(m.properties) })]]), bodyView(m)),
     ]);
-    out.replaceChildren(pager, table("Messages in queue order", [{ label: "#", num: true }, "Message id", "Routing key",
+    out.replaceChildren(pager, table("Messages in queue order", [{ label: "#", num: true }, "Timeline", "Message id", "Routing key",
       { label: "Size", num: true }, "Enqueued", "Expires", { label: "Deliveries", num: true }, { label: "Priority", num: true },
       "Held in", "Content"], rows, { id: "browse-table", empty: "No messages here." }));
   };

@@ -40,6 +40,9 @@ pub struct MgmtConfig {
     /// The manual clock the server runs on when started with clock control
     /// (`--test-clock`); `None`: the clock endpoints refuse.
     pub clock: Option<wharf_clock::ManualClock>,
+    /// The data directory, read (never written) by a message's timeline (S-UI-7); `None`:
+    /// the timeline answers 404.
+    pub data_dir: Option<std::path::PathBuf>,
     /// Also serve the API over HTTPS on this listener (RabbitMQ's `management.ssl.*`), with
     /// the same router and authentication; plain HTTP stays on `bind`.
     pub tls: Option<crate::tls::TlsListener>,

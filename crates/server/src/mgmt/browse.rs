@@ -77,6 +77,7 @@ impl BrowseQuery {
 pub(super) fn browsed_json(b: &BrowsedMessage, q: &BrowseQuery) -> JsonValue {
     let mut out = json!({
         "position": b.position,
+        "message": b.id.0,
         "payload_bytes": b.body_len,
         "enqueued_at": b.enqueued_at_ms,
         "deadline": b.deadline_ms,

@@ -26,6 +26,10 @@
 //! - `time.rs`: `/api/wharf/queues/{vhost}/{name}/expiry-horizon`, `.../scheduled` and
 //!   `.../search`, and `/api/wharf/exchanges/{vhost}/{name}/scheduled`: the dashboard's time
 //!   views and browse search (S-UI).
+//! - `timeline.rs`: `/api/wharf/messages/{vhost}/{id}/timeline`, a message's life read from
+//!   the log on a blocking thread (S-UI).
+//! - `dead_letters.rs`: `/api/wharf/dead-letters/{vhost}/{queue}`, a dead-letter queue grouped
+//!   by death, and its `move-back` (S-UI).
 //! - `ui.rs`: the dashboard's static files at `/` (S-UI).
 //! - `definitions.rs`: `/api/definitions` export and import.
 //! - `json.rs`: broker values and listings as RabbitMQ's JSON, and JSON to field tables.
@@ -39,6 +43,7 @@ mod bindings;
 mod browse;
 mod clock;
 mod connections;
+mod dead_letters;
 mod definitions;
 mod exchanges;
 mod health;
@@ -55,6 +60,7 @@ mod rates;
 mod reply;
 mod serve;
 mod time;
+mod timeline;
 mod ui;
 mod users;
 mod vhosts;

@@ -13,8 +13,8 @@ use tracing::{info, warn};
 use super::api::{Api, ApiError, CoreSender, MgmtConfig};
 use super::https;
 use super::{
-    bindings, browse, clock, connections, definitions, exchanges, health, limits, metrics, node,
-    overview,
+    bindings, browse, clock, connections, dead_letters, definitions, exchanges, health, limits,
+    metrics, node, overview, timeline,
 };
 use super::{policies, queues, time, ui, users, vhosts};
 use crate::error::ServerError;
@@ -179,6 +179,18 @@ fn entity_routes() -> Router<Api> {
         .route(
             "/api/queues/{vhost}/{name}/browse",
             get(browse::queue_browse),
+        )
+        .route(
+            "/api/wharf/messages/{vhost}/{id}/timeline",
+            get(timeline::message_timeline),
+        )
+        .route(
+            "/api/wharf/dead-letters/{vhost}/{name}",
+            get(dead_letters::dead_letters),
+        )
+        .route(
+            "/api/wharf/dead-letters/{vhost}/{name}/move-back",
+            post(dead_letters::move_back),
         )
         .route(
             "/api/queues/{vhost}/{name}/get",

@@ -16,6 +16,8 @@ const APP_JS: &str = include_str!("../../assets/ui/app.js");
 const APP_CSS: &str = include_str!("../../assets/ui/app.css");
 const ADMIN_JS: &str = include_str!("../../assets/ui/admin.js");
 const TIME_JS: &str = include_str!("../../assets/ui/time.js");
+/// A message's timeline and the dead-letter explorer (S-UI-7..10), pages of their own.
+const LIFE_JS: &str = include_str!("../../assets/ui/life.js");
 
 /// Only what the page itself serves: scripts, styles and API calls from this origin.
 const CSP: &str = "default-src 'self'; img-src 'self' data:; object-src 'none'; \
@@ -38,13 +40,14 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 
 /// The dashboard's files: path, content type, content. The page is also at `/index.html`, as
 /// RabbitMQ's UI has it.
-const FILES: [(&str, &str, &str); 6] = [
+const FILES: [(&str, &str, &str); 7] = [
     ("/", "text/html; charset=utf-8", INDEX_HTML),
     ("/index.html", "text/html; charset=utf-8", INDEX_HTML),
     ("/ui/app.js", "text/javascript; charset=utf-8", APP_JS),
     ("/ui/app.css", "text/css; charset=utf-8", APP_CSS),
     ("/ui/admin.js", "text/javascript; charset=utf-8", ADMIN_JS),
     ("/ui/time.js", "text/javascript; charset=utf-8", TIME_JS),
+    ("/ui/life.js", "text/javascript; charset=utf-8", LIFE_JS),
 ];
 
 /// The dashboard's routes: one per file of [`FILES`].

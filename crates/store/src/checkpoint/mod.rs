@@ -26,5 +26,5 @@ mod write;
 
 pub use files::{file_name, list, parse_file_name, remove_older, remove_temporaries};
 pub use layout::{CHECKPOINT_HEADER_BYTES, CHECKPOINT_MAGIC, CheckpointHeader};
-pub use read::{CheckpointRecord, Loaded, decode_record, load, read};
+pub use read::{CheckpointRecord, FrameVisitor, Loaded, decode_record, load, read, read_frames};
 pub use write::{PartSource, encode_to_vec, write};

@@ -120,12 +120,15 @@ pub fn read(
 }
 
 /// What [`read_frames`] hands each frame to: the header, kind, payload, offset and size.
-type FrameVisitor<'a> =
+pub type FrameVisitor<'a> =
     &'a mut dyn FnMut(&CheckpointHeader, u8, &[u8], u64, u64) -> Result<(), StoreError>;
 
 /// As [`read`], handing each intact frame's kind and payload, undecoded (after the header,
-/// which comes first).
-fn read_frames(
+/// which comes first): for readers that decode only what they need (`trace`).
+///
+/// # Errors
+/// As [`read`], but a record that does not decode is the visitor's to judge.
+pub fn read_frames(
     storage: &dyn Storage,
     path: &Path,
     visit: FrameVisitor<'_>,

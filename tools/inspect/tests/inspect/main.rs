@@ -18,4 +18,5 @@ mod corrupt;
 mod golden;
 mod priority;
 mod queues_agree;
+mod timeline;
 mod usage;

@@ -26,6 +26,7 @@ use wharf_broker::{
 mod consumers;
 mod dead_letter;
 mod length;
+mod move_back;
 mod policies;
 mod priority;
 mod queue_expiry;
