@@ -53,11 +53,30 @@ pub fn fixture() -> &'static Fixture {
     })
 }
 
-/// Over a new in-memory AMQP connection: sends `bytes`, then `tail`, then hangs up (the
-/// server sees the end of its input at once), reading meanwhile until the server closes its
-/// end (or `timeout`, a bound that a correct server never reaches). Returns what was read.
+/// How a client ends its side of an in-memory exchange.
 #[allow(dead_code)]
-pub fn exchange_amqp(fx: &Fixture, bytes: &[u8], tail: &[u8], timeout: Duration) -> Vec<u8> {
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Hang up right after sending: the server sees the end of its input at once, and, as
+    /// RabbitMQ does on a closed socket, may drop what it had not yet written (frames still
+    /// waiting for the log to be durable).
+    HangUp,
+    /// Keep the sending side open and read until the server closes the connection (after its
+    /// `close-ok`), as a well-behaved client does.
+    AwaitClose,
+}
+
+/// Over a new in-memory AMQP connection: sends `bytes`, then `tail`, then ends as `ending`
+/// says, reading meanwhile until the server closes its end (or `timeout`, a bound that a
+/// correct server never reaches). Returns what was read.
+#[allow(dead_code)]
+pub fn exchange_amqp(
+    fx: &Fixture,
+    bytes: &[u8],
+    tail: &[u8],
+    ending: Ending,
+    timeout: Duration,
+) -> Vec<u8> {
     fx.runtime.block_on(async {
         let server = fx.broker.server().expect("running");
         let stream = server
@@ -67,7 +86,10 @@ pub fn exchange_amqp(fx: &Fixture, bytes: &[u8], tail: &[u8], timeout: Duration)
         let send = async {
             let _ = write.write_all(bytes).await;
             let _ = write.write_all(tail).await;
-            let _ = write.shutdown().await;
+            // Dropping only the write half leaves the stream open (the read half holds it).
+            if ending == Ending::HangUp {
+                let _ = write.shutdown().await;
+            }
         };
         let receive = async {
             let mut out = Vec::new();
