@@ -33,6 +33,8 @@ pub struct MgmtConfig {
     pub environment: serde_json::Value,
     /// The AMQP listener's address (for `/api/overview`'s listeners).
     pub amqp_addr: SocketAddr,
+    /// The AMQPS (AMQP over TLS) listener's address, when it listens (`amqp/ssl`).
+    pub amqps_addr: Option<SocketAddr>,
     /// The Prometheus listener's address, when it listens (`/api/overview`'s listeners).
     pub prometheus_addr: Option<SocketAddr>,
     /// The resource limits, changed at runtime by `PUT /api/wharf/resource-limits`.
@@ -71,10 +73,11 @@ impl Api {
         }
     }
 
-    /// Every listener of the server with RabbitMQ's protocol name (`amqp`, `http`, `https`,
-    /// `http/prometheus`), as `/api/overview` lists them.
+    /// Every listener of the server with RabbitMQ's protocol name (`amqp`, `amqp/ssl`,
+    /// `http`, `https`, `http/prometheus`), as `/api/overview` lists them.
     pub(crate) fn listeners(&self) -> Vec<(&'static str, SocketAddr)> {
         let mut all = vec![("amqp", self.config.amqp_addr)];
+        all.extend(self.config.amqps_addr.map(|a| ("amqp/ssl", a)));
         for (i, addr) in self.listeners.iter().enumerate() {
             all.push((if i == 0 { "http" } else { "https" }, *addr));
         }
