@@ -103,3 +103,4 @@ mod policies;
 mod queues;
 mod rabbitmq_import;
 mod stats;
+mod tags;

@@ -321,24 +321,7 @@ impl Core {
     /// not match its routing key. Costs one comparison while no topic permission is set.
     fn topic_refusal(&self, conn: u64, cmd: &Command) -> Option<Close> {
         let access = self.access.as_ref().filter(|a| a.has_topic_permissions())?;
-        let (vhost, exchange, key, write) = match cmd {
-            Command::Publish(p) | Command::PublishOn { publish: p, .. } => {
-                (&p.vhost, &p.exchange, &p.routing_key, true)
-            }
-            Command::QueueBind {
-                vhost,
-                exchange,
-                routing_key,
-                ..
-            }
-            | Command::ExchangeBind {
-                vhost,
-                source: exchange,
-                routing_key,
-                ..
-            } => (vhost, exchange, routing_key, false),
-            _ => return None,
-        };
+        let (vhost, exchange, key, write) = crate::auth::topic_use(cmd)?;
         let user = &self.conns.get(&conn)?.user;
         if !access.restricts_topic(user, vhost, exchange)
             || !matches!(
@@ -351,9 +334,7 @@ impl Core {
         }
         Some(Close::new(
             reply_code::ACCESS_REFUSED,
-            &format!(
-                "access to topic '{key}' in exchange '{exchange}' in vhost '{vhost}' refused for user '{user}'"
-            ),
+            &crate::auth::topic_refusal_text(user, vhost, exchange, key),
         ))
     }
 
