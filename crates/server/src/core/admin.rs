@@ -109,7 +109,8 @@ impl Core {
                     match reply {
                         Reply::GetOk(g) => {
                             // The management API's get acks at once: a get with auto-ack.
-                            self.counters.get(true, g.redelivered);
+                            let quorum = g.queue_kind == wharf_broker::QueueKind::Quorum;
+                            self.counters.get(true, g.redelivered, quorum);
                             taken.push(g);
                         }
                         _ => break,

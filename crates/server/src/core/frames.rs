@@ -73,7 +73,11 @@ impl Core {
                         s.stats.redeliver += u64::from(d.redelivered);
                         s.auto_ack_consumers.contains(&*d.consumer_tag)
                     });
-                self.counters.deliver(auto_ack, d.redelivered);
+                self.counters.deliver(
+                    auto_ack,
+                    d.redelivered,
+                    d.queue_kind == wharf_broker::QueueKind::Quorum,
+                );
             }
             Effect::QueueDeleted { .. } => self.counters.queues_deleted += 1,
             Effect::ConsumerCancelled { chan, consumer_tag } => {

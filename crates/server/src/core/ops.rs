@@ -10,7 +10,7 @@ use super::msg::{Op, OpenConn};
 use super::{ChanState, ConnState, Core, TxOp};
 use crate::convert::{Close, broker_error_close, short};
 use crate::methods::MethodId;
-use wharf_broker::{ChanRef, Command, Publish, Reply};
+use wharf_broker::{ChanRef, Command, Publish, QueueKind, Reply};
 use wharf_protocol::{self as protocol, ChannelId, reply_code};
 
 impl Core {
@@ -390,16 +390,22 @@ impl Core {
         }
         // An ack settles every message it names (many with `multiple`): count those.
         let acking = match &cmd {
-            Command::Ack { chan, .. } => Some((*chan, self.broker.channel_unacked(*chan))),
+            Command::Ack { chan, .. } => Some((
+                *chan,
+                self.broker.channel_unacked(*chan),
+                self.broker.acked_quorum(),
+            )),
             _ => None,
         };
-        let counted = Counted::of(&cmd);
+        let vhost = self.conns.get(&conn).map(|c| c.vhost.as_str());
+        let counted = Counted::of(&cmd, vhost, &self.broker);
         match self.broker.handle(cmd, self.now()) {
             Ok(out) => {
-                if let Some((chan, before)) = acking {
+                if let Some((chan, before, quorum_before)) = acking {
                     let settled = before.saturating_sub(self.broker.channel_unacked(chan));
                     let settled = u64::try_from(settled).unwrap_or(u64::MAX);
-                    self.counters.acked += settled;
+                    let quorum = self.broker.acked_quorum().saturating_sub(quorum_before);
+                    self.counters.ack(settled, quorum);
                     if let Some(s) = self.chan_mut(conn, ch) {
                         s.stats.ack += settled; // S-MGMT-8
                     }
@@ -469,8 +475,9 @@ impl Core {
 /// What a command's reply tells the metrics counters, noted before the command is handed
 /// to the broker.
 pub(super) enum Counted {
-    /// `basic.get`, with its acknowledgement mode.
-    Get { no_ack: bool },
+    /// `basic.get`, with its acknowledgement mode and whether its queue is a quorum queue
+    /// (for a `get-empty`, which names no queue type).
+    Get { no_ack: bool, quorum: bool },
     /// `basic.consume`, with its acknowledgement mode.
     Consume { no_ack: bool },
     /// `basic.cancel` of this tag.
@@ -482,9 +489,13 @@ pub(super) enum Counted {
 }
 
 impl Counted {
-    fn of(cmd: &Command) -> Counted {
+    /// What `cmd`, on a connection to `vhost`, will count.
+    fn of(cmd: &Command, vhost: Option<&str>, broker: &wharf_broker::Broker) -> Counted {
         match cmd {
-            Command::Get { no_ack, .. } => Counted::Get { no_ack: *no_ack },
+            Command::Get { no_ack, queue, .. } => Counted::Get {
+                no_ack: *no_ack,
+                quorum: vhost.and_then(|v| broker.queue_kind(v, queue)) == Some(QueueKind::Quorum),
+            },
             Command::Consume { no_ack, .. } => Counted::Consume { no_ack: *no_ack },
             Command::Cancel { consumer_tag, .. } => Counted::Cancel(consumer_tag.clone()),
             Command::QueueDeclare(_) => Counted::Declare,
@@ -498,14 +509,15 @@ impl Core {
     /// set of auto-ack consumers (their deliveries are counted apart).
     fn count_reply(&mut self, conn: u64, ch: u16, counted: &Counted, reply: &Reply) {
         match (counted, reply) {
-            (Counted::Get { no_ack }, Reply::GetOk(g)) => {
-                self.counters.get(*no_ack, g.redelivered);
+            (Counted::Get { no_ack, .. }, Reply::GetOk(g)) => {
+                self.counters
+                    .get(*no_ack, g.redelivered, g.queue_kind == QueueKind::Quorum);
                 if let Some(s) = self.chan_mut(conn, ch) {
                     s.stats.deliver_get += 1; // S-MGMT-8
                     s.stats.redeliver += u64::from(g.redelivered);
                 }
             }
-            (Counted::Get { .. }, Reply::GetEmpty) => self.counters.get_empty += 1,
+            (Counted::Get { quorum, .. }, Reply::GetEmpty) => self.counters.get_empty(*quorum),
             (Counted::Consume { no_ack: true }, Reply::ConsumeOk { consumer_tag }) => {
                 if let Some(s) = self.chan_mut(conn, ch) {
                     s.auto_ack_consumers.insert(consumer_tag.clone());
