@@ -354,6 +354,9 @@ impl Core {
                 let confirm = self.chan_mut(conn, ch).is_some_and(|s| {
                     s.publishing = true;
                     s.stats.publish += 1; // S-MGMT-8
+                    // S-OPS-10
+                    s.stats.returned_unroutable += u64::from(!result.routed && mandatory);
+                    s.stats.dropped_unroutable += u64::from(!result.routed && !mandatory);
                     s.confirm_next.is_some()
                 });
                 self.counters.publish(body_bytes, confirm);
@@ -369,6 +372,9 @@ impl Core {
                 {
                     c.confirm(ch, seq, !result.refused);
                     self.counters.confirmed += u64::from(!result.refused);
+                    if let Some(s) = c.channels.get_mut(&ch) {
+                        s.stats.confirm += u64::from(!result.refused); // S-OPS-10
+                    }
                     self.dirty.insert(conn);
                 }
             }
@@ -515,9 +521,19 @@ impl Core {
                 if let Some(s) = self.chan_mut(conn, ch) {
                     s.stats.deliver_get += 1; // S-MGMT-8
                     s.stats.redeliver += u64::from(g.redelivered);
+                    if *no_ack {
+                        s.stats.get_no_ack += 1; // S-OPS-10
+                    } else {
+                        s.stats.get_manual += 1;
+                    }
                 }
             }
-            (Counted::Get { quorum, .. }, Reply::GetEmpty) => self.counters.get_empty(*quorum),
+            (Counted::Get { quorum, .. }, Reply::GetEmpty) => {
+                self.counters.get_empty(*quorum);
+                if let Some(s) = self.chan_mut(conn, ch) {
+                    s.stats.get_empty += 1; // S-OPS-10
+                }
+            }
             (Counted::Consume { no_ack: true }, Reply::ConsumeOk { consumer_tag }) => {
                 if let Some(s) = self.chan_mut(conn, ch) {
                     s.auto_ack_consumers.insert(consumer_tag.clone());

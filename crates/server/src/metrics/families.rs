@@ -12,16 +12,17 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 
 use super::detailed::{Detailed, Family};
+use super::objects;
 use super::snapshot::{QueueFigures, Snapshot};
 use crate::counters::{MESSAGE_SIZE_BOUNDS, MessageCounters, QueueTypeCounters};
 use wharf_wal::{SYNC_LATENCY_BOUNDS_US, SYNC_RECORDS_BOUNDS};
 
 /// Labels of one sample, in order.
-type Labels = Vec<(&'static str, String)>;
+pub(super) type Labels = Vec<(&'static str, String)>;
 
 /// A sample's value.
 #[derive(Debug, Clone, Copy)]
-enum Value {
+pub(super) enum Value {
     Int(u64),
     Float(f64),
 }
@@ -79,7 +80,7 @@ fn seconds(value: u64, per_second: f64) -> f64 {
 }
 
 /// Writes one family: its `HELP` and `TYPE` lines, then its samples.
-fn family(
+pub(super) fn family(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
@@ -631,6 +632,8 @@ impl Exposition {
         let mut queue_metrics = QUEUE_COARSE.to_vec();
         queue_metrics.extend([QUEUE_CONSUMERS, QUEUE_BYTES]);
         self.queues(enc, "rabbitmq_", &queue_metrics, per_object, &|_| true)?;
+        let conns = &self.snapshot.conns;
+        objects::connections_and_channels(enc, "rabbitmq_", conns, per_object, &|_| true)?;
         self.totals(enc)?;
         self.globals(enc)?;
         self.identity(
@@ -666,6 +669,8 @@ impl Exposition {
             queue_metrics.push(QUEUE_CONSUMERS);
         }
         self.queues(enc, prefix, &queue_metrics, true, &|q| d.in_vhost(&q.vhost))?;
+        let conns = &self.snapshot.conns;
+        objects::connections_and_channels(enc, prefix, conns, true, &|f| d.wants(f))?;
         self.identity(enc, "detailed")
     }
 }
