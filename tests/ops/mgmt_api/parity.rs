@@ -5,22 +5,7 @@
 use super::*;
 
 async fn put_user(client: &Client, name: &str, tags: &str, vhost: &str) {
-    let a = call(
-        client,
-        "PUT",
-        &format!("/api/users/{name}"),
-        Some(json!({"password": "pw", "tags": tags})),
-    )
-    .await;
-    assert_eq!(a.status, 201, "{}", a.body);
-    let a = call(
-        client,
-        "PUT",
-        &format!("/api/permissions/{vhost}/{name}"),
-        Some(json!({"configure": ".*", "write": ".*", "read": ".*"})),
-    )
-    .await;
-    assert!(a.status == 201 || a.status == 204, "{}", a.body);
+    put_user_with(client, name, tags, vhost, [".*", ".*", ".*"]).await;
 }
 
 /// A topic exchange, a fanout exchange and a queue in `/`.

@@ -7,26 +7,6 @@
 
 use super::*;
 
-/// `name` with `tags` and the three regexes on `vhost`.
-async fn user(admin: &Client, name: &str, tags: &str, vhost: &str, re: [&str; 3]) {
-    let a = call(
-        admin,
-        "PUT",
-        &format!("/api/users/{name}"),
-        Some(json!({"password": "pw", "tags": tags})),
-    )
-    .await;
-    assert_eq!(a.status, 201, "{}", a.body);
-    let a = call(
-        admin,
-        "PUT",
-        &format!("/api/permissions/{vhost}/{name}"),
-        Some(json!({"configure": re[0], "write": re[1], "read": re[2]})),
-    )
-    .await;
-    assert_eq!(a.status, 201, "{}", a.body);
-}
-
 /// The answer's status and RabbitMQ's `reason`.
 async fn answer(client: &Client, method: &str, path: &str, body: Option<Value>) -> (u16, String) {
     let a = call(client, method, path, body).await;
@@ -74,7 +54,7 @@ async fn dev_in_team() -> (TestServer, Client, Client) {
     team(&admin).await;
     let only_dev = r"^dev\.";
     let write = r"^(dev\..*|amq\.default)$";
-    user(
+    put_user_with(
         &admin,
         "dev",
         "management",
@@ -86,6 +66,23 @@ async fn dev_in_team() -> (TestServer, Client, Client) {
     (server, admin, dev)
 }
 
+/// `dev` declares `dev.q` and `dev.x` in `team` and binds them with the key `k`.
+async fn dev_objects(dev: &Client) {
+    for (path, body) in [
+        ("/api/queues/team/dev.q", json!({})),
+        ("/api/exchanges/team/dev.x", json!({"type": "direct"})),
+    ] {
+        assert_eq!(
+            answer(dev, "PUT", path, Some(body)).await,
+            ok(201),
+            "{path}"
+        );
+    }
+    let bind = Some(json!({"routing_key": "k"}));
+    let path = "/api/bindings/team/e/dev.x/q/dev.q";
+    assert_eq!(answer(dev, "POST", path, bind).await, ok(201));
+}
+
 fn ok(status: u16) -> (u16, String) {
     (status, String::new())
 }
@@ -94,9 +91,10 @@ fn ok(status: u16) -> (u16, String) {
 async fn s_mgmt_1_a_management_user_writes_what_its_permissions_allow() {
     let (_server, admin, dev) = dev_in_team().await;
 
-    // Declares and deletes need configure; another vhost is refused before anything.
+    // Declares and deletes need configure; another vhost is refused before anything. A
+    // binding needs write on the queue and read on the exchange.
+    dev_objects(&dev).await;
     for (path, body, expected) in [
-        ("/api/queues/team/dev.q", json!({}), ok(201)),
         (
             "/api/queues/team/mine",
             json!({}),
@@ -106,11 +104,6 @@ async fn s_mgmt_1_a_management_user_writes_what_its_permissions_allow() {
             "/api/queues/%2F/dev.q",
             json!({}),
             (401, NOT_VHOST.to_owned()),
-        ),
-        (
-            "/api/exchanges/team/dev.x",
-            json!({"type": "direct"}),
-            ok(201),
         ),
         (
             "/api/exchanges/team/mine",
@@ -124,18 +117,7 @@ async fn s_mgmt_1_a_management_user_writes_what_its_permissions_allow() {
             "{path}"
         );
     }
-    // A binding needs write on the queue and read on the exchange.
     let bind = json!({"routing_key": "k"});
-    assert_eq!(
-        answer(
-            &dev,
-            "POST",
-            "/api/bindings/team/e/dev.x/q/dev.q",
-            Some(bind.clone())
-        )
-        .await,
-        ok(201)
-    );
     assert_eq!(
         answer(
             &dev,
@@ -167,27 +149,7 @@ async fn s_mgmt_1_a_management_user_writes_what_its_permissions_allow() {
 #[tokio::test]
 async fn s_mgmt_1_a_management_user_publishes_gets_and_purges_as_its_permissions_allow() {
     let (_server, _admin, dev) = dev_in_team().await;
-    for (path, body) in [
-        ("/api/queues/team/dev.q", json!({})),
-        ("/api/exchanges/team/dev.x", json!({"type": "direct"})),
-    ] {
-        assert_eq!(
-            answer(&dev, "PUT", path, Some(body)).await,
-            ok(201),
-            "{path}"
-        );
-    }
-    let bind = json!({"routing_key": "k"});
-    assert_eq!(
-        answer(
-            &dev,
-            "POST",
-            "/api/bindings/team/e/dev.x/q/dev.q",
-            Some(bind)
-        )
-        .await,
-        ok(201)
-    );
+    dev_objects(&dev).await;
     // Publish, get and purge answer with the channel's refusal, as RabbitMQ's do.
     let a = call(
         &dev,
@@ -250,9 +212,9 @@ async fn s_mgmt_1_administrators_alone_manage_users_vhosts_permissions_and_defin
     let (server, admin) = start().await;
     team(&admin).await;
     let all = [".*", ".*", ".*"];
-    user(&admin, "dev", "management", "team", all).await;
-    user(&admin, "pm", "policymaker", "team", all).await;
-    user(&admin, "watcher", "monitoring", "team", all).await;
+    put_user_with(&admin, "dev", "management", "team", all).await;
+    put_user_with(&admin, "pm", "policymaker", "team", all).await;
+    put_user_with(&admin, "watcher", "monitoring", "team", all).await;
     let policy = json!({"pattern": "^x", "definition": {"max-length": 10}});
     for name in ["dev", "pm", "watcher"] {
         let c = Client::new(&base(&server), name, "pw");
@@ -303,8 +265,8 @@ async fn s_mgmt_1_a_policymaker_manages_the_policies_of_its_vhosts() {
     let (server, admin) = start().await;
     team(&admin).await;
     let all = [".*", ".*", ".*"];
-    user(&admin, "pm", "policymaker", "team", all).await;
-    user(&admin, "dev", "management", "team", all).await;
+    put_user_with(&admin, "pm", "policymaker", "team", all).await;
+    put_user_with(&admin, "dev", "management", "team", all).await;
     let pm = Client::new(&base(&server), "pm", "pw");
     let dev = Client::new(&base(&server), "dev", "pw");
     let policy = json!({"pattern": "^x", "definition": {"max-length": 10}, "apply-to": "queues"});
@@ -358,7 +320,7 @@ async fn s_mgmt_1_a_policymaker_manages_the_policies_of_its_vhosts() {
 async fn s_mgmt_1_topic_permissions_hold_for_api_publishes() {
     let (server, admin) = start().await;
     team(&admin).await;
-    user(&admin, "dev", "management", "team", [".*", ".*", ".*"]).await;
+    put_user_with(&admin, "dev", "management", "team", [".*", ".*", ".*"]).await;
     let a = call(
         &admin,
         "PUT",
@@ -404,7 +366,7 @@ async fn s_mgmt_1_topic_permissions_hold_for_api_publishes() {
 #[tokio::test]
 async fn s_mgmt_1_users_close_their_own_connections_administrators_any() {
     let (server, admin) = start().await;
-    user(&admin, "dev", "management", "%2F", [".*", ".*", ".*"]).await;
+    put_user_with(&admin, "dev", "management", "%2F", [".*", ".*", ".*"]).await;
     let dev = Client::new(&base(&server), "dev", "pw");
     let addr = server.handle.local_addr();
     let dev_conn = lapin::Connection::connect(
