@@ -13,19 +13,10 @@ use prometheus_client::metrics::MetricType;
 
 use super::detailed::{Detailed, Family};
 use super::objects;
+use super::sample::{Labels, Value, family};
 use super::snapshot::{QueueFigures, Snapshot};
 use crate::counters::{MESSAGE_SIZE_BOUNDS, MessageCounters, QueueTypeCounters};
 use wharf_wal::{SYNC_LATENCY_BOUNDS_US, SYNC_RECORDS_BOUNDS};
-
-/// Labels of one sample, in order.
-pub(super) type Labels = Vec<(&'static str, String)>;
-
-/// A sample's value.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Value {
-    Int(u64),
-    Float(f64),
-}
 
 /// Which of `rabbitmq_prometheus`'s endpoints is answered.
 #[derive(Debug, Clone)]
@@ -77,36 +68,6 @@ const PROTOCOL: (&str, &str) = ("protocol", "amqp091");
 )]
 fn seconds(value: u64, per_second: f64) -> f64 {
     value as f64 / per_second
-}
-
-/// Writes one family: its `HELP` and `TYPE` lines, then its samples.
-pub(super) fn family(
-    enc: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    kind: MetricType,
-    samples: &[(Labels, Value)],
-) -> fmt::Result {
-    // The encoder appends `_total` to a counter's name, as the text format wants.
-    let name = match kind {
-        MetricType::Counter => name.strip_suffix("_total").unwrap_or(name),
-        _ => name,
-    };
-    let mut metric = enc.encode_descriptor(name, help, None, kind)?;
-    for (labels, value) in samples {
-        let mut m = metric.encode_family(labels)?;
-        match (kind, *value) {
-            (MetricType::Counter, Value::Int(v)) => {
-                m.encode_counter::<NoLabelSet, _, u64>(&v, None)
-            }
-            (MetricType::Counter, Value::Float(v)) => {
-                m.encode_counter::<NoLabelSet, _, u64>(&v, None)
-            }
-            (_, Value::Int(v)) => m.encode_gauge(&v),
-            (_, Value::Float(v)) => m.encode_gauge(&v),
-        }?;
-    }
-    Ok(())
 }
 
 /// A family of one unlabelled sample.

@@ -12,7 +12,7 @@ use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 
 use super::detailed::Family;
-use super::families::{Labels, Value, family};
+use super::sample::{Labels, Value, family};
 use super::snapshot::ConnFigures;
 use crate::admin::ChannelStats;
 
