@@ -23,7 +23,7 @@ use wharf_server::{Server, ServerConfig, ServerError};
 
 /// A self-signed certificate for 127.0.0.1 written as PEM files into `dir`: (certificate
 /// PEM, listener on a free port).
-fn certificate(dir: &Path) -> (String, TlsListener) {
+pub(crate) fn certificate(dir: &Path) -> (String, TlsListener) {
     let rcgen::CertifiedKey { cert, signing_key } =
         rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
     let cert_file = dir.join("cert.pem");

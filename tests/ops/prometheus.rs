@@ -265,3 +265,101 @@ async fn s_ops_1_a_real_prometheus_scrapes_wharf_and_the_dashboards_queries_answ
         "3"
     );
 }
+
+/// The value of the one sample of `name` labelled `channel` (any value) in `text`.
+fn per_object(text: &str, name: &str) -> u64 {
+    let prefix = format!("{name}{{channel=\"");
+    let values: Vec<u64> = text
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(values.len(), 1, "one sample of {name} in\n{text}");
+    values[0]
+}
+
+/// S-OPS-10: the per-connection and per-channel families count one channel's traffic, per
+/// object on `/metrics/per-object` and `/metrics/detailed`, summed on `/metrics`.
+#[tokio::test]
+async fn s_ops_10_connections_and_channels_have_rabbitmqs_families() {
+    let server = start().await;
+    let (_conn, ch) = server.channel().await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    fill(&ch, "pq", 2).await;
+    // Unroutable and not mandatory: dropped (and still confirmed, as RabbitMQ confirms it).
+    ch.basic_publish(
+        "".into(),
+        "nowhere".into(),
+        BasicPublishOptions::default(),
+        b"x",
+        BasicProperties::default(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+    let get = |no_ack| {
+        let ch = ch.clone();
+        async move {
+            ch.basic_get("pq".into(), lapin::options::BasicGetOptions { no_ack })
+                .await
+                .unwrap()
+        }
+    };
+    get(false)
+        .await
+        .unwrap()
+        .ack(lapin::options::BasicAckOptions::default())
+        .await
+        .unwrap();
+    assert!(get(true).await.is_some());
+    assert!(get(true).await.is_none());
+
+    let (status, text) = scrape(&server, "/metrics/per-object").await;
+    assert_eq!(status, 200);
+    for (name, value) in [
+        ("rabbitmq_channel_messages_published_total", 3),
+        ("rabbitmq_channel_messages_confirmed_total", 3),
+        ("rabbitmq_channel_messages_unroutable_dropped_total", 1),
+        ("rabbitmq_channel_messages_unroutable_returned_total", 0),
+        ("rabbitmq_channel_get_ack_total", 1),
+        ("rabbitmq_channel_get_total", 1),
+        ("rabbitmq_channel_get_empty_total", 1),
+        ("rabbitmq_channel_messages_acked_total", 1),
+        ("rabbitmq_channel_messages_delivered_total", 0),
+        ("rabbitmq_channel_messages_unacked", 0),
+        ("rabbitmq_channel_consumers", 0),
+        ("rabbitmq_connection_channels", 1),
+    ] {
+        assert_eq!(per_object(&text, name), value, "{name}\n{text}");
+    }
+    // Bytes both ways: at least the protocol header and the publishes in, the frames out.
+    assert!(per_object(&text, "rabbitmq_connection_incoming_bytes_total") > 3 * 8);
+    assert!(per_object(&text, "rabbitmq_connection_outgoing_bytes_total") > 0);
+    has(
+        &text,
+        "# TYPE rabbitmq_connection_incoming_bytes_total counter",
+    );
+    has(&text, "# TYPE rabbitmq_channel_consumers gauge");
+
+    let (_, aggregated) = scrape(&server, "/metrics").await;
+    has(&aggregated, "rabbitmq_channel_messages_published_total 3");
+    has(&aggregated, "rabbitmq_channel_get_empty_total 1");
+    lacks(&aggregated, "channel=\"");
+
+    let (_, detailed) = scrape(&server, "/metrics/detailed?family=channel_queue_metrics").await;
+    assert_eq!(
+        per_object(&detailed, "rabbitmq_detailed_channel_get_total"),
+        1
+    );
+    lacks(
+        &detailed,
+        "rabbitmq_detailed_channel_messages_published_total",
+    );
+    lacks(
+        &detailed,
+        "rabbitmq_detailed_connection_incoming_bytes_total",
+    );
+}

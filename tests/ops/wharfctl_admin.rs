@@ -371,3 +371,57 @@ async fn s_ops_6_status_lists_the_prometheus_and_http_listeners() {
     .await;
     assert_eq!(status, 200);
 }
+
+#[tokio::test]
+async fn s_ops_6_status_lists_the_amqps_and_https_listeners() {
+    let certs = tempfile::tempdir().unwrap();
+    let (_, listener) = crate::mgmt_tls::certificate(certs.path());
+    let server = TestServer::start_with(|c| {
+        c.mgmt_bind = Some("127.0.0.1:0".to_owned());
+        c.tls = Some(listener.clone());
+        c.mgmt_tls = Some(listener);
+    })
+    .await;
+    let amqps = server.handle.tls_local_addr().unwrap().port();
+    let https = server.handle.mgmt_tls_addr().unwrap().port();
+    let r = ctl(&server, &["status"]).await;
+    assert_eq!(r.code, 0, "{}", r.err);
+    for line in [
+        format!(
+            "Interface: 127.0.0.1, port: {amqps}, protocol: amqp/ssl, \
+             purpose: AMQP 0-9-1 over TLS"
+        ),
+        format!(
+            "Interface: 127.0.0.1, port: {https}, protocol: https, \
+             purpose: HTTP API over TLS (HTTPS)"
+        ),
+    ] {
+        assert!(r.out.lines().any(|l| l == line), "{line} in\n{}", r.out);
+    }
+    // `/api/overview` lists them as RabbitMQ does, and the port-listener check counts them.
+    let (status, o) = api(&server, "GET", "/api/overview", None).await;
+    assert_eq!(status, 200);
+    let listed: Vec<(String, u64)> = o["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["protocol"].as_str().unwrap().to_owned(),
+                l["port"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        listed.contains(&("amqp/ssl".to_owned(), u64::from(amqps))),
+        "{o}"
+    );
+    assert!(
+        listed.contains(&("https".to_owned(), u64::from(https))),
+        "{o}"
+    );
+    for port in [amqps, https] {
+        let path = format!("/api/health/checks/port-listener/{port}");
+        assert_eq!(api(&server, "GET", &path, None).await.0, 200, "{path}");
+    }
+}

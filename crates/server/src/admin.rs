@@ -130,6 +130,29 @@ pub struct ChannelStats {
     pub redeliver: u64,
     /// Messages it acknowledged by `basic.ack`.
     pub ack: u64,
+    /// Of `deliver_get`: delivered to consumers with automatic and with manual
+    /// acknowledgement, fetched by `basic.get` with automatic and with manual
+    /// acknowledgement (RabbitMQ's `deliver_no_ack`, `deliver`, `get_no_ack`, `get`).
+    pub deliver_no_ack: u64,
+    /// See [`ChannelStats::deliver_no_ack`].
+    pub deliver_manual: u64,
+    /// See [`ChannelStats::deliver_no_ack`].
+    pub get_no_ack: u64,
+    /// See [`ChannelStats::deliver_no_ack`].
+    pub get_manual: u64,
+    /// `basic.get` answered `get-empty`.
+    pub get_empty: u64,
+    /// Publishes confirmed to it (`basic.ack` under publisher confirms).
+    pub confirm: u64,
+    /// Unroutable publishes returned to it (`mandatory`), and dropped.
+    pub returned_unroutable: u64,
+    /// See [`ChannelStats::returned_unroutable`].
+    pub dropped_unroutable: u64,
+    /// Messages it holds delivered and not yet acknowledged, and consumers on it (filled
+    /// when listed, from the broker).
+    pub unacked: u64,
+    /// See [`ChannelStats::unacked`].
+    pub consumers: u64,
 }
 
 /// One open connection as the broker task knows it.
@@ -155,6 +178,8 @@ pub struct ConnectionInfo {
     pub client_properties: wharf_broker::FieldTable,
     /// Its open channels, by number.
     pub channels: Vec<ChannelInfo>,
+    /// Bytes received from the client and sent to it (RabbitMQ's `recv_oct`, `send_oct`).
+    pub traffic: (u64, u64),
 }
 
 /// What a query sees: the broker (its query functions) and the broker task's tables.

@@ -149,7 +149,8 @@ pub struct Need {
     pub permission: Permission,
 }
 
-fn need(kind: ResourceKind, name: &str, permission: Permission) -> Need {
+/// One [`Need`]; the default exchange (`""`) is named `amq.default`, as RabbitMQ checks it.
+pub fn need(kind: ResourceKind, name: &str, permission: Permission) -> Need {
     let name = if kind == ResourceKind::Exchange && name.is_empty() {
         DEFAULT_EXCHANGE_RESOURCE
     } else {
@@ -222,6 +223,37 @@ pub fn required_permissions(cmd: &Command) -> Vec<Need> {
         Command::Publish(p) => publish_permissions(p),
         _ => Vec::new(),
     }
+}
+
+/// S-TPERM-2/3: what a topic permission is checked against for `cmd`: (vhost, exchange,
+/// routing key, whether it writes). A publish writes to its exchange; a binding (bind or
+/// unbind, to a queue or an exchange) reads from its source. Other commands use no topic.
+pub fn topic_use(cmd: &Command) -> Option<(&str, &str, &str, bool)> {
+    match cmd {
+        Command::Publish(p) | Command::PublishOn { publish: p, .. } => {
+            Some((&p.vhost, &p.exchange, &p.routing_key, true))
+        }
+        Command::QueueBind {
+            vhost,
+            exchange,
+            routing_key,
+            ..
+        }
+        | Command::ExchangeBind {
+            vhost,
+            source: exchange,
+            routing_key,
+            ..
+        } => Some((vhost, exchange, routing_key, false)),
+        _ => None,
+    }
+}
+
+/// RabbitMQ's text refusing `user` the topic `key` of `exchange` (S-TPERM-2).
+pub fn topic_refusal_text(user: &str, vhost: &str, exchange: &str, key: &str) -> String {
+    format!(
+        "access to topic '{key}' in exchange '{exchange}' in vhost '{vhost}' refused for user '{user}'"
+    )
 }
 
 /// What `basic.publish` needs: write on its exchange.

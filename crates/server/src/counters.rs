@@ -19,6 +19,65 @@ pub const MESSAGE_SIZE_BOUNDS: [u64; 8] = [
     100_000_000,
 ];
 
+/// The counters RabbitMQ labels by queue type (`queue_type`), kept for quorum queues beside
+/// the totals of [`MessageCounters`]: a classic queue's share is the total less this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueTypeCounters {
+    /// As [`MessageCounters::delivered`].
+    pub delivered: u64,
+    /// As [`MessageCounters::delivered_consume_auto_ack`].
+    pub delivered_consume_auto_ack: u64,
+    /// As [`MessageCounters::delivered_consume_manual_ack`].
+    pub delivered_consume_manual_ack: u64,
+    /// As [`MessageCounters::delivered_get_auto_ack`].
+    pub delivered_get_auto_ack: u64,
+    /// As [`MessageCounters::delivered_get_manual_ack`].
+    pub delivered_get_manual_ack: u64,
+    /// As [`MessageCounters::get_empty`].
+    pub get_empty: u64,
+    /// As [`MessageCounters::redelivered`].
+    pub redelivered: u64,
+    /// As [`MessageCounters::acked`].
+    pub acked: u64,
+}
+
+impl QueueTypeCounters {
+    fn deliver(&mut self, consume: bool, auto_ack: bool, redelivered: bool) {
+        self.delivered += 1;
+        let bucket = match (consume, auto_ack) {
+            (true, true) => &mut self.delivered_consume_auto_ack,
+            (true, false) => &mut self.delivered_consume_manual_ack,
+            (false, true) => &mut self.delivered_get_auto_ack,
+            (false, false) => &mut self.delivered_get_manual_ack,
+        };
+        *bucket += 1;
+        self.redelivered += u64::from(redelivered);
+    }
+
+    /// Each counter less `part`'s (the classic share of the totals).
+    #[must_use]
+    pub fn less(&self, part: &QueueTypeCounters) -> QueueTypeCounters {
+        QueueTypeCounters {
+            delivered: self.delivered.saturating_sub(part.delivered),
+            delivered_consume_auto_ack: self
+                .delivered_consume_auto_ack
+                .saturating_sub(part.delivered_consume_auto_ack),
+            delivered_consume_manual_ack: self
+                .delivered_consume_manual_ack
+                .saturating_sub(part.delivered_consume_manual_ack),
+            delivered_get_auto_ack: self
+                .delivered_get_auto_ack
+                .saturating_sub(part.delivered_get_auto_ack),
+            delivered_get_manual_ack: self
+                .delivered_get_manual_ack
+                .saturating_sub(part.delivered_get_manual_ack),
+            get_empty: self.get_empty.saturating_sub(part.get_empty),
+            redelivered: self.redelivered.saturating_sub(part.redelivered),
+            acked: self.acked.saturating_sub(part.acked),
+        }
+    }
+}
+
 /// Counts kept by the broker task since start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct MessageCounters {
@@ -34,23 +93,15 @@ pub struct MessageCounters {
     pub unroutable_returned: u64,
     /// Publisher confirms (`basic.ack`) sent, one per message.
     pub confirmed: u64,
-    /// Messages handed to clients (`basic.deliver` and `basic.get-ok`).
-    pub delivered: u64,
-    /// Deliveries to consumers with automatic acknowledgement.
-    pub delivered_consume_auto_ack: u64,
-    /// Deliveries to consumers with manual acknowledgement.
-    pub delivered_consume_manual_ack: u64,
-    /// Messages fetched by `basic.get` with `no_ack` (and the management API's get).
-    pub delivered_get_auto_ack: u64,
-    /// Messages fetched by `basic.get` with manual acknowledgement.
-    pub delivered_get_manual_ack: u64,
-    /// `basic.get` answered `get-empty`.
-    pub get_empty: u64,
-    /// Deliveries (and gets) flagged `redelivered`.
-    pub redelivered: u64,
-    /// Messages acknowledged by `basic.ack` (a `multiple` ack counts every message it
+    /// The counters RabbitMQ labels by queue type, for every queue: messages handed to
+    /// clients (`basic.deliver` and `basic.get-ok`; by consume or get, automatic or manual
+    /// acknowledgement; the management API's get counts as a get with automatic
+    /// acknowledgement), `basic.get` answered `get-empty`, deliveries flagged `redelivered`,
+    /// and messages acknowledged by `basic.ack` (a `multiple` ack counts every message it
     /// settles).
-    pub acked: u64,
+    pub all: QueueTypeCounters,
+    /// The share of [`MessageCounters::all`] that came from quorum queues.
+    pub quorum: QueueTypeCounters,
     /// Messages that expired in a queue (S-TTL).
     pub expired: u64,
     /// Messages dead-lettered into at least one queue (S-DLX).
@@ -98,26 +149,32 @@ impl MessageCounters {
         }
     }
 
-    /// Counts a delivery to a consumer.
-    pub fn deliver(&mut self, auto_ack: bool, redelivered: bool) {
-        self.delivered += 1;
-        if auto_ack {
-            self.delivered_consume_auto_ack += 1;
-        } else {
-            self.delivered_consume_manual_ack += 1;
+    /// Counts a delivery to a consumer, from a quorum queue or not.
+    pub fn deliver(&mut self, auto_ack: bool, redelivered: bool, quorum: bool) {
+        self.all.deliver(true, auto_ack, redelivered);
+        if quorum {
+            self.quorum.deliver(true, auto_ack, redelivered);
         }
-        self.redelivered += u64::from(redelivered);
     }
 
     /// Counts a message fetched by `basic.get` (or the management API's get).
-    pub fn get(&mut self, auto_ack: bool, redelivered: bool) {
-        self.delivered += 1;
-        if auto_ack {
-            self.delivered_get_auto_ack += 1;
-        } else {
-            self.delivered_get_manual_ack += 1;
+    pub fn get(&mut self, auto_ack: bool, redelivered: bool, quorum: bool) {
+        self.all.deliver(false, auto_ack, redelivered);
+        if quorum {
+            self.quorum.deliver(false, auto_ack, redelivered);
         }
-        self.redelivered += u64::from(redelivered);
+    }
+
+    /// Counts a `basic.get` answered `get-empty`.
+    pub fn get_empty(&mut self, quorum: bool) {
+        self.all.get_empty += 1;
+        self.quorum.get_empty += u64::from(quorum);
+    }
+
+    /// Counts `settled` messages acknowledged, `quorum` of them out of quorum queues.
+    pub fn ack(&mut self, settled: u64, quorum: u64) {
+        self.all.acked += settled;
+        self.quorum.acked += quorum;
     }
 
     /// Queues created since start, given how many exist now.

@@ -74,7 +74,7 @@ pub use admin::{AdminQuery, AdminRequest, AdminView, ChannelInfo, ChannelStats, 
 pub use alarm::{MemoryLimit, ResourceProbe, SystemProbe};
 pub use auth::{Principal, UserRegistry, hash_password, verify_password};
 pub use clock_control::ClockControlError;
-pub use counters::{MESSAGE_SIZE_BOUNDS, MessageCounters};
+pub use counters::{MESSAGE_SIZE_BOUNDS, MessageCounters, QueueTypeCounters};
 pub use error::ServerError;
 pub use handle::ServerHandle;
 pub use metrics::MetricsSource;

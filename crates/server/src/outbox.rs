@@ -171,9 +171,25 @@ pub struct Outbox {
     /// The reader holds a publish back because of a resource alarm (RabbitMQ's `blocked`
     /// connection state, shown by the management API).
     blocked: std::sync::atomic::AtomicBool,
+    /// Bytes read from the socket (the reader counts them) and written to it (the writer).
+    received_bytes: std::sync::atomic::AtomicU64,
+    sent_bytes: std::sync::atomic::AtomicU64,
 }
 
 impl Outbox {
+    /// Counts `n` bytes read from the connection's socket.
+    pub fn count_received(&self, n: usize) {
+        let n = u64::try_from(n).unwrap_or(u64::MAX);
+        self.received_bytes
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Bytes read from the socket and written to it so far: RabbitMQ's `recv_oct`, `send_oct`.
+    pub fn traffic(&self) -> (u64, u64) {
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        (load(&self.received_bytes), load(&self.sent_bytes))
+    }
+
     /// Records whether the reader is holding a publish back for a resource alarm.
     pub fn set_blocked(&self, on: bool) {
         self.blocked.store(on, std::sync::atomic::Ordering::Relaxed);
@@ -422,6 +438,9 @@ pub async fn run_writer<W: AsyncWrite + Unpin, M>(
         if write_pieces(&mut sock, pieces).await.is_err() {
             break;
         }
+        outbox
+            .sent_bytes
+            .fetch_add(written as u64, std::sync::atomic::Ordering::Relaxed);
         outbox.wrote.notify_one();
         let drained = {
             let mut s = outbox.lock();

@@ -115,6 +115,7 @@ impl Server {
                 registry: registry.clone(),
                 metrics,
                 amqp_addr: local_addr,
+                amqps_addr: tls_local_addr,
                 resources: monitor.clone(),
                 prometheus_addr: prometheus.as_ref().map(|(a, _)| *a),
             },
@@ -228,6 +229,7 @@ struct MgmtParts {
     registry: Arc<auth::UserRegistry>,
     metrics: metrics::MetricsSource,
     amqp_addr: SocketAddr,
+    amqps_addr: Option<SocketAddr>,
     resources: alarm::ResourceControl,
     prometheus_addr: Option<SocketAddr>,
 }
@@ -249,6 +251,7 @@ async fn start_mgmt(
         metrics: parts.metrics,
         environment: mgmt::environment(config),
         amqp_addr: parts.amqp_addr,
+        amqps_addr: parts.amqps_addr,
         prometheus_addr: parts.prometheus_addr,
         resources: parts.resources,
         clock: config.clock_control.clone(),

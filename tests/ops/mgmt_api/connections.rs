@@ -30,6 +30,9 @@ async fn connections_channels_and_consumers_are_listed() {
     assert_eq!(c["peer_host"], "127.0.0.1");
     assert_eq!(c["channels"], 1);
     assert_eq!(c["protocol"], "AMQP 0-9-1");
+    // S-MGMT-8 / S-OPS-10: the bytes read from and written to its socket so far.
+    assert!(c["recv_oct"].as_u64().unwrap() > 8, "{c}");
+    assert!(c["send_oct"].as_u64().unwrap() > 0, "{c}");
     let chans = get_json(&client, "/api/channels").await;
     assert_eq!(chans[0]["number"], 1);
     assert_eq!(chans[0]["confirm"], true);

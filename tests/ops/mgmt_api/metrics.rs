@@ -275,3 +275,87 @@ async fn s_ops_1_metrics_report_free_disk_and_memory_as_the_alarm_monitor_measur
         );
     }
 }
+
+/// S-OPS-1: the counters RabbitMQ labels by queue type count each queue under its own type,
+/// `rabbit_quorum_queue` or `rabbit_classic_queue`, both types served from the start.
+#[tokio::test]
+async fn s_ops_1_global_counters_are_labelled_with_each_queues_type() {
+    let (server, _) = start().await;
+    let (_conn, ch) = server.channel().await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let text = call(&Client::anonymous(&base(&server)), "GET", "/metrics", None)
+        .await
+        .body;
+    let series = |name: &str, queue_type: &str| {
+        format!(
+            "rabbitmq_global_messages_{name}_total{{protocol=\"amqp091\",queue_type=\"rabbit_{queue_type}_queue\"}}"
+        )
+    };
+    for queue_type in ["classic", "quorum"] {
+        assert_eq!(metric(&text, &series("delivered", queue_type)), 0, "{text}");
+    }
+    let mut quorum = LapinTable::default();
+    quorum.insert(
+        "x-queue-type".into(),
+        lapin::types::AMQPValue::LongString("quorum".into()),
+    );
+    ch.queue_declare(
+        "qq".into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..QueueDeclareOptions::default()
+        },
+        quorum,
+    )
+    .await
+    .unwrap();
+    declare(&ch, "cq").await;
+    for q in ["qq", "qq", "cq"] {
+        publish(&ch, q, b"x").await;
+    }
+    let get = |queue: &'static str, no_ack: bool| {
+        let ch = ch.clone();
+        async move {
+            ch.basic_get(queue.into(), BasicGetOptions { no_ack })
+                .await
+                .unwrap()
+        }
+    };
+    get("qq", false)
+        .await
+        .unwrap()
+        .ack(lapin::options::BasicAckOptions::default())
+        .await
+        .unwrap();
+    assert!(get("qq", true).await.is_some());
+    assert!(get("qq", true).await.is_none());
+    assert!(get("cq", true).await.is_some());
+    let text = call(&Client::anonymous(&base(&server)), "GET", "/metrics", None)
+        .await
+        .body;
+    for (name, quorum, classic) in [
+        ("delivered", 2, 1),
+        ("delivered_get_manual_ack", 1, 0),
+        ("delivered_get_auto_ack", 1, 1),
+        ("get_empty", 1, 0),
+        ("acknowledged", 1, 0),
+        ("redelivered", 0, 0),
+    ] {
+        assert_eq!(
+            metric(&text, &series(name, "quorum")),
+            quorum,
+            "{name}\n{text}"
+        );
+        assert_eq!(metric(&text, &series(name, "classic")), classic, "{name}");
+    }
+    // Counters RabbitMQ labels by protocol alone stay so.
+    assert_eq!(
+        metric(
+            &text,
+            "rabbitmq_global_messages_received_total{protocol=\"amqp091\"}"
+        ),
+        3
+    );
+}

@@ -65,6 +65,27 @@ async fn get_json(client: &Client, path: &str) -> Value {
     a.json()
 }
 
+/// Creates the user `name` (password `pw`) with `tags`, and its configure, write and read
+/// regexes `re` on `vhost`.
+async fn put_user_with(client: &Client, name: &str, tags: &str, vhost: &str, re: [&str; 3]) {
+    let a = call(
+        client,
+        "PUT",
+        &format!("/api/users/{name}"),
+        Some(json!({"password": "pw", "tags": tags})),
+    )
+    .await;
+    assert_eq!(a.status, 201, "{}", a.body);
+    let a = call(
+        client,
+        "PUT",
+        &format!("/api/permissions/{vhost}/{name}"),
+        Some(json!({"configure": re[0], "write": re[1], "read": re[2]})),
+    )
+    .await;
+    assert!(a.status == 201 || a.status == 204, "{}", a.body);
+}
+
 async fn declare(ch: &Channel, queue: &str) {
     ch.queue_declare(
         queue.into(),
@@ -104,4 +125,5 @@ mod policies;
 mod queues;
 mod rabbitmq_import;
 mod stats;
+mod tags;
 mod time;

@@ -271,6 +271,7 @@ impl Broker {
             delivery_count: taken.delivery_count,
             count_header: count_header(q, taken.delivery_count),
             queue: q.name.clone(),
+            queue_kind: q.eff.kind(),
             message,
         }));
         if !no_ack && let Some(t) = timeout_ms {
@@ -322,6 +323,7 @@ impl Broker {
             redelivered: taken.redelivered,
             delivery_count: taken.delivery_count,
             count_header: count_header(q, taken.delivery_count),
+            queue_kind: q.eff.kind(),
             message_count: count_u32(q.ready.len()),
             message,
         });
@@ -344,6 +346,9 @@ impl Broker {
                 continue;
             };
             q.stats.ack += 1; // S-MGMT-8
+            if q.eff.kind() == QueueKind::Quorum {
+                self.acked_quorum += 1;
+            }
             if q.logged() && u.taken.msg.is_persistent() {
                 push_mark(
                     &mut out.events,

@@ -82,6 +82,9 @@ pub struct Broker {
     name_seq: u64,
     dirty: Vec<QueueId>,
     dead_letter_dropped: u64,
+    /// Messages acknowledged out of quorum queues since start (the server labels its ack
+    /// counter by queue type with it).
+    acked_quorum: u64,
     /// Unacked deliveries a channel may hold over all its consumers (the safety cap for
     /// consumers without prefetch), `limits::UNACKED_PER_CHANNEL_MAX` or lower.
     unacked_per_channel_max: u32,
@@ -126,6 +129,7 @@ impl Broker {
             name_seq: 0,
             dirty: Vec::new(),
             dead_letter_dropped: 0,
+            acked_quorum: 0,
             unacked_per_channel_max: wharf_base::limits::UNACKED_PER_CHANNEL_MAX,
             consumer_timeout_ms: None,
             access: Access::default(),

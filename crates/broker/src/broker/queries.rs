@@ -15,6 +15,18 @@ impl Broker {
         self.dead_letter_dropped
     }
 
+    /// Messages acknowledged (`basic.ack`) out of quorum queues since start; the rest of the
+    /// acks the server counts were of classic queues.
+    pub fn acked_quorum(&self) -> u64 {
+        self.acked_quorum
+    }
+
+    /// The type of one queue, if it exists (a lookup, no copy).
+    pub fn queue_kind(&self, vhost: &str, queue: &str) -> Option<crate::args::QueueKind> {
+        let id = self.vhosts.get(vhost)?.queues.get(queue)?;
+        self.queues.get(id).map(|q| q.eff.kind())
+    }
+
     /// Queues of `vhost`, by name.
     pub fn queues(&self, vhost: &str) -> Vec<QueueInfo> {
         let Some(v) = self.vhosts.get(vhost) else {

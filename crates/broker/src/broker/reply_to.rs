@@ -135,6 +135,8 @@ impl Broker {
             delivery_count: 0,
             count_header: None,
             queue: REPLY_QUEUE.into(),
+            // wharf counts the pseudo-queue's deliveries as a classic queue's.
+            queue_kind: crate::args::QueueKind::Classic,
             message: msg.clone(),
         }));
     }

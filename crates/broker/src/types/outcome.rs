@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::event::Event;
 use super::ids::{ChanRef, DeliveryTag, MessageId};
 use super::message::Message;
+use crate::args::QueueKind;
 use crate::error::BrokerError;
 
 /// A message handed to a consumer (`basic.deliver`).
@@ -26,6 +27,8 @@ pub struct Delivery {
     pub count_header: Option<u32>,
     /// The queue it came from.
     pub queue: Arc<str>,
+    /// That queue's type (the server labels its delivery counters with it).
+    pub queue_kind: QueueKind,
     /// The message (its exchange and routing key are the ones to put in `basic.deliver`).
     pub message: Arc<Message>,
 }
@@ -41,6 +44,8 @@ pub struct GetOk {
     pub delivery_count: u32,
     /// The `x-delivery-count` header to add, as [`Delivery::count_header`].
     pub count_header: Option<u32>,
+    /// The queue's type, as [`Delivery::queue_kind`].
+    pub queue_kind: QueueKind,
     /// Ready messages left in the queue.
     pub message_count: u32,
     /// The message.

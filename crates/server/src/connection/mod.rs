@@ -340,7 +340,7 @@ impl Reader {
                         return;
                     }
                     Ok(Ok(0) | Err(_)) => return,
-                    Ok(Ok(_)) => {}
+                    Ok(Ok(n)) => self.outbox.count_received(n),
                 },
                 () = self.outbox.closing(), if !closing => {
                     self.phase = Phase::Closing;

@@ -2,8 +2,10 @@
 //! once durable), queries against the broker's state, taking messages, and the connection and
 //! channel listings.
 
+use std::collections::HashMap;
+
 use super::{Core, TICKET_THIS_BATCH};
-use crate::admin::{AdminDone, AdminRequest, AdminView, ChannelInfo, ConnectionInfo};
+use crate::admin::{AdminDone, AdminRequest, AdminView, ChannelInfo, ChannelStats, ConnectionInfo};
 use wharf_broker::{BrokerError, ChanRef, Command, GetOk, Reply};
 use wharf_store::Store;
 
@@ -109,7 +111,8 @@ impl Core {
                     match reply {
                         Reply::GetOk(g) => {
                             // The management API's get acks at once: a get with auto-ack.
-                            self.counters.get(true, g.redelivered);
+                            let quorum = g.queue_kind == wharf_broker::QueueKind::Quorum;
+                            self.counters.get(true, g.redelivered, quorum);
                             taken.push(g);
                         }
                         _ => break,
@@ -126,6 +129,16 @@ impl Core {
     }
 
     pub(super) fn connection_infos(&self) -> Vec<ConnectionInfo> {
+        // Consumers per channel, counted once for every vhost with a connection.
+        let mut consumers: HashMap<ChanRef, u64> = HashMap::new();
+        let vhosts: std::collections::BTreeSet<&str> =
+            self.conns.values().map(|c| c.vhost.as_str()).collect();
+        for v in vhosts {
+            for c in self.broker.consumers(v) {
+                *consumers.entry(c.chan).or_default() += 1;
+            }
+        }
+        let consumers_on = |chan: ChanRef| consumers.get(&chan).copied().unwrap_or(0);
         let mut out: Vec<ConnectionInfo> = self
             .conns
             .iter()
@@ -139,7 +152,14 @@ impl Core {
                         confirm: s.confirm_next.is_some(),
                         transactional: s.tx.is_some(),
                         publishing: s.publishing,
-                        stats: s.stats,
+                        stats: ChannelStats {
+                            unacked: u64::try_from(
+                                self.broker.channel_unacked(ChanRef::new(id, number)),
+                            )
+                            .unwrap_or(u64::MAX),
+                            consumers: consumers_on(ChanRef::new(id, number)),
+                            ..s.stats
+                        },
                     })
                     .collect();
                 channels.sort_by_key(|ch| ch.number);
@@ -154,6 +174,7 @@ impl Core {
                     blocked: c.outbox.is_blocked(),
                     client_properties: c.client_properties.clone(),
                     channels,
+                    traffic: c.outbox.traffic(),
                 }
             })
             .collect();

@@ -71,9 +71,19 @@ impl Core {
                     .is_some_and(|s| {
                         s.stats.deliver_get += 1; // S-MGMT-8
                         s.stats.redeliver += u64::from(d.redelivered);
-                        s.auto_ack_consumers.contains(&*d.consumer_tag)
+                        let auto_ack = s.auto_ack_consumers.contains(&*d.consumer_tag);
+                        if auto_ack {
+                            s.stats.deliver_no_ack += 1; // S-OPS-10
+                        } else {
+                            s.stats.deliver_manual += 1;
+                        }
+                        auto_ack
                     });
-                self.counters.deliver(auto_ack, d.redelivered);
+                self.counters.deliver(
+                    auto_ack,
+                    d.redelivered,
+                    d.queue_kind == wharf_broker::QueueKind::Quorum,
+                );
             }
             Effect::QueueDeleted { .. } => self.counters.queues_deleted += 1,
             Effect::ConsumerCancelled { chan, consumer_tag } => {

@@ -10,7 +10,7 @@ use super::msg::{Op, OpenConn};
 use super::{ChanState, ConnState, Core, TxOp};
 use crate::convert::{Close, broker_error_close, short};
 use crate::methods::MethodId;
-use wharf_broker::{ChanRef, Command, Publish, Reply};
+use wharf_broker::{ChanRef, Command, Publish, QueueKind, Reply};
 use wharf_protocol::{self as protocol, ChannelId, reply_code};
 
 impl Core {
@@ -321,24 +321,7 @@ impl Core {
     /// not match its routing key. Costs one comparison while no topic permission is set.
     fn topic_refusal(&self, conn: u64, cmd: &Command) -> Option<Close> {
         let access = self.access.as_ref().filter(|a| a.has_topic_permissions())?;
-        let (vhost, exchange, key, write) = match cmd {
-            Command::Publish(p) | Command::PublishOn { publish: p, .. } => {
-                (&p.vhost, &p.exchange, &p.routing_key, true)
-            }
-            Command::QueueBind {
-                vhost,
-                exchange,
-                routing_key,
-                ..
-            }
-            | Command::ExchangeBind {
-                vhost,
-                source: exchange,
-                routing_key,
-                ..
-            } => (vhost, exchange, routing_key, false),
-            _ => return None,
-        };
+        let (vhost, exchange, key, write) = crate::auth::topic_use(cmd)?;
         let user = &self.conns.get(&conn)?.user;
         if !access.restricts_topic(user, vhost, exchange)
             || !matches!(
@@ -351,9 +334,7 @@ impl Core {
         }
         Some(Close::new(
             reply_code::ACCESS_REFUSED,
-            &format!(
-                "access to topic '{key}' in exchange '{exchange}' in vhost '{vhost}' refused for user '{user}'"
-            ),
+            &crate::auth::topic_refusal_text(user, vhost, exchange, key),
         ))
     }
 
@@ -373,6 +354,9 @@ impl Core {
                 let confirm = self.chan_mut(conn, ch).is_some_and(|s| {
                     s.publishing = true;
                     s.stats.publish += 1; // S-MGMT-8
+                    // S-OPS-10
+                    s.stats.returned_unroutable += u64::from(!result.routed && mandatory);
+                    s.stats.dropped_unroutable += u64::from(!result.routed && !mandatory);
                     s.confirm_next.is_some()
                 });
                 self.counters.publish(body_bytes, confirm);
@@ -388,6 +372,9 @@ impl Core {
                 {
                     c.confirm(ch, seq, !result.refused);
                     self.counters.confirmed += u64::from(!result.refused);
+                    if let Some(s) = c.channels.get_mut(&ch) {
+                        s.stats.confirm += u64::from(!result.refused); // S-OPS-10
+                    }
                     self.dirty.insert(conn);
                 }
             }
@@ -409,16 +396,22 @@ impl Core {
         }
         // An ack settles every message it names (many with `multiple`): count those.
         let acking = match &cmd {
-            Command::Ack { chan, .. } => Some((*chan, self.broker.channel_unacked(*chan))),
+            Command::Ack { chan, .. } => Some((
+                *chan,
+                self.broker.channel_unacked(*chan),
+                self.broker.acked_quorum(),
+            )),
             _ => None,
         };
-        let counted = Counted::of(&cmd);
+        let vhost = self.conns.get(&conn).map(|c| c.vhost.as_str());
+        let counted = Counted::of(&cmd, vhost, &self.broker);
         match self.broker.handle(cmd, self.now()) {
             Ok(out) => {
-                if let Some((chan, before)) = acking {
+                if let Some((chan, before, quorum_before)) = acking {
                     let settled = before.saturating_sub(self.broker.channel_unacked(chan));
                     let settled = u64::try_from(settled).unwrap_or(u64::MAX);
-                    self.counters.acked += settled;
+                    let quorum = self.broker.acked_quorum().saturating_sub(quorum_before);
+                    self.counters.ack(settled, quorum);
                     if let Some(s) = self.chan_mut(conn, ch) {
                         s.stats.ack += settled; // S-MGMT-8
                     }
@@ -488,8 +481,9 @@ impl Core {
 /// What a command's reply tells the metrics counters, noted before the command is handed
 /// to the broker.
 pub(super) enum Counted {
-    /// `basic.get`, with its acknowledgement mode.
-    Get { no_ack: bool },
+    /// `basic.get`, with its acknowledgement mode and whether its queue is a quorum queue
+    /// (for a `get-empty`, which names no queue type).
+    Get { no_ack: bool, quorum: bool },
     /// `basic.consume`, with its acknowledgement mode.
     Consume { no_ack: bool },
     /// `basic.cancel` of this tag.
@@ -501,9 +495,13 @@ pub(super) enum Counted {
 }
 
 impl Counted {
-    fn of(cmd: &Command) -> Counted {
+    /// What `cmd`, on a connection to `vhost`, will count.
+    fn of(cmd: &Command, vhost: Option<&str>, broker: &wharf_broker::Broker) -> Counted {
         match cmd {
-            Command::Get { no_ack, .. } => Counted::Get { no_ack: *no_ack },
+            Command::Get { no_ack, queue, .. } => Counted::Get {
+                no_ack: *no_ack,
+                quorum: vhost.and_then(|v| broker.queue_kind(v, queue)) == Some(QueueKind::Quorum),
+            },
             Command::Consume { no_ack, .. } => Counted::Consume { no_ack: *no_ack },
             Command::Cancel { consumer_tag, .. } => Counted::Cancel(consumer_tag.clone()),
             Command::QueueDeclare(_) => Counted::Declare,
@@ -517,14 +515,25 @@ impl Core {
     /// set of auto-ack consumers (their deliveries are counted apart).
     fn count_reply(&mut self, conn: u64, ch: u16, counted: &Counted, reply: &Reply) {
         match (counted, reply) {
-            (Counted::Get { no_ack }, Reply::GetOk(g)) => {
-                self.counters.get(*no_ack, g.redelivered);
+            (Counted::Get { no_ack, .. }, Reply::GetOk(g)) => {
+                self.counters
+                    .get(*no_ack, g.redelivered, g.queue_kind == QueueKind::Quorum);
                 if let Some(s) = self.chan_mut(conn, ch) {
                     s.stats.deliver_get += 1; // S-MGMT-8
                     s.stats.redeliver += u64::from(g.redelivered);
+                    if *no_ack {
+                        s.stats.get_no_ack += 1; // S-OPS-10
+                    } else {
+                        s.stats.get_manual += 1;
+                    }
                 }
             }
-            (Counted::Get { .. }, Reply::GetEmpty) => self.counters.get_empty += 1,
+            (Counted::Get { quorum, .. }, Reply::GetEmpty) => {
+                self.counters.get_empty(*quorum);
+                if let Some(s) = self.chan_mut(conn, ch) {
+                    s.stats.get_empty += 1; // S-OPS-10
+                }
+            }
             (Counted::Consume { no_ack: true }, Reply::ConsumeOk { consumer_tag }) => {
                 if let Some(s) = self.chan_mut(conn, ch) {
                     s.auto_ack_consumers.insert(consumer_tag.clone());

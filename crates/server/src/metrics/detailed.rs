@@ -20,30 +20,40 @@ pub(crate) enum Family {
     QueueConsumerCount,
     /// Consumers and ready bytes per queue.
     Queue,
+    /// Bytes received and sent per connection.
+    ConnectionCoarse,
+    /// Channels per connection.
+    Connection,
+    /// Consumers and unacknowledged messages per channel.
+    Channel,
+    /// Messages published, confirmed, returned and dropped per channel.
+    ChannelExchange,
+    /// Messages delivered, fetched, redelivered and acknowledged per channel.
+    ChannelQueue,
 }
 
 /// `rabbitmq_prometheus`'s names of the families wharf fills.
-const FILLED: [(&str, Family); 6] = [
+const FILLED: [(&str, Family); 11] = [
     ("connection_churn_metrics", Family::ConnectionChurn),
     ("node_coarse_metrics", Family::NodeCoarse),
     ("node_metrics", Family::Node),
     ("queue_coarse_metrics", Family::QueueCoarse),
     ("queue_consumer_count", Family::QueueConsumerCount),
     ("queue_metrics", Family::Queue),
+    ("connection_coarse_metrics", Family::ConnectionCoarse),
+    ("connection_metrics", Family::Connection),
+    ("channel_metrics", Family::Channel),
+    ("channel_exchange_metrics", Family::ChannelExchange),
+    ("channel_queue_metrics", Family::ChannelQueue),
 ];
 
-/// `rabbitmq_prometheus`'s families wharf has no figures for (per-channel and per-connection
-/// counters, Erlang and Mnesia I/O, exchange counters, streams, the cluster families).
-pub(crate) const NOT_KEPT: [&str; 17] = [
+/// `rabbitmq_prometheus`'s families wharf has no figures for (Erlang processes and Mnesia
+/// I/O, per channel-queue-exchange and exchange counters, streams, the cluster families).
+pub(crate) const NOT_KEPT: [&str; 12] = [
     "node_persister_metrics",
     "auth_attempt_metrics",
     "auth_attempt_detailed_metrics",
-    "channel_metrics",
-    "channel_exchange_metrics",
     "channel_process_metrics",
-    "channel_queue_metrics",
-    "connection_coarse_metrics",
-    "connection_metrics",
     "channel_queue_exchange_metrics",
     "exchange_metrics",
     "queue_delivery_metrics",
@@ -123,7 +133,7 @@ mod tests {
     fn s_ops_3_families_and_vhosts_are_read_and_the_rest_named() {
         let (d, ignored) = Detailed::parse(&pairs(&[
             ("family", "queue_coarse_metrics"),
-            ("family", "channel_metrics"),
+            ("family", "exchange_metrics"),
             ("family", "nonsense"),
             ("vhost", "a"),
             ("vhost", "b"),
@@ -134,7 +144,7 @@ mod tests {
         assert_eq!(
             ignored,
             [
-                Ignored::NotKept("channel_metrics".into()),
+                Ignored::NotKept("exchange_metrics".into()),
                 Ignored::Unknown("nonsense".into())
             ]
         );

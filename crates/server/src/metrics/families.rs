@@ -12,19 +12,11 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 
 use super::detailed::{Detailed, Family};
+use super::objects;
+use super::sample::{Labels, Value, family};
 use super::snapshot::{QueueFigures, Snapshot};
-use crate::counters::{MESSAGE_SIZE_BOUNDS, MessageCounters};
+use crate::counters::{MESSAGE_SIZE_BOUNDS, MessageCounters, QueueTypeCounters};
 use wharf_wal::{SYNC_LATENCY_BOUNDS_US, SYNC_RECORDS_BOUNDS};
-
-/// Labels of one sample, in order.
-type Labels = Vec<(&'static str, String)>;
-
-/// A sample's value.
-#[derive(Debug, Clone, Copy)]
-enum Value {
-    Int(u64),
-    Float(f64),
-}
 
 /// Which of `rabbitmq_prometheus`'s endpoints is answered.
 #[derive(Debug, Clone)]
@@ -69,7 +61,6 @@ pub(crate) struct Exposition {
 const RABBITMQ_VERSION: &str = "3.13.0";
 
 const PROTOCOL: (&str, &str) = ("protocol", "amqp091");
-const QUEUE_TYPE: (&str, &str) = ("queue_type", "rabbit_classic_queue");
 
 #[expect(
     clippy::cast_precision_loss,
@@ -77,36 +68,6 @@ const QUEUE_TYPE: (&str, &str) = ("queue_type", "rabbit_classic_queue");
 )]
 fn seconds(value: u64, per_second: f64) -> f64 {
     value as f64 / per_second
-}
-
-/// Writes one family: its `HELP` and `TYPE` lines, then its samples.
-fn family(
-    enc: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    kind: MetricType,
-    samples: &[(Labels, Value)],
-) -> fmt::Result {
-    // The encoder appends `_total` to a counter's name, as the text format wants.
-    let name = match kind {
-        MetricType::Counter => name.strip_suffix("_total").unwrap_or(name),
-        _ => name,
-    };
-    let mut metric = enc.encode_descriptor(name, help, None, kind)?;
-    for (labels, value) in samples {
-        let mut m = metric.encode_family(labels)?;
-        match (kind, *value) {
-            (MetricType::Counter, Value::Int(v)) => {
-                m.encode_counter::<NoLabelSet, _, u64>(&v, None)
-            }
-            (MetricType::Counter, Value::Float(v)) => {
-                m.encode_counter::<NoLabelSet, _, u64>(&v, None)
-            }
-            (_, Value::Int(v)) => m.encode_gauge(&v),
-            (_, Value::Float(v)) => m.encode_gauge(&v),
-        }?;
-    }
-    Ok(())
 }
 
 /// A family of one unlabelled sample.
@@ -171,99 +132,86 @@ const QUEUE_BYTES: QueueMetric = (
     |q| q.ready_bytes,
 );
 
-/// RabbitMQ's global message counters: the part of the name between
-/// `rabbitmq_global_messages_` and `_total`, the help text, whether the family is labelled
-/// by queue type as well as by protocol, and how to read it.
-type GlobalCounter = (
-    &'static str,
-    &'static str,
-    bool,
-    fn(&MessageCounters) -> u64,
-);
+/// RabbitMQ's global message counters labelled by protocol only: the part of the name
+/// between `rabbitmq_global_messages_` and `_total`, the help text, and how to read it.
+type GlobalCounter = (&'static str, &'static str, fn(&MessageCounters) -> u64);
 
-const GLOBAL_COUNTERS: [GlobalCounter; 14] = [
+const GLOBAL_COUNTERS: [GlobalCounter; 6] = [
     (
         "received",
         "Total number of messages received from publishers",
-        false,
         |c| c.published,
     ),
     (
         "received_confirm",
         "Total number of messages received from publishers expecting confirmations",
-        false,
         |c| c.published_confirm,
     ),
     (
         "routed",
         "Total number of messages routed to queues or streams",
-        false,
         |c| c.routed,
     ),
     (
         "unroutable_dropped",
         "Total number of messages published as non-mandatory into an exchange and dropped as unroutable",
-        false,
         |c| c.unroutable_dropped,
     ),
     (
         "unroutable_returned",
         "Total number of messages published as mandatory into an exchange and returned to the publisher as unroutable",
-        false,
         |c| c.unroutable_returned,
     ),
     (
         "confirmed",
         "Total number of messages confirmed to publishers",
-        false,
         |c| c.confirmed,
     ),
+];
+
+/// RabbitMQ's global message counters labelled by protocol and queue type, read from one
+/// queue type's counters.
+type QueueTypeCounter = (&'static str, &'static str, fn(&QueueTypeCounters) -> u64);
+
+const QUEUE_TYPE_COUNTERS: [QueueTypeCounter; 8] = [
     (
         "delivered",
         "Total number of messages delivered to consumers",
-        true,
         |c| c.delivered,
     ),
     (
         "delivered_consume_auto_ack",
         "Total number of messages delivered to consumers using basic.consume with automatic acknowledgment",
-        true,
         |c| c.delivered_consume_auto_ack,
     ),
     (
         "delivered_consume_manual_ack",
         "Total number of messages delivered to consumers using basic.consume with manual acknowledgment",
-        true,
         |c| c.delivered_consume_manual_ack,
     ),
     (
         "delivered_get_auto_ack",
         "Total number of messages delivered to consumers using basic.get with automatic acknowledgment",
-        true,
         |c| c.delivered_get_auto_ack,
     ),
     (
         "delivered_get_manual_ack",
         "Total number of messages delivered to consumers using basic.get with manual acknowledgment",
-        true,
         |c| c.delivered_get_manual_ack,
     ),
     (
         "get_empty",
         "Total number of times basic.get operations fetched no message",
-        true,
         |c| c.get_empty,
     ),
     (
         "redelivered",
         "Total number of messages redelivered to consumers",
-        true,
         |c| c.redelivered,
     ),
     (
         "acknowledged",
         "Total number of messages acknowledged by consumers",
-        true,
         |c| c.acked,
     ),
 ];
@@ -478,16 +426,27 @@ impl Exposition {
     fn globals(&self, enc: &mut DescriptorEncoder<'_>) -> fmt::Result {
         let c = &self.snapshot.counters;
         let by_protocol = vec![(PROTOCOL.0, PROTOCOL.1.to_owned())];
-        let mut by_queue_type = by_protocol.clone();
-        by_queue_type.push((QUEUE_TYPE.0, QUEUE_TYPE.1.to_owned()));
-        for (name, help, per_queue_type, read) in GLOBAL_COUNTERS {
-            let labels = if per_queue_type {
-                &by_queue_type
-            } else {
-                &by_protocol
-            };
+        for (name, help, read) in GLOBAL_COUNTERS {
             let name = format!("rabbitmq_global_messages_{name}_total");
-            let samples = [(labels.clone(), Value::Int(read(c)))];
+            let samples = [(by_protocol.clone(), Value::Int(read(c)))];
+            family(enc, &name, help, MetricType::Counter, &samples)?;
+        }
+        // Every queue type wharf has, as RabbitMQ serves every type it has (0 until used).
+        let classic = c.all.less(&c.quorum);
+        let by_type = [
+            ("rabbit_classic_queue", &classic),
+            ("rabbit_quorum_queue", &c.quorum),
+        ];
+        for (name, help, read) in QUEUE_TYPE_COUNTERS {
+            let name = format!("rabbitmq_global_messages_{name}_total");
+            let samples: Vec<(Labels, Value)> = by_type
+                .iter()
+                .map(|(queue_type, counters)| {
+                    let mut labels = by_protocol.clone();
+                    labels.push(("queue_type", (*queue_type).to_owned()));
+                    (labels, Value::Int(read(counters)))
+                })
+                .collect();
             family(enc, &name, help, MetricType::Counter, &samples)?;
         }
         let gauges = [
@@ -634,6 +593,8 @@ impl Exposition {
         let mut queue_metrics = QUEUE_COARSE.to_vec();
         queue_metrics.extend([QUEUE_CONSUMERS, QUEUE_BYTES]);
         self.queues(enc, "rabbitmq_", &queue_metrics, per_object, &|_| true)?;
+        let conns = &self.snapshot.conns;
+        objects::connections_and_channels(enc, "rabbitmq_", conns, per_object, &|_| true)?;
         self.totals(enc)?;
         self.globals(enc)?;
         self.identity(
@@ -669,6 +630,8 @@ impl Exposition {
             queue_metrics.push(QUEUE_CONSUMERS);
         }
         self.queues(enc, prefix, &queue_metrics, true, &|q| d.in_vhost(&q.vhost))?;
+        let conns = &self.snapshot.conns;
+        objects::connections_and_channels(enc, prefix, conns, true, &|f| d.wants(f))?;
         self.identity(enc, "detailed")
     }
 }

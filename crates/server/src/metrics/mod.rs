@@ -10,13 +10,17 @@
 //!
 //! - `snapshot.rs`: what one scrape copies out of the broker task.
 //! - `families.rs`: the families, written with `prometheus-client`'s text encoder.
+//! - `objects.rs`: the per-connection and per-channel families.
+//! - `sample.rs`: one family's samples and their text.
 //! - `detailed.rs`: `/metrics/detailed`'s query.
 //! - `process.rs`: the process's file descriptors.
 //! - `serve.rs`: the listener and its routes.
 
 mod detailed;
 mod families;
+mod objects;
 mod process;
+mod sample;
 mod serve;
 mod snapshot;
 

@@ -2,7 +2,7 @@
 //! counters, the log's sync histograms), copied there by [`Snapshot::of`] and turned into
 //! text outside it.
 
-use crate::admin::AdminView;
+use crate::admin::{AdminView, ChannelStats};
 use crate::counters::MessageCounters;
 use wharf_wal::SyncSnapshot;
 
@@ -17,10 +17,24 @@ pub(crate) struct QueueFigures {
     pub(crate) consumers: u64,
 }
 
+/// One connection's figures, and its channels'.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConnFigures {
+    /// The client's address, the connection's label (S-OPS-10).
+    pub(crate) peer: String,
+    /// Bytes received from the client and sent to it.
+    pub(crate) received_bytes: u64,
+    pub(crate) sent_bytes: u64,
+    /// Its open channels: number and figures.
+    pub(crate) channels: Vec<(u16, ChannelStats)>,
+}
+
 /// What a scrape reads from the broker task.
 #[derive(Debug, Clone)]
 pub(crate) struct Snapshot {
     pub(crate) queues: Vec<QueueFigures>,
+    /// Every open connection (the per-connection and per-channel families).
+    pub(crate) conns: Vec<ConnFigures>,
     pub(crate) connections: u64,
     pub(crate) channels: u64,
     /// Open channels that have published.
@@ -55,8 +69,19 @@ impl Snapshot {
             );
         }
         let channels = view.connections.iter().flat_map(|c| &c.channels);
+        let conns = view
+            .connections
+            .iter()
+            .map(|c| ConnFigures {
+                peer: c.peer.to_string(),
+                received_bytes: c.traffic.0,
+                sent_bytes: c.traffic.1,
+                channels: c.channels.iter().map(|ch| (ch.number, ch.stats)).collect(),
+            })
+            .collect();
         Snapshot {
             queues,
+            conns,
             connections: count(view.connections.len()),
             channels: count(channels.clone().count()),
             publishers: count(channels.filter(|ch| ch.publishing).count()),

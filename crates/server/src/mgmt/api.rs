@@ -33,6 +33,8 @@ pub struct MgmtConfig {
     pub environment: serde_json::Value,
     /// The AMQP listener's address (for `/api/overview`'s listeners).
     pub amqp_addr: SocketAddr,
+    /// The AMQPS (AMQP over TLS) listener's address, when it listens (`amqp/ssl`).
+    pub amqps_addr: Option<SocketAddr>,
     /// The Prometheus listener's address, when it listens (`/api/overview`'s listeners).
     pub prometheus_addr: Option<SocketAddr>,
     /// The resource limits, changed at runtime by `PUT /api/wharf/resource-limits`.
@@ -74,10 +76,11 @@ impl Api {
         }
     }
 
-    /// Every listener of the server with RabbitMQ's protocol name (`amqp`, `http`, `https`,
-    /// `http/prometheus`), as `/api/overview` lists them.
+    /// Every listener of the server with RabbitMQ's protocol name (`amqp`, `amqp/ssl`,
+    /// `http`, `https`, `http/prometheus`), as `/api/overview` lists them.
     pub(crate) fn listeners(&self) -> Vec<(&'static str, SocketAddr)> {
         let mut all = vec![("amqp", self.config.amqp_addr)];
+        all.extend(self.config.amqps_addr.map(|a| ("amqp/ssl", a)));
         for (i, addr) in self.listeners.iter().enumerate() {
             all.push((if i == 0 { "http" } else { "https" }, *addr));
         }
@@ -100,6 +103,23 @@ pub(crate) struct AdminBody(pub(crate) Api, pub(crate) Bytes);
 /// management tags (`management`, `policymaker`, `monitoring`, `administrator`); 401 "Not
 /// management user" otherwise (S-MGMT-1). Carries who it is.
 pub(crate) struct Authenticated(pub(crate) Api, pub(crate) Principal);
+
+/// [`Authenticated`] for a request with a body (read before the caller is checked, as for
+/// [`AdminBody`]). What the caller may change is decided by the handler, once it knows the
+/// vhost and the broker command ([`Api::permit`], [`Api::policymaker`]).
+pub(crate) struct AuthenticatedBody(pub(crate) Api, pub(crate) Principal, pub(crate) Bytes);
+
+/// How a refused AMQP permission is answered (S-MGMT-1), as RabbitMQ's two ways of running
+/// an API write as its caller answer it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Via {
+    /// A declare, delete, bind or unbind (RabbitMQ runs the method as the user): 401
+    /// "Access refused.".
+    Method,
+    /// A publish, get or purge (RabbitMQ opens a channel as the user): 401 with the text the
+    /// channel was closed with (`ACCESS_REFUSED - write access to exchange ...`).
+    Channel,
+}
 
 /// The API of a read-only request and what its caller may see (S-MGMT-1): every vhost for
 /// `administrator` and `monitoring`, the vhosts the user has permissions on for `management`
@@ -177,19 +197,38 @@ impl FromRequestParts<Api> for Admin {
     }
 }
 
+/// Reads a request's body, then checks its caller with `check` (the body first, so that a
+/// refused body answers as it always did).
+async fn body_then<T>(
+    req: Request,
+    api: &Api,
+    check: fn(&Api, &HeaderMap, SocketAddr) -> Result<T, ApiError>,
+) -> Result<(T, Bytes), Response> {
+    let (mut parts, body) = req.into_parts();
+    let peer = peer(&mut parts, api).await?;
+    let headers = parts.headers.clone();
+    let bytes = Bytes::from_request(Request::from_parts(parts, body), api)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    let who = check(api, &headers, peer).map_err(IntoResponse::into_response)?;
+    Ok((who, bytes))
+}
+
 impl FromRequest<Api> for AdminBody {
     type Rejection = Response;
 
     async fn from_request(req: Request, api: &Api) -> Result<Self, Response> {
-        let (mut parts, body) = req.into_parts();
-        let peer = peer(&mut parts, api).await?;
-        let headers = parts.headers.clone();
-        let bytes = Bytes::from_request(Request::from_parts(parts, body), api)
-            .await
-            .map_err(IntoResponse::into_response)?;
-        api.admin(&headers, peer)
-            .map_err(IntoResponse::into_response)?;
+        let (_, bytes) = body_then(req, api, Api::admin).await?;
         Ok(AdminBody(api.clone(), bytes))
+    }
+}
+
+impl FromRequest<Api> for AuthenticatedBody {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, api: &Api) -> Result<Self, Response> {
+        let (who, bytes) = body_then(req, api, Api::management_user).await?;
+        Ok(AuthenticatedBody(api.clone(), who, bytes))
     }
 }
 
@@ -199,11 +238,8 @@ impl FromRequestParts<Api> for Authenticated {
     async fn from_request_parts(parts: &mut Parts, api: &Api) -> Result<Self, Response> {
         let peer = peer(parts, api).await?;
         let who = api
-            .user(&parts.headers, peer)
+            .management_user(&parts.headers, peer)
             .map_err(IntoResponse::into_response)?;
-        if !MANAGEMENT_TAGS.iter().any(|t| who.has_tag(t)) {
-            return Err(ApiError::NotAuthorised("Not management user").into_response());
-        }
         Ok(Authenticated(api.clone(), who))
     }
 }
@@ -213,14 +249,7 @@ impl FromRequestParts<Api> for Reader {
 
     async fn from_request_parts(parts: &mut Parts, api: &Api) -> Result<Self, Response> {
         let Authenticated(api, who) = Authenticated::from_request_parts(parts, api).await?;
-        let scope = if who.has_tag("administrator") || who.has_tag("monitoring") {
-            Scope::All
-        } else {
-            Scope::User {
-                vhosts: api.config.users.snapshot().vhosts_of(&who.name),
-                name: who.name,
-            }
-        };
+        let scope = api.scope_of(who);
         Ok(Reader(api, scope))
     }
 }
@@ -238,6 +267,14 @@ impl FromRequestParts<Api> for Monitor {
     }
 }
 
+/// A refused permission answered as `via` says.
+fn refused(via: Via, text: &str) -> ApiError {
+    match via {
+        Via::Method => ApiError::NotAuthorised("Access refused."),
+        Via::Channel => ApiError::AccessRefused(format!("ACCESS_REFUSED - {text}")),
+    }
+}
+
 /// What a handler answers: a response, or an error in RabbitMQ's JSON shape.
 pub(crate) type ApiResult = Result<Response, ApiError>;
 
@@ -251,6 +288,8 @@ pub enum ApiError {
     /// 401 `not_authorised` with RabbitMQ's reason: the user lacks the tag or the vhost
     /// access the request needs (RabbitMQ answers these with 401 too, not 403).
     NotAuthorised(&'static str),
+    /// 401 `not_authorised` with the text an AMQP channel was refused with ([`Via::Channel`]).
+    AccessRefused(String),
     /// Another answer of RabbitMQ's: status, `error` and `reason`.
     Coded(u16, &'static str, String),
     /// 404: no such object.
@@ -286,6 +325,7 @@ impl IntoResponse for ApiError {
                 "not_authorised",
                 reason.to_owned(),
             ),
+            ApiError::AccessRefused(reason) => (StatusCode::UNAUTHORIZED, "not_authorised", reason),
             ApiError::Coded(status, error, reason) => (
                 StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
                 error,
@@ -361,6 +401,127 @@ impl Api {
             Err(ApiError::NotAuthorised("Not administrator user"))
         } else {
             Err(ApiError::NotAuthorised("Not management user"))
+        }
+    }
+
+    /// The caller, who must hold one of the management tags: 401 "Not management user"
+    /// otherwise.
+    pub(crate) fn management_user(
+        &self,
+        headers: &HeaderMap,
+        peer: SocketAddr,
+    ) -> Result<Principal, ApiError> {
+        let who = self.user(headers, peer)?;
+        if MANAGEMENT_TAGS.iter().any(|t| who.has_tag(t)) {
+            Ok(who)
+        } else {
+            Err(ApiError::NotAuthorised("Not management user"))
+        }
+    }
+
+    /// S-MGMT-1: whether `who` may run `cmd` in `vhost` through the API, as RabbitMQ runs an
+    /// API write as its caller: the vhost's access ([`Api::vhost_access`]), then the AMQP
+    /// permissions the command needs and the topic permissions it uses, refused as `via`
+    /// says. An administrator's writes are not checked against its AMQP permissions.
+    pub(crate) async fn permit(
+        &self,
+        who: &Principal,
+        vhost: &str,
+        cmd: &Command,
+        via: Via,
+    ) -> Result<(), ApiError> {
+        self.permit_needs(who, vhost, &crate::auth::required_permissions(cmd), via)?;
+        let Some((vhost, exchange, key, write)) = crate::auth::topic_use(cmd) else {
+            return Ok(());
+        };
+        let snapshot = self.config.users.snapshot();
+        if who.has_tag("administrator") || !snapshot.restricts_topic(&who.name, vhost, exchange) {
+            return Ok(());
+        }
+        let (v, x) = (vhost.to_owned(), exchange.to_owned());
+        let kind = self
+            .query(move |view| view.broker.exchange_kind(&v, &x))
+            .await?;
+        if kind != Some(wharf_broker::ExchangeKind::Topic)
+            || snapshot.topic_permits(&who.name, vhost, exchange, key, write)
+        {
+            return Ok(());
+        }
+        Err(refused(
+            via,
+            &crate::auth::topic_refusal_text(&who.name, vhost, exchange, key),
+        ))
+    }
+
+    /// [`Api::permit`] for an operation given by the permissions it needs (no topic).
+    pub(crate) fn permit_needs(
+        &self,
+        who: &Principal,
+        vhost: &str,
+        needs: &[crate::auth::Need],
+        via: Via,
+    ) -> Result<(), ApiError> {
+        self.vhost_access(who, vhost)?;
+        if who.has_tag("administrator") {
+            return Ok(());
+        }
+        crate::auth::PermissionCache::default()
+            .authorize(&self.config.users, &who.name, vhost, needs)
+            .map_err(|text| refused(via, &text))
+    }
+
+    /// RabbitMQ's `is_authorized_vhost`: an administrator may name any vhost; another user
+    /// only one it holds a permission on (401 "User not authorised to access virtual host").
+    /// A vhost that does not exist passes, so that the request answers 404.
+    pub(crate) fn vhost_access(&self, who: &Principal, vhost: &str) -> Result<(), ApiError> {
+        let snapshot = self.config.users.snapshot();
+        if who.has_tag("administrator")
+            || !snapshot.has_vhost(vhost)
+            || snapshot.may_open(&who.name, vhost)
+        {
+            Ok(())
+        } else {
+            Err(ApiError::NotAuthorised(
+                "User not authorised to access virtual host",
+            ))
+        }
+    }
+
+    /// RabbitMQ's `is_authorized_policies`, for policies and runtime parameters: an
+    /// administrator, or a `policymaker` with access to `vhost` (any vhost when `None`); 401
+    /// "User not authorised to access object" otherwise.
+    pub(crate) fn policymaker(&self, who: &Principal, vhost: Option<&str>) -> Result<(), ApiError> {
+        let allowed = who.has_tag("administrator")
+            || (who.has_tag("policymaker")
+                && vhost.is_none_or(|v| self.vhost_access(who, v).is_ok()));
+        if allowed {
+            Ok(())
+        } else {
+            Err(ApiError::NotAuthorised(
+                "User not authorised to access object",
+            ))
+        }
+    }
+
+    /// What `who` may read: every vhost for `administrator` and `monitoring`, the vhosts it
+    /// holds a permission on otherwise.
+    pub(crate) fn scope_of(&self, who: Principal) -> Scope {
+        if who.has_tag("administrator") || who.has_tag("monitoring") {
+            Scope::All
+        } else {
+            Scope::User {
+                vhosts: self.config.users.snapshot().vhosts_of(&who.name),
+                name: who.name,
+            }
+        }
+    }
+
+    /// 401 "Not administrator user" unless `who` is an administrator.
+    pub(crate) fn administrator(who: &Principal) -> Result<(), ApiError> {
+        if who.has_tag("administrator") {
+            Ok(())
+        } else {
+            Err(ApiError::NotAuthorised("Not administrator user"))
         }
     }
 

@@ -8,7 +8,9 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::{Value as JsonValue, json};
 
-use super::api::{Admin, AdminBody, Api, ApiError, ApiResult, Reader, Scope};
+use super::api::{
+    Api, ApiError, ApiResult, Authenticated, AuthenticatedBody, Principal, Reader, Scope, Via,
+};
 use super::exchanges::exchange_in_path;
 use super::json as j;
 use super::reply::{body_object, no_content, ok_json, vhosts_of};
@@ -101,6 +103,7 @@ pub(crate) fn bind_command(
 
 async fn bind(
     api: &Api,
+    who: &Principal,
     vhost: String,
     source: String,
     dest: DestName,
@@ -115,31 +118,41 @@ async fn bind(
     let arguments = j::json_to_table(map.get("arguments").unwrap_or(&JsonValue::Null))
         .map_err(ApiError::BadRequest)?;
     let source = exchange_in_path(source);
-    api.command(bind_command(
-        vhost,
-        source,
-        dest,
-        routing_key,
-        arguments,
-        true,
-    ))
-    .await?;
+    let cmd = bind_command(vhost.clone(), source, dest, routing_key, arguments, true);
+    api.permit(who, &vhost, &cmd, Via::Method).await?;
+    api.command(cmd).await?;
     Ok(StatusCode::CREATED.into_response())
 }
 
 pub(crate) async fn bind_queue(
     Path((vhost, source, destination)): Path<(String, String, String)>,
-    AdminBody(api, body): AdminBody,
+    AuthenticatedBody(api, who, body): AuthenticatedBody,
 ) -> ApiResult {
-    bind(&api, vhost, source, DestName::Queue(destination), &body).await
+    bind(
+        &api,
+        &who,
+        vhost,
+        source,
+        DestName::Queue(destination),
+        &body,
+    )
+    .await
 }
 
 /// `POST /api/bindings/{vhost}/e/{source}/e/{destination}` (S-MGMT-4).
 pub(crate) async fn bind_exchange(
     Path((vhost, source, destination)): Path<(String, String, String)>,
-    AdminBody(api, body): AdminBody,
+    AuthenticatedBody(api, who, body): AuthenticatedBody,
 ) -> ApiResult {
-    bind(&api, vhost, source, DestName::Exchange(destination), &body).await
+    bind(
+        &api,
+        &who,
+        vhost,
+        source,
+        DestName::Exchange(destination),
+        &body,
+    )
+    .await
 }
 
 /// The bindings from `source` to `dest` in `vhost`.
@@ -230,18 +243,23 @@ pub(crate) async fn binding_get(
 }
 
 /// `DELETE /api/bindings/{vhost}/e/{source}/{q|e}/{destination}/{props}` (S-MGMT-4).
-pub(crate) async fn binding_delete(Path(path): Path<BindingPath>, Admin(api): Admin) -> ApiResult {
+pub(crate) async fn binding_delete(
+    Path(path): Path<BindingPath>,
+    Authenticated(api, who): Authenticated,
+) -> ApiResult {
     let vhost = path.0.clone();
+    api.vhost_access(&who, &vhost)?;
     let b = binding_by_props(&api, &Scope::All, path).await?;
-    api.command(bind_command(
-        vhost,
+    let cmd = bind_command(
+        vhost.clone(),
         b.source,
         b.destination,
         b.routing_key,
         b.arguments,
         false,
-    ))
-    .await?;
+    );
+    api.permit(&who, &vhost, &cmd, Via::Method).await?;
+    api.command(cmd).await?;
     Ok(no_content())
 }
 

@@ -10,7 +10,7 @@ use axum::http::HeaderMap;
 use serde_json::{Value as JsonValue, json};
 use tokio::sync::oneshot;
 
-use super::api::{Admin, Api, ApiError, ApiResult, Reader, Scope};
+use super::api::{Api, ApiError, ApiResult, Authenticated, Reader, Scope};
 use super::json as j;
 use super::reply::{list_answer, no_content, ok_json, vhosts_of};
 use crate::admin::AdminRequest;
@@ -51,22 +51,28 @@ pub(crate) async fn connection_get(
 
 /// `DELETE /api/connections/{name}`: closes it with 320 `CONNECTION_FORCED` and the
 /// `X-Reason` header's text (RabbitMQ's default "Closed via management plugin"); 404 when no
-/// open connection has that name (S-MGMT-4).
+/// open connection has that name (S-MGMT-4). An administrator may close any connection,
+/// another user only its own (401 "User not authorised to access object", S-MGMT-1).
 pub(crate) async fn connection_delete(
     Path(name): Path<String>,
     headers: HeaderMap,
-    Admin(api): Admin,
+    Authenticated(api, who): Authenticated,
 ) -> ApiResult {
     let server = api.config().amqp_addr;
-    let id = api
+    let (id, user) = api
         .query(move |view| {
             view.connections
                 .iter()
                 .find(|c| j::connection_name(c, server) == name)
-                .map(|c| c.id)
+                .map(|c| (c.id, c.user.clone()))
         })
         .await?
         .ok_or(ApiError::NotFound)?;
+    if user != who.name && !who.has_tag("administrator") {
+        return Err(ApiError::NotAuthorised(
+            "User not authorised to access object",
+        ));
+    }
     let reason = headers
         .get("x-reason")
         .and_then(|v| v.to_str().ok())

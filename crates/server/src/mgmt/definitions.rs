@@ -17,7 +17,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value as JsonValue, json};
 
-use super::api::{Admin, AdminBody, Api, ApiError, Reader};
+use super::api::{Admin, AdminBody, Api, ApiError, Authenticated};
 use super::bindings::bind_command;
 use super::json as j;
 use super::policies::{noop_keys, policy_spec};
@@ -167,10 +167,13 @@ pub(crate) async fn export_vhost(
 }
 
 /// `GET /api/parameters`: the runtime parameters; wharf's only ones are operator policies.
+/// For administrators and `policymaker`s (S-MGMT-1), of the vhosts they may read.
 pub(crate) async fn parameters(
     Query(q): Query<HashMap<String, String>>,
-    Reader(api, scope): Reader,
+    Authenticated(api, who): Authenticated,
 ) -> Result<Response, ApiError> {
+    api.policymaker(&who, None)?;
+    let scope = api.scope_of(who);
     let vhosts = vhosts_of(&api, &scope, None).await?;
     let list = api
         .query(move |view| {

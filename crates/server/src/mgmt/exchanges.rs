@@ -6,7 +6,7 @@ use axum::extract::{Path, Query};
 use serde_json::Value as JsonValue;
 use std::collections::HashMap;
 
-use super::api::{Admin, AdminBody, Api, ApiError, ApiResult, Reader, Scope};
+use super::api::{Api, ApiError, ApiResult, Authenticated, AuthenticatedBody, Reader, Scope, Via};
 use super::json as j;
 use super::reply::{
     body_object, created_or_updated, field_bool, list_answer, no_content, ok_json, query_flag,
@@ -95,7 +95,7 @@ pub(crate) async fn exchange_get(
 
 pub(crate) async fn exchange_put(
     Path((vhost, name)): Path<(String, String)>,
-    AdminBody(api, body): AdminBody,
+    AuthenticatedBody(api, who, body): AuthenticatedBody,
 ) -> ApiResult {
     let map = body_object(&body)?;
     let kind = map
@@ -115,24 +115,27 @@ pub(crate) async fn exchange_put(
         internal: field_bool(&map, "internal", false)?,
         arguments,
     };
+    let declare = Command::ExchangeDeclare(declare);
+    api.permit(&who, &vhost, &declare, Via::Method).await?;
     let existed = find_exchange(&api, vhost, name).await.is_ok();
-    api.command(Command::ExchangeDeclare(declare)).await?;
+    api.command(declare).await?;
     Ok(created_or_updated(!existed))
 }
 
 pub(crate) async fn exchange_delete(
     Path((vhost, exchange)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
-    Admin(api): Admin,
+    Authenticated(api, who): Authenticated,
 ) -> ApiResult {
-    // exchange.delete of an unknown exchange succeeds in AMQP; the API says 404.
-    find_exchange(&api, vhost.clone(), exchange.clone()).await?;
-    api.command(Command::ExchangeDelete {
-        vhost,
-        exchange,
+    let delete = Command::ExchangeDelete {
+        vhost: vhost.clone(),
+        exchange: exchange.clone(),
         if_unused: query_flag(&q, "if-unused"),
-    })
-    .await?;
+    };
+    api.permit(&who, &vhost, &delete, Via::Method).await?;
+    // exchange.delete of an unknown exchange succeeds in AMQP; the API says 404.
+    find_exchange(&api, vhost, exchange).await?;
+    api.command(delete).await?;
     Ok(no_content())
 }
 
@@ -151,7 +154,7 @@ pub(crate) fn exchange_in_path(name: String) -> String {
 /// unknown exchange (400 with the AMQP text, not 404).
 pub(crate) async fn exchange_publish(
     Path((vhost, name)): Path<(String, String)>,
-    AdminBody(api, body): AdminBody,
+    AuthenticatedBody(api, who, body): AuthenticatedBody,
 ) -> ApiResult {
     let map = body_object(&body)?;
     let missing: Vec<String> = ["routing_key", "properties", "payload", "payload_encoding"]
@@ -177,15 +180,17 @@ pub(crate) async fn exchange_publish(
     let properties = j::properties_from_json(map.get("properties").unwrap_or(&JsonValue::Null))
         .map_err(|key| ApiError::BadRequest(format!("[\"not_int\",\"{key}\"]")))?;
     let publish = Publish {
-        vhost,
+        vhost: vhost.clone(),
         exchange: exchange_in_path(name),
         routing_key: text("routing_key").to_owned(),
         mandatory: false,
         properties,
         body: payload.into(),
     };
+    let publish = Command::Publish(publish);
+    api.permit(&who, &vhost, &publish, Via::Channel).await?;
     let reply = api
-        .command_as_broker(Command::Publish(publish))
+        .command_as_broker(publish)
         .await?
         .map_err(|e| match e.kind {
             ErrorKind::NotFound => ApiError::BadRequest(format!("404 NOT_FOUND - {}", e.text)),

@@ -234,6 +234,8 @@ pub fn connection(c: &ConnectionInfo, server: std::net::SocketAddr, alarm_on: bo
         "ssl": false,
         "frame_max": c.frame_max,
         "connected_at": c.opened_at_ms,
+        "recv_oct": c.traffic.0,
+        "send_oct": c.traffic.1,
         "client_properties": table_to_json(&c.client_properties),
     });
     if let (Some(name), Some(map)) = (user_provided_name, out.as_object_mut()) {

@@ -7,7 +7,9 @@ use axum::body::Bytes;
 use axum::extract::Path;
 use serde_json::Value as JsonValue;
 
-use super::api::{Admin, AdminBody, Api, ApiError, ApiResult, Reader, Scope};
+use super::api::{
+    Api, ApiError, ApiResult, Authenticated, AuthenticatedBody, Principal, Reader, Scope,
+};
 use super::json as j;
 use super::reply::{body_object, created_or_updated, known_vhost, no_content, ok_json, vhosts_of};
 
@@ -184,27 +186,40 @@ pub(crate) async fn list_vhost<const OPERATOR: bool>(
     policy_list(&api, &scope, Some(vhost), OPERATOR).await
 }
 
+/// S-MGMT-1: who may read or change one policy: for a user policy an administrator or a
+/// `policymaker` with access to its vhost (RabbitMQ's `is_authorized_policies`), for an
+/// operator policy an administrator.
+fn may_manage(api: &Api, who: &Principal, vhost: &str, operator: bool) -> Result<(), ApiError> {
+    if operator {
+        Api::administrator(who)
+    } else {
+        api.policymaker(who, Some(vhost))
+    }
+}
+
 /// `GET /api/policies/{vhost}/{name}` (or an operator policy).
 pub(crate) async fn get<const OPERATOR: bool>(
     Path((vhost, name)): Path<(String, String)>,
-    Reader(api, scope): Reader,
+    Authenticated(api, who): Authenticated,
 ) -> ApiResult {
-    scope.check(&vhost)?;
+    may_manage(&api, &who, &vhost, OPERATOR)?;
     Ok(ok_json(find_policy(&api, vhost, name, OPERATOR).await?))
 }
 
 /// `PUT /api/policies/{vhost}/{name}` (or an operator policy).
 pub(crate) async fn put<const OPERATOR: bool>(
     Path((vhost, name)): Path<(String, String)>,
-    AdminBody(api, body): AdminBody,
+    AuthenticatedBody(api, who, body): AuthenticatedBody,
 ) -> ApiResult {
+    may_manage(&api, &who, &vhost, OPERATOR)?;
     policy_put_inner(&api, vhost, name, &body, OPERATOR).await
 }
 
 /// `DELETE /api/policies/{vhost}/{name}` (or an operator policy).
 pub(crate) async fn delete<const OPERATOR: bool>(
     Path((vhost, name)): Path<(String, String)>,
-    Admin(api): Admin,
+    Authenticated(api, who): Authenticated,
 ) -> ApiResult {
+    may_manage(&api, &who, &vhost, OPERATOR)?;
     policy_delete_inner(&api, vhost, name, OPERATOR).await
 }

@@ -7,12 +7,13 @@ use axum::extract::{Path, Query};
 use serde_json::{Value as JsonValue, json};
 use std::collections::HashMap;
 
-use super::api::{Admin, AdminBody, Api, ApiError, ApiResult, Reader, Scope};
+use super::api::{Api, ApiError, ApiResult, Authenticated, AuthenticatedBody, Reader, Scope, Via};
 use super::json as j;
 use super::reply::{
     body_object, created_or_updated, field_bool, list_answer, no_content, ok_json, query_flag,
     vhosts_of,
 };
+use crate::auth::{Permission, ResourceKind, need};
 
 use wharf_broker::{
     Command, PolicyInfo, QueueDeclare, QueueInfo, QueueSettings, parse_policy, parse_queue_args,
@@ -191,7 +192,7 @@ pub(crate) async fn queue_get(
 
 pub(crate) async fn queue_put(
     Path((vhost, name)): Path<(String, String)>,
-    AdminBody(api, body): AdminBody,
+    AuthenticatedBody(api, who, body): AuthenticatedBody,
 ) -> ApiResult {
     let map = body_object(&body)?;
     let arguments = j::json_to_table(map.get("arguments").unwrap_or(&JsonValue::Null))
@@ -206,39 +207,43 @@ pub(crate) async fn queue_put(
         arguments,
         owner: None,
     };
+    let declare = Command::QueueDeclare(declare);
+    api.permit(&who, &vhost, &declare, Via::Method).await?;
     let existed = find_queue(&api, vhost, name).await.is_ok();
-    api.command(Command::QueueDeclare(declare)).await?;
+    api.command(declare).await?;
     Ok(created_or_updated(!existed))
 }
 
 pub(crate) async fn queue_delete(
     Path((vhost, queue)): Path<(String, String)>,
     Query(q): Query<HashMap<String, String>>,
-    Admin(api): Admin,
+    Authenticated(api, who): Authenticated,
 ) -> ApiResult {
-    // queue.delete of an unknown queue succeeds in AMQP; the API says 404.
-    find_queue(&api, vhost.clone(), queue.clone()).await?;
-    api.command(Command::QueueDelete {
-        vhost,
-        queue,
+    let delete = Command::QueueDelete {
+        vhost: vhost.clone(),
+        queue: queue.clone(),
         if_unused: query_flag(&q, "if-unused"),
         if_empty: query_flag(&q, "if-empty"),
         owner: None,
-    })
-    .await?;
+    };
+    api.permit(&who, &vhost, &delete, Via::Method).await?;
+    // queue.delete of an unknown queue succeeds in AMQP; the API says 404.
+    find_queue(&api, vhost, queue).await?;
+    api.command(delete).await?;
     Ok(no_content())
 }
 
 pub(crate) async fn queue_purge(
     Path((vhost, queue)): Path<(String, String)>,
-    Admin(api): Admin,
+    Authenticated(api, who): Authenticated,
 ) -> ApiResult {
-    api.command(Command::QueuePurge {
-        vhost,
+    let purge = Command::QueuePurge {
+        vhost: vhost.clone(),
         queue,
         owner: None,
-    })
-    .await?;
+    };
+    api.permit(&who, &vhost, &purge, Via::Channel).await?;
+    api.command(purge).await?;
     Ok(no_content())
 }
 
@@ -247,8 +252,10 @@ pub(crate) async fn queue_purge(
 /// the messages and acks them through broker commands.
 pub(crate) async fn queue_get_messages(
     Path((vhost, queue)): Path<(String, String)>,
-    AdminBody(api, body): AdminBody,
+    AuthenticatedBody(api, who, body): AuthenticatedBody,
 ) -> ApiResult {
+    let read = need(ResourceKind::Queue, &queue, Permission::Read);
+    api.permit_needs(&who, &vhost, &[read], Via::Channel)?;
     let map = body_object(&body)?;
     let count = match map.get("count") {
         None => 1,

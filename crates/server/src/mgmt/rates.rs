@@ -27,9 +27,9 @@ pub(crate) type Counts = Vec<(&'static str, u64)>;
 pub(crate) fn overview_counts(c: &MessageCounters) -> Counts {
     vec![
         ("publish", c.published),
-        ("deliver_get", c.delivered),
-        ("ack", c.acked),
-        ("redeliver", c.redelivered),
+        ("deliver_get", c.all.delivered),
+        ("ack", c.all.acked),
+        ("redeliver", c.all.redelivered),
         ("confirm", c.confirmed),
         ("expired", c.expired),
         ("dead_lettered", c.dead_lettered),
@@ -153,7 +153,10 @@ mod tests {
         rates.one(0, key(), overview_counts(&MessageCounters::default()));
         let now = MessageCounters {
             confirmed: 10,
-            redelivered: 5,
+            all: crate::counters::QueueTypeCounters {
+                redelivered: 5,
+                ..Default::default()
+            },
             expired: 20,
             dead_lettered: 15,
             ..MessageCounters::default()
