@@ -241,6 +241,27 @@ impl Tracer {
                     self.step(s, id, "requeued", json!({ "vhost": vhost, "queue": queue }));
                 }
             }
+            Event::DeadLetterHeld {
+                vhost,
+                queue,
+                reason,
+                ids,
+                ..
+            } => {
+                for id in ids
+                    .iter()
+                    .filter(|i| self.ids.contains(i))
+                    .copied()
+                    .collect::<Vec<_>>()
+                {
+                    self.step(
+                        s,
+                        id,
+                        "held for dead-lettering",
+                        json!({ "vhost": vhost, "queue": queue, "reason": reason.name() }),
+                    );
+                }
+            }
             Event::Settled {
                 vhost,
                 queue,

@@ -10,7 +10,8 @@
 //!   `policies.rs` (S-POL), `access.rs` (users, permissions): the definitions.
 //! - `publish.rs` (routing, S-LEN), `delivery.rs` (deliveries, get, acks, requeue, prefetch,
 //!   flow), `consumers.rs` (consume, cancel, priorities, single active consumer, consumer
-//!   timeout: S-CONS), `expiry.rs` (S-TTL, S-QEXP, timers), `dead_letter.rs` (S-DLX),
+//!   timeout: S-CONS), `expiry.rs` (S-TTL, S-QEXP, timers), `dead_letter.rs` (S-DLX) with
+//!   `dead_letter_hold.rs` (S-QQ-10, at-least-once),
 //!   `scheduling.rs` (S-SCHED), `reply_to.rs` with `reply_names.rs` (S-DRT, direct
 //!   reply-to): moving messages.
 //! - `replay.rs`, `recovery.rs`, `paging.rs`, `snapshot.rs`: durability's side.
@@ -23,6 +24,7 @@ mod browse;
 mod connections;
 mod consumers;
 mod dead_letter;
+mod dead_letter_hold;
 mod delivery;
 mod exchanges;
 mod expiry;
@@ -76,6 +78,9 @@ pub struct Broker {
     name_seq: u64,
     dirty: Vec<QueueId>,
     dead_letter_dropped: u64,
+    /// Queues that may hold messages waiting to be dead-lettered (S-QQ-10); a queue whose
+    /// hold emptied leaves at its next retry.
+    holding: BTreeSet<QueueId>,
     /// Unacked deliveries a channel may hold over all its consumers (the safety cap for
     /// consumers without prefetch), `limits::UNACKED_PER_CHANNEL_MAX` or lower.
     unacked_per_channel_max: u32,
@@ -120,6 +125,7 @@ impl Broker {
             name_seq: 0,
             dirty: Vec::new(),
             dead_letter_dropped: 0,
+            holding: BTreeSet::new(),
             unacked_per_channel_max: wharf_base::limits::UNACKED_PER_CHANNEL_MAX,
             consumer_timeout_ms: None,
             access: Access::default(),
@@ -140,7 +146,17 @@ impl Broker {
     /// The AMQP error RabbitMQ would send; the model is unchanged.
     pub fn handle(&mut self, cmd: Command, now_ms: u64) -> Result<Outcome, BrokerError> {
         let mut out = Outcome::default();
+        let retry = if self.holding.is_empty() {
+            None
+        } else {
+            opens_routes(&cmd)
+        };
         let result = self.dispatch(cmd, now_ms, &mut out);
+        if result.is_ok()
+            && let Some(vhost) = retry
+        {
+            self.retry_held_in(&vhost, now_ms, &mut out);
+        }
         self.process_dirty(now_ms, &mut out);
         #[cfg(debug_assertions)]
         self.check_invariants();
@@ -210,5 +226,23 @@ impl Broker {
             | Command::Reject { .. }
             | Command::Recover { .. } => self.delivery_command(cmd, now, out),
         }
+    }
+}
+
+/// S-QQ-10: the vhost in which `cmd` may open a dead-letter route (an exchange, queue,
+/// binding or policy), so that the messages held there are tried again.
+fn opens_routes(cmd: &Command) -> Option<String> {
+    match cmd {
+        Command::ExchangeDeclare(d) => Some(d.vhost.clone()),
+        Command::QueueDeclare(d) => Some(d.vhost.clone()),
+        Command::ExchangeBind {
+            vhost, bind: true, ..
+        }
+        | Command::QueueBind {
+            vhost, bind: true, ..
+        }
+        | Command::PolicySet { vhost, .. }
+        | Command::PolicyClear { vhost, .. } => Some(vhost.clone()),
+        _ => None,
     }
 }

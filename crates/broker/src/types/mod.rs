@@ -5,12 +5,14 @@
 //!   destinations by name.
 //! - `message.rs`: properties, messages, stored references, the loader of stored messages.
 //! - `command.rs`: [`Command`] and the method fields it carries.
-//! - `outcome.rs`: [`Outcome`]: replies, effects, deliveries.
+//! - `outcome.rs`: [`Outcome`]: replies, effects, deliveries; `death.rs`: why a message
+//!   died.
 //! - `event.rs`: [`Event`] (the durable facts) and [`StoredEvent`].
 //! - `info.rs`: what the management queries list.
 //! - `snapshot.rs`: [`DurableState`] and [`Snapshot`] (checkpoints).
 
 mod command;
+mod death;
 mod event;
 mod ids;
 mod info;
@@ -19,6 +21,7 @@ mod outcome;
 mod snapshot;
 
 pub use command::{ApplyTo, Command, ExchangeDeclare, PolicySpec, Publish, QueueDeclare};
+pub use death::{DeathReason, HeldDeath};
 pub use event::{Event, MessageRecord, SettleKind, StoredEvent};
 pub use ids::{
     ChanRef, ChannelId, ConnId, DelayedType, DeliveryTag, DestName, ExchangeKind, MessageId,
@@ -32,8 +35,7 @@ pub use message::{
     StoredMessage, StoredSlot,
 };
 pub use outcome::{
-    DeathFate, DeathReason, Delivery, Effect, GetOk, Outcome, PublishResult, QueueDeletedReason,
-    Reply,
+    DeathFate, Delivery, Effect, GetOk, Outcome, PublishResult, QueueDeletedReason, Reply,
 };
 pub use snapshot::{
     DurableMessage, DurableState, Placement, QueueSnapshot, Snapshot, SnapshotMessage,

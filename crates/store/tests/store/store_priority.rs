@@ -13,7 +13,7 @@
 use crate::store_common;
 
 use bytes::Bytes;
-use store_common::{CH, Driver, log_for, open};
+use store_common::{CH, Driver, Live, open};
 use wharf_broker::{Broker, Command, FieldTable, Properties, Publish, QueueDeclare, Reply, Value};
 use wharf_wal::SimStorage;
 
@@ -52,44 +52,6 @@ fn order(b: &Broker) -> Vec<(u8, bool)> {
         .into_iter()
         .map(|(m, redelivered)| (m.body[0], redelivered))
         .collect()
-}
-
-/// A live broker logging to a store on a simulated disk, as the server drives it.
-struct Live {
-    store: wharf_store::Store,
-    driver: Driver,
-    ticket: u64,
-    paging: bool,
-}
-
-impl Live {
-    /// Runs `cmd`, logs its events and waits for them; with `paging`, leaves every durable
-    /// body on disk at once (a memory budget of 0).
-    fn step(&mut self, cmd: Command) {
-        let events = self.driver.run(cmd);
-        let t = log_for(&self.store, &mut self.driver.broker, &events).unwrap();
-        self.ticket = self.ticket.max(t);
-        self.store.wait_durable(self.ticket).unwrap();
-        if self.paging {
-            self.driver.broker.page_out(self.ticket, 0);
-        }
-    }
-
-    fn settle(&mut self, requeue: Option<bool>) {
-        let tag = *self.driver.tags.last().unwrap();
-        self.step(match requeue {
-            Some(requeue) => Command::Reject {
-                chan: CH,
-                delivery_tag: tag,
-                requeue,
-            },
-            None => Command::Ack {
-                chan: CH,
-                delivery_tag: tag,
-                multiple: false,
-            },
-        });
-    }
 }
 
 fn get() -> Command {
