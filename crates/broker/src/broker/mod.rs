@@ -97,6 +97,9 @@ pub struct Broker {
     storage_failure: Option<String>,
     /// Memory the content of queued messages held in memory takes, over every queue.
     loaded_total: Arc<AtomicU64>,
+    /// Large messages paged out whose content may still be held elsewhere (`paging.rs`):
+    /// read from here while it is, instead of from disk (S-BIG-3). Pruned at each page-out.
+    paged_large: std::collections::HashMap<MessageId, std::sync::Weak<crate::types::Message>>,
     /// Direct reply-to consumers (S-DRT, `reply_names.rs`, `reply_to.rs`).
     reply_to: reply_names::ReplyConsumers,
 }
@@ -133,6 +136,7 @@ impl Broker {
             record_size: None,
             storage_failure: None,
             loaded_total: Arc::default(),
+            paged_large: std::collections::HashMap::new(),
             reply_to: reply_names::ReplyConsumers::default(),
         };
         b.add_vhost("/");
