@@ -11,7 +11,7 @@
 use crate::store_common;
 
 use bytes::Bytes;
-use store_common::{CH, Driver, Live, open};
+use store_common::{CH, Live, open};
 use wharf_broker::{
     Broker, Command, ExchangeDeclare, FieldTable, Properties, Publish, QueueDeclare, Value,
 };
@@ -89,14 +89,7 @@ fn counts(b: &Broker) -> (u64, u64, u64) {
 /// it; then the power goes.
 fn workload(paging: bool) -> (SimStorage, u64, Broker) {
     let sim = SimStorage::new(43);
-    let (store, _, _) = open(&sim).unwrap();
-    let mut live = Live {
-        store,
-        driver: Driver::new(),
-        ticket: 0,
-        paging,
-    };
-    live.driver.broker.set_loader(live.store.loader());
+    let mut live = Live::open(&sim, paging);
     live.step(Command::ExchangeDeclare(ExchangeDeclare {
         vhost: "/".into(),
         exchange: "dlx".into(),

@@ -13,7 +13,7 @@
 use crate::store_common;
 
 use bytes::Bytes;
-use store_common::{CH, Driver, Live, open};
+use store_common::{CH, Live, open};
 use wharf_broker::{Broker, Command, FieldTable, Properties, Publish, QueueDeclare, Reply, Value};
 use wharf_wal::SimStorage;
 
@@ -67,14 +67,7 @@ fn get() -> Command {
 /// Returns the disk and the live broker's ready list.
 fn workload(paging: bool) -> (SimStorage, u64, Vec<(u8, bool)>) {
     let sim = SimStorage::new(41);
-    let (store, _, _) = open(&sim).unwrap();
-    let mut live = Live {
-        store,
-        driver: Driver::new(),
-        ticket: 0,
-        paging,
-    };
-    live.driver.broker.set_loader(live.store.loader());
+    let mut live = Live::open(&sim, paging);
     live.step(declare());
     let prios = [None, Some(5), Some(1), Some(9), Some(5), Some(200)];
     for (i, p) in prios.into_iter().enumerate() {

@@ -536,6 +536,20 @@ pub struct Live {
 }
 
 impl Live {
+    /// A fresh store on `sim` with a fresh driven broker that reads stored messages back
+    /// through it.
+    pub fn open(sim: &SimStorage, paging: bool) -> Self {
+        let (store, _, _) = open(sim).unwrap();
+        let mut live = Live {
+            store,
+            driver: Driver::new(),
+            ticket: 0,
+            paging,
+        };
+        live.driver.broker.set_loader(live.store.loader());
+        live
+    }
+
     /// Runs `cmd`, logs its events and waits for them; with `paging`, leaves every durable
     /// body on disk at once (a memory budget of 0).
     pub fn step(&mut self, cmd: Command) {
