@@ -367,3 +367,77 @@ async fn s_qq_1_the_queue_type_survives_a_restart() {
         "{err:?}"
     );
 }
+
+/// S-QQ-10 over the wire: a rejected message with nowhere to go waits in its quorum queue
+/// (not delivered, kept across a restart) and reaches the dead-letter queue once it is bound.
+#[tokio::test]
+async fn s_qq_10_at_least_once_holds_a_message_until_its_route_exists() {
+    let server = TestServer::start().await;
+    {
+        let (_conn, ch) = server.channel().await;
+        ch.exchange_declare(
+            "dlx".into(),
+            lapin::ExchangeKind::Direct,
+            ExchangeDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+        let args = quorum(&[
+            ("x-dead-letter-strategy", text("at-least-once")),
+            ("x-overflow", text("reject-publish")),
+            ("x-dead-letter-exchange", text("dlx")),
+            ("x-dead-letter-routing-key", text("k")),
+        ]);
+        declare(&ch, "qq", true, args).await;
+        ch.confirm_select(ConfirmSelectOptions::default())
+            .await
+            .unwrap();
+        support::publish_persistent(&ch, "qq", b"m").await;
+        let got = within(5, ch.basic_get("qq".into(), BasicGetOptions::default()))
+            .await
+            .unwrap()
+            .expect("ready");
+        got.delivery
+            .nack(BasicNackOptions {
+                requeue: false,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        // Held: neither ready nor dropped.
+        let again = within(5, ch.basic_get("qq".into(), BasicGetOptions::default()))
+            .await
+            .unwrap();
+        assert!(again.is_none(), "a held message is not delivered");
+    }
+    let server = server.restart().await;
+    let (_conn, ch) = server.channel().await;
+    declare(&ch, "dead", true, FieldTable::default()).await;
+    ch.queue_bind(
+        "dead".into(),
+        "dlx".into(),
+        "k".into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    let got = within(5, ch.basic_get("dead".into(), BasicGetOptions::default()))
+        .await
+        .unwrap()
+        .expect("dead-lettered once bound");
+    assert_eq!(got.delivery.data, b"m");
+    let headers = got.delivery.properties.headers().clone().unwrap();
+    let Some(AMQPValue::FieldArray(deaths)) = headers.inner().get("x-death") else {
+        panic!("x-death missing: {headers:?}");
+    };
+    assert_eq!(deaths.as_slice().len(), 1);
+    let none = within(5, ch.basic_get("dead".into(), BasicGetOptions::default()))
+        .await
+        .unwrap();
+    assert!(none.is_none(), "exactly once");
+}

@@ -65,6 +65,10 @@ pub const HEARTBEAT_SECS_DEFAULT: u16 = 60;
 /// The consumer timeout where neither queue nor consumer sets one, in ms (RabbitMQ 3.13/4.x's
 /// `consumer_timeout`: 30 minutes; S-CONS-9).
 pub const CONSUMER_TIMEOUT_MS_DEFAULT: u64 = 30 * 60 * 1000;
+/// How often a quorum queue with at-least-once dead-lettering tries again to dead-letter the
+/// messages it holds, besides every change of definitions in its vhost, in ms (RabbitMQ's
+/// `dead_letter_worker_publisher_confirm_timeout`: 3 minutes; S-QQ-10).
+pub const DEAD_LETTER_RETRY_MS: u64 = 3 * 60 * 1000;
 /// How often the resource monitor samples free disk and memory.
 pub const RESOURCE_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 /// An alarm clears only this many percent of its limit away from it (hysteresis).

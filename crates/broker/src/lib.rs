@@ -67,21 +67,23 @@
 //!   results, snapshots).
 //! - `args/`: queue arguments, expiration, policy definitions, redeclare equivalence;
 //!   effective settings.
-//! - `queue.rs`: one queue's ready messages and deadline index.
+//! - `queue.rs`: one queue's ready messages and deadline index; `held.rs`: its messages
+//!   waiting to be dead-lettered (S-QQ-10).
 //! - `routing/`: topic and headers matching.
 //! - `value.rs`: AMQP field values and tables; `error.rs`: [`BrokerError`].
 
 mod args;
 mod broker;
 mod error;
+mod held;
 mod queue;
 mod routing;
 mod types;
 mod value;
 
 pub use args::{
-    Overflow, QUORUM_DELIVERY_LIMIT, QueueKind, QueueSettings, noop_policy_key, parse_policy,
-    parse_queue_args,
+    DeadLetterStrategy, Overflow, QUORUM_DELIVERY_LIMIT, QueueKind, QueueSettings, noop_policy_key,
+    parse_policy, parse_queue_args,
 };
 pub use broker::{Broker, BrowsedMessage, QueueBrowse, REPLY_QUEUE};
 pub use broker::{
@@ -92,7 +94,7 @@ pub use routing::{TopicIndex, topic_matches};
 pub use types::{
     ApplyTo, BindingInfo, ChanRef, ChannelId, Command, ConnId, ConsumerInfo, Death, DeathFate,
     DeathReason, DelayedType, Delivery, DeliveryTag, DestName, DurableMessage, DurableState,
-    Effect, Event, ExchangeDeclare, ExchangeInfo, ExchangeKind, ExchangeStats, GetOk,
+    Effect, Event, ExchangeDeclare, ExchangeInfo, ExchangeKind, ExchangeStats, GetOk, HeldDeath,
     LoggedMessage, Message, MessageId, MessageLoader, MessageRecord, MessageRef, Outcome,
     PermissionInfo, Placement, PolicyInfo, PolicySpec, Properties, Publish, PublishResult,
     QueueDeclare, QueueDeletedReason, QueueInfo, QueueSnapshot, QueueStats, RecordSize, Reply,

@@ -13,10 +13,10 @@
     reason = "expect() only states internal invariants (ids taken from our own maps); each message says which"
 )]
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
-use crate::types::{MessageId, MessageRef};
+use crate::types::{Message, MessageId, MessageRef};
 use std::collections::{BTreeSet, VecDeque};
 use std::ops::Bound;
 
@@ -154,6 +154,11 @@ fn body_len(msg: &MessageRef) -> u64 {
     msg.body_len()
 }
 
+/// A paged-out message with a body at least this large is remembered weakly, so that while
+/// its content is still held elsewhere (a log write in flight, another queue, a channel) it
+/// is used again rather than read back into a second copy (S-BIG-3).
+pub(crate) const REUSE_BODY_BYTES_MIN: u64 = 1024 * 1024;
+
 /// What a message in memory costs besides its body: the shared `Message` (properties,
 /// exchange and routing key) and its allocations, about.
 pub(crate) const LOADED_OVERHEAD_BYTES: u64 = 512;
@@ -259,13 +264,15 @@ impl Ready {
     /// messages are all in the log (a logged queue): a stored message must stay readable for
     /// as long as it is queued, and the log (or a checkpoint) keeps exactly those. Returns the
     /// bytes freed.
-    pub fn page_out(&mut self, durable_lsn: u64, want: u64) -> u64 {
+    /// Large messages paged out go into `large` (as weak references), so that one still
+    /// held elsewhere can be used again instead of read back (S-BIG-3).
+    pub fn page_out(&mut self, durable_lsn: u64, want: u64, large: &mut Vec<Weak<Message>>) -> u64 {
         let mut freed = 0;
         for lane in &mut self.lanes {
             if freed >= want {
                 break;
             }
-            freed += page_out_lane(lane, durable_lsn, want - freed);
+            freed += page_out_lane(lane, durable_lsn, want - freed, large);
         }
         self.sub_loaded(freed);
         freed
@@ -541,7 +548,12 @@ impl Ready {
 
 /// [`Ready::page_out`] in one lane: oldest first from its hint, until `want` bytes are freed
 /// or a message not yet durable is met. Returns the bytes freed.
-fn page_out_lane(lane: &mut Lane, durable_lsn: u64, want: u64) -> u64 {
+fn page_out_lane(
+    lane: &mut Lane,
+    durable_lsn: u64,
+    want: u64,
+    large: &mut Vec<Weak<Message>>,
+) -> u64 {
     let start = match lane.locate(lane.paged_through) {
         Ok(i) => i + 1,
         Err(i) => i,
@@ -566,6 +578,9 @@ fn page_out_lane(lane: &mut Lane, durable_lsn: u64, want: u64) -> u64 {
             break;
         }
         freed += u64::from(stored.body_len) + LOADED_OVERHEAD_BYTES;
+        if u64::from(stored.body_len) >= REUSE_BODY_BYTES_MIN {
+            large.push(Arc::downgrade(m));
+        }
         e.msg = Some(MessageRef::Stored(stored));
         lane.paged_through = e.id;
     }
@@ -689,12 +704,12 @@ mod tests {
         let each = 10 + LOADED_OVERHEAD_BYTES;
         assert_eq!(r.loaded_bytes(), 5 * each);
         // Only what is durable (Lsn <= 2), oldest first.
-        assert_eq!(r.page_out(2, u64::MAX), 2 * each);
+        assert_eq!(r.page_out(2, u64::MAX, &mut Vec::new()), 2 * each);
         assert_eq!(r.loaded_bytes(), 3 * each);
         r.check_invariants();
         // A small want stops after the first message that reaches it.
-        assert_eq!(r.page_out(10, 5), each);
-        assert_eq!(r.page_out(10, u64::MAX), each);
+        assert_eq!(r.page_out(10, 5, &mut Vec::new()), each);
+        assert_eq!(r.page_out(10, u64::MAX, &mut Vec::new()), each);
         // The unwritten one stays in memory.
         assert_eq!(r.loaded_bytes(), each);
         r.check_invariants();

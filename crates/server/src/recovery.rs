@@ -186,6 +186,10 @@ impl DowntimeDeaths {
         };
         for effect in &recovered.effects {
             if let Effect::MessageDied { fate, .. } = effect {
+                if *fate == DeathFate::Held {
+                    // It died before the stop and waits on (S-QQ-10); not a downtime death.
+                    continue;
+                }
                 deaths.died += 1;
                 if matches!(fate, DeathFate::DeadLettered { targets } if *targets > 0) {
                     deaths.dead_lettered += 1;

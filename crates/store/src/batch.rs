@@ -111,6 +111,19 @@ fn split_ids(event: &Event) -> Option<Vec<Event>> {
             queue: queue.clone(),
             ids,
         }),
+        Event::DeadLetterHeld {
+            vhost,
+            queue,
+            reason,
+            at_ms,
+            ids,
+        } => parts(ids, &|ids| Event::DeadLetterHeld {
+            vhost: vhost.clone(),
+            queue: queue.clone(),
+            reason: *reason,
+            at_ms: *at_ms,
+            ids,
+        }),
         _ => None,
     }
 }

@@ -160,6 +160,14 @@ pub enum StepKind {
         /// The queue.
         queue: String,
     },
+    /// Died in `queue` but could not be dead-lettered yet: held there until it can be
+    /// (at-least-once dead-lettering, S-QQ-10).
+    HeldForDeadLettering {
+        /// The queue.
+        queue: String,
+        /// Why it died (the `x-death` reason it will carry).
+        reason: &'static str,
+    },
     /// Acked, expired or discarded in `queue`.
     Settled {
         /// The queue.
@@ -207,6 +215,7 @@ impl StepKind {
             StepKind::Scheduled { .. } => "scheduled",
             StepKind::Delivered { .. } => "delivered",
             StepKind::Requeued { .. } => "requeued",
+            StepKind::HeldForDeadLettering { .. } => "held for dead-lettering",
             StepKind::Settled { kind, .. } => match kind {
                 SettleKind::Ack => "acked",
                 SettleKind::Expire => "expired",
@@ -418,6 +427,21 @@ impl Tracer {
                 }
             }
             Event::QueueDeleted { vhost, queue } => self.queue_deleted(at, vhost, queue),
+            Event::DeadLetterHeld {
+                vhost,
+                queue,
+                reason,
+                ids,
+                ..
+            } => {
+                for id in self.traced(ids) {
+                    let kind = StepKind::HeldForDeadLettering {
+                        queue: queue.clone(),
+                        reason: reason.name(),
+                    };
+                    self.step(at, id, vhost, kind);
+                }
+            }
             Event::DeadLettered {
                 vhost,
                 from,

@@ -551,7 +551,8 @@ fn facts(e: &Event) -> Facts<'_> {
         Event::Settled { queue, ids, .. }
         | Event::Delivered { queue, ids, .. }
         | Event::Returned { queue, ids, .. }
-        | Event::Purged { queue, ids, .. } => {
+        | Event::Purged { queue, ids, .. }
+        | Event::DeadLetterHeld { queue, ids, .. } => {
             f.queues.push(queue);
             f.ids.extend(ids.iter().map(|i| i.0));
         }
@@ -603,6 +604,7 @@ fn event_vhost(e: &Event) -> &str {
         | Event::Returned { vhost, .. }
         | Event::DeadLettered { vhost, .. }
         | Event::Purged { vhost, .. }
+        | Event::DeadLetterHeld { vhost, .. }
         | Event::PermissionSet { vhost, .. }
         | Event::PermissionCleared { vhost, .. }
         | Event::TopicPermissionSet { vhost, .. }

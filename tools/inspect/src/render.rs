@@ -276,6 +276,14 @@ pub fn event_json(e: &Event, mode: BodyMode) -> Map<String, Json> {
         | Event::Purged { vhost, queue, ids } => {
             json!({ "vhost": vhost, "queue": queue, "ids": ids_json(ids) })
         }
+        Event::DeadLetterHeld {
+            vhost,
+            queue,
+            reason,
+            at_ms,
+            ids,
+        } => json!({ "vhost": vhost, "queue": queue, "reason": reason.name(), "at_ms": at_ms,
+            "ids": ids_json(ids) }),
         Event::DeadLettered {
             vhost,
             from,

@@ -98,6 +98,7 @@ pub fn event_time_ms(e: &Event) -> Option<u64> {
         Event::DeadLettered {
             message: Some(m), ..
         } => Some(m.message.enqueued_at_ms),
+        Event::DeadLetterHeld { at_ms, .. } => Some(*at_ms),
         _ => None,
     }
 }
@@ -223,6 +224,12 @@ impl Replay {
             }
             Event::Returned { vhost, queue, ids } => {
                 self.remove(s, vhost, queue, ids, "return", false);
+            }
+            // Still in its queue, waiting to be dead-lettered (S-QQ-10).
+            Event::DeadLetterHeld {
+                vhost, queue, ids, ..
+            } => {
+                self.remove(s, vhost, queue, ids, "dead-letter hold", false);
             }
             Event::DeadLettered {
                 vhost,

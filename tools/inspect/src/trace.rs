@@ -80,6 +80,10 @@ fn step_fields(step: &Step, body: BodyMode) -> (String, Json) {
         | StepKind::Settled { queue, .. }
         | StepKind::Purged { queue }
         | StepKind::QueueDeleted { queue } => (event, json!({ "vhost": vhost, "queue": queue })),
+        StepKind::HeldForDeadLettering { queue, reason } => (
+            event,
+            json!({ "vhost": vhost, "queue": queue, "reason": reason }),
+        ),
         StepKind::DeadLettered {
             from,
             reason,

@@ -26,7 +26,9 @@ pub(crate) use equivalence::{assert_args_equivalence, assert_field_equivalence};
 pub(crate) use expiration::parse_expiration;
 pub(crate) use policy::{Policy, select_exchange_policy, select_policy};
 pub use policy::{noop_policy_key, parse_policy};
-pub use queue_args::{Overflow, QUORUM_DELIVERY_LIMIT, QueueSettings, parse_queue_args};
+pub use queue_args::{
+    DeadLetterStrategy, Overflow, QUORUM_DELIVERY_LIMIT, QueueSettings, parse_queue_args,
+};
 pub(crate) use queue_args::{QUEUE_ARGS, QUEUE_ARGS_CONS, parse_logged_queue_args};
 pub use queue_type::QueueKind;
 pub(crate) use queue_type::{check_queue_properties, no_op_arguments};

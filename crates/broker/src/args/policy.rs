@@ -4,7 +4,7 @@
 use regex::Regex;
 
 use super::classic;
-use super::queue_args::{Overflow, QueueSettings};
+use super::queue_args::{DeadLetterStrategy, Overflow, QueueSettings};
 use crate::error::BrokerError;
 use crate::types::{ApplyTo, PolicySpec};
 use wharf_base::limits::TTL_MS_MAX;
@@ -62,6 +62,7 @@ fn operator_may_set(key: &str) -> bool {
         key,
         "dead-letter-exchange"
             | "dead-letter-routing-key"
+            | "dead-letter-strategy"
             | "overflow"
             | "alternate-exchange"
             | "queue-mode"
@@ -70,6 +71,16 @@ fn operator_may_set(key: &str) -> bool {
 
 fn policy_error(name: &str, text: &str) -> BrokerError {
     BrokerError::precondition(format!("invalid policy '{name}': {text}"))
+}
+
+/// The value of policy `name`'s key `key` that `text` names, or 406 naming the key.
+fn known<T>(
+    name: &str,
+    key: &str,
+    text: &str,
+    parse: fn(&str) -> Option<T>,
+) -> Result<T, BrokerError> {
+    parse(text).ok_or_else(|| policy_error(name, &format!("'{key}' has an unknown value '{text}'")))
 }
 
 /// Validates a policy (S-POL-1): the pattern must compile; the definition must be a JSON
@@ -150,11 +161,11 @@ pub fn parse_policy(spec: &PolicySpec, operator: bool) -> Result<Policy, BrokerE
                 let key = classic::no_op_policy_key(key, v).map_err(|e| policy_error(name, &e))?;
                 ignored.push(key);
             }
-            "overflow" => {
-                let text = string()?;
-                s.overflow = Some(Overflow::parse(&text).ok_or_else(|| {
-                    policy_error(name, &format!("'overflow' has an unknown value '{text}'"))
-                })?);
+            "overflow" => s.overflow = Some(known(name, key, &string()?, Overflow::parse)?),
+            // S-QQ-7: as `x-dead-letter-strategy`.
+            "dead-letter-strategy" => {
+                s.dead_letter_strategy =
+                    Some(known(name, key, &string()?, DeadLetterStrategy::parse)?);
             }
             // S-DEFS-1: accepted, kept, no effect.
             k if noop_policy_key(k) => {}

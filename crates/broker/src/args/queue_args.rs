@@ -37,6 +37,27 @@ impl Overflow {
     }
 }
 
+/// How a quorum queue dead-letters (S-QQ-7): `x-dead-letter-strategy` or the
+/// `dead-letter-strategy` policy key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeadLetterStrategy {
+    /// A message that cannot be dead-lettered is dropped (S-DLX-4), as a classic queue does.
+    #[default]
+    AtMostOnce,
+    /// A message that cannot be dead-lettered waits in its queue until it can (S-QQ-10).
+    AtLeastOnce,
+}
+
+impl DeadLetterStrategy {
+    pub(super) fn parse(s: &str) -> Option<DeadLetterStrategy> {
+        match s {
+            "at-most-once" => Some(DeadLetterStrategy::AtMostOnce),
+            "at-least-once" => Some(DeadLetterStrategy::AtLeastOnce),
+            _ => None,
+        }
+    }
+}
+
 /// The settings a queue argument, a policy or an operator policy can carry. `None` = not set.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct QueueSettings {
@@ -66,6 +87,9 @@ pub struct QueueSettings {
     pub consumer_timeout_ms: Option<u64>,
     /// `x-max-priority` as declared (S-PRIO-1); an argument only, never a policy key.
     pub max_priority: Option<u8>,
+    /// `x-dead-letter-strategy` or the `dead-letter-strategy` policy key (S-QQ-7); the
+    /// argument wins.
+    pub dead_letter_strategy: Option<DeadLetterStrategy>,
 }
 
 /// A quorum queue's delivery limit when none is set, as RabbitMQ 4.x (S-QQ-3).
@@ -114,7 +138,27 @@ impl QueueSettings {
                 o.consumer_timeout_ms,
             ]),
             max_priority: args.max_priority,
+            dead_letter_strategy: args.dead_letter_strategy.or(p.dead_letter_strategy),
         }
+    }
+
+    /// S-QQ-7, S-QQ-10: at-least-once dead-lettering is in effect only on a quorum queue that
+    /// asks for it, has a dead-letter exchange, and overflows with `reject-publish` (which
+    /// bounds what waits); RabbitMQ's `dead_letter_handler`.
+    pub fn at_least_once(&self) -> bool {
+        self.kind() == QueueKind::Quorum
+            && self.dead_letter_strategy == Some(DeadLetterStrategy::AtLeastOnce)
+            && self.dead_letter_exchange.is_some()
+            && self.overflow == Some(Overflow::RejectPublish)
+    }
+
+    /// S-QQ-7: asks for at-least-once dead-lettering that is not in effect because the
+    /// overflow is not `reject-publish` (RabbitMQ falls back to at-most-once with a warning).
+    pub fn at_least_once_falls_back(&self) -> bool {
+        self.kind() == QueueKind::Quorum
+            && self.dead_letter_strategy == Some(DeadLetterStrategy::AtLeastOnce)
+            && self.dead_letter_exchange.is_some()
+            && self.overflow != Some(Overflow::RejectPublish)
     }
 
     /// The queue's type (classic unless `x-queue-type` says otherwise).
@@ -324,7 +368,10 @@ fn consumer_and_quorum_arg(
             }
         },
         "x-consumer-timeout" => s.consumer_timeout_ms = Some(non_neg_int(key, v, what)?),
-        "x-dead-letter-strategy" => check_dlx_strategy(key, v, what)?,
+        "x-dead-letter-strategy" => {
+            check_dlx_strategy(key, v, what)?;
+            s.dead_letter_strategy = v.as_str().and_then(DeadLetterStrategy::parse);
+        }
         "x-queue-leader-locator" => check_leader_locator(key, v, what)?,
         "x-quorum-initial-group-size" if non_neg_int(key, v, what)? == 0 => {
             return Err(invalid_arg(key, what, "{value_zero,0}"));

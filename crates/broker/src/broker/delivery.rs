@@ -407,7 +407,12 @@ impl Broker {
                 self.requeue(u.queue, u.taken, now, out);
             } else if let Some(q) = self.queues.get(&u.queue) {
                 let logged = q.logged() && u.taken.msg.is_persistent();
-                self.dead_letter(u.queue, &u.taken, DeathReason::Rejected, logged, now, out);
+                // Delivered, as its logged mark says (a held message keeps it, S-QQ-10).
+                let taken = Taken {
+                    redelivered: true,
+                    ..u.taken
+                };
+                self.dead_letter(u.queue, &taken, DeathReason::Rejected, logged, now, out);
             }
         }
         self.mark_freed_channel(chan);
@@ -427,6 +432,10 @@ impl Broker {
         if let Some(limit) = q.eff.delivery_limit
             && u64::from(count) > limit
         {
+            let taken = Taken {
+                redelivered: true,
+                ..taken
+            };
             self.dead_letter(qid, &taken, DeathReason::DeliveryLimit, logged, now, out);
             return;
         }

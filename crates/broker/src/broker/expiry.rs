@@ -99,7 +99,7 @@ impl Broker {
         let Some(q) = self.queues.get_mut(&qid) else {
             return;
         };
-        let want = q.ready.first_deadline();
+        let want = q.messages_deadline();
         if want != q.armed_msg {
             if let Some(t) = q.armed_msg {
                 self.timers.remove(&(t, Timer::Messages(qid)));
@@ -142,6 +142,14 @@ impl Broker {
                         q.armed_msg = None;
                     }
                     self.expire_queue(qid, now_ms, &mut out);
+                    if self
+                        .queues
+                        .get(&qid)
+                        .and_then(|q| q.held.retry_at())
+                        .is_some_and(|t| t <= now_ms)
+                    {
+                        self.retry_held(qid, now_ms, &mut out);
+                    }
                     self.mark_dirty(qid);
                     self.rearm(qid);
                 }

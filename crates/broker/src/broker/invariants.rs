@@ -59,6 +59,12 @@ impl Broker {
         let mut armed = 0;
         assert_eq!(qid, q.id, "queue keyed under another id");
         q.ready.check_invariants();
+        q.held.check_invariants();
+        assert!(
+            q.held.is_empty() || self.holding.contains(&qid),
+            "queue {} holds messages unlisted",
+            q.name
+        );
         assert_eq!(
             q.ready.ttl_ms(),
             q.eff.message_ttl_ms,
@@ -77,7 +83,7 @@ impl Broker {
         );
         assert_eq!(
             q.armed_msg,
-            q.ready.first_deadline(),
+            q.messages_deadline(),
             "message timer of {}",
             q.name
         );

@@ -1,7 +1,7 @@
 //! The per-queue message marks a step logs (settled, delivered, returned), batched so that a
 //! step that settles many messages of one queue logs one record.
 
-use crate::types::{Event, MessageId, SettleKind};
+use crate::types::{Event, HeldDeath, MessageId, SettleKind};
 
 /// Which batched per-queue event to extend.
 #[derive(Clone, Copy)]
@@ -64,5 +64,38 @@ pub(super) fn push_mark(
         },
         Mark::Delivered => Event::Delivered { vhost, queue, ids },
         Mark::Returned => Event::Returned { vhost, queue, ids },
+    });
+}
+
+/// Appends `id` to the last event if it holds messages of the same queue that died the same
+/// way at the same time (S-QQ-10), as [`push_mark`] does.
+pub(super) fn push_held(
+    events: &mut Vec<Event>,
+    vhost: &str,
+    queue: &str,
+    death: HeldDeath,
+    id: MessageId,
+) {
+    if let Some(Event::DeadLetterHeld {
+        vhost: v,
+        queue: q,
+        reason,
+        at_ms,
+        ids,
+    }) = events.last_mut()
+        && v == vhost
+        && q == queue
+        && *reason == death.reason
+        && *at_ms == death.at_ms
+    {
+        ids.push(id);
+        return;
+    }
+    events.push(Event::DeadLetterHeld {
+        vhost: vhost.to_owned(),
+        queue: queue.to_owned(),
+        reason: death.reason,
+        at_ms: death.at_ms,
+        ids: vec![id],
     });
 }

@@ -10,7 +10,8 @@
 //!   `policies.rs` (S-POL), `access.rs` (users, permissions): the definitions.
 //! - `publish.rs` (routing, S-LEN), `delivery.rs` (deliveries, get, acks, requeue, prefetch,
 //!   flow), `consumers.rs` (consume, cancel, priorities, single active consumer, consumer
-//!   timeout: S-CONS), `expiry.rs` (S-TTL, S-QEXP, timers), `dead_letter.rs` (S-DLX),
+//!   timeout: S-CONS), `expiry.rs` (S-TTL, S-QEXP, timers), `dead_letter.rs` (S-DLX) with
+//!   `dead_letter_hold.rs` (S-QQ-10, at-least-once),
 //!   `scheduling.rs` (S-SCHED), `reply_to.rs` with `reply_names.rs` (S-DRT, direct
 //!   reply-to), `move_back.rs` (out of a dead-letter queue, S-UI-10): moving messages.
 //! - `replay.rs`, `recovery.rs`, `paging.rs`, `snapshot.rs`: durability's side.
@@ -24,6 +25,7 @@ mod browse;
 mod connections;
 mod consumers;
 mod dead_letter;
+mod dead_letter_hold;
 mod delivery;
 mod exchanges;
 mod expiry;
@@ -85,6 +87,9 @@ pub struct Broker {
     /// Messages acknowledged out of quorum queues since start (the server labels its ack
     /// counter by queue type with it).
     acked_quorum: u64,
+    /// Queues that may hold messages waiting to be dead-lettered (S-QQ-10); a queue whose
+    /// hold emptied leaves at its next retry.
+    holding: BTreeSet<QueueId>,
     /// Unacked deliveries a channel may hold over all its consumers (the safety cap for
     /// consumers without prefetch), `limits::UNACKED_PER_CHANNEL_MAX` or lower.
     unacked_per_channel_max: u32,
@@ -101,6 +106,9 @@ pub struct Broker {
     storage_failure: Option<String>,
     /// Memory the content of queued messages held in memory takes, over every queue.
     loaded_total: Arc<AtomicU64>,
+    /// Large messages paged out whose content may still be held elsewhere (`paging.rs`):
+    /// read from here while it is, instead of from disk (S-BIG-3). Pruned at each page-out.
+    paged_large: std::collections::HashMap<MessageId, std::sync::Weak<crate::types::Message>>,
     /// Direct reply-to consumers (S-DRT, `reply_names.rs`, `reply_to.rs`).
     reply_to: reply_names::ReplyConsumers,
 }
@@ -130,6 +138,7 @@ impl Broker {
             dirty: Vec::new(),
             dead_letter_dropped: 0,
             acked_quorum: 0,
+            holding: BTreeSet::new(),
             unacked_per_channel_max: wharf_base::limits::UNACKED_PER_CHANNEL_MAX,
             consumer_timeout_ms: None,
             access: Access::default(),
@@ -137,6 +146,7 @@ impl Broker {
             record_size: None,
             storage_failure: None,
             loaded_total: Arc::default(),
+            paged_large: std::collections::HashMap::new(),
             reply_to: reply_names::ReplyConsumers::default(),
         };
         b.add_vhost("/");
@@ -150,7 +160,17 @@ impl Broker {
     /// The AMQP error RabbitMQ would send; the model is unchanged.
     pub fn handle(&mut self, cmd: Command, now_ms: u64) -> Result<Outcome, BrokerError> {
         let mut out = Outcome::default();
+        let retry = if self.holding.is_empty() {
+            None
+        } else {
+            opens_routes(&cmd)
+        };
         let result = self.dispatch(cmd, now_ms, &mut out);
+        if result.is_ok()
+            && let Some(vhost) = retry
+        {
+            self.retry_held_in(&vhost, now_ms, &mut out);
+        }
         self.process_dirty(now_ms, &mut out);
         #[cfg(debug_assertions)]
         self.check_invariants();
@@ -223,5 +243,23 @@ impl Broker {
             | Command::Reject { .. }
             | Command::Recover { .. } => self.delivery_command(cmd, now, out),
         }
+    }
+}
+
+/// S-QQ-10: the vhost in which `cmd` may open a dead-letter route (an exchange, queue,
+/// binding or policy), so that the messages held there are tried again.
+fn opens_routes(cmd: &Command) -> Option<String> {
+    match cmd {
+        Command::ExchangeDeclare(d) => Some(d.vhost.clone()),
+        Command::QueueDeclare(d) => Some(d.vhost.clone()),
+        Command::ExchangeBind {
+            vhost, bind: true, ..
+        }
+        | Command::QueueBind {
+            vhost, bind: true, ..
+        }
+        | Command::PolicySet { vhost, .. }
+        | Command::PolicyClear { vhost, .. } => Some(vhost.clone()),
+        _ => None,
     }
 }

@@ -3,8 +3,8 @@
 //! [`MessageLoader`] when a message is delivered or dead-lettered; a failure to read is kept
 //! for the server, which stops (S-DUR-7).
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 
 use super::Broker;
 use crate::types::{LoggedMessage, Message, MessageLoader, MessageRef};
@@ -49,13 +49,20 @@ impl Broker {
         }
         let mut want = loaded - budget / 4 * 3;
         let mut freed = 0;
+        let mut large = Vec::new();
         for q in self.queues.values_mut().filter(|q| q.logged()) {
             if want == 0 {
                 break;
             }
-            let got = q.ready.page_out(durable_lsn, want);
+            let got = q.ready.page_out(durable_lsn, want, &mut large);
             want = want.saturating_sub(got);
             freed += got;
+        }
+        self.paged_large.retain(|_, w| w.strong_count() > 0);
+        for w in large {
+            if let Some(m) = w.upgrade() {
+                self.paged_large.insert(m.id, w);
+            }
         }
         freed
     }
@@ -79,10 +86,153 @@ impl Broker {
             MessageRef::Loaded(m) => return Ok(Arc::clone(m)),
             MessageRef::Stored(s) => s,
         };
+        // Still in memory elsewhere: the same content, without a second copy (S-BIG-3).
+        if let Some(m) = self.paged_large.get(&s.id).and_then(Weak::upgrade) {
+            return Ok(m);
+        }
         let loader = self.loader.as_ref().ok_or("no store to read it from")?;
         loader
             .load(s)
             .map(Arc::new)
             .map_err(|e| format!("stored message {} unreadable: {e}", s.id.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "test code")]
+
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use crate::types::{
+        ChanRef, ChannelId, Command, ConnId, Properties, Publish, QueueDeclare, Reply,
+        StoredMessage,
+    };
+    use crate::value::FieldTable;
+
+    /// Counts reads and returns a message of the right id and size.
+    #[derive(Debug, Default)]
+    struct Counting(AtomicUsize);
+
+    impl MessageLoader for Counting {
+        fn load(&self, s: &StoredMessage) -> Result<Message, String> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Ok(Message {
+                id: s.id,
+                enqueued_at_ms: 0,
+                ttl_ms: None,
+                exchange: String::new(),
+                routing_key: "q".into(),
+                properties: Properties {
+                    delivery_mode: Some(2),
+                    ..Properties::default()
+                },
+                body: bytes::Bytes::from(vec![0u8; s.body_len as usize]),
+                stored: crate::types::StoredSlot::default(),
+            })
+        }
+    }
+
+    const CH: ChanRef = ChanRef {
+        conn: ConnId(1),
+        channel: ChannelId(1),
+    };
+
+    /// A broker with queue `q` holding one persistent message of `len` bytes, logged at Lsn 1
+    /// and paged out; returns the message as published (still held by the caller).
+    fn paged_out(len: usize, loader: &Arc<Counting>) -> (Broker, Arc<Message>) {
+        let mut b = Broker::new();
+        b.set_loader(Arc::clone(loader) as Arc<dyn MessageLoader>);
+        for cmd in [
+            Command::ConnectionOpen {
+                conn: CH.conn,
+                vhost: "/".into(),
+            },
+            Command::ChannelOpen { chan: CH },
+            Command::QueueDeclare(QueueDeclare {
+                vhost: "/".into(),
+                queue: "q".into(),
+                passive: false,
+                durable: true,
+                exclusive: false,
+                auto_delete: false,
+                arguments: FieldTable::new(),
+                owner: None,
+            }),
+        ] {
+            b.handle(cmd, 0).unwrap();
+        }
+        let out = b
+            .handle(
+                Command::Publish(Publish {
+                    vhost: "/".into(),
+                    exchange: String::new(),
+                    routing_key: "q".into(),
+                    mandatory: false,
+                    properties: Properties {
+                        delivery_mode: Some(2),
+                        ..Properties::default()
+                    },
+                    body: bytes::Bytes::from(vec![7u8; len]),
+                }),
+                0,
+            )
+            .unwrap();
+        let crate::types::Event::Published { message, .. } = &out.events[0] else {
+            panic!("{:?}", out.events);
+        };
+        let message = Arc::clone(&message.message);
+        b.messages_logged(&[LoggedMessage {
+            message: Arc::clone(&message),
+            lsn: 1,
+            at: 0,
+        }]);
+        assert!(b.page_out(1, 0) > 0, "paged out");
+        (b, message)
+    }
+
+    fn get(b: &mut Broker) -> Arc<Message> {
+        let out = b
+            .handle(
+                Command::Get {
+                    chan: CH,
+                    queue: "q".into(),
+                    no_ack: true,
+                },
+                0,
+            )
+            .unwrap();
+        let Reply::GetOk(g) = out.reply else {
+            panic!("{:?}", out.reply)
+        };
+        g.message
+    }
+
+    #[test]
+    fn s_big_3_a_large_message_still_in_memory_is_not_read_back() {
+        let loader = Arc::new(Counting::default());
+        let (mut b, held) = paged_out(2 << 20, &loader);
+        let got = get(&mut b);
+        assert!(Arc::ptr_eq(&got, &held), "the same content, no second copy");
+        assert_eq!(loader.0.load(Ordering::Relaxed), 0, "nothing read back");
+    }
+
+    #[test]
+    fn s_big_3_a_large_message_let_go_is_read_back() {
+        let loader = Arc::new(Counting::default());
+        let (mut b, held) = paged_out(2 << 20, &loader);
+        drop(held);
+        assert_eq!(get(&mut b).body.len(), 2 << 20);
+        assert_eq!(loader.0.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_small_message_is_read_back_even_if_held() {
+        // Small ones are not remembered: the weak map stays as small as the large bodies.
+        let loader = Arc::new(Counting::default());
+        let (mut b, _held) = paged_out(1000, &loader);
+        get(&mut b);
+        assert_eq!(loader.0.load(Ordering::Relaxed), 1);
     }
 }

@@ -289,12 +289,17 @@ impl Broker {
             return None;
         }
         let len = u64::try_from(len).unwrap_or(u64::MAX);
-        let count = u64::try_from(q.ready.len()).unwrap_or(u64::MAX);
+        // Messages waiting to be dead-lettered count, as RabbitMQ's quorum queues count them
+        // (S-QQ-10).
+        let count = u64::try_from(q.ready.len() + q.held.len()).unwrap_or(u64::MAX);
         let over_count = q.eff.max_length.is_some_and(|m| count + 1 > m);
-        let over_bytes = q
-            .eff
-            .max_length_bytes
-            .is_some_and(|m| q.ready.bytes().saturating_add(len) > m);
+        let over_bytes = q.eff.max_length_bytes.is_some_and(|m| {
+            q.ready
+                .bytes()
+                .saturating_add(q.held.bytes())
+                .saturating_add(len)
+                > m
+        });
         (over_count || over_bytes).then_some(overflow)
     }
 

@@ -54,6 +54,8 @@ impl Broker {
                 ready_bytes: q.ready.bytes(),
                 unacked_bytes: unacked_bytes.get(&q.id).copied().unwrap_or(0),
                 consumers: u32::try_from(q.consumers.len()).unwrap_or(u32::MAX),
+                dead_letter_held: u64::try_from(q.held.len()).unwrap_or(u64::MAX),
+                dead_letter_held_bytes: q.held.bytes(),
                 kind: q.eff.kind(),
                 max_priority: priority_lanes(q.args.max_priority),
                 stats: q.stats,

@@ -105,6 +105,15 @@ impl Broker {
                 argument: argument.to_owned(),
             });
         }
+        // S-QQ-7: at-least-once needs overflow `reject-publish`; otherwise at-most-once
+        // applies, and RabbitMQ warns.
+        if settings.at_least_once_falls_back() {
+            out.effects.push(Effect::ArgumentIgnored {
+                vhost: d.vhost.clone(),
+                what: format!("queue '{name}'"),
+                argument: "x-dead-letter-strategy (at-least-once needs x-overflow reject-publish; at-most-once applies)".to_owned(),
+            });
+        }
         let owner = if d.exclusive { d.owner } else { None };
         let qid = self.create_queue(
             &d.vhost,
@@ -207,6 +216,7 @@ impl Broker {
                 operator_policy: None,
                 eff: QueueSettings::default(),
                 ready,
+                held: crate::held::DeadLetterHold::default(),
                 unacked: 0,
                 consumers: Vec::new(),
                 rr: 0,
@@ -236,7 +246,9 @@ impl Broker {
     ) -> Result<(), BrokerError> {
         let qid = self.find_queue(vhost, queue, owner)?;
         let q = self.queues.get_mut(&qid).expect("found above");
-        let taken = q.ready.drain_all();
+        let mut taken = q.ready.drain_all();
+        // The messages waiting to be dead-lettered go too, as RabbitMQ purges them (S-QQ-10).
+        taken.extend(q.held.drain_all());
         let logged = q.logged();
         let ids: Vec<MessageId> = taken
             .iter()

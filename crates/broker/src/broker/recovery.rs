@@ -77,6 +77,12 @@ impl Broker {
             q.ready.shrink_to_fit();
             self.mark_dirty(qid);
         }
+        // S-QQ-10: what waits to be dead-lettered is tried at once, as RabbitMQ's worker does
+        // when its queue starts.
+        let holding: Vec<_> = self.holding.iter().copied().collect();
+        for qid in holding {
+            self.retry_held(qid, now_ms, &mut out);
+        }
         self.rearm_dirty();
         let expired = self.expire_due(now_ms);
         out.events.extend(expired.events);

@@ -13,9 +13,10 @@ use super::refusals::corrupt;
 use super::state::Dest;
 use crate::args::{parse_logged_queue_args, parse_policy};
 use crate::error::BrokerError;
+use crate::queue::Taken;
 use crate::types::{
-    DestName, Event, MessageId, MessageRef, Outcome, PermissionInfo, Placement, QueueDeletedReason,
-    StoredEvent, UserInfo,
+    DestName, Event, HeldDeath, MessageId, MessageRef, Outcome, PermissionInfo, Placement,
+    QueueDeletedReason, StoredEvent, UserInfo,
 };
 
 impl Broker {
@@ -56,7 +57,8 @@ impl Broker {
             | Event::Purged { .. }
             | Event::Delivered { .. }
             | Event::Returned { .. }
-            | Event::DeadLettered { .. } => self.replay_message(event),
+            | Event::DeadLettered { .. }
+            | Event::DeadLetterHeld { .. } => self.replay_message(event),
             Event::UserPut { .. }
             | Event::UserDeleted { .. }
             | Event::PermissionSet { .. }
@@ -259,6 +261,29 @@ impl Broker {
                     .map(|m| MessageRef::Loaded(m.message.clone()));
                 self.replay_dead_lettered(vhost, from.as_deref(), *id, copy.as_ref(), targets)?;
             }
+            Event::DeadLetterHeld {
+                vhost,
+                queue,
+                reason,
+                at_ms,
+                ids,
+            } => {
+                let Some(&qid) = self.vhost(vhost)?.queues.get(queue) else {
+                    return Ok(());
+                };
+                let death = HeldDeath {
+                    reason: *reason,
+                    at_ms: *at_ms,
+                };
+                for id in ids {
+                    // A message the queue does not hold ready was settled by an earlier
+                    // record, as for a settle.
+                    let q = self.queues.get_mut(&qid).expect("vhost map is consistent");
+                    if let Some(taken) = q.ready.remove(*id) {
+                        self.restore_held(qid, taken, death);
+                    }
+                }
+            }
             other => unreachable!("not a message event: {other:?}"),
         }
         Ok(())
@@ -314,13 +339,30 @@ impl Broker {
     ) -> Result<(), BrokerError> {
         self.see_id(message.id());
         for p in placements {
-            self.replay_push_marked(
-                vhost,
-                &p.queue,
-                message.clone(),
-                p.delivery_count,
-                p.redelivered,
-            )?;
+            let Some(death) = p.held else {
+                self.replay_push_marked(
+                    vhost,
+                    &p.queue,
+                    message.clone(),
+                    p.delivery_count,
+                    p.redelivered,
+                )?;
+                continue;
+            };
+            let qid = *self
+                .vhost(vhost)?
+                .queues
+                .get(&p.queue)
+                .ok_or_else(|| corrupt("message for an unknown queue"))?;
+            if self.queues[&qid].held.contains(message.id()) {
+                return Err(corrupt("message held twice"));
+            }
+            let taken = Taken {
+                msg: message.clone(),
+                delivery_count: p.delivery_count,
+                redelivered: p.redelivered,
+            };
+            self.restore_held(qid, taken, death);
         }
         self.rearm_dirty();
         Ok(())
@@ -441,8 +483,10 @@ impl Broker {
         let Some(&qid) = self.vhosts.get(vhost).and_then(|v| v.queues.get(queue)) else {
             return;
         };
-        if let Some(q) = self.queues.get_mut(&qid) {
-            q.ready.remove(id);
+        if let Some(q) = self.queues.get_mut(&qid)
+            && q.ready.remove(id).is_none()
+        {
+            q.held.remove(id);
         }
         self.mark_dirty(qid);
     }

@@ -9,8 +9,8 @@ use super::Broker;
 use super::state::QueueId;
 use crate::queue::deadline_of;
 use crate::types::{
-    BindingInfo, DurableMessage, DurableState, Event, ExchangeInfo, MessageId, MessageRecord,
-    MessageRef, QueueInfo, QueueSnapshot, Snapshot, SnapshotMessage,
+    BindingInfo, DurableMessage, DurableState, Event, ExchangeInfo, HeldDeath, MessageId,
+    MessageRecord, MessageRef, QueueInfo, QueueSnapshot, Snapshot, SnapshotMessage,
 };
 
 impl Broker {
@@ -34,6 +34,7 @@ impl Broker {
                     message: u.taken.msg.clone(),
                     delivery_count: u.taken.delivery_count,
                     redelivered: true,
+                    held: None,
                 });
             }
         }
@@ -55,11 +56,23 @@ impl Broker {
                         message: m.clone(),
                         delivery_count: e.delivery_count,
                         redelivered: e.redelivered,
+                        held: None,
                     });
+                let held =
+                    q.held
+                        .iter()
+                        .filter(|(t, _)| t.msg.is_persistent())
+                        .map(|(t, death)| SnapshotMessage {
+                            message: t.msg.clone(),
+                            delivery_count: t.delivery_count,
+                            redelivered: t.redelivered,
+                            held: Some(death),
+                        });
                 // Sized once: a checkpoint of millions of messages must not double a vector
                 // on the way (the snapshot is the checkpoint's peak memory).
-                let mut listed = Vec::with_capacity(q.ready.len());
+                let mut listed = Vec::with_capacity(q.ready.len() + q.held.len());
                 listed.extend(ready);
+                listed.extend(held);
                 // Listed by id, as a checkpoint holds them: a priority queue iterates lane by
                 // lane (S-PRIO-6). A plain queue's list is sorted already, which the sort
                 // sees in one pass.
@@ -213,26 +226,33 @@ impl Broker {
                 }
                 let mut msgs: BTreeMap<MessageId, DurableMessage> = BTreeMap::new();
                 let ttl = q.ready.ttl_ms();
-                let mut add = |m: &MessageRef, count: u32, redelivered: bool| {
+                let mut add = |m: &MessageRef,
+                               count: u32,
+                               redelivered: bool,
+                               held: Option<HeldDeath>| {
                     if m.is_persistent() {
                         msgs.insert(
                             m.id(),
                             DurableMessage {
                                 id: m.id(),
                                 enqueued_at_ms: m.timing().0,
-                                deadline_ms: deadline_of(m, ttl),
+                                deadline_ms: held.is_none().then(|| deadline_of(m, ttl)).flatten(),
                                 delivery_count: count,
                                 redelivered,
+                                held,
                             },
                         );
                     }
                 };
                 for (m, e) in q.ready.iter() {
-                    add(m, e.delivery_count, e.redelivered);
+                    add(m, e.delivery_count, e.redelivered, None);
+                }
+                for (t, death) in q.held.iter() {
+                    add(&t.msg, t.delivery_count, t.redelivered, Some(death));
                 }
                 for u in self.channels.values().flat_map(|c| c.unacked.values()) {
                     if u.queue == qid {
-                        add(&u.taken.msg, u.taken.delivery_count, true);
+                        add(&u.taken.msg, u.taken.delivery_count, true, None);
                     }
                 }
                 let info = QueueInfo {
@@ -241,6 +261,8 @@ impl Broker {
                     ready_bytes: 0,
                     unacked_bytes: 0,
                     consumers: 0,
+                    dead_letter_held: 0,
+                    dead_letter_held_bytes: 0,
                     stats: crate::QueueStats::default(),
                     ..info
                 };

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crate::args::{Policy, QueueSettings};
+use crate::held::DeadLetterHold;
 use crate::queue::{Ready, Taken};
 use crate::routing::TopicIndex;
 use crate::types::{
@@ -68,6 +69,8 @@ pub(super) struct Queue {
     pub(super) operator_policy: Option<String>,
     pub(super) eff: QueueSettings,
     pub(super) ready: Ready,
+    /// Messages waiting to be dead-lettered (S-QQ-10): not ready, not unacked.
+    pub(super) held: DeadLetterHold,
     pub(super) unacked: u64,
     /// Highest `priority` first; registration order within a priority (S-CONS-1, S-CONS-5).
     pub(super) consumers: Vec<Consumer>,
@@ -89,6 +92,15 @@ impl Queue {
     /// with its connection, so it never outlives a restart).
     pub(super) fn logged(&self) -> bool {
         self.durable && self.owner.is_none()
+    }
+
+    /// When the messages' timer is due: the earliest deadline of a ready message, or the
+    /// next retry of the dead-letter hold (S-QQ-10).
+    pub(super) fn messages_deadline(&self) -> Option<u64> {
+        match (self.ready.first_deadline(), self.held.retry_at()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// When the lease runs out (S-QEXP-1/2): unused = no consumers.

@@ -1,5 +1,6 @@
-//! A message's newest `x-death` entry read back as plain data: where it died, why, and how it
-//! had been routed there (S-DLX-5). What the dead-letter explorer groups by and what a move
+//! How messages die: why (S-DLX-1), a death that waits to be dead-lettered (S-QQ-10), and a
+//! message's newest `x-death` entry read back as plain data: where it died, why, and how it
+//! had been routed there (S-DLX-5), what the dead-letter explorer groups by and what a move
 //! back routes with (S-UI-9, S-UI-10).
 
 use crate::types::Properties;
@@ -53,4 +54,39 @@ impl Death {
 
 fn text(t: &FieldTable, key: &str) -> Option<String> {
     t.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// Why a message left a queue other than by an ack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeathReason {
+    /// `basic.reject` / `basic.nack` without requeue.
+    Rejected,
+    /// Its deadline passed.
+    Expired,
+    /// Length limit.
+    Maxlen,
+    /// Returned more than `x-delivery-limit` times.
+    DeliveryLimit,
+}
+
+impl DeathReason {
+    /// The reason as written in `x-death`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeathReason::Rejected => "rejected",
+            DeathReason::Expired => "expired",
+            DeathReason::Maxlen => "maxlen",
+            DeathReason::DeliveryLimit => "delivery_limit",
+        }
+    }
+}
+
+/// A message waiting in its quorum queue to be dead-lettered (S-QQ-10): why it died and
+/// when (the `time` of its `x-death` entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldDeath {
+    /// Why it died.
+    pub reason: DeathReason,
+    /// When (ms since the Unix epoch).
+    pub at_ms: u64,
 }

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::command::PolicySpec;
+use super::death::DeathReason;
 use super::ids::{DestName, ExchangeKind, MessageId};
 use super::message::{Message, StoredMessage};
 use crate::value::FieldTable;
@@ -227,6 +228,21 @@ pub enum Event {
         message: Option<MessageRecord>,
         /// Durable queues it entered.
         targets: Vec<String>,
+    },
+    /// Messages died in a quorum queue with at-least-once dead-lettering and could not be
+    /// dead-lettered yet (S-QQ-10): they leave the queue's ready (or unacked) messages and
+    /// wait in it, until a `DeadLettered` event naming the queue as its source moves them.
+    DeadLetterHeld {
+        /// Virtual host.
+        vhost: String,
+        /// Queue.
+        queue: String,
+        /// Why they died.
+        reason: DeathReason,
+        /// When (ms since the Unix epoch; the `x-death` time).
+        at_ms: u64,
+        /// Messages.
+        ids: Vec<MessageId>,
     },
     /// A durable queue's ready messages were purged (the logged ones are listed; messages
     /// held unacked stay).

@@ -36,6 +36,10 @@ pub struct QueueInfo {
     pub unacked_bytes: u64,
     /// Consumers.
     pub consumers: u32,
+    /// Messages waiting to be dead-lettered (S-QQ-10; RabbitMQ's `messages_dlx`).
+    pub dead_letter_held: u64,
+    /// Their body bytes (`message_bytes_dlx`).
+    pub dead_letter_held_bytes: u64,
     /// The queue type (S-QQ-1).
     pub kind: QueueKind,
     /// The highest priority of a priority queue (S-PRIO-1: `x-max-priority`, at least 1);

@@ -6,7 +6,8 @@
 //! - `message.rs`: properties, messages, stored references, the loader of stored messages.
 //! - `command.rs`: [`Command`] and the method fields it carries.
 //! - `outcome.rs`: [`Outcome`]: replies, effects, deliveries.
-//! - `death.rs`: [`Death`], a message's newest `x-death` entry.
+//! - `death.rs`: why a message died, a held death, and [`Death`], a message's newest
+//!   `x-death` entry.
 //! - `event.rs`: [`Event`] (the durable facts) and [`StoredEvent`].
 //! - `info.rs`: what the management queries list.
 //! - `snapshot.rs`: [`DurableState`] and [`Snapshot`] (checkpoints).
@@ -21,7 +22,7 @@ mod outcome;
 mod snapshot;
 
 pub use command::{ApplyTo, Command, ExchangeDeclare, PolicySpec, Publish, QueueDeclare};
-pub use death::Death;
+pub use death::{Death, DeathReason, HeldDeath};
 pub use event::{Event, MessageRecord, SettleKind, StoredEvent};
 pub use ids::{
     ChanRef, ChannelId, ConnId, DelayedType, DeliveryTag, DestName, ExchangeKind, MessageId,
@@ -35,8 +36,7 @@ pub use message::{
     StoredMessage, StoredSlot,
 };
 pub use outcome::{
-    DeathFate, DeathReason, Delivery, Effect, GetOk, Outcome, PublishResult, QueueDeletedReason,
-    Reply,
+    DeathFate, Delivery, Effect, GetOk, Outcome, PublishResult, QueueDeletedReason, Reply,
 };
 pub use snapshot::{
     DurableMessage, DurableState, Placement, QueueSnapshot, Snapshot, SnapshotMessage,

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::death::DeathReason;
 use super::event::Event;
 use super::ids::{ChanRef, DeliveryTag, MessageId};
 use super::message::Message;
@@ -124,31 +125,6 @@ pub enum QueueDeletedReason {
     OwnerClosed,
 }
 
-/// Why a message left a queue other than by an ack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DeathReason {
-    /// `basic.reject` / `basic.nack` without requeue.
-    Rejected,
-    /// Its deadline passed.
-    Expired,
-    /// Length limit.
-    Maxlen,
-    /// Returned more than `x-delivery-limit` times.
-    DeliveryLimit,
-}
-
-impl DeathReason {
-    /// The reason as written in `x-death`.
-    pub fn name(self) -> &'static str {
-        match self {
-            DeathReason::Rejected => "rejected",
-            DeathReason::Expired => "expired",
-            DeathReason::Maxlen => "maxlen",
-            DeathReason::DeliveryLimit => "delivery_limit",
-        }
-    }
-}
-
 /// Something the server must do or tell a client.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
@@ -240,6 +216,8 @@ pub enum DeathFate {
     },
     /// The dead-letter exchange does not exist (S-DLX-4): dropped and counted.
     ExchangeMissing,
+    /// At-least-once (S-QQ-10): it could not be dead-lettered now, so it waits in its queue.
+    Held,
 }
 
 /// Everything a command (or a timer) produced.

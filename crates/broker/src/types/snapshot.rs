@@ -2,6 +2,7 @@
 //! (replay equivalence tests), and [`Snapshot`], the copy a checkpoint encodes, with the
 //! [`Placement`] of a message restored from one.
 
+use super::death::HeldDeath;
 use super::event::Event;
 use super::ids::MessageId;
 use super::info::{BindingInfo, ExchangeInfo, PermissionInfo, PolicyInfo, QueueInfo, UserInfo};
@@ -20,6 +21,8 @@ pub struct DurableMessage {
     pub delivery_count: u32,
     /// Delivered before (unacked ones count as delivered).
     pub redelivered: bool,
+    /// Waiting to be dead-lettered (S-QQ-10), not ready.
+    pub held: Option<HeldDeath>,
 }
 
 /// Everything that must survive a restart, in a comparable form (S-DUR-1/2/5).
@@ -82,6 +85,8 @@ pub struct SnapshotMessage {
     pub delivery_count: u32,
     /// Delivered before; unacked messages count as delivered (S-DUR-6).
     pub redelivered: bool,
+    /// Waiting to be dead-lettered (S-QQ-10), not ready.
+    pub held: Option<HeldDeath>,
 }
 
 /// Where a restored message sits: one queue and its marks there.
@@ -93,4 +98,6 @@ pub struct Placement {
     pub delivery_count: u32,
     /// Delivered before.
     pub redelivered: bool,
+    /// Waiting to be dead-lettered (S-QQ-10), not ready.
+    pub held: Option<HeldDeath>,
 }

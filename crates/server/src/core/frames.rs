@@ -92,7 +92,8 @@ impl Core {
                 }
             }
             Effect::MessageDied { reason, fate, .. } => {
-                if *reason == DeathReason::Expired {
+                // A held message (S-QQ-10) is counted when it goes.
+                if *reason == DeathReason::Expired && *fate != DeathFate::Held {
                     self.counters.expired += 1;
                 }
                 if matches!(fate, DeathFate::DeadLettered { targets } if *targets > 0) {
@@ -255,6 +256,9 @@ fn log_effect(effect: &Effect) {
             if *fate == DeathFate::ExchangeMissing {
                 warn!(%vhost, %queue, id = id.0, reason = reason.name(),
                         "dead-letter exchange missing; message dropped");
+            } else if *fate == DeathFate::Held {
+                info!(%vhost, %queue, id = id.0, reason = reason.name(),
+                        "message cannot be dead-lettered now; held in its queue until it can (at-least-once)");
             } else {
                 debug!(%vhost, %queue, id = id.0, reason = reason.name(), ?fate, "message died");
             }

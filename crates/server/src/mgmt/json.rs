@@ -10,7 +10,7 @@ use serde_json::{Map, Value as Json, json};
 use crate::admin::{ChannelInfo, ConnectionInfo};
 use wharf_broker::{
     ApplyTo, BindingInfo, DestName, ExchangeInfo, FieldTable, Message, PolicyInfo, Properties,
-    QueueInfo, Value,
+    QueueInfo, QueueKind, Value,
 };
 
 /// The node name shown where RabbitMQ shows `rabbit@host`.
@@ -101,9 +101,10 @@ pub fn apply_to_parse(s: &str) -> Option<ApplyTo> {
     }
 }
 
-/// A queue as `/api/queues` shows it.
+/// A queue as `/api/queues` shows it; a quorum queue also shows what waits to be
+/// dead-lettered (`messages_dlx`, `message_bytes_dlx`: S-QQ-10), as RabbitMQ does.
 pub fn queue(q: &QueueInfo, effective: &Json) -> Json {
-    json!({
+    let mut v = json!({
         "name": q.name,
         "vhost": q.vhost,
         "durable": q.durable,
@@ -124,7 +125,12 @@ pub fn queue(q: &QueueInfo, effective: &Json) -> Json {
         "operator_policy": q.operator_policy,
         "effective_policy_definition": effective,
         "exclusive_consumer_tag": Json::Null,
-    })
+    });
+    if q.kind == QueueKind::Quorum {
+        v["messages_dlx"] = json!(q.dead_letter_held);
+        v["message_bytes_dlx"] = json!(q.dead_letter_held_bytes);
+    }
+    v
 }
 
 /// An exchange as `/api/exchanges` shows it.

@@ -89,6 +89,9 @@ fn step_fields(step: &Step) -> JsonValue {
         | StepKind::Settled { queue, .. }
         | StepKind::Purged { queue }
         | StepKind::QueueDeleted { queue } => json!({ "queue": queue }),
+        StepKind::HeldForDeadLettering { queue, reason } => {
+            json!({ "queue": queue, "reason": reason })
+        }
         StepKind::DeadLettered {
             from,
             reason,

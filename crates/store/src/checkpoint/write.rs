@@ -143,6 +143,7 @@ fn encode_records(
                     queue: q.queue.clone(),
                     delivery_count: m.delivery_count,
                     redelivered: m.redelivered,
+                    held: m.held,
                 });
             }
             *at += 1;

@@ -9,13 +9,16 @@ use std::sync::Arc;
 use super::cursor::{Dec, Enc};
 use super::error::{DecodeError, EncodeError};
 use super::message::{get_message, get_stored_message, put_message};
-use wharf_broker::{Message, Placement, StoredAt, StoredMessage};
+use super::message_events::{death_reason_byte, death_reason_of};
+use wharf_broker::{HeldDeath, Message, Placement, StoredAt, StoredMessage};
 
 /// The kind byte of a [`Carried`] record. Checkpoint-only kinds live in `0x30..=0x3F`; they
 /// never appear in the log, where [`decode`](super::decode) refuses them as unknown.
 pub const CARRIED_KIND: u8 = 0x30;
 
 const FLAG_REDELIVERED: u8 = 1 << 0;
+/// Held to be dead-lettered (S-QQ-10, format 4): a reason `u8` and a time `u64` follow.
+const FLAG_HELD: u8 = 1 << 1;
 
 /// A placement is at least a `name` length, a count and a flags byte.
 const PLACEMENT_BYTES_MIN: usize = size_of::<u16>() + size_of::<u32>() + 1;
@@ -107,7 +110,13 @@ fn put_placements(
     for p in placements {
         e.name("queue", &p.queue)?;
         e.u32(p.delivery_count);
-        e.u8(if p.redelivered { FLAG_REDELIVERED } else { 0 });
+        let flags = if p.redelivered { FLAG_REDELIVERED } else { 0 }
+            | if p.held.is_some() { FLAG_HELD } else { 0 };
+        e.u8(flags);
+        if let Some(death) = p.held {
+            e.u8(death_reason_byte(death.reason));
+            e.u64(death.at_ms);
+        }
     }
     Ok(())
 }
@@ -122,11 +131,12 @@ fn get_placements(d: &mut Dec<'_>) -> Result<(String, Vec<Placement>), DecodeErr
     for _ in 0..n {
         let queue = d.name("queue")?;
         let delivery_count = d.u32("delivery count")?;
-        let flags = d.flags(FLAG_REDELIVERED, "placement flags")?;
+        let flags = d.flags(FLAG_REDELIVERED | FLAG_HELD, "placement flags")?;
         placements.push(Placement {
             queue,
             delivery_count,
             redelivered: flags & FLAG_REDELIVERED != 0,
+            held: get_held(d, flags)?,
         });
     }
     Ok((vhost, placements))
@@ -155,7 +165,21 @@ pub(super) fn skip_placements(d: &mut Dec<'_>) -> Result<(), DecodeError> {
     for _ in 0..n {
         d.name("queue")?;
         d.u32("delivery count")?;
-        d.flags(FLAG_REDELIVERED, "placement flags")?;
+        let flags = d.flags(FLAG_REDELIVERED | FLAG_HELD, "placement flags")?;
+        get_held(d, flags)?;
     }
     Ok(())
+}
+
+/// A held placement's death (reason and time), when its flags say it has one.
+fn get_held(d: &mut Dec<'_>, flags: u8) -> Result<Option<HeldDeath>, DecodeError> {
+    if flags & FLAG_HELD == 0 {
+        return Ok(None);
+    }
+    let reason = d.u8("death reason")?;
+    let reason = death_reason_of(reason).ok_or_else(|| d.err("unknown death reason"))?;
+    Ok(Some(HeldDeath {
+        reason,
+        at_ms: d.u64("death time")?,
+    }))
 }

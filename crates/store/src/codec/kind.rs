@@ -7,7 +7,7 @@ use wharf_broker::Event;
 /// The store record format this build writes and the newest it reads. Written in a
 /// [`RecordKind::Format`] record each time a store is opened; a log announcing a newer
 /// version is refused rather than guessed at.
-pub const STORE_FORMAT_VERSION: u16 = 3;
+pub const STORE_FORMAT_VERSION: u16 = 4;
 
 /// The WAL record kind of each store record (the frame's `kind` byte). Values are part of the
 /// format: never reuse or renumber one.
@@ -64,11 +64,13 @@ pub enum RecordKind {
     DeadLettered = 0x26,
     /// [`Event::Purged`].
     Purged = 0x27,
+    /// [`Event::DeadLetterHeld`] (format 4).
+    DeadLetterHeld = 0x28,
 }
 
 impl RecordKind {
     /// Every kind, for tests and the inspector.
-    pub const ALL: [RecordKind; 25] = [
+    pub const ALL: [RecordKind; 26] = [
         RecordKind::Format,
         RecordKind::VhostAdded,
         RecordKind::VhostDeleted,
@@ -94,6 +96,7 @@ impl RecordKind {
         RecordKind::Returned,
         RecordKind::DeadLettered,
         RecordKind::Purged,
+        RecordKind::DeadLetterHeld,
     ];
 
     /// The kind byte.
@@ -127,6 +130,7 @@ impl RecordKind {
             Event::Returned { .. } => RecordKind::Returned,
             Event::DeadLettered { .. } => RecordKind::DeadLettered,
             Event::Purged { .. } => RecordKind::Purged,
+            Event::DeadLetterHeld { .. } => RecordKind::DeadLetterHeld,
             Event::UserPut { .. } => RecordKind::UserPut,
             Event::UserDeleted { .. } => RecordKind::UserDeleted,
             Event::PermissionSet { .. } => RecordKind::PermissionSet,

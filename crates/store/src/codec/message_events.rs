@@ -7,7 +7,7 @@ use super::cursor::{Dec, Enc};
 use super::error::{DecodeError, EncodeError};
 use super::kind::RecordKind;
 use super::message::{get_message, put_message};
-use wharf_broker::{Event, MessageId, SettleKind};
+use wharf_broker::{DeathReason, Event, MessageId, SettleKind};
 
 const FLAG_SCHEDULED: u8 = 1 << 0;
 const FLAG_DL_FROM: u8 = 1 << 0;
@@ -65,6 +65,19 @@ pub(super) fn put_message_event(e: &mut Enc<'_>, event: &Event) -> Result<(), En
         | Event::Purged { vhost, queue, ids } => {
             e.name("vhost", vhost)?;
             e.name("queue", queue)?;
+            e.ids(ids)
+        }
+        Event::DeadLetterHeld {
+            vhost,
+            queue,
+            reason,
+            at_ms,
+            ids,
+        } => {
+            e.name("vhost", vhost)?;
+            e.name("queue", queue)?;
+            e.u8(death_reason_byte(*reason));
+            e.u64(*at_ms);
             e.ids(ids)
         }
         _ => unreachable!("encode_event sends only message events here"),
@@ -184,6 +197,18 @@ pub(super) fn get_message_event(
                 kind,
             }
         }
+        RecordKind::DeadLetterHeld => {
+            let queue = d.name("queue")?;
+            let reason = d.u8("death reason")?;
+            let reason = death_reason_of(reason).ok_or_else(|| d.err("unknown death reason"))?;
+            Event::DeadLetterHeld {
+                vhost,
+                queue,
+                reason,
+                at_ms: d.u64("death time")?,
+                ids: d.ids()?,
+            }
+        }
         RecordKind::Delivered | RecordKind::Returned | RecordKind::Purged => {
             let queue = d.name("queue")?;
             let ids = d.ids()?;
@@ -210,6 +235,27 @@ fn settle_kind_of(b: u8) -> Option<SettleKind> {
         0 => SettleKind::Ack,
         1 => SettleKind::Expire,
         2 => SettleKind::Discard,
+        _ => return None,
+    })
+}
+
+/// A death reason's byte (`DeadLetterHeld`, and a held placement of `Carried`).
+pub(super) fn death_reason_byte(r: DeathReason) -> u8 {
+    match r {
+        DeathReason::Rejected => 0,
+        DeathReason::Expired => 1,
+        DeathReason::Maxlen => 2,
+        DeathReason::DeliveryLimit => 3,
+    }
+}
+
+/// The death reason a byte names.
+pub(super) fn death_reason_of(b: u8) -> Option<DeathReason> {
+    Some(match b {
+        0 => DeathReason::Rejected,
+        1 => DeathReason::Expired,
+        2 => DeathReason::Maxlen,
+        3 => DeathReason::DeliveryLimit,
         _ => return None,
     })
 }

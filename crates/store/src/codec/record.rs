@@ -51,7 +51,8 @@ fn encode_with(event: &Event, e: &mut Enc<'_>) -> Result<RecordKind, EncodeError
         | Event::Settled { .. }
         | Event::Delivered { .. }
         | Event::Returned { .. }
-        | Event::Purged { .. } => put_message_event(e, event)?,
+        | Event::Purged { .. }
+        | Event::DeadLetterHeld { .. } => put_message_event(e, event)?,
         Event::VhostAdded { .. }
         | Event::VhostDeleted { .. }
         | Event::ExchangeDeclared { .. }
@@ -131,7 +132,8 @@ fn get_event(d: &mut Dec<'_>, k: RecordKind) -> Result<Event, DecodeError> {
         | RecordKind::Settled
         | RecordKind::Delivered
         | RecordKind::Returned
-        | RecordKind::Purged => get_message_event(d, k, vhost),
+        | RecordKind::Purged
+        | RecordKind::DeadLetterHeld => get_message_event(d, k, vhost),
         RecordKind::VhostAdded
         | RecordKind::VhostDeleted
         | RecordKind::ExchangeDeclared

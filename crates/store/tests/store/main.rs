@@ -24,6 +24,7 @@ mod store_checkpoint;
 mod store_checkpoint_install;
 mod store_codec;
 mod store_crash;
+mod store_dead_letter_hold;
 mod store_decoder_props;
 mod store_diskfull;
 mod store_fuzz_regressions;

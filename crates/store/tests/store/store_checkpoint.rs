@@ -599,6 +599,7 @@ fn golden_snapshot() -> Snapshot {
                 message: wharf_broker::MessageRef::Loaded(message),
                 delivery_count: 1,
                 redelivered: true,
+                held: None,
             }],
         }],
         next_message_id: 8,
@@ -622,6 +623,22 @@ fn checkpoint_bytes_match_the_document() {
 
 /// Format 3 changed nothing a version-2 checkpoint holds: the documented checkpoint as
 /// version 2 wrote it (version 2, and the header CRC over that) still loads.
+#[test]
+fn a_version_3_checkpoint_still_loads() {
+    // Format 4 added a placement flag and a log record kind: a version-3 checkpoint (the same
+    // bytes, version 3, and the header CRC over that) still loads.
+    let mut bytes = golden("checkpoint");
+    bytes[8..10].copy_from_slice(&[0x03, 0x00]);
+    bytes[36..40].copy_from_slice(&[0xec, 0x06, 0xd4, 0x34]);
+    let sim = SimStorage::new(7);
+    let path = data_dir().join(checkpoint::file_name(Lsn(42)));
+    sim.set_file_bytes(&path, bytes);
+    let mut broker = Broker::new();
+    let loaded = checkpoint::load(&sim, &path, &mut broker).unwrap();
+    assert_eq!(loaded.header.version, 3);
+    assert_eq!(loaded.messages, 1);
+}
+
 #[test]
 fn a_version_2_checkpoint_still_loads() {
     let mut bytes = golden("checkpoint");

@@ -14,8 +14,8 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use wharf_base::limits;
 use wharf_broker::{
-    ApplyTo, DelayedType, DestName, Event, ExchangeKind, Message, MessageId, MessageRecord,
-    PolicySpec, Properties, SettleKind,
+    ApplyTo, DeathReason, DelayedType, DestName, Event, ExchangeKind, HeldDeath, Message,
+    MessageId, MessageRecord, Placement, PolicySpec, Properties, SettleKind,
 };
 use wharf_broker::{FieldTable, Value};
 use wharf_store::codec::{
@@ -214,7 +214,57 @@ fn golden_topic_permission_records_match_storage_format_md() {
         (0x1f, hex("01 00 2f  01 00 75  01 00 78"))
     );
     assert_eq!(decode(kind, &bytes).unwrap(), StoreRecord::Event(cleared));
-    assert_eq!(STORE_FORMAT_VERSION, 3);
+}
+
+/// S-QQ-10: holding a message to dead-letter it is a format-4 record, and a held placement a
+/// format-4 flag of a checkpoint's `Carried` record (storage-format.md, version 4).
+#[test]
+fn s_qq_10_golden_dead_letter_held_record_and_held_placement() {
+    let held = Event::DeadLetterHeld {
+        vhost: "/".into(),
+        queue: "q".into(),
+        reason: DeathReason::Rejected,
+        at_ms: 1_700_000_000_000,
+        ids: vec![MessageId(7)],
+    };
+    let (kind, bytes) = encode(&held);
+    assert_eq!(kind, 0x28);
+    assert_eq!(bytes, doc_example("DeadLetterHeld, kind 0x28"));
+    assert_eq!(decode(kind, &bytes).unwrap(), StoreRecord::Event(held));
+    assert_eq!(STORE_FORMAT_VERSION, 4);
+
+    let placement = Placement {
+        queue: "q".into(),
+        delivery_count: 0,
+        redelivered: true,
+        held: Some(HeldDeath {
+            reason: DeathReason::Rejected,
+            at_ms: 1_700_000_000_000,
+        }),
+    };
+    let message = Message {
+        id: MessageId(7),
+        enqueued_at_ms: 1_700_000_000_000,
+        ttl_ms: None,
+        exchange: String::new(),
+        routing_key: "q".into(),
+        properties: Properties::default(),
+        body: Bytes::from_static(b"hi"),
+        stored: wharf_broker::StoredSlot::default(),
+    };
+    let mut out = Vec::new();
+    codec::encode_carried("/", std::slice::from_ref(&placement), &message, &mut out).unwrap();
+    let mut want = hex("01 00 2f  01 00 00 00");
+    want.extend(doc_example("Carried placement, held"));
+    assert_eq!(out[..want.len()], want[..]);
+    let carried = codec::decode_carried(&out).unwrap();
+    assert_eq!(carried.placements, vec![placement]);
+    // Bit 1 without its reason and time, or with an unknown reason, is damage.
+    let cut = want.len() - 9;
+    assert!(codec::decode_carried(&out[..cut]).is_err());
+    let mut bad = out.clone();
+    bad[cut] = 9;
+    assert!(codec::decode_carried(&bad).is_err());
 }
 
 #[test]
@@ -688,6 +738,20 @@ fn event() -> impl Strategy<Value = Event> {
                 targets,
             }),
         (name(), name(), ids()).prop_map(|(vhost, queue, ids)| Event::Purged { vhost, queue, ids }),
+        (name(), name(), 0..4u8, any::<u64>(), ids()).prop_map(|(vhost, queue, r, at_ms, ids)| {
+            Event::DeadLetterHeld {
+                vhost,
+                queue,
+                reason: [
+                    DeathReason::Rejected,
+                    DeathReason::Expired,
+                    DeathReason::Maxlen,
+                    DeathReason::DeliveryLimit,
+                ][usize::from(r)],
+                at_ms,
+                ids,
+            }
+        }),
         (name(), name(), prop::collection::vec(name(), 0..4)).prop_map(
             |(name, password_hash, tags)| Event::UserPut {
                 name,

@@ -13,7 +13,7 @@
 use crate::store_common;
 
 use bytes::Bytes;
-use store_common::{CH, Driver, log_for, open};
+use store_common::{CH, Live, open};
 use wharf_broker::{Broker, Command, FieldTable, Properties, Publish, QueueDeclare, Reply, Value};
 use wharf_wal::SimStorage;
 
@@ -54,44 +54,6 @@ fn order(b: &Broker) -> Vec<(u8, bool)> {
         .collect()
 }
 
-/// A live broker logging to a store on a simulated disk, as the server drives it.
-struct Live {
-    store: wharf_store::Store,
-    driver: Driver,
-    ticket: u64,
-    paging: bool,
-}
-
-impl Live {
-    /// Runs `cmd`, logs its events and waits for them; with `paging`, leaves every durable
-    /// body on disk at once (a memory budget of 0).
-    fn step(&mut self, cmd: Command) {
-        let events = self.driver.run(cmd);
-        let t = log_for(&self.store, &mut self.driver.broker, &events).unwrap();
-        self.ticket = self.ticket.max(t);
-        self.store.wait_durable(self.ticket).unwrap();
-        if self.paging {
-            self.driver.broker.page_out(self.ticket, 0);
-        }
-    }
-
-    fn settle(&mut self, requeue: Option<bool>) {
-        let tag = *self.driver.tags.last().unwrap();
-        self.step(match requeue {
-            Some(requeue) => Command::Reject {
-                chan: CH,
-                delivery_tag: tag,
-                requeue,
-            },
-            None => Command::Ack {
-                chan: CH,
-                delivery_tag: tag,
-                multiple: false,
-            },
-        });
-    }
-}
-
 fn get() -> Command {
     Command::Get {
         chan: CH,
@@ -105,14 +67,7 @@ fn get() -> Command {
 /// Returns the disk and the live broker's ready list.
 fn workload(paging: bool) -> (SimStorage, u64, Vec<(u8, bool)>) {
     let sim = SimStorage::new(41);
-    let (store, _, _) = open(&sim).unwrap();
-    let mut live = Live {
-        store,
-        driver: Driver::new(),
-        ticket: 0,
-        paging,
-    };
-    live.driver.broker.set_loader(live.store.loader());
+    let mut live = Live::open(&sim, paging);
     live.step(declare());
     let prios = [None, Some(5), Some(1), Some(9), Some(5), Some(200)];
     for (i, p) in prios.into_iter().enumerate() {

@@ -527,6 +527,58 @@ fn command(op: &Op) -> Command {
     }
 }
 
+/// A live broker logging to a store on a simulated disk, as the server drives it.
+pub struct Live {
+    pub store: wharf_store::Store,
+    pub driver: Driver,
+    pub ticket: u64,
+    pub paging: bool,
+}
+
+impl Live {
+    /// A fresh store on `sim` with a fresh driven broker that reads stored messages back
+    /// through it.
+    pub fn open(sim: &SimStorage, paging: bool) -> Self {
+        let (store, _, _) = open(sim).unwrap();
+        let mut live = Live {
+            store,
+            driver: Driver::new(),
+            ticket: 0,
+            paging,
+        };
+        live.driver.broker.set_loader(live.store.loader());
+        live
+    }
+
+    /// Runs `cmd`, logs its events and waits for them; with `paging`, leaves every durable
+    /// body on disk at once (a memory budget of 0).
+    pub fn step(&mut self, cmd: Command) {
+        let events = self.driver.run(cmd);
+        let t = log_for(&self.store, &mut self.driver.broker, &events).unwrap();
+        self.ticket = self.ticket.max(t);
+        self.store.wait_durable(self.ticket).unwrap();
+        if self.paging {
+            self.driver.broker.page_out(self.ticket, 0);
+        }
+    }
+
+    pub fn settle(&mut self, requeue: Option<bool>) {
+        let tag = *self.driver.tags.last().unwrap();
+        self.step(match requeue {
+            Some(requeue) => Command::Reject {
+                chan: CH,
+                delivery_tag: tag,
+                requeue,
+            },
+            None => Command::Ack {
+                chan: CH,
+                delivery_tag: tag,
+                multiple: false,
+            },
+        });
+    }
+}
+
 /// A fresh broker rebuilt from `events` with `Broker::apply` alone (no store).
 pub fn replay(events: &[Event]) -> Broker {
     let mut b = Broker::new();

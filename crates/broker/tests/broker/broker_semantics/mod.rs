@@ -31,6 +31,7 @@ mod policies;
 mod priority;
 mod queue_expiry;
 mod quorum;
+mod quorum_dlx;
 mod scheduling;
 mod ttl;
 
