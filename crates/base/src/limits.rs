@@ -47,6 +47,16 @@ pub const UNACKED_PER_CHANNEL_MAX: u32 = 65_535;
 /// Batches of operations queued towards the broker task before readers wait (and so stop
 /// reading their sockets): the publisher backpressure bound.
 pub const CORE_QUEUE_BATCHES_MAX: usize = 256;
+/// Publisher flow control (S-FLOW-1): a queue with a consumer on another connection that
+/// holds more than this many ready messages puts the connections publishing into it in
+/// `flow` (their sockets are read no further) ...
+pub const FLOW_READY_HIGH: usize = 4096;
+/// ... until it holds at most this many (or has no such consumer, or is gone).
+pub const FLOW_READY_LOW: usize = 1024;
+/// The longest a connection in `flow` waits before its socket is read once more (S-FLOW-2):
+/// so that connections that consume from each other's queues pace each other instead of
+/// waiting for each other forever.
+pub const FLOW_PAUSE_MAX: std::time::Duration = std::time::Duration::from_millis(100);
 /// How long a peer has to finish the handshake.
 pub const HANDSHAKE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// How long we wait for `close-ok` after sending `connection.close`.
@@ -99,6 +109,10 @@ pub const MESSAGE_MEMORY_BYTES: u64 = 16 * 1024 * 1024;
 /// Largest `x-message-ttl`, `message-ttl` and per-message `expiration` value (S-TTL-1): 2^32-1 ms.
 pub const TTL_MS_MAX: u64 = u32::MAX as u64;
 
+const _: () = assert!(
+    FLOW_READY_LOW < FLOW_READY_HIGH,
+    "flow control needs hysteresis: the low mark below the high one"
+);
 const _: () = assert!(
     FRAME_BYTES_MAX >= FRAME_BYTES_MIN,
     "AMQP frame-min-size is 4096"

@@ -151,6 +151,8 @@ pub struct ConnectionInfo {
     pub throttled: bool,
     /// Its publishes are held back by a resource alarm.
     pub blocked: bool,
+    /// Its socket is read no further: a queue it publishes into is behind (S-FLOW-1).
+    pub flow: bool,
     /// The client's `client-properties`.
     pub client_properties: wharf_broker::FieldTable,
     /// Its open channels, by number.

@@ -12,7 +12,7 @@
 //!   flow), `consumers.rs` (consume, cancel, priorities, single active consumer, consumer
 //!   timeout: S-CONS), `expiry.rs` (S-TTL, S-QEXP, timers), `dead_letter.rs` (S-DLX),
 //!   `scheduling.rs` (S-SCHED), `reply_to.rs` with `reply_names.rs` (S-DRT, direct
-//!   reply-to): moving messages.
+//!   reply-to): moving messages. `flow.rs` (S-FLOW): which publishers to slow.
 //! - `replay.rs`, `recovery.rs`, `paging.rs`, `snapshot.rs`: durability's side.
 //! - `invariants.rs`, `queries.rs`: the invariant walk and the management queries.
 //!
@@ -26,6 +26,7 @@ mod dead_letter;
 mod delivery;
 mod exchanges;
 mod expiry;
+mod flow;
 mod invariants;
 mod lookups;
 mod marks;
@@ -94,6 +95,8 @@ pub struct Broker {
     loaded_total: Arc<AtomicU64>,
     /// Direct reply-to consumers (S-DRT, `reply_names.rs`, `reply_to.rs`).
     reply_to: reply_names::ReplyConsumers,
+    /// Publisher flow control (S-FLOW-1, `flow.rs`).
+    flow: flow::Flow,
 }
 
 impl Default for Broker {
@@ -128,6 +131,7 @@ impl Broker {
             storage_failure: None,
             loaded_total: Arc::default(),
             reply_to: reply_names::ReplyConsumers::default(),
+            flow: flow::Flow::default(),
         };
         b.add_vhost("/");
         b
@@ -156,7 +160,7 @@ impl Broker {
     /// Hands each command to the file of its domain.
     fn dispatch(&mut self, cmd: Command, now: u64, out: &mut Outcome) -> Result<(), BrokerError> {
         match cmd {
-            Command::Publish(p) => self.publish(p, now, out),
+            Command::Publish(p) => self.publish(p, None, now, out),
             // S-DRT: the direct reply-to pseudo-queue is the channel's, not a queue.
             Command::PublishOn { chan, publish } => self.publish_on(chan, publish, now, out),
             Command::ReplyConsume {

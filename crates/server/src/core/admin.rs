@@ -152,6 +152,7 @@ impl Core {
                     frame_max: c.frame_max,
                     throttled: c.throttled,
                     blocked: c.outbox.is_blocked(),
+                    flow: c.outbox.in_flow(),
                     client_properties: c.client_properties.clone(),
                     channels,
                 }

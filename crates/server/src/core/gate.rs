@@ -205,6 +205,12 @@ impl Core {
         if let Some(store) = self.store.as_mut() {
             store.maybe_checkpoint(&self.broker);
         }
+        // S-FLOW-1: publishers whose queues caught up may be read again.
+        for conn in self.broker.flow_released() {
+            if let Some(c) = self.conns.get(&conn.0) {
+                c.outbox.set_flow(false);
+            }
+        }
         let ticket = self.last_ticket;
         let watermark = self.watermark();
         // Bodies of durable queued messages beyond the budget go back to disk (DESIGN

@@ -25,6 +25,7 @@ use wharf_broker::{
 
 mod consumers;
 mod dead_letter;
+mod flow;
 mod length;
 mod policies;
 mod priority;
@@ -43,6 +44,7 @@ fn reply_types_for_get_and_publish() {
         Reply::Published(wharf_broker::PublishResult {
             routed: true,
             refused: false,
+            flow: false,
         })
     );
 }
