@@ -173,4 +173,6 @@ pub struct AdminView<'a> {
     pub now_ms: u64,
     /// The log's sync histograms (`None` once the store is closed).
     pub sync: Option<wharf_wal::SyncSnapshot>,
+    /// Where the broker task's time goes.
+    pub timings: crate::core::CoreTimingsSnapshot,
 }

@@ -58,8 +58,7 @@ impl Broker {
             let Some(q) = self.queues.get(t) else {
                 continue;
             };
-            if q.ready.len() > self.flow.high && q.consumers.iter().any(|c| c.chan.conn != conn)
-            {
+            if q.ready.len() > self.flow.high && q.consumers.iter().any(|c| c.chan.conn != conn) {
                 self.flow.marked.entry(*t).or_default().insert(conn);
                 slowed = true;
             }
@@ -88,9 +87,8 @@ impl Broker {
             });
             !marked.is_empty()
         });
-        freed.retain(|c| {
-            conns.contains_key(c) && !self.flow.marked.values().any(|m| m.contains(c))
-        });
+        freed
+            .retain(|c| conns.contains_key(c) && !self.flow.marked.values().any(|m| m.contains(c)));
         freed.into_iter().collect()
     }
 }

@@ -17,8 +17,8 @@ use crate::error::{BrokerError, ErrorKind};
 use crate::queue::Taken;
 use crate::routing::headers_match;
 use crate::types::{
-    ConnId, DeathReason, DelayedType, Effect, Event, ExchangeKind, Message, MessageId, MessageRecord,
-    MessageRef, Outcome, Publish, PublishResult, RecordSize, Reply, StoredSlot,
+    ConnId, DeathReason, DelayedType, Effect, Event, ExchangeKind, Message, MessageId,
+    MessageRecord, MessageRef, Outcome, Publish, PublishResult, RecordSize, Reply, StoredSlot,
 };
 use crate::value::{FieldTable, Value};
 

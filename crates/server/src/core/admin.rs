@@ -42,6 +42,7 @@ impl Core {
                     counters: self.counters,
                     now_ms: self.now(),
                     sync: self.store.as_ref().map(Store::sync_stats),
+                    timings: self.timings.snapshot(),
                 };
                 query(&view);
             }

@@ -14,7 +14,6 @@ use prometheus_client::metrics::MetricType;
 use super::detailed::{Detailed, Family};
 use super::snapshot::{QueueFigures, Snapshot};
 use crate::counters::{MESSAGE_SIZE_BOUNDS, MessageCounters};
-use wharf_wal::{SYNC_LATENCY_BOUNDS_US, SYNC_RECORDS_BOUNDS};
 
 /// Labels of one sample, in order.
 type Labels = Vec<(&'static str, String)>;
@@ -122,7 +121,7 @@ fn single(
 
 /// A histogram of one label set: `bounds` are the finite upper bounds, `buckets` the counts
 /// per bucket (not cumulative) with the `+Inf` bucket last.
-fn histogram(
+pub(super) fn histogram(
     enc: &mut DescriptorEncoder<'_>,
     (name, help): (&str, &str),
     labels: &Labels,
@@ -587,43 +586,7 @@ impl Exposition {
             MetricType::Gauge,
             Value::Float(seconds(self.node.recovery_ms, 1e3)),
         )?;
-        let Some(sync) = &self.snapshot.sync else {
-            return Ok(());
-        };
-        let latency: Vec<f64> = SYNC_LATENCY_BOUNDS_US
-            .iter()
-            .map(|&b| seconds(b, 1e6))
-            .collect();
-        histogram(
-            enc,
-            (
-                "wharf_wal_fsync_seconds",
-                "Latency of the write-ahead log's fdatasync calls.",
-            ),
-            &Vec::new(),
-            (&latency, &sync.latency_buckets),
-            seconds(sync.latency_sum_us, 1e6),
-        )?;
-        #[expect(
-            clippy::cast_precision_loss,
-            reason = "bucket bounds are far below 2^52"
-        )]
-        let records: Vec<f64> = SYNC_RECORDS_BOUNDS.iter().map(|&b| b as f64).collect();
-        #[expect(
-            clippy::cast_precision_loss,
-            reason = "a count of records far below 2^52 is exact"
-        )]
-        let sum = sync.records_sum as f64;
-        histogram(
-            enc,
-            (
-                "wharf_wal_records_per_fsync",
-                "Records made durable by one fdatasync (group commit's batch size).",
-            ),
-            &Vec::new(),
-            (&records, &sync.records_buckets),
-            sum,
-        )
+        super::timings::encode(enc, self.snapshot.sync.as_ref(), &self.snapshot.timings)
     }
 
     /// `/metrics` and `/metrics/per-object`: every family wharf fills.

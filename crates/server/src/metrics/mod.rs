@@ -10,6 +10,7 @@
 //!
 //! - `snapshot.rs`: what one scrape copies out of the broker task.
 //! - `families.rs`: the families, written with `prometheus-client`'s text encoder.
+//! - `timings.rs`: wharf's own histograms (the broker task's and the log writer's time).
 //! - `detailed.rs`: `/metrics/detailed`'s query.
 //! - `process.rs`: the process's file descriptors.
 //! - `serve.rs`: the listener and its routes.
@@ -19,6 +20,7 @@ mod families;
 mod process;
 mod serve;
 mod snapshot;
+mod timings;
 
 pub(crate) use families::{Endpoint, NodeFigures};
 pub(crate) use serve::serve;

@@ -27,6 +27,7 @@ pub(crate) struct Snapshot {
     pub(crate) publishers: u64,
     pub(crate) counters: MessageCounters,
     pub(crate) sync: Option<SyncSnapshot>,
+    pub(crate) timings: crate::core::CoreTimingsSnapshot,
     /// The server's clock, ms since the epoch.
     pub(crate) now_ms: u64,
 }
@@ -62,6 +63,7 @@ impl Snapshot {
             publishers: count(channels.filter(|ch| ch.publishing).count()),
             counters: view.counters,
             sync: view.sync.clone(),
+            timings: view.timings.clone(),
             now_ms: view.now_ms,
         }
     }

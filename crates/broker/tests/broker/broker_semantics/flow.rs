@@ -83,7 +83,10 @@ fn s_flow_1_a_backlog_behind_another_connections_consumer_slows_its_publisher_un
     ack_next(&mut h, 3);
     assert_eq!(h.ready("q"), 1);
     assert_eq!(h.b.flow_released(), vec![CH.conn]);
-    assert!(h.b.flow_released().is_empty(), "a connection is released once");
+    assert!(
+        h.b.flow_released().is_empty(),
+        "a connection is released once"
+    );
 }
 
 #[test]
@@ -124,7 +127,11 @@ fn s_flow_1_the_consumer_leaving_or_the_queue_going_releases_the_publisher() {
         chan: OTHER,
         consumer_tag: "c".into(),
     });
-    assert_eq!(h.b.flow_released(), vec![CH.conn], "no consumer is behind any more");
+    assert_eq!(
+        h.b.flow_released(),
+        vec![CH.conn],
+        "no consumer is behind any more"
+    );
 
     consume_one_at_a_time(&mut h, OTHER);
     while !publish_on(&mut h) {}
