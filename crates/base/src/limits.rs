@@ -52,7 +52,13 @@ pub const CORE_QUEUE_BATCHES_MAX: usize = 256;
 /// `flow` (their sockets are read no further) ...
 pub const FLOW_READY_HIGH: usize = 4096;
 /// ... until it holds at most this many (or has no such consumer, or is gone).
-pub const FLOW_READY_LOW: usize = 1024;
+pub const FLOW_READY_LOW: usize = flow_ready_low(FLOW_READY_HIGH);
+/// The low mark that goes with a high mark: a quarter of it.
+pub const fn flow_ready_low(high: usize) -> usize {
+    high / 4
+}
+/// The largest high mark `flow_ready_high` accepts.
+pub const FLOW_READY_HIGH_MAX: usize = 16 * 1024 * 1024;
 /// The longest a connection in `flow` waits before its socket is read once more (S-FLOW-2):
 /// so that connections that consume from each other's queues pace each other instead of
 /// waiting for each other forever.
