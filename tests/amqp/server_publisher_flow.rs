@@ -31,6 +31,7 @@ async fn flow_states(server: &TestServer) -> Vec<(bool, bool)> {
         .admin_request(AdminRequest::Query(Box::new(move |view| {
             let states = view
                 .connections
+                .list()
                 .iter()
                 .map(|c| (c.flow, c.channels.iter().any(|ch| ch.publishing)))
                 .collect();

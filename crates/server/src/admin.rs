@@ -159,14 +159,40 @@ pub struct ConnectionInfo {
     pub channels: Vec<ChannelInfo>,
 }
 
+/// Open connections and channels, counted without listing them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectionCounts {
+    /// Open connections.
+    pub connections: u64,
+    /// Their open channels.
+    pub channels: u64,
+    /// Open channels that have published.
+    pub publishing: u64,
+}
+
+/// The broker task's connections, listed only when a query asks (a listing copies each
+/// connection's properties; polls that only count must not pay for it on the broker task).
+pub trait Connections {
+    /// Every open connection, by id.
+    fn list(&self) -> Vec<ConnectionInfo>;
+    /// How many connections and channels are open.
+    fn counts(&self) -> ConnectionCounts;
+}
+
+impl std::fmt::Debug for dyn Connections + '_ {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Connections").field(&self.counts()).finish()
+    }
+}
+
 /// What a query sees: the broker (its query functions) and the broker task's tables.
 #[derive(Debug)]
 pub struct AdminView<'a> {
     /// The broker: `queues`, `exchanges`, `bindings`, `policies`, `consumers`,
-    /// `ready_messages`, `vhost_names`.
+    /// `ready_messages`, `vhost_names`, `totals`.
     pub broker: &'a Broker,
-    /// Open connections, by id.
-    pub connections: Vec<ConnectionInfo>,
+    /// Open connections.
+    pub connections: &'a dyn Connections,
     /// Message counters since start.
     pub counters: MessageCounters,
     /// The server's clock, ms since the epoch.

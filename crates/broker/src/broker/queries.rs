@@ -6,13 +6,30 @@ use std::sync::Arc;
 use super::Broker;
 use crate::args::priority_lanes;
 use crate::types::{
-    BindingInfo, ConsumerInfo, ExchangeInfo, ExchangeKind, Message, PolicyInfo, QueueInfo,
+    BindingInfo, ConsumerInfo, ExchangeInfo, ExchangeKind, Message, PolicyInfo, QueueInfo, Totals,
 };
 
 impl Broker {
     /// Messages dropped because their dead-letter exchange did not exist (S-DLX-4).
     pub fn dead_letter_dropped(&self) -> u64 {
         self.dead_letter_dropped
+    }
+
+    /// Counts over every vhost, in one walk over the queues that copies nothing (for the
+    /// overview and the aggregated metrics, polled often: no listing per poll).
+    pub fn totals(&self) -> Totals {
+        let mut t = Totals {
+            exchanges: self.exchanges.len() as u64,
+            ..Totals::default()
+        };
+        for q in self.queues.values() {
+            t.queues += 1;
+            t.ready += q.ready.len() as u64;
+            t.ready_bytes += q.ready.bytes();
+            t.unacked += q.unacked;
+            t.consumers += q.consumers.len() as u64;
+        }
+        t
     }
 
     /// Queues of `vhost`, by name.

@@ -3,7 +3,12 @@
 //! channel listings.
 
 use super::{Core, TICKET_THIS_BATCH};
-use crate::admin::{AdminDone, AdminRequest, AdminView, ChannelInfo, ConnectionInfo};
+use std::collections::HashMap;
+
+use super::ConnState;
+use crate::admin::{
+    AdminDone, AdminRequest, AdminView, ChannelInfo, ConnectionCounts, ConnectionInfo, Connections,
+};
 use wharf_broker::{BrokerError, ChanRef, Command, GetOk, Reply};
 use wharf_store::Store;
 
@@ -38,7 +43,7 @@ impl Core {
             AdminRequest::Query(query) => {
                 let view = AdminView {
                     broker: &self.broker,
-                    connections: self.connection_infos(),
+                    connections: &ConnTable(&self.conns),
                     counters: self.counters,
                     now_ms: self.now(),
                     sync: self.store.as_ref().map(Store::sync_stats),
@@ -125,10 +130,16 @@ impl Core {
         }
         result.map(|()| (taken, durable))
     }
+}
 
-    pub(super) fn connection_infos(&self) -> Vec<ConnectionInfo> {
+/// The broker task's connection table as a query sees it: listed only when asked (a listing
+/// copies every connection's properties; the overview and the metrics only count).
+struct ConnTable<'a>(&'a HashMap<u64, ConnState>);
+
+impl Connections for ConnTable<'_> {
+    fn list(&self) -> Vec<ConnectionInfo> {
         let mut out: Vec<ConnectionInfo> = self
-            .conns
+            .0
             .iter()
             .map(|(&id, c)| {
                 let mut channels: Vec<ChannelInfo> = c
@@ -161,5 +172,19 @@ impl Core {
             .collect();
         out.sort_by_key(|c| c.id);
         out
+    }
+
+    fn counts(&self) -> ConnectionCounts {
+        let mut counts = ConnectionCounts {
+            connections: self.0.len() as u64,
+            ..ConnectionCounts::default()
+        };
+        for s in self.0.values().flat_map(|c| c.channels.values()) {
+            if !s.closing {
+                counts.channels += 1;
+                counts.publishing += u64::from(s.publishing);
+            }
+        }
+        counts
     }
 }

@@ -303,7 +303,7 @@ impl Exposition {
 
     fn churn(&self, enc: &mut DescriptorEncoder<'_>, prefix: &str) -> fmt::Result {
         let (s, c) = (&self.snapshot, &self.snapshot.counters);
-        let live_queues = u64::try_from(s.queues.len()).unwrap_or(u64::MAX);
+        let live_queues = s.queue_count;
         let counters = [
             (
                 "connections_opened_total",
@@ -462,11 +462,7 @@ impl Exposition {
                 "Consumers currently connected",
                 s.consumers(),
             ),
-            (
-                "rabbitmq_queues",
-                "Queues available",
-                u64::try_from(s.queues.len()).unwrap_or(u64::MAX),
-            ),
+            ("rabbitmq_queues", "Queues available", s.queue_count),
         ];
         for (name, help, value) in totals {
             single(enc, name, help, MetricType::Gauge, Value::Int(value))?;

@@ -86,8 +86,9 @@ impl MetricsSource {
     /// One scrape of `endpoint` as Prometheus text; `None` when the broker task is gone.
     pub(crate) async fn scrape(&self, endpoint: Endpoint) -> Option<String> {
         let (done, answer) = oneshot::channel();
+        let per_object = !matches!(endpoint, Endpoint::Aggregated);
         let query: AdminQuery = Box::new(move |view| {
-            let _ = done.send(Snapshot::of(view));
+            let _ = done.send(Snapshot::of(view, per_object));
         });
         self.core
             .send(CoreMsg::Admin(AdminRequest::Query(query)))
