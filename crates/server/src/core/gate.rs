@@ -53,6 +53,7 @@ impl Core {
             dirty: HashSet::new(),
             dropped_dirty: Vec::new(),
             held: HashMap::new(),
+            released_to: 0,
             waited_ticket: 0,
             to_waiter,
             durable,
@@ -246,7 +247,14 @@ impl Core {
                 self.timings.page_out.record_duration(started.elapsed());
             }
         }
-        self.held.retain(|_, outbox| outbox.release(watermark));
+        // Held outboxes keep only segments above the watermark they were last released at
+        // (a segment sealed since was released as far as it could be when sealed): visit
+        // them only once the watermark moved, not at every batch (issue 18: per-connection
+        // work per batch).
+        if watermark > self.released_to {
+            self.held.retain(|_, outbox| outbox.release(watermark));
+            self.released_to = watermark;
+        }
         for conn in std::mem::take(&mut self.dirty) {
             if let Some(c) = self.conns.get_mut(&conn) {
                 c.flush_acks();

@@ -205,6 +205,8 @@ pub struct Core {
     /// Outboxes holding sealed frames not yet durable, by connection (dropped ones too, so
     /// their last frames still go out).
     held: HashMap<u64, Arc<Outbox>>,
+    /// The watermark `held` was last released at.
+    released_to: Ticket,
     /// Tickets sent to the durability waiter; the highest one.
     waited_ticket: Ticket,
     to_waiter: mpsc::Sender<(Ticket, DurableFuture)>,
