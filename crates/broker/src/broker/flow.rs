@@ -9,33 +9,11 @@
 //! another connection any more, or is gone. Costs nothing while no queue is marked, and one
 //! look per marked queue per batch otherwise (never a walk over every queue).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use super::Broker;
 use super::state::QueueId;
 use crate::types::ConnId;
-use wharf_base::limits;
-
-/// The marks and the queues over them.
-#[derive(Debug)]
-pub(super) struct Flow {
-    /// Ready messages above which a queue slows its publishers.
-    high: usize,
-    /// Ready messages at or below which it lets them go.
-    low: usize,
-    /// Queues over the high mark, each with the connections that published into it since.
-    marked: BTreeMap<QueueId, BTreeSet<ConnId>>,
-}
-
-impl Default for Flow {
-    fn default() -> Self {
-        Flow {
-            high: limits::FLOW_READY_HIGH,
-            low: limits::FLOW_READY_LOW,
-            marked: BTreeMap::new(),
-        }
-    }
-}
 
 impl Broker {
     /// Sets the flow control marks (S-FLOW-1): above `high` ready messages a queue with a

@@ -96,7 +96,7 @@ pub struct Broker {
     /// Direct reply-to consumers (S-DRT, `reply_names.rs`, `reply_to.rs`).
     reply_to: reply_names::ReplyConsumers,
     /// Publisher flow control (S-FLOW-1, `flow.rs`).
-    flow: flow::Flow,
+    flow: state::Flow,
 }
 
 impl Default for Broker {
@@ -131,7 +131,7 @@ impl Broker {
             storage_failure: None,
             loaded_total: Arc::default(),
             reply_to: reply_names::ReplyConsumers::default(),
-            flow: flow::Flow::default(),
+            flow: state::Flow::default(),
         };
         b.add_vhost("/");
         b

@@ -13,6 +13,7 @@ use prometheus_client::metrics::MetricType;
 
 use super::detailed::{Detailed, Family};
 use super::snapshot::{QueueFigures, Snapshot};
+use super::timings::histogram;
 use crate::counters::{MESSAGE_SIZE_BOUNDS, MessageCounters};
 
 /// Labels of one sample, in order.
@@ -117,28 +118,6 @@ fn single(
     value: Value,
 ) -> fmt::Result {
     family(enc, name, help, kind, &[(Vec::new(), value)])
-}
-
-/// A histogram of one label set: `bounds` are the finite upper bounds, `buckets` the counts
-/// per bucket (not cumulative) with the `+Inf` bucket last.
-pub(super) fn histogram(
-    enc: &mut DescriptorEncoder<'_>,
-    (name, help): (&str, &str),
-    labels: &Labels,
-    (bounds, buckets): (&[f64], &[u64]),
-    sum: f64,
-) -> fmt::Result {
-    let pairs: Vec<(f64, u64)> = bounds
-        .iter()
-        .copied()
-        .chain([f64::INFINITY])
-        .zip(buckets.iter().copied())
-        .collect();
-    let count = buckets.iter().sum();
-    let mut metric = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
-    metric
-        .encode_family(labels)?
-        .encode_histogram::<NoLabelSet>(sum, count, &pairs, None)
 }
 
 /// A per-queue family: its name (without the prefix), help, and how to read it.

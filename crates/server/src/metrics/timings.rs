@@ -1,16 +1,39 @@
 //! wharf's own histograms (issue 18): where the broker task's time goes (each batch, its size,
 //! starting a checkpoint, page-out, read-back) and the log writer's (fsync latency and batch
 //! size, segment rolls, preallocation). Latencies are kept in microseconds and written in
-//! seconds, as Prometheus wants.
+//! seconds, as Prometheus wants. Also the one writer of a histogram family ([`histogram`]),
+//! which `families.rs` uses for RabbitMQ's message size histogram.
 
 use std::fmt;
 
-use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
 
-use super::families::histogram;
 use crate::core::CoreTimingsSnapshot;
 use wharf_base::HistogramSnapshot;
 use wharf_wal::SyncSnapshot;
+
+/// A histogram of one label set: `bounds` are the finite upper bounds, `buckets` the counts
+/// per bucket (not cumulative) with the `+Inf` bucket last.
+pub(super) fn histogram(
+    enc: &mut DescriptorEncoder<'_>,
+    (name, help): (&str, &str),
+    labels: &[(&'static str, String)],
+    (bounds, buckets): (&[f64], &[u64]),
+    sum: f64,
+) -> fmt::Result {
+    let pairs: Vec<(f64, u64)> = bounds
+        .iter()
+        .copied()
+        .chain([f64::INFINITY])
+        .zip(buckets.iter().copied())
+        .collect();
+    let count = buckets.iter().sum();
+    let mut metric = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    metric
+        .encode_family(&labels)?
+        .encode_histogram::<NoLabelSet>(sum, count, &pairs, None)
+}
 
 #[expect(
     clippy::cast_precision_loss,
@@ -26,7 +49,7 @@ fn write(
     histogram(
         enc,
         name_help,
-        &Vec::new(),
+        &[],
         (&bounds, &h.buckets),
         h.sum as f64 / per_unit,
     )
