@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use crate::support::{TestServer, within};
+use crate::support::{TestServer, ready_count, within};
 use futures_lite::StreamExt;
 use lapin::options::*;
 use lapin::types::FieldTable;
@@ -70,18 +70,7 @@ async fn declare(ch: &Channel, queue: &str) {
 }
 
 async fn ready(ch: &Channel, queue: &str) -> usize {
-    let ok = ch
-        .queue_declare(
-            queue.into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    ok.message_count() as usize
+    ready_count(ch, queue).await as usize
 }
 
 /// Publishes `n` small messages to `queue` with confirms, without waiting for them.

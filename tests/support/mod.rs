@@ -125,3 +125,18 @@ pub async fn publish_persistent(ch: &Channel, queue: &str, body: &[u8]) {
     .await
     .unwrap();
 }
+
+/// The ready messages of `queue`, as a passive `queue.declare` reports them.
+pub async fn ready_count(ch: &Channel, queue: &str) -> u32 {
+    ch.queue_declare(
+        queue.into(),
+        lapin::options::QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        lapin::types::FieldTable::default(),
+    )
+    .await
+    .unwrap()
+    .message_count()
+}
