@@ -20,6 +20,7 @@ mod server_errors;
 mod server_flow;
 mod server_paging;
 mod server_priority;
+mod server_publisher_flow;
 mod server_raw;
 mod server_reply_to;
 mod server_restart;

@@ -108,18 +108,7 @@ async fn s_mgmt_4_rabbitmqadmin_v2_works_against_wharf() {
     .await;
     assert!(got.contains("hello wharf"), "{got}");
     let (_conn, ch) = server.channel().await;
-    let left = ch
-        .queue_declare(
-            "jobs".into(),
-            lapin::options::QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            lapin::types::FieldTable::default(),
-        )
-        .await
-        .unwrap()
-        .message_count();
+    let left = crate::support::ready_count(&ch, "jobs").await;
     assert_eq!(
         left, 0,
         "get messages takes the message (ack_requeue_false)"

@@ -175,3 +175,18 @@ pub async fn dead_letter_topology(ch: &Channel, dlx: &str, dlq: &str, sources: &
         ch.queue_declare((*q).into(), durable, args).await.unwrap();
     }
 }
+
+/// The ready messages of `queue`, as a passive `queue.declare` reports them.
+pub async fn ready_count(ch: &Channel, queue: &str) -> u32 {
+    ch.queue_declare(
+        queue.into(),
+        lapin::options::QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        lapin::types::FieldTable::default(),
+    )
+    .await
+    .unwrap()
+    .message_count()
+}

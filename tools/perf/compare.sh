@@ -18,6 +18,8 @@
 #                       (as fast as possible, or at --pubcon-rate N msg/s)
 #   pubcon1k-half       pubcon1k twice: as fast as possible (max_*), then with --rate at half of
 #                       the rate that run published (half_*); p50/p99/p99.9 of both
+#   pubcon1k-slow       pubcon1k with a consumer that falls behind (prefetch 8): publish and
+#                       consume rates and the backlog left at the end (S-FLOW-1's case)
 #   ttl                 100,000 messages, half TTL 100 ms, half 1 h, shuffled, into a queue with
 #                       a dead-letter exchange; short ones dead-lettered 5 s after the last publish
 set -euo pipefail
@@ -105,6 +107,7 @@ pubcon_lines() {
   echo "$1.p50_ms $(field "$2" .latency.p50_ms p50_ms)"
   echo "$1.p99_ms $(field "$2" .latency.p99_ms p99_ms)"
   echo "$1.p999_ms $(field "$2" .latency.p999_ms p999_ms)"
+  echo "$1.backlog $(awk -v p="$(field "$2" .published published)" -v c="$(field "$2" .consumed consumed)" 'BEGIN { print p - c }')"
 }
 
 # one URI PID SCENARIO: runs one scenario once and prints "metric value" lines.
@@ -138,6 +141,10 @@ one() {
     pubcon1k)
       json="$(pubcon "$uri" "$pubcon_rate" "${pid_args[@]}")"
       pubcon_lines pubcon1k "$json"
+      ;;
+    pubcon1k-slow)
+      json="$(pubcon "$uri" 0 -q 8 "${pid_args[@]}")"
+      pubcon_lines pubcon1k-slow "$json"
       ;;
     pubcon1k-half)
       # The same run twice: first as fast as possible, then paced at half the rate it reached.
@@ -181,7 +188,7 @@ medians() {
 # (other jobs on a shared machine) falls on both brokers alike.
 results_a="$(mktemp)"
 results_b="$(mktemp)"
-for scenario in pub16 pub1k pub64k con16 con1k pubcon1k pubcon1k-half ttl; do
+for scenario in pub16 pub1k pub64k con16 con1k pubcon1k pubcon1k-half pubcon1k-slow ttl; do
   wanted "$scenario" || continue
   for _ in $(seq "$runs"); do
     one "$uri_a" "$pid_a" "$scenario" >> "$results_a"

@@ -47,6 +47,22 @@ pub const UNACKED_PER_CHANNEL_MAX: u32 = 65_535;
 /// Batches of operations queued towards the broker task before readers wait (and so stop
 /// reading their sockets): the publisher backpressure bound.
 pub const CORE_QUEUE_BATCHES_MAX: usize = 256;
+/// Publisher flow control (S-FLOW-1): a queue with a consumer on another connection that
+/// holds more than this many ready messages puts the connections publishing into it in
+/// `flow` (their sockets are read no further) ...
+pub const FLOW_READY_HIGH: usize = 4096;
+/// ... until it holds at most this many (or has no such consumer, or is gone).
+pub const FLOW_READY_LOW: usize = flow_ready_low(FLOW_READY_HIGH);
+/// The low mark that goes with a high mark: a quarter of it.
+pub const fn flow_ready_low(high: usize) -> usize {
+    high / 4
+}
+/// The largest high mark `flow_ready_high` accepts.
+pub const FLOW_READY_HIGH_MAX: usize = 16 * 1024 * 1024;
+/// The longest a connection in `flow` waits before its socket is read once more (S-FLOW-2):
+/// so that connections that consume from each other's queues pace each other instead of
+/// waiting for each other forever.
+pub const FLOW_PAUSE_MAX: std::time::Duration = std::time::Duration::from_millis(100);
 /// How long a peer has to finish the handshake.
 pub const HANDSHAKE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// How long we wait for `close-ok` after sending `connection.close`.
@@ -112,6 +128,10 @@ pub const TTL_MS_MAX: u64 = u32::MAX as u64;
 /// append waits for room beyond this, so a group that outruns its disk is throttled.
 pub const RAFT_FLUSH_PENDING_MAX: usize = 4096;
 
+const _: () = assert!(
+    FLOW_READY_LOW < FLOW_READY_HIGH,
+    "flow control needs hysteresis: the low mark below the high one"
+);
 const _: () = assert!(
     FRAME_BYTES_MAX >= FRAME_BYTES_MIN,
     "AMQP frame-min-size is 4096"

@@ -99,6 +99,6 @@ pub use types::{
     PermissionInfo, Placement, PolicyInfo, PolicySpec, Properties, Publish, PublishResult,
     QueueDeclare, QueueDeletedReason, QueueInfo, QueueSnapshot, QueueStats, RecordSize, Reply,
     SettleKind, Snapshot, SnapshotMessage, StoredAt, StoredEvent, StoredMessage, StoredSlot,
-    TopicPermissionInfo, UserInfo,
+    TopicPermissionInfo, Totals, UserInfo,
 };
 pub use value::{FieldTable, Value};

@@ -174,6 +174,8 @@ pub struct ConnectionInfo {
     pub throttled: bool,
     /// Its publishes are held back by a resource alarm.
     pub blocked: bool,
+    /// Its socket is read no further: a queue it publishes into is behind (S-FLOW-1).
+    pub flow: bool,
     /// The client's `client-properties`.
     pub client_properties: wharf_broker::FieldTable,
     /// Its open channels, by number.
@@ -182,18 +184,46 @@ pub struct ConnectionInfo {
     pub traffic: (u64, u64),
 }
 
+/// Open connections and channels, counted without listing them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectionCounts {
+    /// Open connections.
+    pub connections: u64,
+    /// Their open channels.
+    pub channels: u64,
+    /// Open channels that have published.
+    pub publishing: u64,
+}
+
+/// The broker task's connections, listed only when a query asks (a listing copies each
+/// connection's properties; polls that only count must not pay for it on the broker task).
+pub trait Connections {
+    /// Every open connection, by id.
+    fn list(&self) -> Vec<ConnectionInfo>;
+    /// How many connections and channels are open.
+    fn counts(&self) -> ConnectionCounts;
+}
+
+impl std::fmt::Debug for dyn Connections + '_ {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Connections").field(&self.counts()).finish()
+    }
+}
+
 /// What a query sees: the broker (its query functions) and the broker task's tables.
 #[derive(Debug)]
 pub struct AdminView<'a> {
     /// The broker: `queues`, `exchanges`, `bindings`, `policies`, `consumers`,
-    /// `ready_messages`, `vhost_names`.
+    /// `ready_messages`, `vhost_names`, `totals`.
     pub broker: &'a Broker,
-    /// Open connections, by id.
-    pub connections: Vec<ConnectionInfo>,
+    /// Open connections.
+    pub connections: &'a dyn Connections,
     /// Message counters since start.
     pub counters: MessageCounters,
     /// The server's clock, ms since the epoch.
     pub now_ms: u64,
     /// The log's sync histograms (`None` once the store is closed).
     pub sync: Option<wharf_wal::SyncSnapshot>,
+    /// Where the broker task's time goes.
+    pub timings: crate::core::CoreTimingsSnapshot,
 }

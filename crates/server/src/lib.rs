@@ -70,7 +70,10 @@ mod volume;
 pub mod config;
 pub mod testing;
 
-pub use admin::{AdminQuery, AdminRequest, AdminView, ChannelInfo, ChannelStats, ConnectionInfo};
+pub use admin::{
+    AdminQuery, AdminRequest, AdminView, ChannelInfo, ChannelStats, ConnectionCounts,
+    ConnectionInfo, Connections,
+};
 pub use alarm::{MemoryLimit, ResourceProbe, SystemProbe};
 pub use auth::{Principal, UserRegistry, hash_password, verify_password};
 pub use clock_control::ClockControlError;

@@ -174,6 +174,11 @@ pub struct Outbox {
     /// Bytes read from the socket (the reader counts them) and written to it (the writer).
     received_bytes: std::sync::atomic::AtomicU64,
     sent_bytes: std::sync::atomic::AtomicU64,
+    /// The broker task slows this connection's publishes (S-FLOW-1): the reader reads its
+    /// socket no further until this clears (RabbitMQ's `flow` connection state).
+    flow: std::sync::atomic::AtomicBool,
+    /// Wakes a reader pausing in [`Outbox::flow_pause`]: `flow` cleared, or `closing` set.
+    flow_off: Notify,
 }
 
 impl Outbox {
@@ -198,6 +203,37 @@ impl Outbox {
     /// Whether the reader is holding a publish back for a resource alarm.
     pub fn is_blocked(&self) -> bool {
         self.blocked.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// S-FLOW-1: the broker task slows (or lets go) this connection's publishes.
+    pub fn set_flow(&self, on: bool) {
+        self.flow.store(on, std::sync::atomic::Ordering::Relaxed);
+        if !on {
+            self.flow_off.notify_waiters();
+        }
+    }
+
+    /// Whether the broker task slows this connection's publishes (S-FLOW-1).
+    pub fn in_flow(&self) -> bool {
+        self.flow.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// S-FLOW-1/2: the reader's pause while the connection is in flow: until the broker task
+    /// lets it go, the server closes it, or `max` passed (S-FLOW-2), whichever comes first.
+    /// Returns at once when not in flow.
+    pub async fn flow_pause(&self, max: Duration) {
+        let released = async {
+            loop {
+                let off = self.flow_off.notified();
+                if !self.in_flow() || self.is_closing() {
+                    return;
+                }
+                off.await;
+            }
+        };
+        if self.in_flow() {
+            let _ = tokio::time::timeout(max, released).await;
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, OutState> {
@@ -350,6 +386,7 @@ impl Outbox {
     pub fn set_closing(&self) {
         self.lock().closing = true;
         self.wake_reader.notify_one();
+        self.flow_off.notify_waiters();
         self.flush();
     }
 

@@ -118,6 +118,10 @@ pub(crate) async fn recover(
             .saturating_add(2 * segment_bytes),
     });
     broker.set_unacked_per_channel_max(config.unacked_per_channel_max);
+    broker.set_flow_marks(
+        config.flow_ready_high,
+        wharf_base::limits::flow_ready_low(config.flow_ready_high),
+    );
     broker.set_consumer_timeout(config.consumer_timeout_ms);
     let mut recovered = broker.recovered(clock.now_ms());
     let downtime = DowntimeDeaths::of(&recovered);

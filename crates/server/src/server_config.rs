@@ -53,6 +53,10 @@ pub struct ServerConfig {
     /// Unacknowledged deliveries one channel may hold, prefetch 0 included (at most
     /// `limits::UNACKED_PER_CHANNEL_MAX`).
     pub unacked_per_channel_max: u32,
+    /// Publisher flow control (S-FLOW-1): ready messages behind a consumer on another
+    /// connection above which a queue slows its publishers, until a quarter of it; 0 turns it
+    /// off (default `limits::FLOW_READY_HIGH`).
+    pub flow_ready_high: usize,
     /// The consumer timeout where neither queue nor consumer sets one, ms (S-CONS-9);
     /// default `limits::CONSUMER_TIMEOUT_MS_DEFAULT`, `None`: no timeout.
     pub consumer_timeout_ms: Option<u64>,
@@ -109,6 +113,7 @@ impl ServerConfig {
             frame_max: limits::FRAME_BYTES_MAX,
             message_bytes_max: limits::MESSAGE_BODY_BYTES_DEFAULT,
             unacked_per_channel_max: limits::UNACKED_PER_CHANNEL_MAX,
+            flow_ready_high: limits::FLOW_READY_HIGH,
             consumer_timeout_ms: Some(limits::CONSUMER_TIMEOUT_MS_DEFAULT),
             mgmt_bind: None,
             prometheus_bind: None,

@@ -1,77 +1,78 @@
-//! Histograms of the writer's `fdatasync`s: how long each took and how many records it made
-//! durable (group commit's batch size). Plain atomics bumped once per sync by the writer
-//! thread, read by the metrics endpoint; a few nanoseconds against a sync of tens of
-//! microseconds at least. Knows nothing of what the records are.
+//! Histograms of the writer thread's work: how long each `fdatasync` took and how many
+//! records it made durable (group commit's batch size), how long each segment roll took
+//! (sealing the old segment, creating and reserving the new one) and each zero-fill ahead
+//! of the write position (preallocation). Bumped by the writer thread, read by the metrics
+//! endpoint; a few nanoseconds against a sync of tens of microseconds at least. Knows
+//! nothing of what the records are.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use wharf_base::histogram::{COUNT_BOUNDS, LATENCY_BOUNDS_US};
+use wharf_base::{Histogram, HistogramSnapshot};
+
 /// Upper bounds of the latency buckets, microseconds (Prometheus `le`; +Inf is implied).
-pub const SYNC_LATENCY_BOUNDS_US: [u64; 13] = [
-    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
-    1_000_000,
-];
+pub const SYNC_LATENCY_BOUNDS_US: [u64; 16] = LATENCY_BOUNDS_US;
 
 /// Upper bounds of the records-per-sync buckets (+Inf is implied).
-pub const SYNC_RECORDS_BOUNDS: [u64; 12] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096];
+pub const SYNC_RECORDS_BOUNDS: [u64; 12] = COUNT_BOUNDS;
 
-/// The live counters (one per bucket, not cumulative; the last is +Inf).
-#[derive(Debug, Default)]
+/// The live counters.
+#[derive(Debug)]
 pub struct SyncStats {
-    latency: [AtomicU64; SYNC_LATENCY_BOUNDS_US.len() + 1],
-    latency_sum_us: AtomicU64,
-    records: [AtomicU64; SYNC_RECORDS_BOUNDS.len() + 1],
-    records_sum: AtomicU64,
-    count: AtomicU64,
+    latency: Histogram,
+    records: Histogram,
+    roll: Histogram,
+    prefill: Histogram,
+}
+
+impl Default for SyncStats {
+    fn default() -> Self {
+        SyncStats {
+            latency: Histogram::latency(),
+            records: Histogram::counts(),
+            roll: Histogram::latency(),
+            prefill: Histogram::latency(),
+        }
+    }
 }
 
 /// A copy of the counters.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SyncSnapshot {
-    /// Syncs per latency bucket (bounds [`SYNC_LATENCY_BOUNDS_US`], then +Inf).
-    pub latency_buckets: Vec<u64>,
-    /// Sum of the latencies, microseconds.
-    pub latency_sum_us: u64,
-    /// Syncs per records-per-sync bucket (bounds [`SYNC_RECORDS_BOUNDS`], then +Inf).
-    pub records_buckets: Vec<u64>,
-    /// Records made durable by these syncs.
-    pub records_sum: u64,
-    /// Syncs counted.
-    pub count: u64,
-}
-
-fn bucket(bounds: &[u64], value: u64) -> usize {
-    bounds
-        .iter()
-        .position(|&b| value <= b)
-        .unwrap_or(bounds.len())
+    /// `fdatasync` latencies, microseconds.
+    pub latency: HistogramSnapshot,
+    /// Records made durable per `fdatasync`.
+    pub records: HistogramSnapshot,
+    /// Segment rolls (seal the old, create and reserve the new), microseconds.
+    pub roll: HistogramSnapshot,
+    /// Zero-fills ahead of the write position (preallocation steps), microseconds.
+    pub prefill: HistogramSnapshot,
 }
 
 impl SyncStats {
     /// Counts one sync that took `latency` and made `records` records durable.
     pub fn record(&self, latency: Duration, records: u64) {
-        let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
-        if let Some(b) = self.latency.get(bucket(&SYNC_LATENCY_BOUNDS_US, us)) {
-            b.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(b) = self.records.get(bucket(&SYNC_RECORDS_BOUNDS, records)) {
-            b.fetch_add(1, Ordering::Relaxed);
-        }
-        self.latency_sum_us.fetch_add(us, Ordering::Relaxed);
-        self.records_sum.fetch_add(records, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
+        self.latency.record_duration(latency);
+        self.records.record(records);
     }
 
-    /// The counters now (each read on its own: a scrape racing a sync may see it half
-    /// counted, which the next scrape corrects).
+    /// Counts one segment roll that took `took`.
+    pub fn record_roll(&self, took: Duration) {
+        self.roll.record_duration(took);
+    }
+
+    /// Counts one preallocation step that took `took`.
+    pub fn record_prefill(&self, took: Duration) {
+        self.prefill.record_duration(took);
+    }
+
+    /// The counters now.
     pub fn snapshot(&self) -> SyncSnapshot {
-        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         SyncSnapshot {
-            latency_buckets: self.latency.iter().map(load).collect(),
-            latency_sum_us: load(&self.latency_sum_us),
-            records_buckets: self.records.iter().map(load).collect(),
-            records_sum: load(&self.records_sum),
-            count: load(&self.count),
+            latency: self.latency.snapshot(),
+            records: self.records.snapshot(),
+            roll: self.roll.snapshot(),
+            prefill: self.prefill.snapshot(),
         }
     }
 }
@@ -86,19 +87,22 @@ mod tests {
         s.record(Duration::from_micros(100), 1);
         s.record(Duration::from_micros(101), 3);
         s.record(Duration::from_secs(5), 10_000);
+        s.record_roll(Duration::from_millis(3));
         let snap = s.snapshot();
-        assert_eq!(snap.count, 3);
-        assert_eq!(snap.latency_buckets[0], 1, "100 us is <= 100");
-        assert_eq!(snap.latency_buckets[1], 1, "101 us is <= 250");
+        assert_eq!(snap.latency.count, 3);
+        assert_eq!(snap.latency.buckets[3], 1, "100 us is <= 100");
+        assert_eq!(snap.latency.buckets[4], 1, "101 us is <= 250");
         assert_eq!(
-            snap.latency_buckets[SYNC_LATENCY_BOUNDS_US.len()],
+            snap.latency.buckets[SYNC_LATENCY_BOUNDS_US.len()],
             1,
             "+Inf"
         );
-        assert_eq!(snap.records_buckets[0], 1);
-        assert_eq!(snap.records_buckets[2], 1, "3 records is <= 4");
-        assert_eq!(snap.records_buckets[SYNC_RECORDS_BOUNDS.len()], 1);
-        assert_eq!(snap.records_sum, 10_004);
-        assert_eq!(snap.latency_sum_us, 100 + 101 + 5_000_000);
+        assert_eq!(snap.records.buckets[0], 1);
+        assert_eq!(snap.records.buckets[2], 1, "3 records is <= 4");
+        assert_eq!(snap.records.buckets[SYNC_RECORDS_BOUNDS.len()], 1);
+        assert_eq!(snap.records.sum, 10_004);
+        assert_eq!(snap.latency.sum, 100 + 101 + 5_000_000);
+        assert_eq!((snap.roll.count, snap.roll.sum), (1, 3_000));
+        assert_eq!(snap.prefill.count, 0);
     }
 }

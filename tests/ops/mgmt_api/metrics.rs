@@ -53,6 +53,19 @@ async fn s_ops_1_metrics_need_no_auth_and_follow_traffic() {
     );
     let records: f64 = value_of("wharf_wal_records_per_fsync_sum").parse().unwrap();
     assert!(records >= 3.0, "{text}");
+    // The broker task's batches (issue 18): every batch before the scrape's own is counted
+    // in both histograms, each with at least one message.
+    let batches: u64 = value_of("wharf_core_batch_seconds_count").parse().unwrap();
+    assert!(
+        batches >= 4,
+        "declare, three publishes, gets and acks: {text}"
+    );
+    assert_eq!(
+        value_of("wharf_core_batch_messages_count"),
+        batches.to_string()
+    );
+    let drained: f64 = value_of("wharf_core_batch_messages_sum").parse().unwrap();
+    assert!(drained >= 4.0, "{text}");
     for line in [
         "rabbitmq_queue_messages_ready 1",
         "rabbitmq_queue_messages_unacked 1",
@@ -265,6 +278,13 @@ async fn s_ops_1_metrics_report_free_disk_and_memory_as_the_alarm_monitor_measur
         "# TYPE wharf_recovery_seconds gauge",
         "# TYPE wharf_wal_fsync_seconds histogram",
         "# TYPE wharf_wal_records_per_fsync histogram",
+        "# TYPE wharf_wal_segment_roll_seconds histogram",
+        "# TYPE wharf_wal_preallocate_seconds histogram",
+        "# TYPE wharf_core_batch_seconds histogram",
+        "# TYPE wharf_core_batch_messages histogram",
+        "# TYPE wharf_checkpoint_start_seconds histogram",
+        "# TYPE wharf_page_out_seconds histogram",
+        "# TYPE wharf_read_back_seconds histogram",
         "# TYPE wharf_messages_expired_total counter",
         "# TYPE rabbitmq_alarms_memory_used_watermark untyped",
         "# TYPE wharf_messages_dead_lettered_total counter",

@@ -14,6 +14,7 @@
 //!   `dead_letter_hold.rs` (S-QQ-10, at-least-once),
 //!   `scheduling.rs` (S-SCHED), `reply_to.rs` with `reply_names.rs` (S-DRT, direct
 //!   reply-to), `move_back.rs` (out of a dead-letter queue, S-UI-10): moving messages.
+//!   `flow.rs` (S-FLOW): which publishers to slow.
 //! - `replay.rs`, `recovery.rs`, `paging.rs`, `snapshot.rs`: durability's side.
 //! - `invariants.rs`, `queries.rs`: the invariant walk and the management queries;
 //!   `browse.rs`, `search.rs` and `time_views.rs`: the dashboard's read-only views (S-UI).
@@ -29,6 +30,7 @@ mod dead_letter_hold;
 mod delivery;
 mod exchanges;
 mod expiry;
+mod flow;
 mod invariants;
 mod lookups;
 mod marks;
@@ -111,6 +113,8 @@ pub struct Broker {
     paged_large: std::collections::HashMap<MessageId, std::sync::Weak<crate::types::Message>>,
     /// Direct reply-to consumers (S-DRT, `reply_names.rs`, `reply_to.rs`).
     reply_to: reply_names::ReplyConsumers,
+    /// Publisher flow control (S-FLOW-1, `flow.rs`).
+    flow: state::Flow,
 }
 
 impl Default for Broker {
@@ -148,6 +152,7 @@ impl Broker {
             loaded_total: Arc::default(),
             paged_large: std::collections::HashMap::new(),
             reply_to: reply_names::ReplyConsumers::default(),
+            flow: state::Flow::default(),
         };
         b.add_vhost("/");
         b
@@ -186,7 +191,7 @@ impl Broker {
     /// Hands each command to the file of its domain.
     fn dispatch(&mut self, cmd: Command, now: u64, out: &mut Outcome) -> Result<(), BrokerError> {
         match cmd {
-            Command::Publish(p) => self.publish(p, now, out),
+            Command::Publish(p) => self.publish(p, None, now, out),
             // S-DRT: the direct reply-to pseudo-queue is the channel's, not a queue.
             Command::PublishOn { chan, publish } => self.publish_on(chan, publish, now, out),
             Command::ReplyConsume {

@@ -16,6 +16,12 @@ impl Broker {
         self.loader = Some(loader);
     }
 
+    /// The reader of stored messages set by [`Broker::set_loader`], if any (so a server can
+    /// wrap it, to time it).
+    pub fn loader(&self) -> Option<Arc<dyn MessageLoader>> {
+        self.loader.clone()
+    }
+
     /// Records where the store wrote the records of the messages it just logged (what
     /// `Store::log` reported): once a record's Lsn is durable, [`Broker::page_out`] may leave
     /// that message's content on disk.

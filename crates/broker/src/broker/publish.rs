@@ -17,8 +17,8 @@ use crate::error::{BrokerError, ErrorKind};
 use crate::queue::Taken;
 use crate::routing::headers_match;
 use crate::types::{
-    DeathReason, DelayedType, Effect, Event, ExchangeKind, Message, MessageId, MessageRecord,
-    MessageRef, Outcome, Publish, PublishResult, RecordSize, Reply, StoredSlot,
+    ConnId, DeathReason, DelayedType, Effect, Event, ExchangeKind, Message, MessageId,
+    MessageRecord, MessageRef, Outcome, Publish, PublishResult, RecordSize, Reply, StoredSlot,
 };
 use crate::value::{FieldTable, Value};
 
@@ -124,9 +124,12 @@ impl Broker {
         queues
     }
 
+    /// A publish; `from` is the publishing connection (none for the management API's), which
+    /// flow control may slow (S-FLOW-1).
     pub(super) fn publish(
         &mut self,
         p: Publish,
+        from: Option<ConnId>,
         now: u64,
         out: &mut Outcome,
     ) -> Result<(), BrokerError> {
@@ -199,7 +202,8 @@ impl Broker {
                 message: msg.clone(),
             });
         }
-        let result = self.enqueue_routed(&p.vhost, &msg, &targets, None, now, out);
+        let mut result = self.enqueue_routed(&p.vhost, &msg, &targets, None, now, out);
+        result.flow = from.is_some_and(|conn| self.flow_after_publish(conn, &targets));
         out.reply = Reply::Published(result);
         Ok(())
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::Broker;
 use crate::args::priority_lanes;
 use crate::types::{
-    BindingInfo, ConsumerInfo, ExchangeInfo, ExchangeKind, Message, PolicyInfo, QueueInfo,
+    BindingInfo, ConsumerInfo, ExchangeInfo, ExchangeKind, Message, PolicyInfo, QueueInfo, Totals,
 };
 
 impl Broker {
@@ -25,6 +25,23 @@ impl Broker {
     pub fn queue_kind(&self, vhost: &str, queue: &str) -> Option<crate::args::QueueKind> {
         let id = self.vhosts.get(vhost)?.queues.get(queue)?;
         self.queues.get(id).map(|q| q.eff.kind())
+    }
+
+    /// Counts over every vhost, in one walk over the queues that copies nothing (for the
+    /// overview and the aggregated metrics, polled often: no listing per poll).
+    pub fn totals(&self) -> Totals {
+        let mut t = Totals {
+            exchanges: self.exchanges.len() as u64,
+            ..Totals::default()
+        };
+        for q in self.queues.values() {
+            t.queues += 1;
+            t.ready += q.ready.len() as u64;
+            t.ready_bytes += q.ready.bytes();
+            t.unacked += q.unacked;
+            t.consumers += q.consumers.len() as u64;
+        }
+        t
     }
 
     /// Queues of `vhost`, by name.

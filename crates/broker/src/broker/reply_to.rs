@@ -109,7 +109,7 @@ impl Broker {
             };
             p.properties.reply_to = Some(format!("{REPLY_NAME_PREFIX}{}", c.suffix));
         }
-        self.publish(p, now, out)
+        self.publish(p, Some(chan.conn), now, out)
     }
 
     /// S-DRT-4: a message published to the default exchange with a reply name as its routing

@@ -42,7 +42,7 @@ impl Broker {
         self.schedule(vhost, msg, durable);
         out.reply = Reply::Published(PublishResult {
             routed: true,
-            refused: false,
+            ..PublishResult::default()
         });
     }
 

@@ -218,3 +218,24 @@ pub(super) struct Access {
     /// is seeded only while this is false, so an operator's delete of `guest` sticks.
     pub(super) ever_defined: bool,
 }
+
+/// Publisher flow control's marks and the queues over them (S-FLOW-1, `flow.rs`).
+#[derive(Debug)]
+pub(super) struct Flow {
+    /// Ready messages above which a queue slows its publishers.
+    pub(super) high: usize,
+    /// Ready messages at or below which it lets them go.
+    pub(super) low: usize,
+    /// Queues over the high mark, each with the connections that published into it since.
+    pub(super) marked: BTreeMap<QueueId, BTreeSet<ConnId>>,
+}
+
+impl Default for Flow {
+    fn default() -> Self {
+        Flow {
+            high: wharf_base::limits::FLOW_READY_HIGH,
+            low: wharf_base::limits::FLOW_READY_LOW,
+            marked: BTreeMap::new(),
+        }
+    }
+}

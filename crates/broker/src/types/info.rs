@@ -7,6 +7,23 @@ use super::message::Message;
 use crate::args::QueueKind;
 use crate::value::FieldTable;
 
+/// Counts over every vhost ([`crate::Broker::totals`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Totals {
+    /// Queues.
+    pub queues: u64,
+    /// Exchanges (the predeclared ones included).
+    pub exchanges: u64,
+    /// Consumers on queues.
+    pub consumers: u64,
+    /// Ready messages.
+    pub ready: u64,
+    /// Bytes of the ready messages' bodies.
+    pub ready_bytes: u64,
+    /// Delivered messages not yet acknowledged.
+    pub unacked: u64,
+}
+
 /// A queue as the management API lists it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueInfo {

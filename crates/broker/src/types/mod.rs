@@ -29,7 +29,7 @@ pub use ids::{
 };
 pub use info::{
     BindingInfo, ConsumerInfo, ExchangeInfo, ExchangeStats, PermissionInfo, PolicyInfo, QueueInfo,
-    QueueStats, TopicPermissionInfo, UserInfo,
+    QueueStats, TopicPermissionInfo, Totals, UserInfo,
 };
 pub use message::{
     LoggedMessage, Message, MessageLoader, MessageRef, Properties, RecordSize, StoredAt,

@@ -60,6 +60,9 @@ pub struct PublishResult {
     pub routed: bool,
     /// At least one queue refused it (`reject-publish[-dlx]`): the server nacks it.
     pub refused: bool,
+    /// A queue it entered is behind its consumers (S-FLOW-1): the server reads the
+    /// publishing connection no further until [`crate::Broker::flow_released`] names it.
+    pub flow: bool,
 }
 
 /// The data of a method reply.

@@ -59,6 +59,8 @@ pub struct FileConfig {
     pub max_message_size: Option<u64>,
     /// Unacked deliveries per channel at most, prefetch 0 included.
     pub unacked_per_channel_max: Option<u64>,
+    /// Ready messages behind a consumer above which publishers are slowed (S-FLOW-1; 0 off).
+    pub flow_ready_high: Option<u64>,
     /// RabbitMQ's `consumer_timeout`, ms: a delivery unacked for longer closes its channel
     /// (S-CONS-9; positive, default 30 minutes).
     pub consumer_timeout: Option<u64>,

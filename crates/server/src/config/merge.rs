@@ -126,6 +126,9 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
         unacked_per_channel_max: file
             .unacked_per_channel_max
             .unwrap_or(u64::from(limits::UNACKED_PER_CHANNEL_MAX)),
+        flow_ready_high: file
+            .flow_ready_high
+            .unwrap_or(limits::FLOW_READY_HIGH as u64),
         consumer_timeout_ms: file
             .consumer_timeout
             .unwrap_or(limits::CONSUMER_TIMEOUT_MS_DEFAULT),

@@ -58,6 +58,8 @@ pub struct Config {
     pub max_message_size: u64,
     /// Unacked deliveries per channel at most.
     pub unacked_per_channel_max: u64,
+    /// Publisher flow control's high mark, ready messages (S-FLOW-1; 0 off).
+    pub flow_ready_high: u64,
     /// The consumer timeout, ms (S-CONS-9).
     pub consumer_timeout_ms: u64,
     /// Names that may log in only from loopback.
@@ -126,6 +128,8 @@ impl Config {
             u32::try_from(self.max_message_size).map_err(|_| out_of_range("max_message_size"))?;
         server.unacked_per_channel_max = u32::try_from(self.unacked_per_channel_max)
             .map_err(|_| out_of_range("unacked_per_channel_max"))?;
+        server.flow_ready_high =
+            usize::try_from(self.flow_ready_high).map_err(|_| out_of_range("flow_ready_high"))?;
         server.consumer_timeout_ms = Some(self.consumer_timeout_ms);
         server.loopback_users.clone_from(&self.loopback_users);
         if let Some(t) = &self.tls {

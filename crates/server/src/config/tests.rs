@@ -156,12 +156,14 @@ fn resource_limits_parse_with_units_and_defaults() {
     assert_eq!(c.disk_free_limit_bytes, 50_000_000);
     assert_eq!(c.memory_high_watermark, MemoryLimit::Fraction(0.4));
     assert_eq!(c.connection_max, u64::from(limits::CONNECTIONS_MAX));
+    assert_eq!(c.flow_ready_high, limits::FLOW_READY_HIGH as u64);
     assert_eq!(c.channel_max, 2047);
     assert_eq!(c.frame_max, 131_072);
     assert_eq!(c.max_message_size, 128 * 1024 * 1024);
     let text = "disk_free_limit = \"2GB\"\nmemory_high_watermark = 0.6\n\
                     connection_max = 10\nchannel_max = 16\nframe_max = 8192\n\
-                    max_message_size = 1048576\nunacked_per_channel_max = 100\n";
+                    max_message_size = 1048576\nunacked_per_channel_max = 100\n\
+                    flow_ready_high = 0\n";
     let c = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap();
     assert_eq!(c.disk_free_limit_bytes, 2_000_000_000);
     assert_eq!(c.memory_high_watermark, MemoryLimit::Fraction(0.6));
@@ -171,6 +173,7 @@ fn resource_limits_parse_with_units_and_defaults() {
     assert_eq!(s.frame_max, 8192);
     assert_eq!(s.message_bytes_max, 1_048_576);
     assert_eq!(s.unacked_per_channel_max, 100);
+    assert_eq!(s.flow_ready_high, 0, "S-FLOW-1: off");
     assert_eq!(s.disk_free_limit_bytes, 2_000_000_000);
     let text = "disk_free_limit = 1000\nmemory_high_watermark = \"512MiB\"\n";
     let c = merge(FileConfig::parse(text).unwrap(), Overrides::default()).unwrap();

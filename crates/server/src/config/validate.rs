@@ -106,6 +106,13 @@ impl Config {
                 1,
                 u64::from(limits::UNACKED_PER_CHANNEL_MAX),
             ),
+            // S-FLOW-1: 0 turns publisher flow control off.
+            (
+                "flow_ready_high",
+                self.flow_ready_high,
+                0,
+                limits::FLOW_READY_HIGH_MAX as u64,
+            ),
             // S-CONS-9: positive, as RabbitMQ's `non_zero_positive_integer`.
             ("consumer_timeout", self.consumer_timeout_ms, 1, u64::MAX),
         ] {

@@ -313,6 +313,9 @@ impl Reader {
             if self.phase == Phase::Done {
                 return;
             }
+            // S-FLOW-1: a queue this connection publishes into is behind its consumers; read
+            // nothing more until the broker task lets it go (at most FLOW_PAUSE_MAX, S-FLOW-2).
+            self.outbox.flow_pause(limits::FLOW_PAUSE_MAX).await;
             if buf.capacity() - buf.len() < 4096 {
                 buf.reserve(64 * 1024);
             }

@@ -5,7 +5,11 @@
 use std::collections::HashMap;
 
 use super::{Core, TICKET_THIS_BATCH};
-use crate::admin::{AdminDone, AdminRequest, AdminView, ChannelInfo, ChannelStats, ConnectionInfo};
+use super::ConnState;
+use crate::admin::{
+    AdminDone, AdminRequest, AdminView, ChannelInfo, ChannelStats, ConnectionCounts,
+    ConnectionInfo, Connections,
+};
 use wharf_broker::{BrokerError, ChanRef, Command, GetOk, Reply};
 use wharf_store::Store;
 
@@ -40,10 +44,14 @@ impl Core {
             AdminRequest::Query(query) => {
                 let view = AdminView {
                     broker: &self.broker,
-                    connections: self.connection_infos(),
+                    connections: &ConnTable {
+                        conns: &self.conns,
+                        broker: &self.broker,
+                    },
                     counters: self.counters,
                     now_ms: self.now(),
                     sync: self.store.as_ref().map(Store::sync_stats),
+                    timings: self.timings.snapshot(),
                 };
                 query(&view);
             }
@@ -127,8 +135,17 @@ impl Core {
         }
         result.map(|()| (taken, durable))
     }
+}
 
-    pub(super) fn connection_infos(&self) -> Vec<ConnectionInfo> {
+/// The broker task's connection table as a query sees it: listed only when asked (a listing
+/// copies every connection's properties; the overview and the metrics only count).
+struct ConnTable<'a> {
+    conns: &'a HashMap<u64, ConnState>,
+    broker: &'a wharf_broker::Broker,
+}
+
+impl Connections for ConnTable<'_> {
+    fn list(&self) -> Vec<ConnectionInfo> {
         // Consumers per channel, counted once for every vhost with a connection.
         let mut consumers: HashMap<ChanRef, u64> = HashMap::new();
         let vhosts: std::collections::BTreeSet<&str> =
@@ -172,6 +189,7 @@ impl Core {
                     frame_max: c.frame_max,
                     throttled: c.throttled,
                     blocked: c.outbox.is_blocked(),
+                    flow: c.outbox.in_flow(),
                     client_properties: c.client_properties.clone(),
                     channels,
                     traffic: c.outbox.traffic(),
@@ -180,5 +198,19 @@ impl Core {
             .collect();
         out.sort_by_key(|c| c.id);
         out
+    }
+
+    fn counts(&self) -> ConnectionCounts {
+        let mut counts = ConnectionCounts {
+            connections: self.conns.len() as u64,
+            ..ConnectionCounts::default()
+        };
+        for s in self.conns.values().flat_map(|c| c.channels.values()) {
+            if !s.closing {
+                counts.channels += 1;
+                counts.publishing += u64::from(s.publishing);
+            }
+        }
+        counts
     }
 }

@@ -12,15 +12,24 @@ use tokio::sync::{mpsc, watch};
 use tracing::{error, warn};
 
 use super::msg::CoreMsg;
+use super::timings::{CoreTimings, TimedLoader};
 use super::{BATCH_MSGS_MAX, Core, DurableFuture, TICKET_THIS_BATCH};
 use crate::counters::MessageCounters;
 use wharf_broker::{Broker, Event};
 use wharf_clock::Clock;
+use wharf_clock::Stopwatch;
 use wharf_store::{Store, StoreError, Ticket};
 
 impl Core {
     /// A broker task over a recovered broker and its store.
-    pub fn new(broker: Broker, store: Store, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(mut broker: Broker, store: Store, clock: Arc<dyn Clock>) -> Self {
+        let timings = CoreTimings::default();
+        if let Some(inner) = broker.loader() {
+            broker.set_loader(Arc::new(TimedLoader {
+                inner,
+                took: timings.read_back.clone(),
+            }));
+        }
         let (to_waiter, from_core) = mpsc::channel(4096);
         let (durable_tx, durable) = watch::channel(Ok(0));
         tokio::spawn(durability_waiter(from_core, durable_tx));
@@ -44,6 +53,7 @@ impl Core {
             dirty: HashSet::new(),
             dropped_dirty: Vec::new(),
             held: HashMap::new(),
+            released_to: 0,
             waited_ticket: 0,
             to_waiter,
             durable,
@@ -55,6 +65,7 @@ impl Core {
             registry: None,
             access: None,
             message_memory_bytes: wharf_base::limits::MESSAGE_MEMORY_BYTES,
+            timings,
         }
     }
 
@@ -70,6 +81,8 @@ impl Core {
         let mut sleep = Box::pin(tokio::time::sleep(Duration::ZERO));
         self.rearm(&mut sleep);
         loop {
+            // A batch of messages: when it started, and how many (for the metrics).
+            let mut drained = None;
             tokio::select! {
                 biased;
                 changed = self.durable.changed() => {
@@ -85,12 +98,20 @@ impl Core {
                     if n == 0 {
                         break;
                     }
+                    drained = Some((Stopwatch::start(), n));
                     for msg in batch.drain(..) {
                         self.on_msg(msg);
                     }
                 }
             }
-            if let Err(e) = self.end_batch() {
+            let ended = self.end_batch();
+            if let Some((started, n)) = drained {
+                self.timings.batch.record_duration(started.elapsed());
+                self.timings
+                    .batch_messages
+                    .record(u64::try_from(n).unwrap_or(u64::MAX));
+            }
+            if let Err(e) = ended {
                 error!(error = %e, "write-ahead log failed; closing every connection");
                 self.fail_all();
                 break;
@@ -203,16 +224,37 @@ impl Core {
         }
         // The broker now reflects the log exactly: a snapshot for a checkpoint fits here.
         if let Some(store) = self.store.as_mut() {
-            store.maybe_checkpoint(&self.broker);
+            let started = Stopwatch::start();
+            if store.maybe_checkpoint(&self.broker) {
+                self.timings
+                    .checkpoint_start
+                    .record_duration(started.elapsed());
+            }
+        }
+        // S-FLOW-1: publishers whose queues caught up may be read again.
+        for conn in self.broker.flow_released() {
+            if let Some(c) = self.conns.get(&conn.0) {
+                c.outbox.set_flow(false);
+            }
         }
         let ticket = self.last_ticket;
         let watermark = self.watermark();
         // Bodies of durable queued messages beyond the budget go back to disk (DESIGN
         // "Memory"); only when there is a store to read them back from.
         if self.store.is_some() {
-            self.broker.page_out(watermark, self.message_memory_bytes);
+            let started = Stopwatch::start();
+            if self.broker.page_out(watermark, self.message_memory_bytes) > 0 {
+                self.timings.page_out.record_duration(started.elapsed());
+            }
         }
-        self.held.retain(|_, outbox| outbox.release(watermark));
+        // Held outboxes keep only segments above the watermark they were last released at
+        // (a segment sealed since was released as far as it could be when sealed): visit
+        // them only once the watermark moved, not at every batch (issue 18: per-connection
+        // work per batch).
+        if watermark > self.released_to {
+            self.held.retain(|_, outbox| outbox.release(watermark));
+            self.released_to = watermark;
+        }
         for conn in std::mem::take(&mut self.dirty) {
             if let Some(c) = self.conns.get_mut(&conn) {
                 c.flush_acks();

@@ -29,14 +29,17 @@
 //! - `ops.rs`: connection and channel operations applied to the broker.
 //! - `frames.rs`: a broker outcome's effects encoded as frames.
 //! - `admin.rs`: the management API's requests.
+//! - `timings.rs`: where the task's time goes (histograms for the metrics endpoint).
 
 mod admin;
 mod frames;
 mod gate;
 mod msg;
 mod ops;
+mod timings;
 
 pub(crate) use msg::{ChanOp, CoreMsg, Op, OpenConn};
+pub use timings::CoreTimingsSnapshot;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -202,6 +205,8 @@ pub struct Core {
     /// Outboxes holding sealed frames not yet durable, by connection (dropped ones too, so
     /// their last frames still go out).
     held: HashMap<u64, Arc<Outbox>>,
+    /// The watermark `held` was last released at.
+    released_to: Ticket,
     /// Tickets sent to the durability waiter; the highest one.
     waited_ticket: Ticket,
     to_waiter: mpsc::Sender<(Ticket, DurableFuture)>,
@@ -221,6 +226,8 @@ pub struct Core {
     access: Option<Arc<crate::auth::Snapshot>>,
     /// Memory for the content of queued messages before they are paged out.
     message_memory_bytes: u64,
+    /// Where the task's time goes (metrics).
+    timings: timings::CoreTimings,
 }
 
 impl Core {

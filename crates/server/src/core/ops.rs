@@ -351,6 +351,12 @@ impl Core {
         match self.broker.handle(cmd, self.now()) {
             Ok(out) => {
                 let result = out.published().unwrap_or_default();
+                if result.flow
+                    && let Some(c) = self.conns.get(&conn)
+                {
+                    // S-FLOW-1: its reader pauses after this batch.
+                    c.outbox.set_flow(true);
+                }
                 let confirm = self.chan_mut(conn, ch).is_some_and(|s| {
                     s.publishing = true;
                     s.stats.publish += 1; // S-MGMT-8

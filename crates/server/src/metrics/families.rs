@@ -8,15 +8,15 @@
 use std::fmt;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 
 use super::detailed::{Detailed, Family};
 use super::objects;
 use super::sample::{Labels, Value, family};
 use super::snapshot::{QueueFigures, Snapshot};
+use super::timings::histogram;
 use crate::counters::{MESSAGE_SIZE_BOUNDS, MessageCounters, QueueTypeCounters};
-use wharf_wal::{SYNC_LATENCY_BOUNDS_US, SYNC_RECORDS_BOUNDS};
 
 /// Which of `rabbitmq_prometheus`'s endpoints is answered.
 #[derive(Debug, Clone)]
@@ -79,28 +79,6 @@ fn single(
     value: Value,
 ) -> fmt::Result {
     family(enc, name, help, kind, &[(Vec::new(), value)])
-}
-
-/// A histogram of one label set: `bounds` are the finite upper bounds, `buckets` the counts
-/// per bucket (not cumulative) with the `+Inf` bucket last.
-fn histogram(
-    enc: &mut DescriptorEncoder<'_>,
-    (name, help): (&str, &str),
-    labels: &Labels,
-    (bounds, buckets): (&[f64], &[u64]),
-    sum: f64,
-) -> fmt::Result {
-    let pairs: Vec<(f64, u64)> = bounds
-        .iter()
-        .copied()
-        .chain([f64::INFINITY])
-        .zip(buckets.iter().copied())
-        .collect();
-    let count = buckets.iter().sum();
-    let mut metric = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
-    metric
-        .encode_family(labels)?
-        .encode_histogram::<NoLabelSet>(sum, count, &pairs, None)
 }
 
 /// A per-queue family: its name (without the prefix), help, and how to read it.
@@ -252,7 +230,7 @@ impl Exposition {
 
     fn churn(&self, enc: &mut DescriptorEncoder<'_>, prefix: &str) -> fmt::Result {
         let (s, c) = (&self.snapshot, &self.snapshot.counters);
-        let live_queues = u64::try_from(s.queues.len()).unwrap_or(u64::MAX);
+        let live_queues = s.queue_count;
         let counters = [
             (
                 "connections_opened_total",
@@ -411,11 +389,7 @@ impl Exposition {
                 "Consumers currently connected",
                 s.consumers(),
             ),
-            (
-                "rabbitmq_queues",
-                "Queues available",
-                u64::try_from(s.queues.len()).unwrap_or(u64::MAX),
-            ),
+            ("rabbitmq_queues", "Queues available", s.queue_count),
         ];
         for (name, help, value) in totals {
             single(enc, name, help, MetricType::Gauge, Value::Int(value))?;
@@ -546,43 +520,7 @@ impl Exposition {
             MetricType::Gauge,
             Value::Float(seconds(self.node.recovery_ms, 1e3)),
         )?;
-        let Some(sync) = &self.snapshot.sync else {
-            return Ok(());
-        };
-        let latency: Vec<f64> = SYNC_LATENCY_BOUNDS_US
-            .iter()
-            .map(|&b| seconds(b, 1e6))
-            .collect();
-        histogram(
-            enc,
-            (
-                "wharf_wal_fsync_seconds",
-                "Latency of the write-ahead log's fdatasync calls.",
-            ),
-            &Vec::new(),
-            (&latency, &sync.latency_buckets),
-            seconds(sync.latency_sum_us, 1e6),
-        )?;
-        #[expect(
-            clippy::cast_precision_loss,
-            reason = "bucket bounds are far below 2^52"
-        )]
-        let records: Vec<f64> = SYNC_RECORDS_BOUNDS.iter().map(|&b| b as f64).collect();
-        #[expect(
-            clippy::cast_precision_loss,
-            reason = "a count of records far below 2^52 is exact"
-        )]
-        let sum = sync.records_sum as f64;
-        histogram(
-            enc,
-            (
-                "wharf_wal_records_per_fsync",
-                "Records made durable by one fdatasync (group commit's batch size).",
-            ),
-            &Vec::new(),
-            (&records, &sync.records_buckets),
-            sum,
-        )
+        super::timings::encode(enc, self.snapshot.sync.as_ref(), &self.snapshot.timings)
     }
 
     /// `/metrics` and `/metrics/per-object`: every family wharf fills.

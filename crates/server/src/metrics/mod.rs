@@ -12,6 +12,7 @@
 //! - `families.rs`: the families, written with `prometheus-client`'s text encoder.
 //! - `objects.rs`: the per-connection and per-channel families.
 //! - `sample.rs`: one family's samples and their text.
+//! - `timings.rs`: wharf's own histograms (the broker task's and the log writer's time).
 //! - `detailed.rs`: `/metrics/detailed`'s query.
 //! - `process.rs`: the process's file descriptors.
 //! - `serve.rs`: the listener and its routes.
@@ -23,6 +24,7 @@ mod process;
 mod sample;
 mod serve;
 mod snapshot;
+mod timings;
 
 pub(crate) use families::{Endpoint, NodeFigures};
 pub(crate) use serve::serve;
@@ -88,8 +90,9 @@ impl MetricsSource {
     /// One scrape of `endpoint` as Prometheus text; `None` when the broker task is gone.
     pub(crate) async fn scrape(&self, endpoint: Endpoint) -> Option<String> {
         let (done, answer) = oneshot::channel();
+        let per_object = !matches!(endpoint, Endpoint::Aggregated);
         let query: AdminQuery = Box::new(move |view| {
-            let _ = done.send(Snapshot::of(view));
+            let _ = done.send(Snapshot::of(view, per_object));
         });
         self.core
             .send(CoreMsg::Admin(AdminRequest::Query(query)))

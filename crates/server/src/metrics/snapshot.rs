@@ -32,45 +32,64 @@ pub(crate) struct ConnFigures {
 /// What a scrape reads from the broker task.
 #[derive(Debug, Clone)]
 pub(crate) struct Snapshot {
+    /// Per queue, or (aggregated) one line of sums over every queue.
     pub(crate) queues: Vec<QueueFigures>,
     /// Every open connection (the per-connection and per-channel families).
     pub(crate) conns: Vec<ConnFigures>,
+    /// Queues.
+    pub(crate) queue_count: u64,
     pub(crate) connections: u64,
     pub(crate) channels: u64,
     /// Open channels that have published.
     pub(crate) publishers: u64,
     pub(crate) counters: MessageCounters,
     pub(crate) sync: Option<SyncSnapshot>,
+    pub(crate) timings: crate::core::CoreTimingsSnapshot,
     /// The server's clock, ms since the epoch.
     pub(crate) now_ms: u64,
 }
 
-fn count(n: usize) -> u64 {
-    u64::try_from(n).unwrap_or(u64::MAX)
-}
-
 impl Snapshot {
-    /// Copies the figures out of the broker task's view (no formatting here).
-    pub(crate) fn of(view: &AdminView<'_>) -> Snapshot {
-        let mut queues = Vec::new();
-        for vhost in view.broker.vhost_names() {
-            queues.extend(
-                view.broker
-                    .queues(&vhost)
-                    .into_iter()
-                    .map(|q| QueueFigures {
-                        vhost: q.vhost,
-                        name: q.name,
-                        ready: q.ready,
-                        unacked: q.unacked,
-                        ready_bytes: q.ready_bytes,
-                        consumers: u64::from(q.consumers),
-                    }),
-            );
-        }
-        let channels = view.connections.iter().flat_map(|c| &c.channels);
+    /// Copies the figures out of the broker task's view (no formatting here). The per-queue
+    /// figures only when `per_object`; the aggregated endpoint, what Prometheus polls, gets
+    /// one line of sums counted without listing anything (issue 18: no listing on the broker
+    /// task per poll).
+    pub(crate) fn of(view: &AdminView<'_>, per_object: bool) -> Snapshot {
+        let queues = if per_object {
+            let mut queues = Vec::new();
+            for vhost in view.broker.vhost_names() {
+                queues.extend(
+                    view.broker
+                        .queues(&vhost)
+                        .into_iter()
+                        .map(|q| QueueFigures {
+                            vhost: q.vhost,
+                            name: q.name,
+                            ready: q.ready,
+                            unacked: q.unacked,
+                            ready_bytes: q.ready_bytes,
+                            consumers: u64::from(q.consumers),
+                        }),
+                );
+            }
+            queues
+        } else {
+            let t = view.broker.totals();
+            vec![QueueFigures {
+                vhost: String::new(),
+                name: String::new(),
+                ready: t.ready,
+                unacked: t.unacked,
+                ready_bytes: t.ready_bytes,
+                consumers: t.consumers,
+            }]
+        };
+        let counts = view.connections.counts();
+        // The per-connection and per-channel families (S-OPS-10) list the connections, the
+        // aggregated endpoint too (it sums them): O(connections), not O(messages).
         let conns = view
             .connections
+            .list()
             .iter()
             .map(|c| ConnFigures {
                 peer: c.peer.to_string(),
@@ -82,11 +101,13 @@ impl Snapshot {
         Snapshot {
             queues,
             conns,
-            connections: count(view.connections.len()),
-            channels: count(channels.clone().count()),
-            publishers: count(channels.filter(|ch| ch.publishing).count()),
+            queue_count: view.broker.totals().queues,
+            connections: counts.connections,
+            channels: counts.channels,
+            publishers: counts.publishing,
             counters: view.counters,
             sync: view.sync.clone(),
+            timings: view.timings.clone(),
             now_ms: view.now_ms,
         }
     }

@@ -25,6 +25,7 @@ async fn connection_list(api: &Api, scope: Scope) -> Result<Vec<JsonValue>, ApiE
         .is_some_and(|a| a.reason().is_some());
     api.query(move |view| {
         view.connections
+            .list()
             .iter()
             .filter(|c| scope.sees_user(&c.user))
             .map(|c| j::connection(c, server, alarm_on))
@@ -62,6 +63,7 @@ pub(crate) async fn connection_delete(
     let (id, user) = api
         .query(move |view| {
             view.connections
+                .list()
                 .iter()
                 .find(|c| j::connection_name(c, server) == name)
                 .map(|c| (c.id, c.user.clone()))
@@ -96,7 +98,12 @@ pub(crate) async fn channels(
     let (now_ms, mut list, counts) = api
         .query(move |view| {
             let (mut list, mut counts) = (Vec::new(), Vec::new());
-            for c in view.connections.iter().filter(|c| scope.sees_user(&c.user)) {
+            for c in view
+                .connections
+                .list()
+                .iter()
+                .filter(|c| scope.sees_user(&c.user))
+            {
                 let consumers = view.broker.consumers(&c.vhost);
                 for ch in &c.channels {
                     let mine: Vec<_> = consumers
@@ -129,9 +136,10 @@ async fn consumer_list(api: &Api, scope: &Scope, vhost: Option<String>) -> ApiRe
     let list = api
         .query(move |view| {
             let mut list = Vec::new();
+            let conns = view.connections.list();
             for v in &vhosts {
                 for k in view.broker.consumers(v) {
-                    let conn = view.connections.iter().find(|c| c.id == k.chan.conn.0);
+                    let conn = conns.iter().find(|c| c.id == k.chan.conn.0);
                     let (conn_name, peer_host, peer_port, user) = conn.map_or_else(
                         || (String::new(), String::new(), 0, String::new()),
                         |c| {

@@ -203,13 +203,14 @@ pub fn connection_name(c: &ConnectionInfo, server: std::net::SocketAddr) -> Stri
 
 /// A connection's `state` (S-MGMT-7): `blocked` while its publishes are held by a resource
 /// alarm, `blocking` while an alarm is on and it has not published into it, `flow` while its
-/// deliveries are paused for a slow socket, else `running`.
+/// deliveries are paused for a slow socket or its publishes are slowed (S-FLOW-1), else
+/// `running`.
 fn connection_state(c: &ConnectionInfo, alarm_on: bool) -> &'static str {
     if c.blocked {
         "blocked"
     } else if alarm_on {
         "blocking"
-    } else if c.throttled {
+    } else if c.throttled || c.flow {
         "flow"
     } else {
         "running"

@@ -30,6 +30,7 @@ pub(crate) fn environment(config: &ServerConfig) -> serde_json::Value {
         "frame_max": config.frame_max,
         "max_message_size": config.message_bytes_max,
         "unacked_per_channel_max": config.unacked_per_channel_max,
+        "flow_ready_high": config.flow_ready_high,
         "disk_free_limit_bytes": config.disk_free_limit_bytes,
         "memory_high_watermark": memory,
         "checkpoint_log_bytes_min": config.checkpoint_log_bytes_min,

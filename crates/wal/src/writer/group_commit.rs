@@ -313,7 +313,9 @@ impl Writer {
         let to = preallocation_end(end, self.shared.segment_bytes_max);
         let from = self.active.allocated.max(end);
         if to > from {
+            let started = wharf_clock::Stopwatch::start();
             zero_fill(&*self.active.file, from, to)?;
+            self.shared.sync_stats.record_prefill(started.elapsed());
         }
         self.active.allocated = self.active.allocated.max(to);
         Ok(())
@@ -322,6 +324,7 @@ impl Writer {
     /// Seals the active segment and creates its successor.
     fn roll(&mut self, id: SegmentId, first_lsn: Lsn, reserve: u64) -> Result<(), WalError> {
         assert_eq!(id, self.active.id.next(), "segments roll one at a time");
+        let started = wharf_clock::Stopwatch::start();
         let old = self.shared.segment_path(self.active.id);
         // Trim preallocated zeros so a sealed segment ends at its last record (recovery then
         // treats any zeros in a sealed segment as damage), and free the space reserved beyond
@@ -338,6 +341,7 @@ impl Writer {
             .then(|| preallocation_end(SEGMENT_HEADER_BYTES as u64, self.shared.segment_bytes_max));
         self.active = create_segment(&self.shared, id, first_lsn, reserve, preallocate_to)?;
         self.shared.sealed_below.store(id.0, Ordering::Release);
+        self.shared.sync_stats.record_roll(started.elapsed());
         Ok(())
     }
 }

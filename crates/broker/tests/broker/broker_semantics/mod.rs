@@ -25,6 +25,7 @@ use wharf_broker::{
 
 mod consumers;
 mod dead_letter;
+mod flow;
 mod length;
 mod move_back;
 mod policies;
@@ -45,6 +46,29 @@ fn reply_types_for_get_and_publish() {
         Reply::Published(wharf_broker::PublishResult {
             routed: true,
             refused: false,
+            flow: false,
         })
+    );
+}
+
+#[test]
+fn totals_count_what_the_listings_show() {
+    let mut h = H::new();
+    h.queue("a", &[]);
+    h.queue("b", &[]);
+    for _ in 0..3 {
+        h.send("a", Properties::default());
+    }
+    h.send("b", Properties::default());
+    h.consume("b", "c", false);
+    let t = h.b.totals();
+    let queues = h.b.queues("/");
+    assert_eq!(t.queues, queues.len() as u64);
+    assert_eq!(t.exchanges, h.b.exchanges("/").len() as u64);
+    assert_eq!(t.consumers, h.b.consumers("/").len() as u64);
+    assert_eq!((t.ready, t.unacked), (3, 1));
+    assert_eq!(
+        t.ready_bytes,
+        queues.iter().map(|q| q.ready_bytes).sum::<u64>()
     );
 }
