@@ -7,7 +7,7 @@ use wharf_broker::Event;
 /// The store record format this build writes and the newest it reads. Written in a
 /// [`RecordKind::Format`] record each time a store is opened; a log announcing a newer
 /// version is refused rather than guessed at.
-pub const STORE_FORMAT_VERSION: u16 = 3;
+pub const STORE_FORMAT_VERSION: u16 = 4;
 
 /// The WAL record kind of each store record (the frame's `kind` byte). Values are part of the
 /// format: never reuse or renumber one.
@@ -64,11 +64,14 @@ pub enum RecordKind {
     DeadLettered = 0x26,
     /// [`Event::Purged`].
     Purged = 0x27,
+    /// A live message copied forward by segment compaction (format 4): no event, replay
+    /// skips it; a checkpoint refers to it (storage-format.md, "Checkpoints").
+    Copied = 0x28,
 }
 
 impl RecordKind {
     /// Every kind, for tests and the inspector.
-    pub const ALL: [RecordKind; 25] = [
+    pub const ALL: [RecordKind; 26] = [
         RecordKind::Format,
         RecordKind::VhostAdded,
         RecordKind::VhostDeleted,
@@ -94,6 +97,7 @@ impl RecordKind {
         RecordKind::Returned,
         RecordKind::DeadLettered,
         RecordKind::Purged,
+        RecordKind::Copied,
     ];
 
     /// The kind byte.
@@ -147,4 +151,11 @@ pub enum StoreRecord {
     },
     /// A broker event, for `Broker::apply`.
     Event(Event),
+    /// A live message copied forward by segment compaction (format 4): nothing to apply.
+    Copied {
+        /// Its virtual host.
+        vhost: String,
+        /// The message, as it was published.
+        message: std::sync::Arc<wharf_broker::Message>,
+    },
 }

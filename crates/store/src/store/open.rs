@@ -16,7 +16,7 @@ use crate::batch::Scratch;
 use crate::checkpoint;
 use crate::codec;
 use crate::disk_demand::DiskDemand;
-use crate::error::{LogGap, StoreError};
+use crate::error::{CheckpointDamage, LogGap, StoreError};
 use crate::replay::{RecoverySummary, Replay};
 use crate::stored::{CheckpointView, StoredReader};
 use wharf_broker::{Broker, MessageLoader};
@@ -57,6 +57,9 @@ impl Store {
                 source,
             })?;
         let start = load_checkpoint(&*storage, &config.dir, config.salvage)?;
+        // Segments the checkpoint covers whole are kept only for the messages it refers to:
+        // not read now (their records are checked when a message is read back).
+        wal_config.covered_through = start.lsn.unwrap_or(Lsn(0));
         let mut replay = Replay::new(
             start.broker,
             &config.dir,
@@ -143,7 +146,9 @@ fn load_checkpoint(storage: &dyn Storage, dir: &Path, salvage: bool) -> Result<S
     checkpoint::remove_temporaries(storage, dir)?;
     for (lsn, path) in checkpoint::list(storage, dir)? {
         let mut broker = Broker::new();
-        match checkpoint::load(storage, &path, &mut broker) {
+        let loaded = checkpoint::load(storage, &path, &mut broker)
+            .and_then(|loaded| check_referenced(storage, dir, &path, loaded));
+        match loaded {
             Ok(loaded) => {
                 let file = storage
                     .open(&path, false)
@@ -183,6 +188,29 @@ fn load_checkpoint(storage: &dyn Storage, dir: &Path, salvage: bool) -> Result<S
         messages: 0,
         view: None,
     })
+}
+
+/// Every log segment a checkpoint refers to must be there (it holds live messages): one that
+/// is not is damage, found at the start rather than when the message is read back.
+fn check_referenced(
+    storage: &dyn Storage,
+    dir: &Path,
+    path: &Path,
+    loaded: checkpoint::Loaded,
+) -> Result<checkpoint::Loaded, StoreError> {
+    let present = wharf_wal::list_segments(storage, dir)?;
+    let missing = loaded
+        .referenced
+        .iter()
+        .find(|&&s| present.binary_search(&wharf_wal::SegmentId(s)).is_err());
+    match missing {
+        Some(&segment) => Err(StoreError::CorruptCheckpoint {
+            path: path.to_owned(),
+            offset: 0,
+            reason: CheckpointDamage::SegmentMissing(segment),
+        }),
+        None => Ok(loaded),
+    }
 }
 
 /// The log must hold every record after the checkpoint: its first record after `lsn` must
