@@ -391,7 +391,7 @@ fn decode_one(c: &mut Criterion) {
     group.bench_function("decode_published_100B", |b| {
         b.iter(|| match codec::decode(kind, black_box(&payload)).unwrap() {
             StoreRecord::Event(e) => black_box(e),
-            StoreRecord::Format { .. } => unreachable!(),
+            StoreRecord::Format { .. } | StoreRecord::Copied { .. } => unreachable!(),
         });
     });
     group.bench_function("encode_published_100B", |b| {

@@ -4,7 +4,7 @@
 //! them: one old message never pins a segment. A segment is sparse when its live messages
 //! take less than half of it; so every segment a checkpoint keeps is at least half live, and
 //! the directory holds at most about twice the queued bytes plus the log since the last
-//! checkpoint (S-DISK-10).
+//! checkpoint (S-DISK-9).
 //!
 //! Crash safety, step by step: the copies are appended and made durable before the checkpoint
 //! that refers to them is written; until that checkpoint is durable (its rename and the

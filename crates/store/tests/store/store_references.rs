@@ -2,7 +2,7 @@
 //! record per live message, not its body, and the next start reads no body and replays
 //! nothing it covers; sparse segments are compacted (live messages copied forward in the
 //! log) so that one old message never pins a segment, and the directory stays within twice
-//! the queued bytes plus two segments (S-DISK-10); a crash or a failing disk at any step of a
+//! the queued bytes plus two segments (S-DISK-9); a crash or a failing disk at any step of a
 //! compacting checkpoint loses and doubles nothing (S-DUR-7).
 
 #![allow(
@@ -112,7 +112,7 @@ fn drain(broker: &mut Broker, queue: &str) -> Vec<usize> {
 }
 
 #[test]
-fn s_disk_10_a_checkpoint_refers_to_messages_and_the_next_start_reads_no_body() {
+fn s_disk_9_a_checkpoint_refers_to_messages_and_the_next_start_reads_no_body() {
     const N: usize = 200;
     let sim = SimStorage::new(11);
     let seg = 64 * 1024;
@@ -173,7 +173,7 @@ fn one_old_message(sim: &SimStorage, rounds: usize) -> (Store, Driver, Ticket) {
 }
 
 #[test]
-fn s_disk_10_compaction_copies_an_old_message_forward_and_its_segment_goes() {
+fn s_disk_9_compaction_copies_an_old_message_forward_and_its_segment_goes() {
     let sim = SimStorage::new(12);
     let (mut store, mut live, _) = one_old_message(&sim, 60);
     let first = segment_files(&sim)[0].clone();
@@ -239,7 +239,7 @@ fn s_dur_7_a_failure_or_crash_at_any_step_of_a_compacting_checkpoint_loses_and_d
 /// directory (every file's bytes, segments counted at their reserved size) stays within twice
 /// the queued bytes plus two segments, plus the checkpoint and the durable mark.
 #[test]
-fn s_disk_10_the_directory_stays_within_twice_the_queued_bytes_plus_two_segments() {
+fn s_disk_9_the_directory_stays_within_twice_the_queued_bytes_plus_two_segments() {
     let sim = SimStorage::new(13);
     let (mut store, broker, _) = open_seg(&sim, SEG).unwrap();
     store.set_checkpoint_trigger(CheckpointTrigger {
