@@ -49,7 +49,10 @@ impl Job {
     /// Nothing is deleted before the checkpoint is durable: when its rename or the directory
     /// sync fails, the error returns here with every segment and the older checkpoint still in
     /// place, so whichever of the two a crash leaves finds all its messages. Readers switch to
-    /// the new positions (relocations, carried messages) before anything older goes.
+    /// the new positions (relocations, carried messages) before anything older goes, so a
+    /// failure of the clean-up after that (removing the superseded checkpoint, deleting a
+    /// segment) cannot leave them pointing at a removed file: it is logged, and the
+    /// checkpoint is done.
     fn run(self) -> Result<CheckpointDone, StoreError> {
         self.appender.wait_durable(self.lsn)?;
         let covered = self
@@ -109,13 +112,21 @@ impl Job {
         });
         self.reader.set_relocations(relocations);
         drop(self.snapshot);
-        checkpoint::remove_older(&*self.storage, &self.dir, self.lsn)?;
+        // The checkpoint is in use now, whatever becomes of the clean-up: a failure there is
+        // logged and left to the next checkpoint (or start), which removes what this one
+        // supersedes (recovery takes the newest checkpoint; older ones are never read).
+        if let Err(e) = checkpoint::remove_older(&*self.storage, &self.dir, self.lsn) {
+            tracing::warn!(error = %e, "superseded checkpoints not removed; the next one will");
+        }
         let mut deleted = 0;
         for &id in covered
             .iter()
             .filter(|s| !written.referenced.contains(&s.0))
         {
-            self.reclaimer.delete_segment(id)?;
+            if let Err(e) = self.reclaimer.delete_segment(id) {
+                tracing::warn!(error = %e, "segment not deleted; the next checkpoint will");
+                break;
+            }
             deleted += 1;
         }
         Ok(CheckpointDone {
