@@ -31,8 +31,7 @@
 )]
 
 use std::hint::black_box;
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput};
@@ -44,24 +43,13 @@ use wharf_broker::{
 use wharf_store::{Store, StoreConfig, Ticket, checkpoint};
 use wharf_wal::Lsn;
 
-#[expect(
-    clippy::disallowed_methods,
-    reason = "a benchmark measures elapsed time; this is not broker logic"
-)]
-fn stopwatch() -> Instant {
-    Instant::now()
-}
+#[path = "support/mod.rs"]
+mod support;
+use support::{dir_bytes, env_or, median, stopwatch};
 
 const NOW_MS: u64 = 1_700_000_000_000;
 const QUEUE: &str = "backlog";
 const BATCH: usize = 1000;
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn publish(body: &Bytes) -> Command {
     Command::Publish(Publish {
@@ -125,18 +113,6 @@ fn queued(broker: &Broker) -> u64 {
         .sum()
 }
 
-fn dir_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().metadata().unwrap().len())
-        .sum()
-}
-
-fn median(mut times: Vec<Duration>) -> f64 {
-    times.sort_unstable();
-    times[times.len() / 2].as_secs_f64()
-}
-
 /// One scenario: `n` messages of `body_bytes`, then `rounds` clean stops and starts.
 fn scenario(n: usize, body_bytes: usize, rounds: usize) {
     let tmp = tempfile::tempdir().unwrap();
@@ -193,8 +169,8 @@ fn scenario(n: usize, body_bytes: usize, rounds: usize) {
     }
     println!(
         "  median of {rounds}: clean stop {:.3} s, next start {:.3} s",
-        median(stops),
-        median(starts)
+        median(&mut stops).as_secs_f64(),
+        median(&mut starts).as_secs_f64()
     );
     store.close().unwrap();
 }

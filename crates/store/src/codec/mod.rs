@@ -45,7 +45,10 @@ pub use kind::{RecordKind, STORE_FORMAT_VERSION, StoreRecord};
 pub use record::{
     decode, decode_shared, encode_copied, encode_event, encode_event_leaving_body, encode_format,
 };
-pub use referenced::{REFERENCED_KIND, Referenced, decode_referenced, encode_referenced};
+pub use referenced::{
+    REFERENCED_KIND, ReferenceFields, Referenced, decode_referenced, encode_reference,
+    encode_referenced,
+};
 pub use stored::{
     decode_message_part, decode_message_part_shared, decode_stored, message_part, message_part_id,
 };

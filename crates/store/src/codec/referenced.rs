@@ -7,12 +7,11 @@
 use super::carried::{get_placements, put_placements};
 use super::cursor::{Dec, Enc};
 use super::error::{DecodeError, EncodeError};
+use super::message::{get_ttl, put_ttl};
 use wharf_broker::{MessageId, Placement};
 
 /// The kind byte of a [`Referenced`] record (checkpoint-only, `0x30..=0x3F`).
 pub const REFERENCED_KIND: u8 = 0x31;
-
-const FLAG_TTL: u8 = 1 << 0;
 
 /// One live persistent message as a checkpoint refers to it: its queues with their marks,
 /// what memory holds of it, and the position of the log record holding its content.
@@ -38,26 +37,62 @@ pub struct Referenced {
     pub offset: u64,
 }
 
+/// The fixed fields of a [`Referenced`] record, to encode one from borrowed placements (a
+/// checkpoint writes millions: no allocation per message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReferenceFields {
+    /// Its id.
+    pub id: MessageId,
+    /// Enqueue time (ms since the epoch).
+    pub enqueued_at_ms: u64,
+    /// Its own TTL.
+    pub ttl_ms: Option<u32>,
+    /// Its `priority` property (0 when none).
+    pub priority: u8,
+    /// Body length in bytes.
+    pub body_len: u32,
+    /// The log segment holding its record.
+    pub segment: u64,
+    /// The offset of that record's frame in the segment.
+    pub offset: u64,
+}
+
 /// Appends the payload of a [`Referenced`] record to `out`.
 ///
 /// # Errors
 /// [`EncodeError`] when a name does not fit the format.
 pub fn encode_referenced(r: &Referenced, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+    let fields = ReferenceFields {
+        id: r.id,
+        enqueued_at_ms: r.enqueued_at_ms,
+        ttl_ms: r.ttl_ms,
+        priority: r.priority,
+        body_len: r.body_len,
+        segment: r.segment,
+        offset: r.offset,
+    };
+    encode_reference(&r.vhost, &r.placements, &fields, out)
+}
+
+/// Appends the payload of a [`Referenced`] record made of `vhost`, `placements` and `f`.
+///
+/// # Errors
+/// [`EncodeError`] when a name does not fit the format.
+pub fn encode_reference(
+    vhost: &str,
+    placements: &[Placement],
+    f: &ReferenceFields,
+    out: &mut Vec<u8>,
+) -> Result<(), EncodeError> {
     let e = &mut Enc::new(out);
-    put_placements(e, &r.vhost, &r.placements)?;
-    e.u64(r.id.0);
-    e.u64(r.enqueued_at_ms);
-    match r.ttl_ms {
-        Some(ttl) => {
-            e.u8(FLAG_TTL);
-            e.u32(ttl);
-        }
-        None => e.u8(0),
-    }
-    e.u8(r.priority);
-    e.u32(r.body_len);
-    e.u64(r.segment);
-    e.u64(r.offset);
+    put_placements(e, vhost, placements)?;
+    e.u64(f.id.0);
+    e.u64(f.enqueued_at_ms);
+    put_ttl(e, f.ttl_ms);
+    e.u8(f.priority);
+    e.u32(f.body_len);
+    e.u64(f.segment);
+    e.u64(f.offset);
     Ok(())
 }
 
@@ -70,12 +105,7 @@ pub fn decode_referenced(payload: &[u8]) -> Result<Referenced, DecodeError> {
     let (vhost, placements) = get_placements(d)?;
     let id = MessageId(d.u64("message id")?);
     let enqueued_at_ms = d.u64("enqueued at")?;
-    let flags = d.flags(FLAG_TTL, "reference flags")?;
-    let ttl_ms = if flags & FLAG_TTL != 0 {
-        Some(d.u32("message ttl")?)
-    } else {
-        None
-    };
+    let ttl_ms = get_ttl(d)?;
     let priority = d.u8("priority")?;
     let body_len = d.u32("body length")?;
     if body_len > wharf_base::limits::MESSAGE_BODY_BYTES_MAX {
