@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::compaction::{self, held_at};
+use super::compaction::{self, Compaction, held_at};
 use super::{InFlight, Store};
 use crate::checkpoint;
 use crate::checkpoint_trigger::{CheckpointDone, CheckpointTrigger};
@@ -26,19 +26,19 @@ use wharf_wal::{Appender, Lsn, Reclaimer, Storage};
 const SPACE_STEP_DIVISOR: u64 = 16;
 
 /// What the checkpoint thread needs: everything is shared or owned, nothing borrows the store.
-pub(super) struct Job {
-    pub(super) storage: Arc<dyn Storage>,
-    pub(super) dir: PathBuf,
+struct Job {
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
     lsn: Lsn,
-    pub(super) snapshot: Snapshot,
-    pub(super) appender: Appender,
+    snapshot: Snapshot,
+    appender: Appender,
     reclaimer: Reclaimer,
-    pub(super) reader: Arc<StoredReader>,
+    reader: Arc<StoredReader>,
     /// Copy the live messages of sparse segments forward first (not at a clean stop, which
     /// must be quick, nor under space pressure).
     compact: bool,
     /// The log's segment size (compaction keeps room for two).
-    pub(super) segment_bytes: u64,
+    segment_bytes: u64,
 }
 
 impl Job {
@@ -64,7 +64,15 @@ impl Job {
         // where memory holds it.
         let current = |m: &MessageRef| moved.get(&m.id().0).copied().or_else(|| held_at(m));
         let copies = if self.compact {
-            compaction::copy_forward(&self, &covered, &current)?
+            let compaction = Compaction {
+                snapshot: &self.snapshot,
+                storage: &*self.storage,
+                dir: &self.dir,
+                reader: &self.reader,
+                appender: &self.appender,
+                segment_bytes: self.segment_bytes,
+            };
+            compaction::copy_forward(&compaction, &covered, &current)?
         } else {
             HashMap::new()
         };

@@ -13,15 +13,15 @@
 //! message is in exactly one place recovery looks: never lost, never twice.
 
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 
 use bytes::Bytes;
 
-use super::checkpoints::Job;
 use crate::codec;
 use crate::error::StoreError;
-use crate::stored::{log_position, pack_log};
-use wharf_broker::{MessageRef, StoredAt, StoredMessage};
-use wharf_wal::{SegmentId, segment_file_name};
+use crate::stored::{StoredReader, log_position, pack_log};
+use wharf_broker::{MessageRef, Snapshot, StoredAt, StoredMessage};
+use wharf_wal::{Appender, SegmentId, Storage, segment_file_name};
 
 /// What a message's record takes beyond its body: about the fixed part of a `Published`
 /// record (frame 21 bytes, ids, times, lengths) with short names. Erring low makes a segment
@@ -32,6 +32,18 @@ const RECORD_OVERHEAD_BYTES: u64 = 64;
 /// compares segments by.
 pub(super) type Current<'a> = &'a dyn Fn(&MessageRef) -> Option<StoredAt>;
 
+/// What compaction works with: the checkpoint's snapshot and the store's files, log and
+/// reader (borrowed from the checkpoint job).
+pub(super) struct Compaction<'a> {
+    pub(super) snapshot: &'a Snapshot,
+    pub(super) storage: &'a dyn Storage,
+    pub(super) dir: &'a Path,
+    pub(super) reader: &'a StoredReader,
+    pub(super) appender: &'a Appender,
+    /// The log's segment size (compaction keeps room for two).
+    pub(super) segment_bytes: u64,
+}
+
 /// Copies forward the live messages of the sparse segments among `covered` (and the messages
 /// still held in an older checkpoint), durably; returns where each copy is, by message id.
 /// Copies nothing when the disk could not take the copies and two segments more: compaction
@@ -41,7 +53,7 @@ pub(super) type Current<'a> = &'a dyn Fn(&MessageRef) -> Option<StoredAt>;
 /// A message cannot be read back, or the log fails (the checkpoint then fails; nothing was
 /// deleted, the copies are skipped at replay).
 pub(super) fn copy_forward(
-    job: &Job,
+    job: &Compaction<'_>,
     covered: &[SegmentId],
     current: Current<'_>,
 ) -> Result<HashMap<u64, StoredAt>, StoreError> {
@@ -69,7 +81,7 @@ pub(super) fn copy_forward(
         return Ok(HashMap::new());
     }
     let room = bytes.saturating_add(job.segment_bytes.saturating_mul(2));
-    if let Ok(Some(available)) = job.storage.available_bytes(&job.dir)
+    if let Ok(Some(available)) = job.storage.available_bytes(job.dir)
         && available < room
     {
         tracing::info!(
@@ -104,7 +116,7 @@ pub(super) fn copy_forward(
 /// The segments among `covered` whose live messages take less than half of the file, and
 /// hold at least one (a segment holding none is deleted without copying anything).
 fn sparse_segments(
-    job: &Job,
+    job: &Compaction<'_>,
     covered: &[SegmentId],
     current: Current<'_>,
 ) -> Result<HashSet<u64>, StoreError> {

@@ -19,7 +19,7 @@ use crate::disk_demand::DiskDemand;
 use crate::error::{CheckpointDamage, LogGap, StoreError};
 use crate::replay::{RecoverySummary, Replay};
 use crate::stored::{CheckpointView, StoredReader};
-use wharf_broker::{Broker, MessageLoader};
+use wharf_broker::{Broker, Event, MessageId, MessageLoader, MessageRef};
 use wharf_wal::{FileStorage, Lsn, RecoveryMode, RecoveryReport, Storage, Wal, WalConfig};
 
 impl Store {
@@ -103,7 +103,59 @@ impl Store {
             demand: Arc::new(DiskDemand::new(wal_config.segment_bytes_max)),
         };
         store.log_format()?;
+        let mut summary = summary;
+        if config.salvage {
+            summary.salvaged_records += store.drop_unreadable(&mut broker)?;
+        }
         Ok((store, broker, summary))
+    }
+
+    /// Salvage mode: the checkpoint refers to messages in the log, and salvage gave up damaged
+    /// stretches of it, so every stored message is read back once and those that cannot be
+    /// (their record was damaged or cut) are taken out of their queues, durably (a `Purged`
+    /// record each queue), and counted as lost. Salvage is the operator's explicit choice to
+    /// lose what is damaged (S-DISK-8); reading every stored message is its price.
+    fn drop_unreadable(&self, broker: &mut Broker) -> Result<u64, StoreError> {
+        let snapshot = broker.snapshot();
+        let mut events = Vec::new();
+        let mut lost = 0u64;
+        for q in &snapshot.queues {
+            let ids: Vec<MessageId> = q
+                .messages
+                .iter()
+                .filter_map(|m| match &m.message {
+                    MessageRef::Stored(s) if self.reader.message_part(s).is_err() => Some(s.id),
+                    _ => None,
+                })
+                .collect();
+            if ids.is_empty() {
+                continue;
+            }
+            lost += ids.len() as u64;
+            tracing::warn!(
+                vhost = %q.vhost,
+                queue = %q.queue,
+                messages = ids.len(),
+                "--salvage: messages whose log records were damaged are lost"
+            );
+            events.push(Event::Purged {
+                vhost: q.vhost.clone(),
+                queue: q.queue.clone(),
+                ids,
+            });
+        }
+        for event in &events {
+            broker
+                .apply(event)
+                .map_err(|e| StoreError::Log(format!("salvage: {e}")))?;
+        }
+        if !events.is_empty() {
+            let ticket = self.log(&events, &mut Vec::new())?;
+            if let Some(ticket) = ticket {
+                self.wait_durable(ticket)?;
+            }
+        }
+        Ok(lost)
     }
 
     /// Writes the format marker: every open says which format the records after it use.
