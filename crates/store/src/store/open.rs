@@ -105,9 +105,23 @@ impl Store {
         store.log_format()?;
         let mut summary = summary;
         if config.salvage {
+            if let Some(lsn) = start.lsn {
+                store.continue_after(lsn)?;
+            }
             summary.salvaged_records += store.drop_unreadable(&mut broker)?;
         }
         Ok((store, broker, summary))
+    }
+
+    /// Salvage mode: when salvage cut the log before the checkpoint's Lsn (damage in records
+    /// the checkpoint covers), format markers (no-ops) fill the log up to it, so what is
+    /// logged from now on has Lsns above the checkpoint's and is replayed after it, and the
+    /// next start finds the log continuing the checkpoint.
+    fn continue_after(&self, lsn: Lsn) -> Result<(), StoreError> {
+        while self.last_lsn.load(Ordering::Acquire) < lsn.0 {
+            self.log_format()?;
+        }
+        self.wait_durable(self.last_lsn.load(Ordering::Acquire))
     }
 
     /// Salvage mode: the checkpoint refers to messages in the log, and salvage gave up damaged
