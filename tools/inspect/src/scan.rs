@@ -284,17 +284,18 @@ fn behind_checkpoint(c: Option<&CheckpointInUse>, report: &RecoveryReport) -> Op
 /// The message a checkpoint refers to, read from its log record (format 4) and checked (the
 /// frame's CRC, and the record must hold that message).
 fn referenced_message(dir: &Path, r: &codec::Referenced) -> Result<wharf_broker::Message, String> {
-    let path = dir.join(segment_file_name(SegmentId(r.segment)));
-    let at = |why: String| format!("{} at offset {}: {why}", path.display(), r.offset);
+    let f = &r.message;
+    let path = dir.join(segment_file_name(SegmentId(f.segment)));
+    let at = |why: String| format!("{} at offset {}: {why}", path.display(), f.offset);
     let file = FileStorage
         .open(&path, false)
         .map_err(|e| at(e.to_string()))?;
-    let rec = wharf_wal::read_frame_at(&*file, r.offset)
+    let rec = wharf_wal::read_frame_at(&*file, f.offset)
         .map_err(|e| at(e.to_string()))?
         .map_err(|e| at(e.to_string()))?;
     let part = codec::message_part(rec.kind, &rec.payload).map_err(|e| at(e.to_string()))?;
-    if codec::message_part_id(part) != Some(r.id) {
-        return Err(at(format!("the record does not hold message {}", r.id.0)));
+    if codec::message_part_id(part) != Some(f.id) {
+        return Err(at(format!("the record does not hold message {}", f.id.0)));
     }
     codec::decode_message_part(rec.kind, part).map_err(|e| at(e.to_string()))
 }

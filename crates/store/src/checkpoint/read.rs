@@ -257,20 +257,21 @@ pub fn load(storage: &dyn Storage, path: &Path, broker: &mut Broker) -> Result<L
         match decode_record(kind, payload).map_err(|reason| corrupt(path, offset, reason))? {
             CheckpointRecord::Event(event) => broker.apply(&event).map_err(refused),
             CheckpointRecord::Referenced(r) => {
+                let f = r.message;
                 let position = Position {
-                    segment: SegmentId(r.segment),
-                    offset: r.offset,
+                    segment: SegmentId(f.segment),
+                    offset: f.offset,
                 };
                 let at = crate::stored::pack_log(position)
                     .ok_or_else(|| corrupt(path, offset, "log position out of range"))?;
-                referenced.insert(r.segment);
+                referenced.insert(f.segment);
                 by_reference += 1;
                 let message = StoredMessage {
-                    id: r.id,
-                    enqueued_at_ms: r.enqueued_at_ms,
-                    ttl_ms: r.ttl_ms,
-                    body_len: r.body_len,
-                    priority: r.priority,
+                    id: f.id,
+                    enqueued_at_ms: f.enqueued_at_ms,
+                    ttl_ms: f.ttl_ms,
+                    body_len: f.body_len,
+                    priority: f.priority,
                     at,
                 };
                 broker

@@ -21,20 +21,8 @@ pub struct Referenced {
     pub vhost: String,
     /// Its queues, in the order written.
     pub placements: Vec<Placement>,
-    /// Its id.
-    pub id: MessageId,
-    /// Enqueue time (ms since the epoch).
-    pub enqueued_at_ms: u64,
-    /// Its own TTL.
-    pub ttl_ms: Option<u32>,
-    /// Its `priority` property (0 when none).
-    pub priority: u8,
-    /// Body length in bytes.
-    pub body_len: u32,
-    /// The log segment holding its record.
-    pub segment: u64,
-    /// The offset of that record's frame in the segment.
-    pub offset: u64,
+    /// The message's fields and where its record is.
+    pub message: ReferenceFields,
 }
 
 /// The fixed fields of a [`Referenced`] record, to encode one from borrowed placements (a
@@ -62,16 +50,7 @@ pub struct ReferenceFields {
 /// # Errors
 /// [`EncodeError`] when a name does not fit the format.
 pub fn encode_referenced(r: &Referenced, out: &mut Vec<u8>) -> Result<(), EncodeError> {
-    let fields = ReferenceFields {
-        id: r.id,
-        enqueued_at_ms: r.enqueued_at_ms,
-        ttl_ms: r.ttl_ms,
-        priority: r.priority,
-        body_len: r.body_len,
-        segment: r.segment,
-        offset: r.offset,
-    };
-    encode_reference(&r.vhost, &r.placements, &fields, out)
+    encode_reference(&r.vhost, &r.placements, &r.message, out)
 }
 
 /// Appends the payload of a [`Referenced`] record made of `vhost`, `placements` and `f`.
@@ -117,12 +96,14 @@ pub fn decode_referenced(payload: &[u8]) -> Result<Referenced, DecodeError> {
     Ok(Referenced {
         vhost,
         placements,
-        id,
-        enqueued_at_ms,
-        ttl_ms,
-        priority,
-        body_len,
-        segment,
-        offset,
+        message: ReferenceFields {
+            id,
+            enqueued_at_ms,
+            ttl_ms,
+            priority,
+            body_len,
+            segment,
+            offset,
+        },
     })
 }

@@ -111,21 +111,28 @@ fn drain(broker: &mut Broker, queue: &str) -> Vec<usize> {
     lens
 }
 
-#[test]
-fn s_disk_9_a_checkpoint_refers_to_messages_and_the_next_start_reads_no_body() {
-    const N: usize = 200;
-    let sim = SimStorage::new(11);
-    let seg = 64 * 1024;
-    let (mut store, broker, _) = open_seg(&sim, seg).unwrap();
+/// A store on `sim` with segments of `seg` bytes holding `n` persistent messages in `q0`
+/// (bodies of 900 + i bytes), durable.
+fn backlog(sim: &SimStorage, seg: u64, n: usize) -> (Store, Driver, Ticket) {
+    let (store, broker, _) = open_seg(sim, seg).unwrap();
     let mut live = driver(broker);
     let mut ticket = 0;
     for op in setup() {
         ticket = ticket.max(step(&store, &mut live, &op));
     }
-    for i in 0..N {
+    for i in 0..n {
         ticket = ticket.max(step(&store, &mut live, &publish(0, 900 + i)));
     }
     store.wait_durable(ticket).unwrap();
+    (store, live, ticket)
+}
+
+#[test]
+fn s_disk_9_a_checkpoint_refers_to_messages_and_the_next_start_reads_no_body() {
+    const N: usize = 200;
+    let sim = SimStorage::new(11);
+    let seg = 64 * 1024;
+    let (mut store, mut live, ticket) = backlog(&sim, seg, N);
     live.broker.page_out(ticket, 0);
     let done = store
         .checkpoint_now(live.broker.snapshot())
@@ -314,16 +321,7 @@ fn s_disk_9_the_directory_stays_within_twice_the_queued_bytes_plus_two_segments(
 fn s_disk_8_salvage_drops_a_referenced_message_whose_record_is_damaged() {
     const N: usize = 40;
     let sim = SimStorage::new(14);
-    let (mut store, broker, _) = open_seg(&sim, SEG).unwrap();
-    let mut live = driver(broker);
-    let mut ticket = 0;
-    for op in setup() {
-        ticket = ticket.max(step(&store, &mut live, &op));
-    }
-    for i in 0..N {
-        ticket = ticket.max(step(&store, &mut live, &publish(0, 900 + i)));
-    }
-    store.wait_durable(ticket).unwrap();
+    let (mut store, live, _) = backlog(&sim, SEG, N);
     store
         .checkpoint_now(live.broker.snapshot())
         .unwrap()
