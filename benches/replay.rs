@@ -50,7 +50,7 @@
 use std::hint::black_box;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput};
@@ -60,13 +60,9 @@ use wharf_store::codec::{self, StoreRecord};
 use wharf_store::{Store, StoreConfig};
 use wharf_wal::{FileStorage, RecoveryMode, scan};
 
-#[expect(
-    clippy::disallowed_methods,
-    reason = "a benchmark measures elapsed time; this is not broker logic"
-)]
-fn stopwatch() -> Instant {
-    Instant::now()
-}
+#[path = "support/mod.rs"]
+mod support;
+use support::{dir_bytes, env_or, median, stopwatch};
 
 const BODY_BYTES: usize = 100;
 const BATCH: usize = 1000;
@@ -262,13 +258,6 @@ fn print(p: &Pass) {
     );
 }
 
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn table() {
     let n = env_or("WHARF_REPLAY_RECORDS", 1_000_000);
     let queues = env_or("WHARF_REPLAY_QUEUES", 1).max(1);
@@ -298,19 +287,6 @@ fn table() {
         drop(broker);
     }
     checkpointed(&config, n, &mut log_only);
-}
-
-/// Bytes of every file in `dir`.
-fn dir_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().metadata().unwrap().len())
-        .sum()
-}
-
-fn median(times: &mut [Duration]) -> Duration {
-    times.sort_unstable();
-    times[times.len() / 2]
 }
 
 /// Takes the checkpoint a clean shutdown takes (which deletes the covered segments), then
@@ -391,7 +367,7 @@ fn decode_one(c: &mut Criterion) {
     group.bench_function("decode_published_100B", |b| {
         b.iter(|| match codec::decode(kind, black_box(&payload)).unwrap() {
             StoreRecord::Event(e) => black_box(e),
-            StoreRecord::Format { .. } => unreachable!(),
+            StoreRecord::Format { .. } | StoreRecord::Copied { .. } => unreachable!(),
         });
     });
     group.bench_function("encode_published_100B", |b| {

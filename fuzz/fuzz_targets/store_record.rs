@@ -18,6 +18,11 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = codec::decode_carried(payload);
     let _ = codec::decode_carried_stored(payload, 0);
+    if let Ok(r) = codec::decode_referenced(payload) {
+        let mut again = Vec::new();
+        codec::encode_referenced(&r, &mut again).expect("a decoded reference encodes");
+        assert_eq!(again, payload, "the encoding is not canonical");
+    }
     let _ = wharf_store::checkpoint::decode_record(kind, payload);
     if let Ok(record) = codec::decode(kind, payload) {
         match record {
@@ -28,6 +33,12 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(again, payload, "the encoding is not canonical");
             }
             StoreRecord::Format { version } => assert_eq!(version.to_le_bytes(), payload),
+            StoreRecord::Copied { vhost, .. } => {
+                let part = codec::message_part(kind, payload).expect("a copy holds a message");
+                let mut again = Vec::new();
+                codec::encode_copied(&vhost, part, &mut again).expect("a decoded copy encodes");
+                assert_eq!(again, payload, "the encoding is not canonical");
+            }
         }
     }
 });

@@ -58,10 +58,9 @@ async fn take_one(ch: &Channel, ack: bool) -> (usize, u32) {
 #[tokio::test]
 async fn s_big_3_a_100_mib_persistent_message_is_confirmed_delivered_and_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    // No checkpoint during the measure: a checkpoint rewrites every live message, and one
-    // taken while this message is paged out reads it back whole (one more body for as long
-    // as it runs), the cost issue 18's checkpoints-in-place removes; that is not the path
-    // measured here. The restart below still recovers from the log alone.
+    // No periodic checkpoint during the measure: only the body's own copies are measured.
+    // (A checkpoint refers to a stored message where its record is and reads nothing of it,
+    // S-DISK-9; the clean stop below ends with one, and the restart loads it.)
     let config = dir.path().join("wharf.toml");
     std::fs::write(&config, "checkpoint_log_bytes_min = \"1GiB\"\n").unwrap();
     let data = dir.path().join("data");

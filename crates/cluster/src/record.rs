@@ -348,6 +348,10 @@ fn decode_payload(d: &mut Dec<'_>) -> Result<EntryPayload<crate::TypeConfig>, Re
                         d.at = at;
                         return Err(d.err("a format marker inside an entry"));
                     }
+                    Ok(StoreRecord::Copied { .. }) => {
+                        d.at = at;
+                        return Err(d.err("a compaction copy inside an entry"));
+                    }
                     Err(_) => {
                         d.at = at;
                         return Err(d.err("event payload does not decode"));

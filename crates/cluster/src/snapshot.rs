@@ -88,6 +88,11 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, SnapshotError> {
                 &MessageRef::Loaded(Arc::clone(&c.message)),
                 &c.placements,
             ),
+            // A snapshot carries every message it holds: a reference into some member's own
+            // log means nothing on another member.
+            CheckpointRecord::Referenced(_) => Err(wharf_broker::BrokerError::precondition(
+                "a snapshot refers to a message in a log it does not carry",
+            )),
         };
         if let Err(e) = result
             && refused.is_none()

@@ -347,15 +347,26 @@ impl Node {
     /// # Errors
     /// The store's error (a full disk: the partial file is gone, S-DISK-4).
     pub fn checkpoint(&mut self) -> Result<Option<CheckpointDone>, StoreError> {
-        self.store.checkpoint_now(self.broker.snapshot())
+        let result = self.store.checkpoint_now(self.broker.snapshot());
+        // Compaction writes its copies to the log: a failed write or sync of them is a
+        // failure of the log, fail-stop as any other (the server learns it from its next
+        // durability wait).
+        if self.failed.is_none()
+            && let Some(err) = self.store.log_failure()
+        {
+            self.held.clear();
+            self.failed = Some(err);
+        }
+        result
     }
 
-    /// A clean stop: a checkpoint (unless the disk refuses it) and the log closed.
+    /// A clean stop as the server's: the shutdown checkpoint (unless the disk refuses it; it
+    /// copies nothing forward, so it never writes to the log) and the log closed.
     ///
     /// # Errors
     /// The log's latched failure.
     pub fn stop(mut self) -> Result<(), StoreError> {
-        let _ = self.checkpoint();
+        let _ = self.store.checkpoint_at_shutdown(self.broker.snapshot());
         self.store.close()
     }
 

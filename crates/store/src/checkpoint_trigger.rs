@@ -39,4 +39,6 @@ pub struct CheckpointDone {
     pub bytes: u64,
     /// Log segments deleted after it.
     pub segments_deleted: u64,
+    /// Live messages copied forward in the log first (compaction of sparse segments).
+    pub messages_copied: u64,
 }

@@ -171,6 +171,9 @@ pub enum CheckpointDamage {
         /// The broker's reason.
         reason: BrokerError,
     },
+    /// It refers to messages in a log segment that is not there (format 4).
+    #[error("it refers to log segment {0}, which is missing")]
+    SegmentMissing(u64),
 }
 
 impl From<&'static str> for CheckpointDamage {

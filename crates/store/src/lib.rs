@@ -26,9 +26,10 @@
 //! After each batch the server calls [`Store::maybe_checkpoint`]: once the log written since
 //! the last checkpoint exceeds `max(limits::CHECKPOINT_LOG_BYTES_MIN, last checkpoint size)`
 //! it takes `Broker::snapshot` (cheap: shared `Arc`s) and a thread of its own waits until the
-//! log is durable through the snapshot's Lsn, writes the checkpoint atomically and deletes
-//! the segments it covers. At a clean shutdown [`Store::checkpoint_now`] does the same
-//! synchronously.
+//! log is durable through the snapshot's Lsn, compacts sparse segments (live messages copied
+//! forward in the log), writes the checkpoint atomically (it refers to each live message
+//! where its record is) and deletes the segments it covers and does not refer to. At a clean
+//! shutdown [`Store::checkpoint_at_shutdown`] writes one synchronously, without compaction.
 
 mod appender;
 mod batch;

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::codec::{self, DecodeError, STORE_FORMAT_VERSION, StoreRecord};
+use crate::codec::{self, DecodeError, RecordKind, STORE_FORMAT_VERSION, StoreRecord};
 use crate::error::{LogDamage, StoreError};
 use crate::stored;
 use wharf_broker::Broker;
@@ -128,6 +128,11 @@ impl<'a> Replay<'a> {
             self.summary.salvaged_records += skipped;
         }
         self.last_lsn = Some(record.lsn);
+        if record.kind == RecordKind::Copied.byte() {
+            // A copy compaction made: the checkpoint that refers to it has it already, and
+            // without one it is nothing (its original is still where the log put it).
+            return Ok(());
+        }
         // Messages are applied as stored references: their content stays in the segment.
         let stored = stored::pack_log(record.position)
             .map(|at| codec::decode_stored(record.kind, record.payload, at));
@@ -153,7 +158,7 @@ impl<'a> Replay<'a> {
                 });
                 return Err(Box::new(Stopped));
             }
-            Ok(StoreRecord::Format { .. }) => return Ok(()),
+            Ok(StoreRecord::Format { .. } | StoreRecord::Copied { .. }) => return Ok(()),
             Ok(StoreRecord::Event(event)) => {
                 let applied = self.broker.apply(&event);
                 return self.applied(&record, applied);

@@ -8,12 +8,16 @@
 //! 23 bits of the checkpoint's Lsn in bits 40..63 and the frame's offset below. Positions are
 //! never written to disk: they live in memory for one run.
 //!
-//! A position can go stale: a checkpoint carries every live message and the segments it covers
-//! are deleted, and a newer checkpoint replaces the older one. So a read checks that the
-//! record found holds the message asked for (its id) and otherwise looks the message up by
-//! id in the current checkpoint's index. The current checkpoint is published here before any
-//! segment it covers is deleted, so a message is always in one of the two.
+//! A position can go stale: compaction copies a live message forward in the log (a `Copied`
+//! record) and its old segment is deleted, a checkpoint carries a message that has no log
+//! position, and a newer checkpoint replaces the older one. So a read checks that the record
+//! found holds the message asked for (its id) and otherwise looks the message up by id: in
+//! the relocations the newest checkpoint made (where it refers to each live message whose
+//! position held in memory is no longer its record), then in the current checkpoint's index
+//! of carried messages. Both are published here before any segment or checkpoint the old
+//! positions point into is deleted, so a message is always found.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -36,6 +40,14 @@ pub fn pack_log(position: Position) -> Option<StoredAt> {
 /// The position of a record in the checkpoint covering `lsn`.
 pub fn pack_checkpoint(lsn: u64, offset: u64) -> Option<StoredAt> {
     (offset <= OFFSET_MASK).then_some(CHECKPOINT_BIT | ((lsn & FILE_MASK) << OFFSET_BITS) | offset)
+}
+
+/// The log position `at` stands for, if it is one (not a checkpoint's).
+pub fn log_position(at: StoredAt) -> Option<Position> {
+    match unpack(at) {
+        Unpacked::Log(p) => Some(p),
+        Unpacked::Checkpoint { .. } => None,
+    }
 }
 
 enum Unpacked {
@@ -94,6 +106,9 @@ fn frame_at(file: &dyn StorageFile, offset: u64) -> std::io::Result<Option<(u8, 
 pub struct StoredReader {
     log: Reader,
     checkpoint: Mutex<Option<Arc<CheckpointView>>>,
+    /// Where the newest checkpoint refers to each live message whose position held in memory
+    /// is not its record any more (copied forward by compaction), by id.
+    relocated: Mutex<Arc<HashMap<u64, StoredAt>>>,
 }
 
 /// One record holding a message, as read back.
@@ -120,7 +135,33 @@ impl StoredReader {
         Self {
             log,
             checkpoint: Mutex::new(checkpoint.map(Arc::new)),
+            relocated: Mutex::new(Arc::default()),
         }
+    }
+
+    /// Where the newest checkpoint put message `id`, if it moved it.
+    pub fn relocated(&self, id: MessageId) -> Option<StoredAt> {
+        self.relocations().get(&id.0).copied()
+    }
+
+    /// The relocations of the newest checkpoint (shared: the checkpoint thread reads them
+    /// while the broker task reads messages back).
+    pub fn relocations(&self) -> Arc<HashMap<u64, StoredAt>> {
+        Arc::clone(
+            &self
+                .relocated
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+
+    /// Replaces the relocations: called once the checkpoint that made them is durable and
+    /// before any segment the old positions point into is deleted.
+    pub fn set_relocations(&self, relocated: HashMap<u64, StoredAt>) {
+        *self
+            .relocated
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(relocated);
     }
 
     /// Makes `view` the current checkpoint: called once it is durable and before any segment
@@ -173,6 +214,18 @@ impl StoredReader {
                     });
                 }
             }
+        }
+        if let Some(at) = self.relocated(s.id).filter(|&at| at != s.at)
+            && let Some(position) = log_position(at)
+            && let Ok(rec) = self.log.read_at(position)
+            && let Some(part) = holds(rec.kind, &rec.payload)
+        {
+            return Ok(Found {
+                kind: rec.kind,
+                payload: rec.payload,
+                part,
+                at,
+            });
         }
         let view = self.view().ok_or_else(|| {
             format!(

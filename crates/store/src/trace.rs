@@ -22,7 +22,7 @@ use wharf_broker::{Death, Event, Message, MessageId, MessageRecord, SettleKind, 
 use wharf_wal::{RecordRef, RecoveryMode, Storage};
 
 use crate::checkpoint::{self, CheckpointRecord};
-use crate::codec::{self, CARRIED_KIND, RecordKind, StoreRecord};
+use crate::codec::{self, CARRIED_KIND, REFERENCED_KIND, RecordKind, StoreRecord};
 use crate::error::StoreError;
 
 /// How the message to trace is chosen.
@@ -299,8 +299,11 @@ impl Tracer {
                 RecordKind::Settled
                 | RecordKind::Delivered
                 | RecordKind::Returned
-                | RecordKind::Purged,
+                | RecordKind::Purged
+                | RecordKind::DeadLetterHeld,
             ) => traced(),
+            // A checkpoint's reference holds the id but no properties: found by id only.
+            _ if kind == REFERENCED_KIND => selected() || traced(),
             _ => kind == CARRIED_KIND && selected(),
         }
     }
@@ -566,6 +569,29 @@ pub fn carried_as_published(c: codec::Carried) -> (Event, Vec<wharf_broker::Plac
     (event, c.placements)
 }
 
+/// A checkpoint's reference (store format 4) as the `Published` its message reads as where
+/// the reference points in the log; `None` when that record cannot be read (a checkpoint
+/// replaced it meanwhile: the caller's next read starts from the new one).
+fn referenced_as_published(
+    storage: &dyn Storage,
+    dir: &Path,
+    r: codec::Referenced,
+) -> Option<Event> {
+    let segment = wharf_wal::SegmentId(r.message.segment);
+    let file = storage
+        .open(&dir.join(wharf_wal::segment_file_name(segment)), false)
+        .ok()?;
+    let record = wharf_wal::read_frame_at(&*file, r.message.offset).ok()?.ok()?;
+    let part = codec::message_part(record.kind, &record.payload).ok()?;
+    let message = codec::decode_message_part(record.kind, part).ok()?;
+    let carried = codec::Carried {
+        vhost: r.vhost,
+        placements: r.placements,
+        message: Arc::new(message),
+    };
+    Some(carried_as_published(carried).0)
+}
+
 /// Traces `selector` through the data directory `dir` of a running (or stopped) broker,
 /// read-only: the newest checkpoint, then the log after it, in Lsn order.
 ///
@@ -597,6 +623,12 @@ pub fn trace_dir(
                 let event = match checkpoint::decode_record(kind, payload) {
                     Ok(CheckpointRecord::Event(e)) => e,
                     Ok(CheckpointRecord::Carried(c)) => carried_as_published(c).0,
+                    Ok(CheckpointRecord::Referenced(r)) => {
+                        match referenced_as_published(storage, dir, r) {
+                            Some(e) => e,
+                            None => return Ok(()),
+                        }
+                    }
                     Err(_) => return Ok(()),
                 };
                 tracer.visit(&at, &event);

@@ -2,6 +2,7 @@
 //! touched: config may lower a limit, never raise it.
 
 use crate::error::RecoveryError;
+use crate::ids::Lsn;
 use crate::recovery::RecoveryMode;
 use wharf_base::limits;
 
@@ -28,6 +29,11 @@ pub struct WalConfig {
     /// waits, never on timing: the deterministic simulation (`wharf-sim`) runs the log so.
     /// A full disk is returned to the waiter instead of waited out. Off by default.
     pub inline_writer: bool,
+    /// Records through this Lsn are covered by a checkpoint (the layer above says so): at
+    /// open, a sealed segment whose records all are (the next segment starts at most one
+    /// above it) is not read, only its header and the next one's are checked. Its records are
+    /// checked when read back. `Lsn(0)` (the default) reads every segment.
+    pub covered_through: Lsn,
 }
 
 impl Default for WalConfig {
@@ -38,6 +44,7 @@ impl Default for WalConfig {
             pending_bytes_max: limits::WAL_PENDING_BYTES_MAX,
             recovery_mode: RecoveryMode::Strict,
             inline_writer: false,
+            covered_through: Lsn(0),
         }
     }
 }

@@ -152,6 +152,23 @@ pub fn scan(
     mode: RecoveryMode,
     visit: &mut Visitor<'_>,
 ) -> Result<RecoveryReport, RecoveryError> {
+    scan_after(storage, dir, mode, Lsn(0), visit)
+}
+
+/// As [`scan`], but sealed segments whose records all have an Lsn of at most `covered` (the
+/// segment after starts at most at `covered + 1`) are not read: a checkpoint covers them,
+/// and they are kept only for the messages it refers to, which are checked when read back.
+/// Their header is checked (and the next one's); `report.records` does not count them.
+///
+/// # Errors
+/// As [`scan`].
+pub(crate) fn scan_after(
+    storage: &dyn Storage,
+    dir: &Path,
+    mode: RecoveryMode,
+    covered: Lsn,
+    visit: &mut Visitor<'_>,
+) -> Result<RecoveryReport, RecoveryError> {
     let ids = list_segments(storage, dir)?;
     let mut report = RecoveryReport {
         next_lsn: Lsn(1),
@@ -167,6 +184,16 @@ pub fn scan(
             Role::Sealed
         };
         let path = dir.join(segment_file_name(id));
+        if role == Role::Sealed
+            && covered.0 > 0
+            && let Some(next) = ids.get(index + 1)
+            && let Some(next_first) = covered_segment(storage, dir, id, *next, covered)?
+        {
+            report.next_lsn = next_first;
+            report.segments.push(id);
+            previous = Some(id);
+            continue;
+        }
         let bytes = read_segment(storage, &path, role)?;
         last_version = record::segment_header_version(&bytes);
         let contiguous = previous.is_some_and(|p| p.0.checked_add(1) == Some(id.0));
@@ -186,6 +213,43 @@ pub fn scan(
     }
     check_durable(dir, mode, last_version, &mut report)?;
     Ok(report)
+}
+
+/// When every record of sealed segment `id` has an Lsn of at most `covered` (segment `next`
+/// starts at most at `covered + 1`) and both headers check: the first Lsn of `next`. `None`
+/// (read the segment whole, which reports any damage) otherwise.
+fn covered_segment(
+    storage: &dyn Storage,
+    dir: &Path,
+    id: SegmentId,
+    next: SegmentId,
+    covered: Lsn,
+) -> Result<Option<Lsn>, RecoveryError> {
+    let header = |id: SegmentId| -> Result<Option<Lsn>, RecoveryError> {
+        let path = dir.join(segment_file_name(id));
+        let mut bytes = [0u8; SEGMENT_HEADER_BYTES];
+        let read = storage
+            .open(&path, false)
+            .and_then(|f| f.read_exact_at(&mut bytes, 0));
+        if let Err(source) = read {
+            return if source.kind() == std::io::ErrorKind::UnexpectedEof {
+                Ok(None)
+            } else {
+                Err(RecoveryError::Io { path, source })
+            };
+        }
+        Ok(match record::check_segment_header(&bytes) {
+            HeaderCheck::Valid(h) if h.segment_id == id => Some(h.first_lsn),
+            _ => None,
+        })
+    };
+    let Some(next_first) = header(next)? else {
+        return Ok(None);
+    };
+    if next_first.0 > covered.0.saturating_add(1) || header(id)?.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(next_first))
 }
 
 /// Holds the end of the log against the durable mark (S-DISK-6): a log that ends (torn or

@@ -12,7 +12,7 @@ use crate::ids::{Lsn, SegmentId};
 use crate::mark::{self, DurableMark, MarkFile};
 use crate::reader::Reader;
 use crate::reclaimer::Reclaimer;
-use crate::recovery::{self, RecoveryReport, Visitor, scan};
+use crate::recovery::{self, RecoveryReport, Visitor, scan_after};
 use crate::storage::Storage;
 use crate::writer::{Appender, Shared, Start, Writer, prepare_active};
 
@@ -46,7 +46,13 @@ impl Wal {
                 path: dir.to_owned(),
                 source,
             })?;
-        let report = scan(&*storage, dir, config.recovery_mode, visit)?;
+        let report = scan_after(
+            &*storage,
+            dir,
+            config.recovery_mode,
+            config.covered_through,
+            visit,
+        )?;
         let mark_io = |source| RecoveryError::Io {
             path: mark::mark_path(dir),
             source,

@@ -663,6 +663,18 @@ pub fn dump(ctx: &Ctx<'_>, filter: &Filter, body: BodyMode, out: &mut dyn Write)
                 }
                 m.extend(render::event_json(e, body));
             }
+            Ok(StoreRecord::Copied { vhost, message }) => {
+                // Shown only unfiltered, or when its kind is asked for by name.
+                let asked = filter
+                    .kinds
+                    .iter()
+                    .any(|k| k.eq_ignore_ascii_case("copied"));
+                if !asked && (!filter.kinds.is_empty() || filter.message.is_some()) {
+                    return;
+                }
+                m.insert("vhost".to_owned(), json!(vhost));
+                m.insert("message".to_owned(), json!(message.id.0));
+            }
             Err(err) => {
                 m.insert("error".to_owned(), json!(err.to_string()));
             }

@@ -287,6 +287,7 @@ fn record_kinds(kinds: &[String]) -> Result<Vec<String>, scan::Fatal> {
     let known: Vec<String> = (0..=u8::MAX)
         .filter(|&b| {
             b == wharf_store::codec::CARRIED_KIND
+                || b == wharf_store::codec::REFERENCED_KIND
                 || wharf_store::codec::RecordKind::from_byte(b).is_some()
         })
         .map(state::kind_name)

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use wharf_broker::{Event, MessageRecord, Placement};
 use wharf_store::checkpoint::{self, CheckpointRecord};
 use wharf_store::codec::{self, DecodeError, STORE_FORMAT_VERSION, StoreRecord};
+use wharf_wal::Storage as _;
 use wharf_wal::{
     FRAME_HEADER_BYTES, FileStorage, RecordRef, RecoveryError, RecoveryMode, RecoveryReport,
     SegmentId, segment_file_name,
@@ -280,6 +281,25 @@ fn behind_checkpoint(c: Option<&CheckpointInUse>, report: &RecoveryReport) -> Op
     })
 }
 
+/// The message a checkpoint refers to, read from its log record (format 4) and checked (the
+/// frame's CRC, and the record must hold that message).
+fn referenced_message(dir: &Path, r: &codec::Referenced) -> Result<wharf_broker::Message, String> {
+    let f = &r.message;
+    let path = dir.join(segment_file_name(SegmentId(f.segment)));
+    let at = |why: String| format!("{} at offset {}: {why}", path.display(), f.offset);
+    let file = FileStorage
+        .open(&path, false)
+        .map_err(|e| at(e.to_string()))?;
+    let rec = wharf_wal::read_frame_at(&*file, f.offset)
+        .map_err(|e| at(e.to_string()))?
+        .map_err(|e| at(e.to_string()))?;
+    let part = codec::message_part(rec.kind, &rec.payload).map_err(|e| at(e.to_string()))?;
+    if codec::message_part_id(part) != Some(f.id) {
+        return Err(at(format!("the record does not hold message {}", f.id.0)));
+    }
+    codec::decode_message_part(rec.kind, part).map_err(|e| at(e.to_string()))
+}
+
 /// Reads the newest checkpoint (temporary files are a write cut short and are ignored, as
 /// recovery does) and hands its records to `visit` as [`Scanned`] records of that file. A
 /// damaged checkpoint is a finding (recovery refuses it) and the log is then read whole.
@@ -307,6 +327,20 @@ fn read_checkpoint(
                         scheduled: None,
                     };
                     (codec::CARRIED_KIND, published, Some(c.placements))
+                }
+                CheckpointRecord::Referenced(r) => {
+                    let message =
+                        referenced_message(dir, &r).map_err(wharf_store::StoreError::Log)?;
+                    let queues = r.placements.iter().map(|p| p.queue.clone()).collect();
+                    let published = Event::Published {
+                        vhost: r.vhost,
+                        message: MessageRecord {
+                            message: std::sync::Arc::new(message),
+                        },
+                        queues,
+                        scheduled: None,
+                    };
+                    (codec::REFERENCED_KIND, published, Some(r.placements))
                 }
             };
             visit(&Scanned {

@@ -85,6 +85,9 @@ pub fn kind_name(kind: u8) -> String {
     if kind == wharf_store::codec::CARRIED_KIND {
         return "Carried".to_owned();
     }
+    if kind == wharf_store::codec::REFERENCED_KIND {
+        return "Referenced".to_owned();
+    }
     RecordKind::from_byte(kind)
         .map_or_else(|| format!("unknown(0x{kind:02x})"), |k| format!("{k:?}"))
 }
@@ -131,7 +134,8 @@ impl Replay {
             self.definition_bytes += s.frame_bytes;
         }
         let event = match &s.record {
-            Ok(StoreRecord::Format { .. }) => return,
+            // A copy compaction made: replay skips it (the checkpoint refers to it).
+            Ok(StoreRecord::Format { .. } | StoreRecord::Copied { .. }) => return,
             Ok(StoreRecord::Event(e)) => e,
             Err(err) => {
                 self.find(s, format!("record does not decode: {err}"));

@@ -128,9 +128,9 @@ impl Core {
             self.rearm(&mut sleep);
         }
         let store = self.store.take();
-        // A clean shutdown ends with a checkpoint when the log since the last one is over the
-        // periodic threshold, so the next start reads little log. Only when every event was
-        // logged (the snapshot must match the log).
+        // A clean shutdown ends with a checkpoint (it refers to the queued messages, so it is
+        // quick, S-DISK-9), so the next start replays almost nothing. Only when every event
+        // was logged (the snapshot must match the log).
         let snapshot = self.events.is_empty().then(|| self.broker.snapshot());
         let closed = match store {
             Some(mut store) => tokio::task::spawn_blocking(move || {

@@ -1,6 +1,7 @@
 //! Reading a checkpoint back: every byte checked (header, frames, sequence, trailing bytes),
 //! each record decoded, or loaded into a fresh broker with carried messages left on disk.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use super::files::io_err;
@@ -10,10 +11,10 @@ use super::layout::{
 };
 use crate::codec::{self, STORE_FORMAT_VERSION, StoreRecord};
 use crate::error::{CheckpointDamage, StoreError};
-use wharf_broker::{Broker, Event, MessageRef};
+use wharf_broker::{Broker, Event, MessageRef, StoredMessage};
 use wharf_wal::{
-    FRAME_HEADER_BYTES, FrameCheck, Lsn, Storage, StorageFile, decode_frame, frame_bytes, le,
-    peek_payload_len,
+    FRAME_HEADER_BYTES, FrameCheck, Lsn, Position, SegmentId, Storage, StorageFile, decode_frame,
+    frame_bytes, le, peek_payload_len,
 };
 
 /// One record of a checkpoint.
@@ -23,6 +24,8 @@ pub enum CheckpointRecord {
     Event(Event),
     /// A live message with its queues.
     Carried(codec::Carried),
+    /// A live message with its queues, its content at a position in the log (format 4).
+    Referenced(codec::Referenced),
 }
 
 /// Reads a checkpoint's bytes in chunks, so memory holds a few MiB, not the file.
@@ -173,8 +176,8 @@ pub fn read_frames(
     Ok(header)
 }
 
-/// Decodes one checkpoint record: a definition, a scheduled message or a carried message.
-/// Any other kind (log-only events, the format marker) is damage.
+/// Decodes one checkpoint record: a definition, a scheduled message, a carried or a referenced
+/// message. Any other kind (log-only records, the format marker) is damage.
 ///
 /// # Errors
 /// What is wrong: a record that does not decode, or a kind not allowed here.
@@ -182,6 +185,11 @@ pub fn decode_record(kind: u8, payload: &[u8]) -> Result<CheckpointRecord, Check
     if kind == codec::CARRIED_KIND {
         return codec::decode_carried(payload)
             .map(CheckpointRecord::Carried)
+            .map_err(CheckpointDamage::Record);
+    }
+    if kind == codec::REFERENCED_KIND {
+        return codec::decode_referenced(payload)
+            .map(CheckpointRecord::Referenced)
             .map_err(CheckpointDamage::Record);
     }
     match codec::decode(kind, payload).map_err(CheckpointDamage::Record)? {
@@ -207,20 +215,25 @@ pub fn decode_record(kind: u8, payload: &[u8]) -> Result<CheckpointRecord, Check
 pub struct Loaded {
     /// Its header.
     pub header: CheckpointHeader,
-    /// Messages carried.
+    /// Messages carried or referred to.
     pub messages: u64,
     /// (message id, frame offset) of every carried message, in id order.
     pub index: Vec<(u64, u64)>,
+    /// The log segments its referenced messages are in.
+    pub referenced: BTreeSet<u64>,
 }
 
 /// Loads the checkpoint at `path` into `broker` (a fresh one). Carried messages are restored
-/// as stored references into the file (their content stays on disk, read back when needed).
+/// as stored references into the file, referenced ones as stored references into the log
+/// (their content stays on disk, read back when needed: nothing of a message is read here).
 ///
 /// # Errors
 /// As [`read`]; a record the model refuses is [`StoreError::CorruptCheckpoint`] too.
 pub fn load(storage: &dyn Storage, path: &Path, broker: &mut Broker) -> Result<Loaded, StoreError> {
     let mut index_of = 0u64;
     let mut index = Vec::new();
+    let mut referenced = BTreeSet::new();
+    let mut by_reference = 0u64;
     let header = read_frames(storage, path, &mut |header, kind, payload, offset, _| {
         index_of += 1;
         let refused = |reason: wharf_broker::BrokerError| {
@@ -246,6 +259,28 @@ pub fn load(storage: &dyn Storage, path: &Path, broker: &mut Broker) -> Result<L
         }
         match decode_record(kind, payload).map_err(|reason| corrupt(path, offset, reason))? {
             CheckpointRecord::Event(event) => broker.apply(&event).map_err(refused),
+            CheckpointRecord::Referenced(r) => {
+                let f = r.message;
+                let position = Position {
+                    segment: SegmentId(f.segment),
+                    offset: f.offset,
+                };
+                let at = crate::stored::pack_log(position)
+                    .ok_or_else(|| corrupt(path, offset, "log position out of range"))?;
+                referenced.insert(f.segment);
+                by_reference += 1;
+                let message = StoredMessage {
+                    id: f.id,
+                    enqueued_at_ms: f.enqueued_at_ms,
+                    ttl_ms: f.ttl_ms,
+                    body_len: f.body_len,
+                    priority: f.priority,
+                    at,
+                };
+                broker
+                    .restore_message(&r.vhost, &MessageRef::Stored(message), &r.placements)
+                    .map_err(refused)
+            }
             CheckpointRecord::Carried(_) => Err(corrupt(path, offset, "carried record misread")),
         }
     })?;
@@ -253,7 +288,8 @@ pub fn load(storage: &dyn Storage, path: &Path, broker: &mut Broker) -> Result<L
     index.shrink_to_fit();
     Ok(Loaded {
         header,
-        messages: index.len() as u64,
+        messages: index.len() as u64 + by_reference,
         index,
+        referenced,
     })
 }

@@ -1,18 +1,19 @@
 //! Writing a checkpoint: a snapshot's records (definitions, scheduled messages, then every live
-//! message once with all its queues, in id order) framed as in the log, behind a header,
+//! message once with all its queues, in id order: referred to where its record is in the log,
+//! or carried whole when it has no log position) framed as in the log, behind a header,
 //! written to a temporary file and renamed into place durably.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeSet, BinaryHeap};
 use std::path::Path;
 
-use super::files::{file_name, io_err, remove_older, temporary_file_name};
+use super::files::{file_name, io_err, temporary_file_name};
 use super::layout::{CHECKPOINT_HEADER_BYTES, CHECKPOINT_MAGIC, CHUNK_BYTES, CheckpointHeader};
 use crate::codec::{self, STORE_FORMAT_VERSION};
 use crate::error::StoreError;
 use wharf_base::limits;
 use wharf_broker::{Event, MessageRef, Placement, Snapshot, StoredMessage};
-use wharf_wal::{Lsn, Storage, encode_frame_header, le, seal_frame};
+use wharf_wal::{Lsn, Position, Storage, encode_frame_header, le, seal_frame};
 
 /// Encodes a snapshot as checkpoint records (header excluded), handing the bytes to `sink`
 /// in chunks; returns the number of records.
@@ -25,16 +26,63 @@ struct Encoder<'s> {
     flushed: u64,
     /// (message id, frame offset) of every carried message, in id order.
     index: Vec<(u64, u64)>,
+    /// The log segments the `Referenced` records point into.
+    referenced: BTreeSet<u64>,
 }
 
 /// Reads a stored message's encoded Message part (the checkpoint copies it forward as is).
 pub type PartSource<'a> = &'a dyn Fn(&StoredMessage) -> Result<Vec<u8>, String>;
+
+/// Where a live message's record is in the log now, if it has one there: the checkpoint then
+/// refers to it instead of carrying it.
+pub type Locate<'a> = &'a dyn Fn(&MessageRef) -> Option<Position>;
+
+/// What writing a checkpoint made.
+#[derive(Debug, Default)]
+pub struct Written {
+    /// The file's size in bytes.
+    pub bytes: u64,
+    /// (message id, frame offset) of every carried message, in id order.
+    pub index: Vec<(u64, u64)>,
+    /// The log segments it refers to: they must stay while it is the newest checkpoint.
+    pub referenced: BTreeSet<u64>,
+}
 
 impl Encoder<'_> {
     fn event(&mut self, event: &Event) -> Result<(), StoreError> {
         self.payload.clear();
         let (kind, body) = codec::encode_event_leaving_body(event, &mut self.payload)?;
         self.frame(kind.byte(), &body)
+    }
+
+    /// One live message: referred to where `locate` finds its record in the log, else
+    /// carried whole.
+    fn message(
+        &mut self,
+        vhost: &str,
+        placements: &[Placement],
+        message: &MessageRef,
+        parts: PartSource<'_>,
+        locate: Locate<'_>,
+    ) -> Result<(), StoreError> {
+        let Some(position) = locate(message) else {
+            return self.carried(vhost, placements, message, parts);
+        };
+        let (enqueued_at_ms, ttl_ms) = message.timing();
+        let fields = codec::ReferenceFields {
+            id: message.id(),
+            enqueued_at_ms,
+            ttl_ms,
+            priority: message.priority(),
+            body_len: u32::try_from(message.body_len()).unwrap_or(u32::MAX),
+            segment: position.segment.0,
+            offset: position.offset,
+        };
+        self.payload.clear();
+        codec::encode_reference(vhost, placements, &fields, &mut self.payload)?;
+        self.frame(codec::REFERENCED_KIND, &[])?;
+        self.referenced.insert(position.segment.0);
+        Ok(())
     }
 
     fn carried(
@@ -112,6 +160,7 @@ fn encode_records(
     snapshot: &Snapshot,
     enc: &mut Encoder<'_>,
     parts: PartSource<'_>,
+    locate: Locate<'_>,
 ) -> Result<(), StoreError> {
     for event in snapshot.definitions.iter().chain(&snapshot.scheduled) {
         enc.event(event)?;
@@ -125,6 +174,8 @@ fn encode_records(
         .enumerate()
         .filter_map(|(i, q)| q.messages.first().map(|m| Reverse((m.message.id().0, i))))
         .collect();
+    // Reused from message to message (with their queue names' buffers): a checkpoint of
+    // millions of messages allocates nothing per message.
     let mut placements: Vec<Placement> = Vec::new();
     while let Some(Reverse((id, first))) = heap.pop() {
         let Some(q) = queues.get(first) else { break };
@@ -133,18 +184,28 @@ fn encode_records(
         };
         let message = first_msg.message.clone();
         let vhost = q.vhost.as_str();
-        placements.clear();
+        let mut used = 0;
         let mut take = |i: usize, heap: &mut BinaryHeap<Reverse<(u64, usize)>>| {
             let (Some(q), Some(at)) = (queues.get(i), cursor.get_mut(i)) else {
                 return;
             };
             if let Some(m) = q.messages.get(*at) {
-                placements.push(Placement {
-                    queue: q.queue.clone(),
-                    delivery_count: m.delivery_count,
-                    redelivered: m.redelivered,
-                    held: m.held,
-                });
+                match placements.get_mut(used) {
+                    Some(p) => {
+                        p.queue.clear();
+                        p.queue.push_str(&q.queue);
+                        p.delivery_count = m.delivery_count;
+                        p.redelivered = m.redelivered;
+                        p.held = m.held;
+                    }
+                    None => placements.push(Placement {
+                        queue: q.queue.clone(),
+                        delivery_count: m.delivery_count,
+                        redelivered: m.redelivered,
+                        held: m.held,
+                    }),
+                }
+                used += 1;
             }
             *at += 1;
             if let Some(next) = q.messages.get(*at) {
@@ -160,9 +221,20 @@ fn encode_records(
             heap.pop();
             take(i, &mut heap);
         }
-        enc.carried(vhost, &placements, &message, parts)?;
+        let placed = placements.get(..used).unwrap_or_default();
+        enc.message(vhost, placed, &message, parts, locate)?;
     }
     Ok(())
+}
+
+/// The log position memory holds for `m` (its stored reference, or the slot of a message in
+/// memory), if it is one.
+pub fn held_position(m: &MessageRef) -> Option<Position> {
+    let at = match m {
+        MessageRef::Stored(s) => s.at,
+        MessageRef::Loaded(m) => m.stored_ref()?.1.at,
+    };
+    crate::stored::log_position(at)
 }
 
 fn encode_header(h: CheckpointHeader) -> [u8; CHECKPOINT_HEADER_BYTES] {
@@ -180,11 +252,13 @@ fn encode_header(h: CheckpointHeader) -> [u8; CHECKPOINT_HEADER_BYTES] {
     header
 }
 
-/// The whole checkpoint file for `snapshot` at `lsn`, in memory (tests, golden examples).
-/// Every message must be in memory (`MessageRef::Loaded`).
+/// The whole checkpoint file for `snapshot` at `lsn`, in memory (tests, golden examples). A
+/// message whose position (stored reference, or the slot of one in memory) is in the log is
+/// referred to there; every other must be in memory (`MessageRef::Loaded`).
 ///
 /// # Errors
-/// An event or message that does not fit the record format, or a stored message.
+/// An event or message that does not fit the record format, or a stored message with no log
+/// position.
 pub fn encode_to_vec(snapshot: &Snapshot, lsn: Lsn) -> Result<Vec<u8>, StoreError> {
     let mut body = vec![0u8; CHECKPOINT_HEADER_BYTES];
     let mut sink = |bytes: &[u8]| {
@@ -198,9 +272,10 @@ pub fn encode_to_vec(snapshot: &Snapshot, lsn: Lsn) -> Result<Vec<u8>, StoreErro
         records: 0,
         flushed: 0,
         index: Vec::new(),
+        referenced: BTreeSet::new(),
     };
     let no_store = |s: &StoredMessage| Err(format!("message {} is stored, not in memory", s.id.0));
-    encode_records(snapshot, &mut enc, &no_store)?;
+    encode_records(snapshot, &mut enc, &no_store, &held_position)?;
     enc.flush()?;
     let records = enc.records;
     let header = encode_header(CheckpointHeader {
@@ -216,13 +291,15 @@ pub fn encode_to_vec(snapshot: &Snapshot, lsn: Lsn) -> Result<Vec<u8>, StoreErro
 }
 
 /// Writes the checkpoint of `snapshot` covering the log through `lsn` atomically: into
-/// `{lsn}.checkpoint.tmp`, fsync, rename to `{lsn}.checkpoint`, fsync the directory; then
-/// removes older checkpoints (a failure there is logged, not returned: the new checkpoint is
-/// complete and in use, S-DUR-8). Stored messages' Message parts come from `parts`. Returns the
-/// file's size in bytes and the offset of each carried message by id.
+/// `{lsn}.checkpoint.tmp`, fsync, rename to `{lsn}.checkpoint`, fsync the directory. A message
+/// `locate` finds in the log is referred to there; the others are carried, stored ones' Message
+/// parts read from `parts`. Older checkpoints are left for the caller to remove (once it has
+/// switched its readers to this one).
 ///
-/// The caller must have made the log durable through `lsn` first: a checkpoint must never
-/// describe records a crash could still lose.
+/// The caller must have made the log durable through `lsn` first (and every record `locate`
+/// names): a checkpoint must never describe records a crash could still lose. Returned `Ok`,
+/// the checkpoint is durable (the directory sync returned); on an error it may or may not be
+/// on disk after a crash, so nothing either checkpoint relies on may go.
 ///
 /// # Errors
 /// I/O errors (a full disk included: the temporary file is then removed at once, S-DISK-4,
@@ -234,7 +311,8 @@ pub fn write(
     lsn: Lsn,
     snapshot: &Snapshot,
     parts: PartSource<'_>,
-) -> Result<(u64, Vec<(u64, u64)>), StoreError> {
+    locate: Locate<'_>,
+) -> Result<Written, StoreError> {
     let tmp = dir.join(temporary_file_name(lsn));
     let tmp_exists = |storage: &dyn Storage| -> Result<bool, StoreError> {
         let names = storage.list(dir).map_err(io_err(dir))?;
@@ -243,7 +321,7 @@ pub fn write(
     if tmp_exists(storage)? {
         storage.remove(&tmp).map_err(io_err(&tmp))?;
     }
-    let written = write_and_install(storage, dir, lsn, snapshot, parts);
+    let written = write_and_install(storage, dir, lsn, snapshot, parts, locate);
     if written.is_err() && tmp_exists(storage).unwrap_or(false) {
         // Whatever failed, the partial file goes now, not at the next start: on a full disk
         // it holds the very space the log needs.
@@ -264,7 +342,8 @@ fn write_and_install(
     lsn: Lsn,
     snapshot: &Snapshot,
     parts: PartSource<'_>,
-) -> Result<(u64, Vec<(u64, u64)>), StoreError> {
+    locate: Locate<'_>,
+) -> Result<Written, StoreError> {
     let path = dir.join(file_name(lsn));
     let tmp = dir.join(temporary_file_name(lsn));
     let file = storage.create_new(&tmp).map_err(io_err(&tmp))?;
@@ -280,12 +359,15 @@ fn write_and_install(
         payload: Vec::new(),
         records: 0,
         flushed: 0,
-        index: Vec::with_capacity(snapshot.queues.iter().map(|q| q.messages.len()).sum()),
+        index: Vec::new(),
+        referenced: BTreeSet::new(),
     };
-    encode_records(snapshot, &mut enc, parts)?;
+    encode_records(snapshot, &mut enc, parts, locate)?;
     enc.flush()?;
     let records = enc.records;
-    let index = std::mem::take(&mut enc.index);
+    let mut index = std::mem::take(&mut enc.index);
+    index.shrink_to_fit();
+    let referenced = std::mem::take(&mut enc.referenced);
     let header = encode_header(CheckpointHeader {
         version: STORE_FORMAT_VERSION,
         lsn,
@@ -298,12 +380,9 @@ fn write_and_install(
     drop(file);
     storage.rename(&tmp, &path).map_err(io_err(&path))?;
     storage.sync_dir(dir).map_err(io_err(dir))?;
-    // The new checkpoint is durable and complete: from here on it is the one in use (S-DUR-8),
-    // and only now may older ones go. Failing to remove them, or to make their removal
-    // durable, costs space until the next checkpoint or start removes them, nothing else: an
-    // error here would have the caller keep reading from a checkpoint already removed.
-    if let Err(e) = remove_older(storage, dir, lsn) {
-        tracing::warn!(error = %e, "superseded checkpoints not removed; the next checkpoint or start removes them");
-    }
-    Ok((bytes, index))
+    Ok(Written {
+        bytes,
+        index,
+        referenced,
+    })
 }

@@ -100,7 +100,7 @@ pub fn encode_carried_part(
     Ok(())
 }
 
-fn put_placements(
+pub(super) fn put_placements(
     e: &mut Enc<'_>,
     vhost: &str,
     placements: &[Placement],
@@ -121,7 +121,7 @@ fn put_placements(
     Ok(())
 }
 
-fn get_placements(d: &mut Dec<'_>) -> Result<(String, Vec<Placement>), DecodeError> {
+pub(super) fn get_placements(d: &mut Dec<'_>) -> Result<(String, Vec<Placement>), DecodeError> {
     let vhost = d.name("vhost")?;
     let n = d.count(PLACEMENT_BYTES_MIN, "placements")?;
     if n == 0 {

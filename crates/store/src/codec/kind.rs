@@ -66,11 +66,14 @@ pub enum RecordKind {
     Purged = 0x27,
     /// [`Event::DeadLetterHeld`] (format 4).
     DeadLetterHeld = 0x28,
+    /// A live message copied forward by segment compaction (format 4): no event, replay
+    /// skips it; a checkpoint refers to it (storage-format.md, "Checkpoints").
+    Copied = 0x29,
 }
 
 impl RecordKind {
     /// Every kind, for tests and the inspector.
-    pub const ALL: [RecordKind; 26] = [
+    pub const ALL: [RecordKind; 27] = [
         RecordKind::Format,
         RecordKind::VhostAdded,
         RecordKind::VhostDeleted,
@@ -97,6 +100,7 @@ impl RecordKind {
         RecordKind::DeadLettered,
         RecordKind::Purged,
         RecordKind::DeadLetterHeld,
+        RecordKind::Copied,
     ];
 
     /// The kind byte.
@@ -151,4 +155,11 @@ pub enum StoreRecord {
     },
     /// A broker event, for `Broker::apply`.
     Event(Event),
+    /// A live message copied forward by segment compaction (format 4): nothing to apply.
+    Copied {
+        /// Its virtual host.
+        vhost: String,
+        /// The message, as it was published.
+        message: std::sync::Arc<wharf_broker::Message>,
+    },
 }

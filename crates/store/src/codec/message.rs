@@ -184,13 +184,7 @@ fn get_properties(d: &mut Dec<'_>) -> Result<Properties, DecodeError> {
 pub(super) fn put_message(e: &mut Enc<'_>, m: &Message) -> Result<(), EncodeError> {
     e.u64(m.id.0);
     e.u64(m.enqueued_at_ms);
-    match m.ttl_ms {
-        Some(ttl) => {
-            e.u8(FLAG_MESSAGE_TTL);
-            e.u32(ttl);
-        }
-        None => e.u8(0),
-    }
+    put_ttl(e, m.ttl_ms);
     e.name("exchange", &m.exchange)?;
     e.name("routing key", &m.routing_key)?;
     put_properties(e, &m.properties)?;
@@ -201,13 +195,29 @@ pub(super) fn put_message(e: &mut Enc<'_>, m: &Message) -> Result<(), EncodeErro
 fn get_message_head(d: &mut Dec<'_>) -> Result<(MessageId, u64, Option<u32>), DecodeError> {
     let id = MessageId(d.u64("message id")?);
     let enqueued_at_ms = d.u64("enqueued at")?;
-    let flags = d.flags(FLAG_MESSAGE_TTL, "message flags")?;
-    let ttl_ms = if flags & FLAG_MESSAGE_TTL != 0 {
-        Some(d.u32("message ttl")?)
-    } else {
-        None
-    };
+    let ttl_ms = get_ttl(d)?;
     Ok((id, enqueued_at_ms, ttl_ms))
+}
+
+/// A message's own TTL as the Message part (and a checkpoint's reference) holds it: a `flags`
+/// byte whose bit 0 says a `u32` TTL follows.
+pub(super) fn put_ttl(e: &mut Enc<'_>, ttl_ms: Option<u32>) {
+    match ttl_ms {
+        Some(ttl) => {
+            e.u8(FLAG_MESSAGE_TTL);
+            e.u32(ttl);
+        }
+        None => e.u8(0),
+    }
+}
+
+/// Reads what [`put_ttl`] wrote.
+pub(super) fn get_ttl(d: &mut Dec<'_>) -> Result<Option<u32>, DecodeError> {
+    let flags = d.flags(FLAG_MESSAGE_TTL, "message flags")?;
+    if flags & FLAG_MESSAGE_TTL == 0 {
+        return Ok(None);
+    }
+    Ok(Some(d.u32("message ttl")?))
 }
 
 pub(super) fn get_message(d: &mut Dec<'_>) -> Result<MessageRecord, DecodeError> {

@@ -20,6 +20,7 @@
 //! - `message_events`: publish, schedule, dead-letter and a queue's id-list records.
 //! - `record`: one whole record: [`encode_event`], [`decode`], the format marker.
 //! - `carried`: the checkpoint-only [`Carried`] record.
+//! - `referenced`: the checkpoint-only [`Referenced`] record (format 4).
 //! - `stored`: lazy decoding of message records whose content stays on disk.
 #![warn(clippy::indexing_slicing)]
 
@@ -31,6 +32,7 @@ mod kind;
 mod message;
 mod message_events;
 mod record;
+mod referenced;
 mod stored;
 mod value;
 
@@ -40,7 +42,13 @@ pub use carried::{
 };
 pub use error::{DecodeError, EncodeError};
 pub use kind::{RecordKind, STORE_FORMAT_VERSION, StoreRecord};
-pub use record::{decode, decode_shared, encode_event, encode_event_leaving_body, encode_format};
+pub use record::{
+    decode, decode_shared, encode_copied, encode_event, encode_event_leaving_body, encode_format,
+};
+pub use referenced::{
+    REFERENCED_KIND, ReferenceFields, Referenced, decode_referenced, encode_reference,
+    encode_referenced,
+};
 pub use stored::{
     decode_message_part, decode_message_part_shared, decode_stored, message_part, message_part_id,
 };

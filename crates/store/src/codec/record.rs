@@ -8,6 +8,7 @@ use super::cursor::{Dec, Enc};
 use super::definitions::{get_definition, get_user_event, put_definition};
 use super::error::{DecodeError, EncodeError};
 use super::kind::{RecordKind, STORE_FORMAT_VERSION, StoreRecord};
+use super::message::get_message;
 use super::message_events::{get_message_event, put_message_event};
 use wharf_broker::Event;
 use wharf_wal::le;
@@ -16,6 +17,22 @@ use wharf_wal::le;
 pub fn encode_format(out: &mut Vec<u8>) -> RecordKind {
     le::put_u16(out, STORE_FORMAT_VERSION);
     RecordKind::Format
+}
+
+/// Appends the payload of a `Copied` record (segment compaction, format 4) to `out`: the
+/// vhost, then `part`, a message's encoded Message part copied as it is; returns its kind.
+///
+/// # Errors
+/// [`EncodeError`] when the vhost name does not fit the format.
+pub fn encode_copied(
+    vhost: &str,
+    part: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<RecordKind, EncodeError> {
+    let e = &mut Enc::new(out);
+    e.name("vhost", vhost)?;
+    e.out.extend_from_slice(part);
+    Ok(RecordKind::Copied)
 }
 
 /// Appends the record payload of `event` to `out` and returns its kind. On error `out` may
@@ -112,6 +129,10 @@ fn decode_with(
             version: d.u16("format version")?,
         },
         RecordKind::UserPut | RecordKind::UserDeleted => StoreRecord::Event(get_user_event(d, k)?),
+        RecordKind::Copied => StoreRecord::Copied {
+            vhost: d.name("vhost")?,
+            message: get_message(d)?.message,
+        },
         _ => StoreRecord::Event(get_event(d, k)?),
     };
     d.finish()?;
@@ -122,8 +143,8 @@ fn decode_with(
 fn get_event(d: &mut Dec<'_>, k: RecordKind) -> Result<Event, DecodeError> {
     let vhost = d.name("vhost")?;
     match k {
-        RecordKind::Format | RecordKind::UserPut | RecordKind::UserDeleted => {
-            unreachable!("decode handles the format marker and user records")
+        RecordKind::Format | RecordKind::UserPut | RecordKind::UserDeleted | RecordKind::Copied => {
+            unreachable!("decode handles the format marker, user and copy records")
         }
         RecordKind::Published
         | RecordKind::Scheduled

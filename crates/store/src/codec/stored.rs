@@ -61,7 +61,7 @@ pub fn decode_stored(
 }
 
 /// The Message part (storage-format.md, "Message") of a record that holds one: `Published`,
-/// `Scheduled`, `DeadLettered` with its copy, or a checkpoint's `Carried`. It is always the
+/// `Scheduled`, `DeadLettered` with its copy, `Copied`, or a checkpoint's `Carried`. It is always the
 /// record's last field, so it runs to the end of the payload.
 ///
 /// # Errors
@@ -79,6 +79,9 @@ pub fn message_part(kind: u8, payload: &[u8]) -> Result<&[u8], DecodeError> {
             Some(RecordKind::Scheduled) => {
                 d.name("vhost")?;
                 d.name("exchange")?;
+            }
+            Some(RecordKind::Copied) => {
+                d.name("vhost")?;
             }
             Some(RecordKind::DeadLettered) => {
                 d.name("vhost")?;

@@ -1,20 +1,23 @@
 //! Checkpoints an open store takes: on its own after a batch once enough log was written
 //! ([`Store::maybe_checkpoint`], on a thread of its own), now ([`Store::checkpoint_now`]), or
-//! at a clean shutdown when it pays. A checkpoint is written only once the log is durable
-//! through its Lsn, and the segments it covers are deleted only once it is installed. A
+//! at every clean shutdown. A checkpoint is written only once the log is durable through its
+//! Lsn (and through the copies compaction made for it), and the segments it covers and does
+//! not refer to are deleted only once it is durable and readers use it. A
 //! failed checkpoint is logged and retried later, never fail-stop: the log still holds
 //! everything.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use super::compaction::{self, Compaction, held_at};
 use super::{InFlight, Store};
 use crate::checkpoint;
 use crate::checkpoint_trigger::{CheckpointDone, CheckpointTrigger};
 use crate::error::StoreError;
-use crate::stored::{CheckpointView, StoredReader};
-use wharf_broker::{Broker, Snapshot, StoredMessage};
+use crate::stored::{self, CheckpointView, StoredReader};
+use wharf_broker::{Broker, MessageRef, Snapshot, StoredMessage};
 use wharf_wal::{Appender, Lsn, Reclaimer, Storage};
 
 /// Under space pressure, free space is checked once per this fraction of a segment of log
@@ -31,21 +34,76 @@ struct Job {
     appender: Appender,
     reclaimer: Reclaimer,
     reader: Arc<StoredReader>,
+    /// Copy the live messages of sparse segments forward first (not at a clean stop, which
+    /// must be quick, nor under space pressure).
+    compact: bool,
+    /// The log's segment size (compaction keeps room for two).
+    segment_bytes: u64,
 }
 
 impl Job {
     /// Waits until the log is durable through the snapshot's Lsn (a checkpoint must never
-    /// describe records a crash could lose), writes the checkpoint atomically, then deletes
-    /// the segments it covers (only now: the log still held everything until the rename and
-    /// the directory sync).
+    /// describe records a crash could lose), compacts sparse segments it covers, writes the
+    /// checkpoint atomically, then deletes the segments it covers and does not refer to.
+    ///
+    /// Nothing is deleted before the checkpoint is durable: when its rename or the directory
+    /// sync fails, the error returns here with every segment and the older checkpoint still in
+    /// place, so whichever of the two a crash leaves finds all its messages. Readers switch to
+    /// the new positions (relocations, carried messages) before anything older goes, so a
+    /// failure of the clean-up after that (removing the superseded checkpoint, deleting a
+    /// segment) cannot leave them pointing at a removed file: it is logged, and the
+    /// checkpoint is done.
     fn run(self) -> Result<CheckpointDone, StoreError> {
         self.appender.wait_durable(self.lsn)?;
+        let covered = self
+            .reclaimer
+            .segments_through(self.lsn)
+            .map_err(StoreError::from)?;
+        let moved = self.reader.relocations();
+        // Where each live message's record is now: where the newest checkpoint moved it, or
+        // where memory holds it.
+        let current = |m: &MessageRef| moved.get(&m.id().0).copied().or_else(|| held_at(m));
+        let copies = if self.compact {
+            let compaction = Compaction {
+                snapshot: &self.snapshot,
+                storage: &*self.storage,
+                dir: &self.dir,
+                reader: &self.reader,
+                appender: &self.appender,
+                segment_bytes: self.segment_bytes,
+            };
+            compaction::copy_forward(&compaction, &covered, &current)?
+        } else {
+            HashMap::new()
+        };
+        let locate_at = |m: &MessageRef| {
+            copies
+                .get(&m.id().0)
+                .copied()
+                .or_else(|| current(m))
+                .filter(|&at| stored::log_position(at).is_some())
+        };
+        let locate = |m: &MessageRef| locate_at(m).and_then(stored::log_position);
         let reader = &self.reader;
         let parts = |s: &StoredMessage| reader.message_part(s);
-        let (bytes, index) =
-            checkpoint::write(&*self.storage, &self.dir, self.lsn, &self.snapshot, &parts)?;
-        drop(self.snapshot);
-        // Stored messages are read from the new checkpoint before any segment it covers goes.
+        let written = checkpoint::write(
+            &*self.storage,
+            &self.dir,
+            self.lsn,
+            &self.snapshot,
+            &parts,
+            &locate,
+        )?;
+        // Durable now. Every live message whose record memory does not point at any more is
+        // found by id, through the checkpoint's carried messages or these relocations.
+        let mut relocations = HashMap::new();
+        for m in self.snapshot.queues.iter().flat_map(|q| &q.messages) {
+            if let Some(at) = locate_at(&m.message)
+                && Some(at) != held_at(&m.message)
+            {
+                relocations.insert(m.message.id().0, at);
+            }
+        }
         let path = self.dir.join(checkpoint::file_name(self.lsn));
         let file = self
             .storage
@@ -58,19 +116,32 @@ impl Job {
             lsn: self.lsn.0,
             path,
             file: Arc::from(file),
-            index,
+            index: written.index,
         });
-        let covered = self
-            .reclaimer
-            .segments_through(self.lsn)
-            .map_err(StoreError::from)?;
-        for &id in &covered {
-            self.reclaimer.delete_segment(id)?;
+        self.reader.set_relocations(relocations);
+        drop(self.snapshot);
+        // The checkpoint is in use now, whatever becomes of the clean-up: a failure there is
+        // logged and left to the next checkpoint (or start), which removes what this one
+        // supersedes (recovery takes the newest checkpoint; older ones are never read).
+        if let Err(e) = checkpoint::remove_older(&*self.storage, &self.dir, self.lsn) {
+            tracing::warn!(error = %e, "superseded checkpoints not removed; the next one will");
+        }
+        let mut deleted = 0;
+        for &id in covered
+            .iter()
+            .filter(|s| !written.referenced.contains(&s.0))
+        {
+            if let Err(e) = self.reclaimer.delete_segment(id) {
+                tracing::warn!(error = %e, "segment not deleted; the next checkpoint will");
+                break;
+            }
+            deleted += 1;
         }
         Ok(CheckpointDone {
             lsn: self.lsn.0,
-            bytes,
-            segments_deleted: covered.len() as u64,
+            bytes: written.bytes,
+            segments_deleted: deleted,
+            messages_copied: copies.len() as u64,
         })
     }
 }
@@ -127,7 +198,8 @@ impl Store {
             return false;
         }
         self.demand.set_checkpoint(estimate);
-        let job = self.job(snapshot);
+        // Under space pressure the checkpoint only frees: no copies.
+        let job = self.job(snapshot, !pressed);
         let at_bytes = self.logged_bytes.load(Ordering::Relaxed);
         let spawned = std::thread::Builder::new()
             .name("wharf-checkpoint".to_owned())
@@ -223,6 +295,15 @@ impl Store {
         &mut self,
         snapshot: Snapshot,
     ) -> Result<Option<CheckpointDone>, StoreError> {
+        self.checkpoint_with(snapshot, true)
+    }
+
+    /// [`Store::checkpoint_now`], compacting sparse segments first or not.
+    fn checkpoint_with(
+        &mut self,
+        snapshot: Snapshot,
+        compact: bool,
+    ) -> Result<Option<CheckpointDone>, StoreError> {
         self.collect_checkpoint(true);
         let last = self.last_lsn.load(Ordering::Acquire);
         if self
@@ -234,7 +315,7 @@ impl Store {
         }
         let at_bytes = self.logged_bytes.load(Ordering::Relaxed);
         let at_segment = self.last_segment.load(Ordering::Relaxed);
-        let done = self.job(snapshot).run()?;
+        let done = self.job(snapshot, compact).run()?;
         self.checkpoint_finished(done, at_bytes, at_segment);
         Ok(Some(done))
     }
@@ -246,13 +327,10 @@ impl Store {
             .saturating_sub(self.checkpoints.base_bytes)
     }
 
-    /// The checkpoint of a clean shutdown: written as [`Store::checkpoint_now`] when the log
-    /// since the last checkpoint is over twice the periodic threshold (`max(log_bytes_min,
-    /// last checkpoint size)`), skipped otherwise. A checkpoint copies every live message, and
-    /// writing (with its fsync) costs more than reading: below that, writing one would make
-    /// the stop slower than it makes the next start faster. (After a batch the log since the
-    /// last checkpoint is at most about the threshold, so this is for a stop while one is
-    /// still being written.)
+    /// The checkpoint of a clean shutdown: always written (when anything was logged since the
+    /// newest one), so the next start replays almost nothing. A checkpoint costs about 100
+    /// bytes per live message (it refers to their records in the log), so this is quick; it
+    /// copies nothing forward (compaction waits for the next run).
     ///
     /// # Errors
     /// As [`Store::checkpoint_now`].
@@ -260,16 +338,10 @@ impl Store {
         &mut self,
         snapshot: Snapshot,
     ) -> Result<Option<CheckpointDone>, StoreError> {
-        self.collect_checkpoint(true);
-        let c = &self.checkpoints;
-        let since = self.logged_since_checkpoint();
-        if since <= c.trigger.log_bytes_min.max(c.live_bytes).saturating_mul(2) {
-            return Ok(None);
-        }
-        self.checkpoint_now(snapshot)
+        self.checkpoint_with(snapshot, false)
     }
 
-    fn job(&self, snapshot: Snapshot) -> Job {
+    fn job(&self, snapshot: Snapshot, compact: bool) -> Job {
         Job {
             storage: Arc::clone(&self.storage),
             dir: self.wal.dir().to_owned(),
@@ -278,6 +350,8 @@ impl Store {
             appender: self.appender.clone(),
             reclaimer: self.wal.reclaimer(),
             reader: Arc::clone(&self.reader),
+            compact,
+            segment_bytes: self.segment_bytes,
         }
     }
 
@@ -320,6 +394,7 @@ impl Store {
             lsn = done.lsn,
             bytes = done.bytes,
             segments_deleted = done.segments_deleted,
+            messages_copied = done.messages_copied,
             "checkpoint written"
         );
         let c = &mut self.checkpoints;
@@ -330,8 +405,9 @@ impl Store {
     }
 }
 
-/// The size a checkpoint of `snapshot` will about have: every message's body with its
-/// frame, placement and properties (a fixed allowance), and the definitions. An estimate for
+/// The size a checkpoint of `snapshot` will about have: a reference per message in the log,
+/// the body too of every other (with its frame, placement and properties: a fixed
+/// allowance), and the definitions. An estimate for
 /// the space checks (S-DISK-3), erring on the large side.
 fn estimated_bytes(snapshot: &Snapshot) -> u64 {
     const PER_MESSAGE_BYTES: u64 = 256;
@@ -340,7 +416,11 @@ fn estimated_bytes(snapshot: &Snapshot) -> u64 {
         .queues
         .iter()
         .flat_map(|q| &q.messages)
-        .map(|m| m.message.body_len() + PER_MESSAGE_BYTES)
+        .map(|m| match checkpoint::held_position(&m.message) {
+            // Referred to where it is in the log.
+            Some(_) => PER_MESSAGE_BYTES,
+            None => m.message.body_len() + PER_MESSAGE_BYTES,
+        })
         .sum();
     let definitions = (snapshot.definitions.len() + snapshot.scheduled.len()) as u64;
     messages + definitions * PER_DEFINITION_BYTES

@@ -106,6 +106,12 @@ impl Store {
         self.appender.durable_lsn().0
     }
 
+    /// The failure the log latched, if any (fail-stop, STYLE 3.3): a write or sync failed,
+    /// also one of a checkpoint's compaction copies, which go through the log.
+    pub fn log_failure(&self) -> Option<StoreError> {
+        self.appender.failure().map(StoreError::from)
+    }
+
     /// The log's appender, for [`crate::LogHealth`] (the server's resource monitor gets that
     /// handle, not this one: nothing outside the store appends around it).
     pub(crate) fn wal_appender(&self) -> Appender {

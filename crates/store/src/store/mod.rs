@@ -16,6 +16,7 @@
 //! stops confirming and exits; reopening (recovery) is the way on (STYLE 3.3).
 
 mod checkpoints;
+mod compaction;
 mod log;
 mod open;
 

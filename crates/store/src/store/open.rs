@@ -16,10 +16,10 @@ use crate::batch::Scratch;
 use crate::checkpoint;
 use crate::codec;
 use crate::disk_demand::DiskDemand;
-use crate::error::{LogGap, StoreError};
+use crate::error::{CheckpointDamage, LogGap, StoreError};
 use crate::replay::{RecoverySummary, Replay};
 use crate::stored::{CheckpointView, StoredReader};
-use wharf_broker::{Broker, MessageLoader};
+use wharf_broker::{Broker, Event, MessageId, MessageLoader, MessageRef};
 use wharf_wal::{FileStorage, Lsn, RecoveryMode, RecoveryReport, Storage, Wal, WalConfig};
 
 impl Store {
@@ -57,6 +57,9 @@ impl Store {
                 source,
             })?;
         let start = load_checkpoint(&*storage, &config.dir, config.salvage)?;
+        // Segments the checkpoint covers whole are kept only for the messages it refers to:
+        // not read now (their records are checked when a message is read back).
+        wal_config.covered_through = start.lsn.unwrap_or(Lsn(0));
         let mut replay = Replay::new(
             start.broker,
             &config.dir,
@@ -100,7 +103,73 @@ impl Store {
             demand: Arc::new(DiskDemand::new(wal_config.segment_bytes_max)),
         };
         store.log_format()?;
+        let mut summary = summary;
+        if config.salvage {
+            if let Some(lsn) = start.lsn {
+                store.continue_after(lsn)?;
+            }
+            summary.salvaged_records += store.drop_unreadable(&mut broker)?;
+        }
         Ok((store, broker, summary))
+    }
+
+    /// Salvage mode: when salvage cut the log before the checkpoint's Lsn (damage in records
+    /// the checkpoint covers), format markers (no-ops) fill the log up to it, so what is
+    /// logged from now on has Lsns above the checkpoint's and is replayed after it, and the
+    /// next start finds the log continuing the checkpoint.
+    fn continue_after(&self, lsn: Lsn) -> Result<(), StoreError> {
+        while self.last_lsn.load(Ordering::Acquire) < lsn.0 {
+            self.log_format()?;
+        }
+        self.wait_durable(self.last_lsn.load(Ordering::Acquire))
+    }
+
+    /// Salvage mode: the checkpoint refers to messages in the log, and salvage gave up damaged
+    /// stretches of it, so every stored message is read back once and those that cannot be
+    /// (their record was damaged or cut) are taken out of their queues, durably (a `Purged`
+    /// record each queue), and counted as lost. Salvage is the operator's explicit choice to
+    /// lose what is damaged (S-DISK-8); reading every stored message is its price.
+    fn drop_unreadable(&self, broker: &mut Broker) -> Result<u64, StoreError> {
+        let snapshot = broker.snapshot();
+        let mut events = Vec::new();
+        let mut lost = 0u64;
+        for q in &snapshot.queues {
+            let ids: Vec<MessageId> = q
+                .messages
+                .iter()
+                .filter_map(|m| match &m.message {
+                    MessageRef::Stored(s) if self.reader.message_part(s).is_err() => Some(s.id),
+                    _ => None,
+                })
+                .collect();
+            if ids.is_empty() {
+                continue;
+            }
+            lost += ids.len() as u64;
+            tracing::warn!(
+                vhost = %q.vhost,
+                queue = %q.queue,
+                messages = ids.len(),
+                "--salvage: messages whose log records were damaged are lost"
+            );
+            events.push(Event::Purged {
+                vhost: q.vhost.clone(),
+                queue: q.queue.clone(),
+                ids,
+            });
+        }
+        for event in &events {
+            broker
+                .apply(event)
+                .map_err(|e| StoreError::Log(format!("salvage: {e}")))?;
+        }
+        if !events.is_empty() {
+            let ticket = self.log(&events, &mut Vec::new())?;
+            if let Some(ticket) = ticket {
+                self.wait_durable(ticket)?;
+            }
+        }
+        Ok(lost)
     }
 
     /// Writes the format marker: every open says which format the records after it use.
@@ -143,7 +212,9 @@ fn load_checkpoint(storage: &dyn Storage, dir: &Path, salvage: bool) -> Result<S
     checkpoint::remove_temporaries(storage, dir)?;
     for (lsn, path) in checkpoint::list(storage, dir)? {
         let mut broker = Broker::new();
-        match checkpoint::load(storage, &path, &mut broker) {
+        let loaded = checkpoint::load(storage, &path, &mut broker)
+            .and_then(|loaded| check_referenced(storage, dir, &path, loaded));
+        match loaded {
             Ok(loaded) => {
                 let file = storage
                     .open(&path, false)
@@ -183,6 +254,29 @@ fn load_checkpoint(storage: &dyn Storage, dir: &Path, salvage: bool) -> Result<S
         messages: 0,
         view: None,
     })
+}
+
+/// Every log segment a checkpoint refers to must be there (it holds live messages): one that
+/// is not is damage, found at the start rather than when the message is read back.
+fn check_referenced(
+    storage: &dyn Storage,
+    dir: &Path,
+    path: &Path,
+    loaded: checkpoint::Loaded,
+) -> Result<checkpoint::Loaded, StoreError> {
+    let present = wharf_wal::list_segments(storage, dir)?;
+    let missing = loaded
+        .referenced
+        .iter()
+        .find(|&&s| present.binary_search(&wharf_wal::SegmentId(s)).is_err());
+    match missing {
+        Some(&segment) => Err(StoreError::CorruptCheckpoint {
+            path: path.to_owned(),
+            offset: 0,
+            reason: CheckpointDamage::SegmentMissing(segment),
+        }),
+        None => Ok(loaded),
+    }
 }
 
 /// The log must hold every record after the checkpoint: its first record after `lsn` must

@@ -32,4 +32,5 @@ mod store_golden;
 mod store_priority;
 mod store_record_size;
 mod store_recovery;
+mod store_references;
 mod store_replay;

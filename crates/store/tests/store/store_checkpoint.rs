@@ -343,11 +343,13 @@ fn a_log_without_checkpoint_still_recovers_and_the_next_start_uses_one() {
     assert_eq!(summary.checkpoint_lsn, None);
     assert_eq!(recovered.durable_state(), live.broker.durable_state());
     let done = store.checkpoint_now(recovered.snapshot()).unwrap().unwrap();
-    assert!(done.segments_deleted > 0);
     store.close().unwrap();
     let (_store, again, summary) = open(&sim).unwrap();
     assert_eq!(summary.checkpoint_lsn, Some(done.lsn));
     assert!(summary.checkpoint_messages > 0);
+    // Everything comes from the checkpoint (format 4 keeps the segments it refers to, but
+    // replays none of their records).
+    assert_eq!(summary.events, 0, "{summary:?}");
     assert_eq!(again.durable_state(), live.broker.durable_state());
     assert_eq!(checkpoint_files(&sim).len(), 1);
 }
@@ -569,7 +571,9 @@ fn golden(name: &str) -> Vec<u8> {
 }
 
 /// The documented example: queue `q` in vhost `/` holding message 7 (`hi`, persistent,
-/// enqueued at 1 700 000 000 000 ms), delivered once and returned once; next id 8; Lsn 42.
+/// enqueued at 1 700 000 000 000 ms, in memory with no log position: carried), delivered once
+/// and returned once, and message 9 (5 bytes, own TTL 60 s, its record at offset 4096 of
+/// segment 3: referred to); next id 10; Lsn 42.
 fn golden_snapshot() -> Snapshot {
     let message = Arc::new(Message {
         id: MessageId(7),
@@ -595,14 +599,30 @@ fn golden_snapshot() -> Snapshot {
         queues: vec![QueueSnapshot {
             vhost: "/".into(),
             queue: "q".into(),
-            messages: vec![SnapshotMessage {
-                message: wharf_broker::MessageRef::Loaded(message),
-                delivery_count: 1,
-                redelivered: true,
-                held: None,
-            }],
+            messages: vec![
+                SnapshotMessage {
+                    message: wharf_broker::MessageRef::Loaded(message),
+                    delivery_count: 1,
+                    redelivered: true,
+                    held: None,
+                },
+                SnapshotMessage {
+                    message: wharf_broker::MessageRef::Stored(wharf_broker::StoredMessage {
+                        id: MessageId(9),
+                        enqueued_at_ms: T0_MS + 1000,
+                        ttl_ms: Some(60_000),
+                        body_len: 5,
+                        priority: 0,
+                        // The store's packing of a log position: segment in bits 40..63.
+                        at: (3 << 40) | 4096,
+                    }),
+                    delivery_count: 0,
+                    redelivered: false,
+                    held: None,
+                },
+            ],
         }],
-        next_message_id: 8,
+        next_message_id: 10,
     }
 }
 
@@ -621,27 +641,17 @@ fn checkpoint_bytes_match_the_document() {
     assert_eq!(bytes, golden("checkpoint"), "encoded:\n{}", hex.join("\n"));
 }
 
-/// Format 3 changed nothing a version-2 checkpoint holds: the documented checkpoint as
-/// version 2 wrote it (version 2, and the header CRC over that) still loads.
+/// Formats 3 and 4 changed nothing a version-2 checkpoint holds: the documented version-3
+/// checkpoint loads, and so does the same as version 2 wrote it (version 2, and the header
+/// CRC over that).
 #[test]
-fn a_version_3_checkpoint_still_loads() {
-    // Format 4 added a placement flag and a log record kind: a version-3 checkpoint (the same
-    // bytes, version 3, and the header CRC over that) still loads.
-    let mut bytes = golden("checkpoint");
-    bytes[8..10].copy_from_slice(&[0x03, 0x00]);
-    bytes[36..40].copy_from_slice(&[0xec, 0x06, 0xd4, 0x34]);
+fn version_2_and_3_checkpoints_still_load() {
     let sim = SimStorage::new(7);
     let path = data_dir().join(checkpoint::file_name(Lsn(42)));
-    sim.set_file_bytes(&path, bytes);
-    let mut broker = Broker::new();
-    let loaded = checkpoint::load(&sim, &path, &mut broker).unwrap();
-    assert_eq!(loaded.header.version, 3);
-    assert_eq!(loaded.messages, 1);
-}
-
-#[test]
-fn a_version_2_checkpoint_still_loads() {
-    let mut bytes = golden("checkpoint");
+    sim.set_file_bytes(&path, golden("checkpoint-v3"));
+    let loaded = checkpoint::load(&sim, &path, &mut Broker::new()).unwrap();
+    assert_eq!((loaded.header.version, loaded.messages), (3, 1));
+    let mut bytes = golden("checkpoint-v3");
     bytes[8..10].copy_from_slice(&[0x02, 0x00]);
     bytes[36..40].copy_from_slice(&[0xf1, 0xfb, 0x61, 0x35]);
     let sim = SimStorage::new(7);
@@ -662,16 +672,26 @@ fn the_documented_checkpoint_loads_into_the_state_it_describes() {
     let loaded = checkpoint::load(&sim, &path, &mut broker).unwrap();
     let header = loaded.header;
     assert_eq!(header.lsn, Lsn(42));
-    assert_eq!(header.records, 2);
-    assert_eq!(loaded.messages, 1);
+    assert_eq!(header.version, 4);
+    assert_eq!(header.records, 3);
+    assert_eq!(loaded.messages, 2);
     // The carried message's frame starts right after the header and the first record.
     assert_eq!(loaded.index, vec![(7, 40 + 21 + 11)]);
+    // The referenced one is in segment 3, which recovery then requires.
+    assert_eq!(
+        loaded.referenced.iter().copied().collect::<Vec<_>>(),
+        vec![3]
+    );
     let state = broker.durable_state();
     let (_, msgs) = &state.queues[0];
-    assert_eq!(msgs.len(), 1);
+    assert_eq!(msgs.len(), 2);
     assert_eq!(msgs[0].id, MessageId(7));
     assert_eq!(msgs[0].delivery_count, 1);
     assert!(msgs[0].redelivered);
+    assert_eq!(msgs[1].id, MessageId(9));
+    assert_eq!(msgs[1].enqueued_at_ms, T0_MS + 1000);
+    assert_eq!(msgs[1].deadline_ms, Some(T0_MS + 1000 + 60_000));
+    assert!(!msgs[1].redelivered);
     // Loading leaves the body in the file; reading the file gives it.
     let mut bodies = Vec::new();
     checkpoint::read(&sim, &path, &mut |rec, _, _| {
@@ -707,13 +727,13 @@ fn s_dur_1_users_and_permissions_survive_a_checkpoint_and_segment_deletion() {
     store.close().unwrap();
     let (mut store, recovered, _) = open(&sim).unwrap();
     let done = store.checkpoint_now(recovered.snapshot()).unwrap().unwrap();
-    assert!(
-        done.segments_deleted > 0,
-        "the history is gone from the log"
-    );
     store.close().unwrap();
     let (store, again, summary) = open(&sim).unwrap();
     assert_eq!(summary.checkpoint_lsn, Some(done.lsn));
+    assert_eq!(
+        summary.events, 0,
+        "nothing is replayed: the users come from the checkpoint"
+    );
     assert_eq!(again.users(), live.broker.users());
     assert_eq!(again.permissions(), live.broker.permissions());
     assert_eq!(again.durable_state(), live.broker.durable_state());

@@ -821,6 +821,11 @@ fn canonical(kind: u8, bytes: &[u8]) {
         let _ = codec::decode_message_part(kind, part);
     }
     let _ = codec::decode_carried_stored(bytes, 0);
+    if let Ok(r) = codec::decode_referenced(bytes) {
+        let mut again = Vec::new();
+        codec::encode_referenced(&r, &mut again).unwrap();
+        assert_eq!(again, bytes);
+    }
     if let Ok(record) = decode(kind, bytes) {
         match record {
             StoreRecord::Event(e) => {
@@ -829,6 +834,12 @@ fn canonical(kind: u8, bytes: &[u8]) {
                 assert_eq!(again, bytes);
             }
             StoreRecord::Format { version } => assert_eq!(version.to_le_bytes(), bytes),
+            StoreRecord::Copied { vhost, .. } => {
+                let part = codec::message_part(kind, bytes).unwrap();
+                let mut again = Vec::new();
+                codec::encode_copied(&vhost, part, &mut again).unwrap();
+                assert_eq!(again, bytes);
+            }
         }
     }
 }
