@@ -53,6 +53,10 @@ pub fn fixture() -> &'static Fixture {
     })
 }
 
+/// `connection.close-ok`'s class and method ids, as they stand in its frame.
+#[allow(dead_code)]
+const CLOSE_OK: [u8; 4] = [0, 10, 0, 51];
+
 /// How a client ends its side of an in-memory exchange.
 #[allow(dead_code)]
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -61,8 +65,8 @@ pub enum Ending {
     /// RabbitMQ does on a closed socket, may drop what it had not yet written (frames still
     /// waiting for the log to be durable).
     HangUp,
-    /// Keep the sending side open and read until the server closes the connection (after its
-    /// `close-ok`), as a well-behaved client does.
+    /// Keep the sending side open and read until the server's `close-ok` (or until it closes
+    /// the connection), then hang up, as a well-behaved client does.
     AwaitClose,
 }
 
@@ -98,6 +102,11 @@ pub fn exchange_amqp(
                 match read.read(&mut buf).await {
                     Ok(0) | Err(_) => break,
                     Ok(n) => out.extend_from_slice(&buf[..n]),
+                }
+                // A client that awaits the close hangs up once it has read `close-ok` (the
+                // server, as RabbitMQ, waits for it to).
+                if ending == Ending::AwaitClose && out.windows(4).any(|w| w == CLOSE_OK) {
+                    break;
                 }
             }
             out

@@ -22,7 +22,7 @@ use crate::types::{Entry, LogId, Membership, NodeId, Proposal, Vote};
 pub const RAFT_FORMAT_VERSION: u16 = 1;
 
 /// The WAL kind byte of each Raft record. Part of the format: never reuse or renumber one.
-/// They sit apart from the store's kinds (`0x01`-`0x30`), so one WAL can hold both.
+/// They sit apart from the store's kinds (`0x01`-`0x3F`), so one WAL can hold both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum RaftKind {
