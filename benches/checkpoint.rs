@@ -192,6 +192,7 @@ fn encode_references(c: &mut Criterion) {
             }),
             delivery_count: 0,
             redelivered: false,
+            held: None,
         })
         .collect();
     let snapshot = Snapshot {

@@ -581,7 +581,9 @@ fn referenced_as_published(
     let file = storage
         .open(&dir.join(wharf_wal::segment_file_name(segment)), false)
         .ok()?;
-    let record = wharf_wal::read_frame_at(&*file, r.message.offset).ok()?.ok()?;
+    let record = wharf_wal::read_frame_at(&*file, r.message.offset)
+        .ok()?
+        .ok()?;
     let part = codec::message_part(record.kind, &record.payload).ok()?;
     let message = codec::decode_message_part(record.kind, part).ok()?;
     let carried = codec::Carried {

@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use super::{Core, TICKET_THIS_BATCH};
 use super::ConnState;
+use super::{Core, TICKET_THIS_BATCH};
 use crate::admin::{
     AdminDone, AdminRequest, AdminView, ChannelInfo, ChannelStats, ConnectionCounts,
     ConnectionInfo, Connections,
