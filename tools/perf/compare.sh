@@ -12,6 +12,8 @@
 # `rabbitmqctl eval 'os:getpid().'`). Scenarios (names for --only):
 #   pub16 pub1k pub64k  persistent publish, confirms (window 256), one publisher, durable queue,
 #                       no consumer, purged before and after
+#   pub1k-x16 pub1k-x64 the same at 1 KiB with 16 or 64 publishers (one connection each),
+#                       confirm window 64 each: rate and broker CPU per message
 #   con16 con1k         consume with one ack per message, prefetch 256, from a durable queue
 #                       pre-filled with --prefill persistent messages
 #   pubcon1k            publish and consume at once, 1 KiB persistent, confirms 256, prefetch 256
@@ -22,6 +24,10 @@
 #                       consume rates and the backlog left at the end (S-FLOW-1's case)
 #   ttl                 100,000 messages, half TTL 100 ms, half 1 h, shuffled, into a queue with
 #                       a dead-letter exchange; short ones dead-lettered 5 s after the last publish
+#
+# --backlog N fills the queue wharf-perf-backlog on each broker with N persistent 1 KiB messages
+# before the first scenario (no consumer; they stay queued through every scenario) and drains and deletes
+# it at the end: the issue's "broker holding 300,000 queued messages in another queue".
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -38,9 +44,10 @@ pubcon_rate=0
 start_rabbitmq=0
 stop_rabbitmq=0
 raw=""
+backlog=0
 perf="${WHARF_PERF:-}"
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -53,6 +60,7 @@ while [ $# -gt 0 ]; do
     --prefill) prefill="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
     --pubcon-rate) pubcon_rate="$2"; shift 2 ;;
+    --backlog) backlog="$2"; shift 2 ;;
     --perf) perf="$2"; shift 2 ;;
     --raw) raw="$2"; shift 2 ;;
     --start-rabbitmq) start_rabbitmq=1; shift ;;
@@ -127,6 +135,12 @@ one() {
       fi
       echo "$scenario.perf_cpu_cores $(field "$json" .perf_cpu_cores perf_cpu_cores)"
       ;;
+    pub1k-x16|pub1k-x64)
+      json="$("$perf" --uri "$uri" -x "${scenario#pub1k-x}" -y 0 -s 1024 -f -c 64 --durable \
+        --queue wharf-perf-pubx -z "$time_s" --purge-before --purge-after --json "${pid_args[@]}")"
+      echo "$scenario.msg_s $(field "$json" .publish_msg_s publish_msg_s)"
+      echo "$scenario.perf_cpu_cores $(field "$json" .perf_cpu_cores perf_cpu_cores)"
+      ;;
     con16|con1k)
       local size=16
       [ "$scenario" = con1k ] && size=1024
@@ -186,9 +200,24 @@ medians() {
 
 # Runs alternate between A and B (A, B, A, B, ...) so that a drift in the machine's load
 # (other jobs on a shared machine) falls on both brokers alike.
+# backlog URI: fills (or, with "delete", deletes) the standing backlog queue of one broker.
+backlog_queue() {
+  if [ "$2" = delete ]; then
+    "$perf" --uri "$1" -x 0 -y 1 -q 1000 -A 100 --durable --queue wharf-perf-backlog \
+      -D "$backlog" --delete-after --json > /dev/null
+  else
+    "$perf" --uri "$1" -x 1 -y 0 -s 1024 -f -c 256 --durable --queue wharf-perf-backlog \
+      -C "$backlog" --purge-before --json > /dev/null
+  fi
+}
+if [ "$backlog" -gt 0 ]; then
+  backlog_queue "$uri_a" fill
+  if [ -n "$uri_b" ]; then backlog_queue "$uri_b" fill; fi
+fi
+
 results_a="$(mktemp)"
 results_b="$(mktemp)"
-for scenario in pub16 pub1k pub64k con16 con1k pubcon1k pubcon1k-half pubcon1k-slow ttl; do
+for scenario in pub16 pub1k pub64k pub1k-x16 pub1k-x64 con16 con1k pubcon1k pubcon1k-half pubcon1k-slow ttl; do
   wanted "$scenario" || continue
   for _ in $(seq "$runs"); do
     one "$uri_a" "$pid_a" "$scenario" >> "$results_a"
@@ -198,6 +227,10 @@ done
 a="$(medians "$results_a")"
 b="$(medians "$results_b")"
 rm -f "$results_a" "$results_b"
+if [ "$backlog" -gt 0 ]; then
+  backlog_queue "$uri_a" delete
+  if [ -n "$uri_b" ]; then backlog_queue "$uri_b" delete; fi
+fi
 
 printf '%-28s %14s %14s %8s\n' scenario A B B/A
 while read -r metric value_a; do
