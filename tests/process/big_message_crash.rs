@@ -28,7 +28,9 @@ use crate::support::within;
 const BODY_BYTES: usize = 8 * 1024 * 1024 + 3;
 
 fn big_body() -> Vec<u8> {
-    (0..BODY_BYTES).map(|i| (i % 241) as u8).collect()
+    (0..BODY_BYTES)
+        .map(|i| u8::try_from(i % 241).unwrap())
+        .collect()
 }
 
 /// Spool files (`*.body`) anywhere under `dir`.
@@ -189,7 +191,7 @@ async fn s_big_3_a_power_cut_right_after_the_publish_brings_it_back_whole_or_not
         assert!(spool_files(broker.data_dir()).is_empty());
         let (_conn, ch, count) = channel(&broker).await;
         let got = take_all(&ch).await;
-        assert_eq!(got.len() as u32, count);
+        assert_eq!(u32::try_from(got.len()).unwrap(), count);
         assert!(
             got.is_empty() || got == vec![body.clone()],
             "round {round}: whole or nothing"
