@@ -21,11 +21,10 @@ use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use bytes::Bytes;
 
-use super::lock;
 use crate::mmap::ReadOnlyMap;
 use crate::storage::{Storage, StorageFile};
 
@@ -57,6 +56,11 @@ pub(crate) fn remove_stale(storage: &dyn Storage, dir: &Path) -> io::Result<usiz
         }
     }
     Ok(removed)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A map of weak references, consistent after any panic: a poisoned lock still guards it.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The finished spooled bodies still held, by the address of their mapped bytes, so that the
