@@ -264,8 +264,12 @@ impl Writer {
             self.active.end += len;
             self.active.allocated = self.active.allocated.max(self.active.end);
             self.note_durable(chunk.last_lsn);
+            // The spliced bodies are let go before their records are reported durable, so a
+            // waiter woken by it knows the log holds none of them any more (a spool file then
+            // goes with its body's last holder, S-BIG-3).
+            chunk.splices.clear();
             self.shared.durability.advance(chunk.last_lsn);
-            // The spliced bodies are let go here; a buffer grown large is freed, not kept.
+            // A buffer grown large is freed, not kept.
             let mut bytes = chunk.bytes;
             bytes.clear();
             let mut pending = lock(&self.shared.pending);
