@@ -14,16 +14,14 @@ use std::path::Path;
 
 use amq_protocol::protocol::{AMQPClass, BasicProperties as WireProperties, basic};
 use bytes::BytesMut;
-use lapin::options::{
-    BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions,
-};
+use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use lapin::{BasicProperties, Channel, Confirmation, Connection};
 use wharf::testing::TestBroker;
 use wharf_protocol::{self as protocol, ChannelId};
 
 use crate::support::raw::Raw;
-use crate::support::within;
+use crate::support::{confirming_channel, within};
 
 const BODY_BYTES: usize = 8 * 1024 * 1024 + 3;
 
@@ -57,13 +55,7 @@ async fn files_broker() -> TestBroker {
 
 /// A confirming channel with the durable queue `q` declared; returns its ready count.
 async fn channel(broker: &TestBroker) -> (Connection, Channel, u32) {
-    let conn = Connection::connect(&broker.amqp_url(), ConnectionProperties::default())
-        .await
-        .unwrap();
-    let ch = conn.create_channel().await.unwrap();
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
+    let (conn, ch) = confirming_channel(&broker.amqp_url()).await;
     let durable = QueueDeclareOptions {
         durable: true,
         ..Default::default()
