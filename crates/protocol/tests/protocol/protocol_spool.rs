@@ -30,6 +30,8 @@ struct Seen {
     writes: usize,
     finished: usize,
     read_back: usize,
+    /// Spools dropped (given up unfinished, or consumed by finish or read back).
+    dropped: usize,
 }
 
 /// An in-memory spooler: `room` false refuses every spool; a spool fails its write number
@@ -63,6 +65,12 @@ impl BodySpooler for Fake {
     }
 }
 
+impl Drop for FakeSpool {
+    fn drop(&mut self) {
+        self.seen.lock().unwrap().dropped += 1;
+    }
+}
+
 impl BodySpool for FakeSpool {
     fn write(&mut self, piece: &[u8]) -> io::Result<()> {
         self.writes += 1;
@@ -73,13 +81,13 @@ impl BodySpool for FakeSpool {
         self.bytes.extend_from_slice(piece);
         Ok(())
     }
-    fn finish(self: Box<Self>) -> io::Result<Bytes> {
+    fn finish(mut self: Box<Self>) -> io::Result<Bytes> {
         self.seen.lock().unwrap().finished += 1;
-        Ok(Bytes::from(self.bytes))
+        Ok(Bytes::from(std::mem::take(&mut self.bytes)))
     }
-    fn read_back(self: Box<Self>) -> io::Result<Vec<u8>> {
+    fn read_back(mut self: Box<Self>) -> io::Result<Vec<u8>> {
         self.seen.lock().unwrap().read_back += 1;
-        Ok(self.bytes)
+        Ok(std::mem::take(&mut self.bytes))
     }
 }
 
@@ -183,4 +191,32 @@ fn s_big_3_a_failed_spool_write_carries_on_in_memory_intact() {
     );
     let seen = seen.lock().unwrap();
     assert_eq!((seen.writes, seen.read_back, seen.finished), (3, 1, 0));
+}
+
+#[test]
+fn s_big_3_a_body_cut_short_gives_its_spool_up() {
+    // A frame the content state does not allow (505), or the channel going (the assembler
+    // dropped): the spool is dropped unfinished, which removes its file (the WAL's tests).
+    for drop_assembler in [false, true] {
+        let (mut a, seen) = assembler(true, None);
+        let publish = AMQPClass::Basic(basic::AMQPMethod::Publish(basic::Publish::default()));
+        a.push(Frame::Method(CH, publish.clone())).unwrap();
+        let header = AMQPContentHeader {
+            class_id: 60,
+            body_size: 4 * SPOOL_BODY_BYTES_MIN,
+            properties: BasicProperties::default(),
+        };
+        a.push(Frame::Header(CH, Box::new(header))).unwrap();
+        a.push(Frame::Body(CH, Bytes::from(vec![1; FRAME])))
+            .unwrap();
+        assert_eq!(seen.lock().unwrap().dropped, 0, "still spooling");
+        if drop_assembler {
+            drop(a);
+        } else {
+            assert!(a.push(Frame::Method(CH, publish)).is_err());
+            assert!(!a.is_mid_content());
+        }
+        let seen = seen.lock().unwrap();
+        assert_eq!((seen.dropped, seen.finished), (1, 0));
+    }
 }
