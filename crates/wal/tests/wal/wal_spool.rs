@@ -251,3 +251,33 @@ fn s_big_3_a_spooled_record_is_byte_for_byte_the_record_written_from_memory() {
         assert!(a.1 == b.1, "segment {} differs", a.0);
     }
 }
+
+#[test]
+fn s_big_3_s_disk_a_spool_reserves_its_size_and_a_full_disk_refuses_it_leaving_nothing() {
+    // The reservation is disk space taken (what the disk alarm sees); a disk without room
+    // for it refuses the spool before any octet is written, and no file is left behind.
+    let storage = SimStorage::new(2);
+    let dir = Path::new("/sim/log");
+    let (wal, _) = open(dir, Arc::new(storage.clone()));
+    let spooler = wal.appender().spooler();
+    let before = storage.used_bytes();
+    let spool = spooler.open(2 * 1024 * 1024).unwrap();
+    assert!(
+        storage.used_bytes() >= before + 2 * 1024 * 1024,
+        "the announced size is reserved at once"
+    );
+    drop(spool);
+    assert_eq!(
+        storage.used_bytes(),
+        before,
+        "and given back with the spool"
+    );
+
+    storage.set_capacity(Some(before + 1024 * 1024));
+    let err = spooler.open(2 * 1024 * 1024).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::StorageFull, "{err}");
+    let names = storage.list(dir).unwrap();
+    assert!(!names.iter().any(|n| is_spool_file_name(n)), "{names:?}");
+    storage.set_capacity(None);
+    wal.close().unwrap();
+}
