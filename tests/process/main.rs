@@ -11,6 +11,7 @@
 mod support;
 
 mod big_message;
+mod big_message_crash;
 mod crash_torture;
 mod damaged_tail;
 mod disk_full;

@@ -21,13 +21,10 @@ use std::time::Duration;
 use futures_lite::StreamExt;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions,
-    BasicQosOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
-    QueueDeclareOptions,
+    BasicQosOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString};
-use lapin::{
-    BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind,
-};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ExchangeKind};
 use support::{reply_code, reply_text, within};
 use wharf::testing::TestBroker;
 use wharf_clock::ManualClock;
@@ -44,14 +41,7 @@ async fn broker() -> TestBroker {
 }
 
 async fn channel(broker: &TestBroker) -> (Connection, Channel) {
-    let conn = Connection::connect(&broker.amqp_url(), ConnectionProperties::default())
-        .await
-        .unwrap();
-    let ch = conn.create_channel().await.unwrap();
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
-    (conn, ch)
+    support::confirming_channel(&broker.amqp_url()).await
 }
 
 async fn advance_ms(broker: &TestBroker, ms: u64) {

@@ -15,25 +15,15 @@ use std::time::Duration;
 
 use futures_lite::StreamExt;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicPublishOptions,
-    ConfirmSelectOptions, QueueDeclareOptions,
+    BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString};
-use lapin::{
-    BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, PublisherConfirm,
-};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, PublisherConfirm};
 use support::within;
 use wharf::testing::{TestBroker, TestBrokerError};
 
 async fn channel(broker: &TestBroker) -> (Connection, Channel) {
-    let conn = Connection::connect(&broker.amqp_url(), ConnectionProperties::default())
-        .await
-        .unwrap();
-    let ch = conn.create_channel().await.unwrap();
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
-    (conn, ch)
+    support::confirming_channel(&broker.amqp_url()).await
 }
 
 fn durable() -> QueueDeclareOptions {

@@ -110,6 +110,18 @@ pub async fn within<T>(secs: u64, fut: impl std::future::Future<Output = T>) -> 
 pub mod binary;
 pub mod raw;
 
+/// A new lapin connection to `url` and one channel on it, in confirm mode.
+pub async fn confirming_channel(url: &str) -> (Connection, Channel) {
+    let conn = Connection::connect(url, ConnectionProperties::default())
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    ch.confirm_select(lapin::options::ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    (conn, ch)
+}
+
 /// Publishes `body` persistently (delivery mode 2) to `queue` through the default exchange and
 /// waits until the broker has taken it (its confirm, on a channel in confirm mode).
 pub async fn publish_persistent(ch: &Channel, queue: &str, body: &[u8]) {

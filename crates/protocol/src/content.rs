@@ -6,6 +6,13 @@
 //! octet is buffered. One difference: RabbitMQ refuses a content header whose weight is not 0;
 //! amq-protocol's parser ignores the weight, and so does ours, which must accept what it
 //! accepts. No tokio, no broker.
+//!
+//! A body of at least [`SPOOL_BODY_BYTES_MIN`] octets goes to a [`BodySpool`] as it arrives
+//! when the assembler was given a [`BodySpooler`] (the server's: a file in the log directory,
+//! S-BIG-3), so that it is not held in memory on its way to the log; without one, or when the
+//! spooler has no room, it is gathered in memory.
+
+use std::sync::Arc;
 
 use amq_protocol::frame::AMQPContentHeader;
 use amq_protocol::protocol::{AMQPClass, basic};
@@ -19,6 +26,39 @@ use wharf_base::limits;
 /// and grows with what actually arrives, so a header announcing 16 MiB followed by nothing
 /// costs nothing: memory follows the octets received, not the octets announced.
 pub const BODY_PREALLOC_BYTES_MAX: usize = 1024 * 1024;
+
+/// Bodies at least this long are spooled as they arrive, when a spooler is set (S-BIG-3): the
+/// size from which S-BIG-3 calls a message large. Below it a body is at most one allocation
+/// of this size, and a few frames of the default `frame_max`.
+pub const SPOOL_BODY_BYTES_MIN: u64 = 1024 * 1024;
+
+/// Opens a spool for a large body when its content header arrives (S-BIG-3).
+pub trait BodySpooler: Send + Sync + std::fmt::Debug {
+    /// A spool for a body of `body_bytes` octets, or `None` when there is no room for it (the
+    /// body is then gathered in memory).
+    fn open(&self, body_bytes: u64) -> Option<Box<dyn BodySpool>>;
+}
+
+/// Where a large body is written as it arrives.
+pub trait BodySpool: Send + Sync + std::fmt::Debug {
+    /// Writes the next body frame's octets.
+    ///
+    /// # Errors
+    /// The write failed (the caller reads back what was written and gathers the rest).
+    fn write(&mut self, piece: &[u8]) -> std::io::Result<()>;
+
+    /// The whole body, once every octet was written.
+    ///
+    /// # Errors
+    /// It cannot be made into one.
+    fn finish(self: Box<Self>) -> std::io::Result<Bytes>;
+
+    /// What was written so far, back in memory; the spool is given up.
+    ///
+    /// # Errors
+    /// It cannot be read.
+    fn read_back(self: Box<Self>) -> std::io::Result<Vec<u8>>;
+}
 
 /// One complete message as it came over the wire.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,6 +121,8 @@ enum BodyBuffer {
     /// Octets so far, copied; the capacity never exceeds the announced body size, so the
     /// finished body keeps no slack (S-BIG-3).
     Gathering(Vec<u8>),
+    /// Octets so far, written to a spool (S-BIG-3).
+    Spooling(Box<dyn BodySpool>),
 }
 
 /// Assembles the frames of one channel into methods and contents. Invariant: in state `Body`,
@@ -91,6 +133,7 @@ pub struct ContentAssembler {
     channel: ChannelId,
     body_bytes_max: u32,
     state: State,
+    spooler: Option<Arc<dyn BodySpooler>>,
 }
 
 impl ContentAssembler {
@@ -101,7 +144,16 @@ impl ContentAssembler {
             channel,
             body_bytes_max: body_bytes_max.min(limits::MESSAGE_BODY_BYTES_MAX),
             state: State::Method,
+            spooler: None,
         }
+    }
+
+    /// The same assembler, spooling bodies of at least [`SPOOL_BODY_BYTES_MIN`] octets to
+    /// `spooler` as they arrive (S-BIG-3).
+    #[must_use]
+    pub fn with_spooler(mut self, spooler: Arc<dyn BodySpooler>) -> Self {
+        self.spooler = Some(spooler);
+        self
     }
 
     /// The body limit in force.
@@ -109,14 +161,20 @@ impl ContentAssembler {
         self.body_bytes_max
     }
 
-    /// Octets of memory held for a body being gathered (its buffer's capacity), for memory
-    /// accounting: at most `max(BODY_PREALLOC_BYTES_MAX, 2 × octets received)`.
+    /// Octets held for a body being gathered, for the per-connection bound on partly received
+    /// bodies: in memory, its buffer's capacity (at most `max(BODY_PREALLOC_BYTES_MAX, 2 ×
+    /// octets received)`); spooled, the disk space its spool reserved (the announced size).
     pub fn gathering_capacity_bytes(&self) -> usize {
         match &self.state {
             State::Body {
                 body: BodyBuffer::Gathering(b),
                 ..
             } => b.capacity(),
+            State::Body {
+                body: BodyBuffer::Spooling(_),
+                header,
+                ..
+            } => usize::try_from(header.body_size).unwrap_or(usize::MAX),
             _ => 0,
         }
     }
@@ -247,11 +305,17 @@ impl ContentAssembler {
         if header.body_size == 0 {
             return Ok(Some(complete(method, header, Bytes::new())));
         }
+        let spool = match &self.spooler {
+            Some(spooler) if header.body_size >= SPOOL_BODY_BYTES_MIN => {
+                spooler.open(header.body_size)
+            }
+            _ => None,
+        };
         self.state = State::Body {
             method,
             remaining_bytes: header.body_size,
             header,
-            body: BodyBuffer::Empty,
+            body: spool.map_or(BodyBuffer::Empty, BodyBuffer::Spooling),
         };
         Ok(None)
     }
@@ -274,6 +338,26 @@ impl ContentAssembler {
                 method_ids: ids(&method),
             });
         };
+        let body = match body {
+            BodyBuffer::Spooling(spool) => match spool_chunk(spool, &chunk, &method)? {
+                Spooled::Going(spool) if remaining_bytes == 0 => {
+                    let body = spool.finish().map_err(|e| storage_error(&method, &e))?;
+                    return Ok(Some(complete(method, header, body)));
+                }
+                Spooled::Going(spool) => {
+                    self.state = State::Body {
+                        method,
+                        header,
+                        remaining_bytes,
+                        body: BodyBuffer::Spooling(spool),
+                    };
+                    return Ok(None);
+                }
+                // Given up: what it held is back in memory, and this chunk still to add.
+                Spooled::GaveUp(gathered) => BodyBuffer::Gathering(gathered),
+            },
+            other => other,
+        };
         if remaining_bytes == 0 {
             let body = match body {
                 // The whole body in one frame: kept as decoded (`decode` already copied small
@@ -283,6 +367,7 @@ impl ContentAssembler {
                     gathered.extend_from_slice(&chunk);
                     Bytes::from(gathered)
                 }
+                BodyBuffer::Spooling(_) => unreachable!("a spooled body was handled above"),
             };
             return Ok(Some(complete(method, header, body)));
         }
@@ -291,6 +376,7 @@ impl ContentAssembler {
             // Bounded by body_bytes_max (checked at the header) and by what arrived.
             BodyBuffer::Empty => Vec::with_capacity(total.min(BODY_PREALLOC_BYTES_MAX)),
             BodyBuffer::Gathering(gathered) => gathered,
+            BodyBuffer::Spooling(_) => unreachable!("a spooled body was handled above"),
         };
         grow_for(&mut gathered, chunk.len(), total);
         gathered.extend_from_slice(&chunk);
@@ -331,6 +417,37 @@ impl ContentAssembler {
             };
         }
         Ok(None)
+    }
+}
+
+/// A spool after one more write.
+enum Spooled {
+    /// Written: spooling goes on.
+    Going(Box<dyn BodySpool>),
+    /// The write failed and the spool was given up: what it held, read back into memory (the
+    /// chunk not included); the body is gathered from there as any other.
+    GaveUp(Vec<u8>),
+}
+
+/// Writes `chunk` to `spool`.
+fn spool_chunk(
+    mut spool: Box<dyn BodySpool>,
+    chunk: &[u8],
+    method: &AMQPClass,
+) -> Result<Spooled, ProtocolError> {
+    match spool.write(chunk) {
+        Ok(()) => Ok(Spooled::Going(spool)),
+        Err(_) => match spool.read_back() {
+            Ok(gathered) => Ok(Spooled::GaveUp(gathered)),
+            Err(e) => Err(storage_error(method, &e)),
+        },
+    }
+}
+
+fn storage_error(method: &AMQPClass, e: &std::io::Error) -> ProtocolError {
+    ProtocolError::BodyStorage {
+        method_ids: ids(method),
+        reason: e.to_string(),
     }
 }
 

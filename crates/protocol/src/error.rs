@@ -131,6 +131,16 @@ pub enum ProtocolError {
         /// The limit in force.
         body_bytes_max: u32,
     },
+    /// A large body being written to its spool (S-BIG-3) could neither be written nor read
+    /// back into memory: the server's own failure (541, a connection error, as RabbitMQ's
+    /// internal errors).
+    #[error("INTERNAL_ERROR - cannot store the message body: {reason}")]
+    BodyStorage {
+        /// Class and method id of the method concerned.
+        method_ids: (u16, u16),
+        /// The operating system's error, as text.
+        reason: String,
+    },
 }
 
 /// What a channel's content state expected instead of the frame that came
@@ -177,6 +187,7 @@ impl ProtocolError {
                 reply_code::NOT_IMPLEMENTED
             }
             ProtocolError::MessageTooLarge { .. } => reply_code::PRECONDITION_FAILED,
+            ProtocolError::BodyStorage { .. } => reply_code::INTERNAL_ERROR,
         }
     }
 
@@ -201,7 +212,8 @@ impl ProtocolError {
             | ProtocolError::TableTooDeep { method_ids, .. }
             | ProtocolError::UnexpectedFrame { method_ids, .. }
             | ProtocolError::BodyOverrun { method_ids, .. }
-            | ProtocolError::MessageTooLarge { method_ids, .. } => *method_ids,
+            | ProtocolError::MessageTooLarge { method_ids, .. }
+            | ProtocolError::BodyStorage { method_ids, .. } => *method_ids,
             _ => (0, 0),
         }
     }

@@ -68,7 +68,10 @@ mod properties;
 pub mod reply_code;
 mod table_scan;
 
-pub use content::{Assembled, BODY_PREALLOC_BYTES_MAX, Content, ContentAssembler, carries_content};
+pub use content::{
+    Assembled, BODY_PREALLOC_BYTES_MAX, BodySpool, BodySpooler, Content, ContentAssembler,
+    SPOOL_BODY_BYTES_MIN, carries_content,
+};
 pub use encode::{
     CLASS_BASIC, DeliverRef, body_chunk_bytes_max, body_frame_envelope, encode_ack,
     encode_body_frame, encode_content, encode_content_header, encode_content_header_generic,

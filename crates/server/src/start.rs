@@ -68,6 +68,7 @@ impl Server {
         let alarms = Arc::new(alarm::Alarms::default());
         let log_health = LogHealth::of(&store);
         let live = LiveCounts::of(&broker);
+        let spooler = Arc::new(connection::LogSpooler(store.body_spooler()));
         let mut core = core::Core::new(broker, store, clock.clone());
         core.set_registry(registry.clone());
         core.set_message_memory_bytes(config.message_memory_bytes);
@@ -96,6 +97,7 @@ impl Server {
             alarm: alarms.subscribe(),
             limits: connection::ConnLimits::from_config(&config),
             open_connections: Arc::default(),
+            spooler,
         };
         let (tls_local_addr, tls_accept_task) = tls_listener
             .map(|(listener, addr, acceptor)| {

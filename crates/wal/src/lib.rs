@@ -14,6 +14,7 @@
 //!     append_durable(kind, payload)                             blocks until fsync'd
 //!     wait_durable(lsn)   durable(lsn) -> impl Future           blocking / async (no tokio)
 //!     durable_lsn() -> Lsn                                      the durable watermark
+//!     spooler() -> Spooler   open(len) -> Spool: a large body written to a file as it arrives
 //!     stats() -> WalStats                                       writes, fsyncs, records
 //! wal.reader() -> Reader                read_at(position) -> Record { lsn, kind, payload }
 //! wal.delete_segment(id)                drop a sealed segment (durable: directory fsync)
@@ -86,4 +87,7 @@ pub use recovery::{
 pub use storage::{FileStorage, SimStorage, Storage, StorageFile};
 pub use sync_stats::{SYNC_LATENCY_BOUNDS_US, SYNC_RECORDS_BOUNDS, SyncSnapshot};
 pub use wal::Wal;
-pub use writer::{Appended, Appender, Durable, WalStats};
+pub use writer::{
+    Appended, Appender, Durable, SPOOL_COPY_BYTES, SPOOL_FILE_SUFFIX, Spool, Spooler, WalStats,
+    is_spool_file_name,
+};

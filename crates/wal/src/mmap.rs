@@ -1,6 +1,7 @@
 //! The one audited `unsafe` of wharf: read-only memory maps of sealed segment files (memmap2).
 //! Everything else reads through safe slices of a [`ReadOnlyMap`]. Depends only on std and
-//! `memmap2`; must not be used for a file that is still being written.
+//! `memmap2`; must not be used for a file that is still being written (sealed segments, and
+//! finished spooled bodies, S-BIG-3).
 #![allow(
     unsafe_code,
     reason = "memmap2::Mmap::map is unsafe; this module is the audited place"
@@ -25,7 +26,9 @@ impl ReadOnlyMap {
         // segments: after sealing, nothing in wharf writes, truncates or resizes them; deleting
         // one only unlinks the name and the map stays valid until dropped. The log directory is
         // wharf's own (documented in the module doc of `wal`); another process changing its
-        // files is outside that contract, as for every database.
+        // files is outside that contract, as for every database. A finished spooled body
+        // (`writer::spool`) is mapped the same way: once finished, nothing writes, truncates
+        // or resizes it; it is removed only when the map is dropped.
         let map = unsafe { memmap2::Mmap::map(file)? };
         Ok(Self { map })
     }

@@ -46,6 +46,12 @@ impl Wal {
                 path: dir.to_owned(),
                 source,
             })?;
+        // A spooled body is never log data, and none is in use before the log is open: what
+        // a crash left goes (S-BIG-3).
+        crate::writer::remove_stale_spools(&*storage, dir).map_err(|source| RecoveryError::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
         let report = scan_after(
             &*storage,
             dir,

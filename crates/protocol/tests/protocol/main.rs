@@ -9,3 +9,4 @@
 mod protocol_content;
 mod protocol_frames;
 mod protocol_props;
+mod protocol_spool;

@@ -23,6 +23,7 @@
 mod admission;
 mod handshake;
 mod running;
+mod spool;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -44,6 +45,7 @@ use crate::core::{ChanOp, CoreMsg, Op};
 use crate::methods::MethodId;
 use crate::outbox::{OUTBOX_HARD_BYTES, Outbox, WriterCtx, run_writer};
 use admission::Admission;
+pub(crate) use spool::LogSpooler;
 use wharf_base::limits;
 use wharf_protocol::{
     self as protocol, ChannelId, ContentAssembler, Frame, ProtocolError, ProtocolHeaderCheck,
@@ -69,6 +71,8 @@ pub struct ConnCtx {
     pub limits: ConnLimits,
     /// Connections open now (past `connection.open`), against `limits.connection_max`.
     pub open_connections: Arc<AtomicU32>,
+    /// Where large bodies are written as they arrive (S-BIG-3).
+    pub spooler: Arc<dyn wharf_protocol::BodySpooler>,
 }
 
 /// The configured limits a connection applies (each at most its bound in `wharf_base::limits`).

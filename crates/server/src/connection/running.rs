@@ -3,6 +3,8 @@
 //! `crate::methods`) into a channel operation or, once its permissions are checked, a broker
 //! command.
 
+use std::sync::Arc;
+
 use amq_protocol::protocol::{AMQPClass, channel, connection};
 use tracing::{debug, info};
 
@@ -56,8 +58,9 @@ impl Reader {
             match frame {
                 Frame::Method(_, AMQPClass::Channel(channel::AMQPMethod::Open(_))) => {
                     let body_max = self.ctx.limits.message_bytes_max;
-                    self.channels
-                        .insert(ch, ContentAssembler::new(ChannelId(ch), body_max));
+                    let assembler = ContentAssembler::new(ChannelId(ch), body_max)
+                        .with_spooler(Arc::clone(&self.ctx.spooler));
+                    self.channels.insert(ch, assembler);
                     self.push(ch, Op::Open);
                 }
                 Frame::Method(_, AMQPClass::Channel(channel::AMQPMethod::CloseOk(_))) => {}

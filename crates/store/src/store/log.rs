@@ -118,6 +118,13 @@ impl Store {
         self.appender.clone()
     }
 
+    /// Opens spools for large message bodies in the log's directory (S-BIG-3): a body read
+    /// into a spool as it arrives and published is copied from there into its record, never
+    /// held whole in memory.
+    pub fn body_spooler(&self) -> wharf_wal::Spooler {
+        self.appender.spooler()
+    }
+
     /// What the store is about to take on disk, for [`crate::LogHealth`] (S-DISK-1).
     pub(crate) fn disk_demand(&self) -> Arc<DiskDemand> {
         Arc::clone(&self.demand)

@@ -10,7 +10,9 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 
-use super::{Chunk, Durability, Pending, SPLICE_BYTES_MIN, Shared, WalStats, lock};
+use super::{
+    Chunk, Durability, Pending, SPLICE_BYTES_MIN, Shared, Splice, Spooler, WalStats, lock,
+};
 use crate::error::WalError;
 use crate::ids::{Lsn, Position};
 use crate::record::{self, SEGMENT_HEADER_BYTES};
@@ -63,10 +65,20 @@ impl Appender {
                 max: shared.payload_bytes_max,
             });
         }
+        // A spooled body (S-BIG-3) is copied from its file, and its CRC is the spool's: its
+        // mapped bytes are not read here.
+        let spooled = if tail.len() >= SPLICE_BYTES_MIN {
+            shared.spools.find(tail)
+        } else {
+            None
+        };
         // Hash outside the lock; the writer combines it into the frame CRC.
         let mut hasher = crc32fast::Hasher::new();
         hasher.update(head);
-        hasher.update(tail);
+        match &spooled {
+            Some(file) => hasher.combine(&file.crc),
+            None => hasher.update(tail),
+        }
         let payload_crc = hasher.finalize();
         let frame_len = record::frame_bytes(payload_len);
         let mut pending = lock(&shared.pending);
@@ -110,8 +122,14 @@ impl Appender {
         let start = chunk.bytes.len();
         record::encode_frame_header(&mut chunk.bytes, payload_len, appended.lsn, kind);
         chunk.bytes.extend_from_slice(head);
-        if tail.len() >= SPLICE_BYTES_MIN {
-            chunk.splices.push((chunk.bytes.len(), tail.clone()));
+        if let Some(file) = spooled {
+            chunk
+                .splices
+                .push((chunk.bytes.len(), Splice::Spooled(file)));
+        } else if tail.len() >= SPLICE_BYTES_MIN {
+            chunk
+                .splices
+                .push((chunk.bytes.len(), Splice::Memory(tail.clone())));
         } else {
             chunk.bytes.extend_from_slice(tail);
         }
@@ -121,6 +139,12 @@ impl Appender {
         drop(pending);
         shared.work.notify_one();
         Ok(appended)
+    }
+
+    /// A handle opening spools for large message bodies in the log's directory (S-BIG-3): a
+    /// finished spool's body, appended as a record's tail, is copied into the log from its file.
+    pub fn spooler(&self) -> Spooler {
+        self.shared.spooler()
     }
 
     /// Appends one record and blocks until it is durable (or the log fails).

@@ -9,7 +9,8 @@ use super::segment::failed;
 use super::segment::{
     create_segment, preallocation_end, should_prefill, smoothed_batch_bytes, zero_fill,
 };
-use super::{ActiveSegment, Chunk, SPARE_BYTES_MAX, Shared, Start, lock};
+use super::spool::copy_into;
+use super::{ActiveSegment, Chunk, Piece, SPARE_BYTES_MAX, Shared, Start, lock};
 use crate::error::{IoOp, WalError};
 use crate::ids::{Lsn, SegmentId};
 use crate::mark::{DurableMark, MarkFile};
@@ -31,6 +32,8 @@ pub(crate) struct Writer {
     /// Records taken but not written yet: a batch, or what a full disk left of one (retried
     /// first, in order).
     held: Option<Vec<Chunk>>,
+    /// The buffer spooled bodies are copied through (S-BIG-3), allocated at the first.
+    copy_buf: Vec<u8>,
 }
 
 impl Writer {
@@ -44,6 +47,7 @@ impl Writer {
             last_mark: start.recovered,
             mark_failed: false,
             held: None,
+            copy_buf: Vec::new(),
         }
     }
 
@@ -215,11 +219,28 @@ impl Writer {
             let len = chunk.len() as u64;
             let mut at = chunk.offset;
             for piece in chunk.pieces() {
-                self.active
-                    .file
-                    .write_all_at(piece, at)
-                    .map_err(|e| Stop::Failed(failed(&path, IoOp::Write, e)))?;
-                at += piece.len() as u64;
+                let file = &*self.active.file;
+                at += match piece {
+                    Piece::Memory(bytes) => {
+                        file.write_all_at(bytes, at)
+                            .map_err(|e| Stop::Failed(failed(&path, IoOp::Write, e)))?;
+                        bytes.len() as u64
+                    }
+                    Piece::Spooled(spooled) => {
+                        copy_into(spooled, file, at, &mut self.copy_buf).map_err(
+                            |(reading, e)| {
+                                if reading {
+                                    Stop::Failed(failed(&spooled.path, IoOp::Read, e))
+                                } else {
+                                    Stop::Failed(failed(&path, IoOp::Write, e))
+                                }
+                            },
+                        )?;
+                        let c = &self.shared.counters;
+                        c.spooled.fetch_add(spooled.len, Ordering::Relaxed);
+                        spooled.len
+                    }
+                };
             }
             let end = chunk.offset + len;
             self.recent_batch_bytes = smoothed_batch_bytes(self.recent_batch_bytes, len);
@@ -243,8 +264,12 @@ impl Writer {
             self.active.end += len;
             self.active.allocated = self.active.allocated.max(self.active.end);
             self.note_durable(chunk.last_lsn);
+            // The spliced bodies are let go before their records are reported durable, so a
+            // waiter woken by it knows the log holds none of them any more (a spool file then
+            // goes with its body's last holder, S-BIG-3).
+            chunk.splices.clear();
             self.shared.durability.advance(chunk.last_lsn);
-            // The spliced bodies are let go here; a buffer grown large is freed, not kept.
+            // A buffer grown large is freed, not kept.
             let mut bytes = chunk.bytes;
             bytes.clear();
             let mut pending = lock(&self.shared.pending);

@@ -24,10 +24,14 @@
 mod appender;
 mod group_commit;
 mod segment;
+mod spool;
 
 pub use appender::{Appended, Appender, Durable};
 pub(crate) use group_commit::Writer;
 pub(crate) use segment::prepare_active;
+pub(crate) use spool::remove_stale as remove_stale_spools;
+pub use spool::{SPOOL_COPY_BYTES, SPOOL_FILE_SUFFIX, Spool, Spooler, is_spool_file_name};
+use spool::{SpoolFile, Spools};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -64,30 +68,58 @@ struct Chunk {
     bytes: Vec<u8>,
     /// Large payload tails held by reference instead of copied into `bytes` (a message
     /// body): each goes into the file just before `bytes[at]`, in order.
-    splices: Vec<(usize, Bytes)>,
+    splices: Vec<(usize, Splice)>,
     /// Per record: where its frame starts in `bytes`, and its payload's CRC.
     frames: Vec<(usize, u32)>,
     first_lsn: Lsn,
     last_lsn: Lsn,
 }
 
+/// A payload tail held by reference until written.
+#[derive(Debug)]
+enum Splice {
+    /// Bytes in memory, written from where they are.
+    Memory(Bytes),
+    /// A spooled body (S-BIG-3), copied from its file in bounded pieces.
+    Spooled(Arc<SpoolFile>),
+}
+
+impl Splice {
+    fn len(&self) -> usize {
+        match self {
+            Splice::Memory(b) => b.len(),
+            Splice::Spooled(f) => usize::try_from(f.len).unwrap_or(usize::MAX),
+        }
+    }
+}
+
+/// A stretch of a chunk in file order.
+enum Piece<'a> {
+    Memory(&'a [u8]),
+    Spooled(&'a SpoolFile),
+}
+
 impl Chunk {
     /// Bytes this chunk takes in its segment: `bytes` and every splice.
     fn len(&self) -> usize {
-        self.bytes.len() + self.splices.iter().map(|(_, b)| b.len()).sum::<usize>()
+        self.bytes.len() + self.splices.iter().map(|(_, s)| s.len()).sum::<usize>()
     }
 
     /// The chunk in file order: stretches of `bytes` with the splices between them.
-    fn pieces(&self) -> impl Iterator<Item = &[u8]> {
+    fn pieces(&self) -> impl Iterator<Item = Piece<'_>> {
         let mut from = 0;
         let mut out = Vec::with_capacity(2 * self.splices.len() + 1);
-        for (at, data) in &self.splices {
-            out.push(self.bytes.get(from..*at).unwrap_or_default());
-            out.push(&data[..]);
+        for (at, splice) in &self.splices {
+            out.push(Piece::Memory(self.bytes.get(from..*at).unwrap_or_default()));
+            out.push(match splice {
+                Splice::Memory(b) => Piece::Memory(&b[..]),
+                Splice::Spooled(f) => Piece::Spooled(f),
+            });
             from = *at;
         }
-        out.push(self.bytes.get(from..).unwrap_or_default());
-        out.into_iter().filter(|p| !p.is_empty())
+        out.push(Piece::Memory(self.bytes.get(from..).unwrap_or_default()));
+        out.into_iter()
+            .filter(|p| !matches!(p, Piece::Memory(b) if b.is_empty()))
     }
 }
 
@@ -201,6 +233,8 @@ pub(crate) struct Shared {
     pub(crate) inline: bool,
     /// The inline writer, until it is closed or failed (always `None` with a writer thread).
     inline_writer: InlineWriter,
+    /// Spooled bodies still held (S-BIG-3).
+    spools: Arc<Spools>,
 }
 
 /// The slot of an inline writer. It holds an `Arc` of the [`Shared`] that holds it: the
@@ -220,6 +254,7 @@ struct Counters {
     syncs: AtomicU64,
     bytes: AtomicU64,
     records: AtomicU64,
+    spooled: AtomicU64,
 }
 
 /// Counters of the writer since the log was opened: how well group commit is batching.
@@ -233,6 +268,8 @@ pub struct WalStats {
     pub bytes: u64,
     /// Records made durable.
     pub records: u64,
+    /// Body bytes copied into records from spool files (S-BIG-3), included in `bytes`.
+    pub spooled_bytes: u64,
 }
 
 /// How the writer starts: the result of recovery.
@@ -316,6 +353,16 @@ impl Shared {
             sync_stats: SyncStats::default(),
             inline,
             inline_writer: InlineWriter::default(),
+            spools: Arc::default(),
+        }
+    }
+
+    /// A handle opening spools in the log's directory.
+    pub(crate) fn spooler(&self) -> Spooler {
+        Spooler {
+            dir: self.dir.clone(),
+            storage: Arc::clone(&self.storage),
+            spools: Arc::clone(&self.spools),
         }
     }
 
@@ -361,6 +408,7 @@ impl Shared {
             syncs: c.syncs.load(Ordering::Relaxed),
             bytes: c.bytes.load(Ordering::Relaxed),
             records: c.records.load(Ordering::Relaxed),
+            spooled_bytes: c.spooled.load(Ordering::Relaxed),
         }
     }
 

@@ -15,3 +15,4 @@ mod wal_golden;
 mod wal_inline;
 mod wal_kill;
 mod wal_sim;
+mod wal_spool;
