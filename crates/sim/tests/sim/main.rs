@@ -17,6 +17,7 @@
 
 mod findings;
 mod seeds;
+mod server;
 
 use wharf_sim::{Stats, run};
 
