@@ -415,13 +415,8 @@ impl World {
             self.stats.crashes += 1;
             node.crash();
         }
-        if power_loss {
-            self.stats.power_losses += 1;
-            self.disk.power_loss();
-        }
-        // Injected faults belong to the dead process.
-        self.disk.sim().fail_sync_after(u64::MAX);
-        self.disk.sim().fail_write_after(u64::MAX);
+        self.stats.power_losses += u64::from(power_loss);
+        self.disk.process_ended(power_loss);
         self.fault_armed = false;
         self.net.reset();
         for p in &mut self.publishers {

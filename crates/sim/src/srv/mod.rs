@@ -231,21 +231,12 @@ impl ServerWorld {
         }
         let i = self.rng.index(self.consumer_held.len());
         let (tag, key) = self.consumer_held.remove(i);
-        let c = &mut self.clients[CONSUMER];
-        match self.rng.below(4) {
-            0 | 1 => {
-                c.ack(tag);
-                self.ledger.settled(key, true, false);
-            }
-            2 => {
-                c.reject(tag, true);
-                self.ledger.settled(key, false, true);
-            }
-            _ => {
-                c.reject(tag, false);
-                self.ledger.settled(key, false, false);
-            }
-        }
+        // Ack half the time, requeue or reject a quarter each.
+        let requeue = match self.rng.below(4) {
+            0 | 1 => None,
+            n => Some(n == 2),
+        };
+        self.settle_delivery(CONSUMER, tag, key, requeue);
     }
 
     fn getter_acts(&mut self) {
@@ -258,21 +249,24 @@ impl ServerWorld {
         }
         let i = self.rng.index(self.getter_held.len());
         let (tag, key) = self.getter_held.remove(i);
-        let c = &mut self.clients[GETTER];
-        match self.rng.below(5) {
-            0..3 => {
-                c.ack(tag);
-                self.ledger.settled(key, true, false);
-            }
-            3 => {
-                c.reject(tag, true);
-                self.ledger.settled(key, false, true);
-            }
-            _ => {
-                c.reject(tag, false);
-                self.ledger.settled(key, false, false);
-            }
+        // Ack three times in five, requeue or reject once each.
+        let requeue = match self.rng.below(5) {
+            0..3 => None,
+            n => Some(n == 3),
+        };
+        self.settle_delivery(GETTER, tag, key, requeue);
+    }
+
+    /// The client acks delivery `tag` of `key` (`None`), or rejects it with or without
+    /// requeue.
+    fn settle_delivery(&mut self, client: usize, tag: u64, key: u64, requeue: Option<bool>) {
+        let c = &mut self.clients[client];
+        match requeue {
+            None => c.ack(tag),
+            Some(requeue) => c.reject(tag, requeue),
         }
+        self.ledger
+            .settled(key, requeue.is_none(), requeue.unwrap_or(false));
     }
 
     /// Time passes: the server's timers fire, each at its time, while the clients wait.
@@ -560,13 +554,8 @@ impl ServerWorld {
             drop(clients);
             process.crash();
         }
-        if power_loss {
-            self.stats.power_losses += 1;
-            self.disk.power_loss();
-        }
-        // Injected faults belong to the dead process.
-        self.disk.sim().fail_sync_after(u64::MAX);
-        self.disk.sim().fail_write_after(u64::MAX);
+        self.stats.power_losses += u64::from(power_loss);
+        self.disk.process_ended(power_loss);
         self.fault_armed = false;
         self.barrier = false;
         self.policy_waiting.clear();

@@ -12,7 +12,7 @@
 use wharf_sim::Stats;
 use wharf_sim::srv::run;
 
-use super::{add, assert_reached, env, steps};
+use super::{add, assert_reached, env, reproduces, steps};
 
 fn seeds() -> Vec<u64> {
     if let Some(seed) = env("WHARF_SIM_SERVER_SEED") {
@@ -67,17 +67,7 @@ fn server_s_dur_3_s_ttl_4_s_dlx_7_every_seed_matches_the_model() {
 /// two seeds never share a trace.
 #[test]
 fn server_a_seed_reproduces_its_run_exactly() {
-    let seeds: Vec<u64> = (0..12).collect();
-    let first: Vec<_> = seeds.iter().map(|&s| run(s, steps())).collect();
-    let again = std::thread::spawn(move || seeds.iter().map(|&s| run(s, steps())).collect());
-    let again: Vec<_> = again.join().unwrap();
-    let mut total = Stats::default();
-    for (seed, (a, b)) in first.iter().zip(&again).enumerate() {
-        assert_eq!(a, b, "seed {seed} ran differently twice");
-        if let Ok(stats) = a {
-            add(&mut total, stats);
-        }
-    }
+    let total = reproduces(run, 12);
     assert_reached(
         &total,
         &[
@@ -85,11 +75,5 @@ fn server_a_seed_reproduces_its_run_exactly() {
             ("power losses", total.power_losses),
             ("fail-stops", total.fail_stops),
         ],
-    );
-    let traces: std::collections::BTreeSet<u64> = first.iter().flatten().map(|s| s.trace).collect();
-    assert_eq!(
-        traces.len(),
-        first.iter().flatten().count(),
-        "two seeds, one trace"
     );
 }
