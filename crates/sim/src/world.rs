@@ -270,13 +270,9 @@ impl World {
     fn arm_fault(&mut self, sync: bool) {
         let n = self.rng.below(3);
         self.fault_armed = true;
-        if sync {
-            self.stats.sync_faults += 1;
-            self.disk.sim().fail_sync_after(n);
-        } else {
-            self.stats.write_faults += 1;
-            self.disk.sim().fail_write_after(n);
-        }
+        self.stats.sync_faults += u64::from(sync);
+        self.stats.write_faults += u64::from(!sync);
+        self.disk.fail_soon(sync, n);
     }
 
     /// The disk fills up to within a few KiB for a few steps (S-DISK-1..4).

@@ -313,13 +313,9 @@ impl ServerWorld {
     fn arm_fault(&mut self, sync: bool) {
         let n = self.rng.below(3);
         self.fault_armed = true;
-        if sync {
-            self.stats.sync_faults += 1;
-            self.disk.sim().fail_sync_after(n);
-        } else {
-            self.stats.write_faults += 1;
-            self.disk.sim().fail_write_after(n);
-        }
+        self.stats.sync_faults += u64::from(sync);
+        self.stats.write_faults += u64::from(!sync);
+        self.disk.fail_soon(sync, n);
     }
 
     /// Writes what every client queued.

@@ -84,15 +84,7 @@ fn s_dur_3_s_ttl_4_s_dlx_7_s_disk_4_every_seed_matches_the_model() {
             (Err(v), _) => failures.push(v.0),
         }
     }
-    for f in &failures {
-        eprintln!("FAIL {f}");
-    }
-    assert!(
-        failures.is_empty(),
-        "{} of {} seeds failed",
-        failures.len(),
-        seeds.len()
-    );
+    report(&failures, seeds.len());
     println!("{} seeds: {total:?}", seeds.len());
     // The run must actually reach what it claims to check.
     if seeds.len() >= 100 {
@@ -110,6 +102,18 @@ fn s_dur_3_s_ttl_4_s_dlx_7_s_disk_4_every_seed_matches_the_model() {
             ],
         );
     }
+}
+
+/// Prints every failed seed (each with its command), then fails if there was one.
+fn report(failures: &[String], seeds: usize) {
+    for f in failures {
+        eprintln!("FAIL {f}");
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {seeds} seeds failed",
+        failures.len()
+    );
 }
 
 /// Every count of `reached` is above zero: the seeds met what they claim to check.
