@@ -522,7 +522,10 @@ pub async fn monitor(mut monitor: Monitor, mut requests: mpsc::Receiver<oneshot:
     let mut every = tokio::time::interval(limits::RESOURCE_CHECK_INTERVAL);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        // Biased: no random choice between ready branches (a simulated run is a function of
+        // its seed); both check.
         tokio::select! {
+            biased;
             _ = every.tick() => monitor.check(),
             request = requests.recv() => match request {
                 Some(done) => {

@@ -101,12 +101,16 @@ pub(crate) async fn recover(
         .unwrap_or_else(|| Arc::new(FileStorage));
     let wal_config = WalConfig {
         segment_bytes_max: segment_bytes,
+        inline_writer: config.inline_store,
         ..WalConfig::default()
     };
-    let (mut store, mut broker, summary) =
+    let (mut store, mut broker, summary) = if config.inline_store {
+        Store::open_with(&store_config, storage, &wal_config)?
+    } else {
         tokio::task::spawn_blocking(move || Store::open_with(&store_config, storage, &wal_config))
             .await
-            .map_err(ServerError::Task)??;
+            .map_err(ServerError::Task)??
+    };
     let limit = config.disk_free_limit_bytes;
     store.set_checkpoint_trigger(wharf_store::CheckpointTrigger {
         enabled: true,

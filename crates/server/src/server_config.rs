@@ -89,6 +89,17 @@ pub struct ServerConfig {
     /// field is then ignored) and [`ServerHandle::clock_advance`] and friends may move it.
     /// `None` (the default): they are refused.
     pub clock_control: Option<ManualClock>,
+    /// With a configured `storage`: the log's segment size (default
+    /// `limits::SEGMENT_BYTES_MAX`); a simulated disk holds its segments in memory. Ignored
+    /// for real files, whose segments are fitted to the volume (S-DISK-5).
+    pub storage_segment_bytes: Option<u64>,
+    /// Runs the store on the broker task's thread (the deterministic simulation, `wharf-sim`):
+    /// the log's writer inline (`WalConfig::inline_writer`: whoever waits for durability
+    /// writes and syncs), periodic checkpoints inline, and no blocking-pool task to open or
+    /// close the store, so a run on a current-thread runtime with paused time starts no
+    /// thread and does the same I/O in the same order every time. Default false (production:
+    /// a writer thread, a checkpoint thread, the store opened and closed off the runtime).
+    pub inline_store: bool,
 }
 
 impl ServerConfig {
@@ -124,6 +135,8 @@ impl ServerConfig {
             message_memory_bytes: limits::MESSAGE_MEMORY_BYTES,
             storage: None,
             clock_control: None,
+            storage_segment_bytes: None,
+            inline_store: false,
         }
     }
 }

@@ -72,6 +72,7 @@ impl Server {
         let mut core = core::Core::new(broker, store, clock.clone());
         core.set_registry(registry.clone());
         core.set_message_memory_bytes(config.message_memory_bytes);
+        core.set_inline_store(config.inline_store);
         core.log_startup(events)?;
         let recovery_ms = stopwatch.elapsed_ms();
 

@@ -47,13 +47,16 @@ pub fn plan_for_volume(total_bytes: u64, checkpoint_min: u64, message_max: u32) 
 /// Sizes the log for the data directory's volume (S-DISK-5): segments, preallocation (which
 /// never exceeds a segment), the checkpoint trigger and the largest message follow the
 /// volume, with a clear warning at start when it is small. Returns the segment size. A
-/// configured `storage` (a simulated disk) keeps the defaults.
+/// configured `storage` (a simulated disk) keeps the defaults, or its configured
+/// `storage_segment_bytes`.
 ///
 /// # Errors
 /// The data directory cannot be created or its file system measured.
 pub fn fit_to_volume(config: &mut ServerConfig) -> io::Result<u64> {
     if config.storage.is_some() {
-        return Ok(limits::SEGMENT_BYTES_MAX);
+        return Ok(config
+            .storage_segment_bytes
+            .unwrap_or(limits::SEGMENT_BYTES_MAX));
     }
     std::fs::create_dir_all(&config.data_dir)?;
     let st = rustix::fs::statvfs(&config.data_dir)?;

@@ -48,6 +48,26 @@ impl Disk {
     pub fn power_loss(&mut self) {
         self.sim = self.sim.power_loss();
     }
+
+    /// The `after`-th next fsync (`sync`) or write from now fails (0: the next one), for the
+    /// current process lifetime ([`Disk::process_ended`] clears it).
+    pub fn fail_soon(&self, sync: bool, after: u64) {
+        if sync {
+            self.sim.fail_sync_after(after);
+        } else {
+            self.sim.fail_write_after(after);
+        }
+    }
+
+    /// A process lifetime ended (after its crash or stop): the power goes too when
+    /// `power_loss`, and the faults injected for that process are cleared (they belong to it).
+    pub fn process_ended(&mut self, power_loss: bool) {
+        if power_loss {
+            self.power_loss();
+        }
+        self.sim.fail_sync_after(u64::MAX);
+        self.sim.fail_write_after(u64::MAX);
+    }
 }
 
 /// Ends a process lifetime: every handle of its storage fails afterwards.

@@ -1,18 +1,26 @@
-//! Deterministic simulation of wharf: the real broker (`wharf-broker`) and store
-//! (`wharf-store`, with the real write-ahead log and recovery) driven as the server's broker
-//! task drives them, on the simulated disk (`wharf_wal::SimStorage`) and a manual clock, by
-//! simulated clients, with faults, and checked against a reference model at every step.
-//! A run is named by its seed; the same seed runs the same steps.
+//! Deterministic simulation of wharf, at two depths, each run named by its seed (the same
+//! seed runs the same steps):
 //!
-//! What it reaches: the broker task's batch/log/release cycle, the expiry timer, paging,
-//! checkpoints, segment reclamation, recovery, with the log's writer run inline
-//! (`WalConfig::inline_writer`), so a seed reproduces its run exactly, fsync grouping and
-//! injected faults included. What it does not (yet): the server's tokio glue (connections,
-//! frames, outboxes), which the AMQP integration tests and the `amqp_connection` fuzz target
-//! cover. The way in is the server's socket-free door (`ServerHandle::connect_in_memory`,
-//! S-NET-2), which the fuzz target already uses; what is missing is a server started on this
-//! disk with the inline writer, on a current-thread runtime whose time the run moves. The
-//! network is a seam ([`Network`]) where a simulated network for the cluster work plugs in.
+//! - **The broker and the store** ([`World`], [`run`]): the real broker (`wharf-broker`) and
+//!   store (`wharf-store`, with the real write-ahead log and recovery) driven as the server's
+//!   broker task drives them, on the simulated disk (`wharf_wal::SimStorage`) and a manual
+//!   clock, by simulated clients, with faults (crash, power loss, failing fsyncs and writes,
+//!   a full disk), checked against a reference model ([`Model`]) at every step. It reaches
+//!   the broker task's batch/log/release cycle, the expiry timer, paging, explicit
+//!   checkpoints, segment reclamation and recovery, with the log's writer run inline
+//!   (`WalConfig::inline_writer`), so a seed reproduces its run exactly, fsync grouping and
+//!   injected faults included.
+//! - **The whole server** ([`srv::ServerWorld`], [`srv::run`]): the real server
+//!   (`wharf-server`: connections, channels, the broker task, group commit, confirms,
+//!   outboxes, periodic checkpoints) on the same simulated disk, in a current-thread tokio
+//!   runtime with paused time, its store run inline (`ServerConfig::inline_store`), reached by
+//!   simulated AMQP clients speaking real frames through the socket-free door
+//!   (`ServerHandle::connect_in_memory`, S-NET-2), with crashes, power losses and failing
+//!   fsyncs and writes, checked against a black-box model ([`srv::Ledger`]) of what the
+//!   clients saw and the queues a management query shows.
+//!
+//! The network is a seam in both ([`Network`]; the door's stream in `srv`) where a simulated
+//! network for the cluster work plugs in.
 //!
 //! # Layout
 //!
@@ -23,6 +31,7 @@
 //! - `clients`: the simulated clients' commands.
 //! - `model`: [`Model`], the reference model and its checks.
 //! - `world`: [`World`], one run: steps, faults, restarts.
+//! - `srv`: the whole server under simulation ([`srv::ServerWorld`]).
 
 mod clients;
 mod disk;
@@ -30,6 +39,7 @@ mod model;
 mod net;
 mod node;
 mod rng;
+pub mod srv;
 mod world;
 
 pub use disk::{Disk, Fence};

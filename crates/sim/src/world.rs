@@ -270,13 +270,9 @@ impl World {
     fn arm_fault(&mut self, sync: bool) {
         let n = self.rng.below(3);
         self.fault_armed = true;
-        if sync {
-            self.stats.sync_faults += 1;
-            self.disk.sim().fail_sync_after(n);
-        } else {
-            self.stats.write_faults += 1;
-            self.disk.sim().fail_write_after(n);
-        }
+        self.stats.sync_faults += u64::from(sync);
+        self.stats.write_faults += u64::from(!sync);
+        self.disk.fail_soon(sync, n);
     }
 
     /// The disk fills up to within a few KiB for a few steps (S-DISK-1..4).
@@ -415,13 +411,8 @@ impl World {
             self.stats.crashes += 1;
             node.crash();
         }
-        if power_loss {
-            self.stats.power_losses += 1;
-            self.disk.power_loss();
-        }
-        // Injected faults belong to the dead process.
-        self.disk.sim().fail_sync_after(u64::MAX);
-        self.disk.sim().fail_write_after(u64::MAX);
+        self.stats.power_losses += u64::from(power_loss);
+        self.disk.process_ended(power_loss);
         self.fault_armed = false;
         self.net.reset();
         for p in &mut self.publishers {

@@ -7,6 +7,7 @@
 //! wharf's public API, the test clients and the shared helpers under tests/.
 
 mod protocol_content;
+mod protocol_corpus;
 mod protocol_frames;
 mod protocol_props;
 mod protocol_spool;

@@ -338,7 +338,15 @@ impl Reader {
                     None => std::future::pending().await,
                 }
             };
+            // Biased, in this order: the server's own close first (a client that keeps
+            // sending cannot hold it back), and no random choice among ready branches (a
+            // simulated run is a function of its seed).
             tokio::select! {
+                biased;
+                () = self.outbox.closing(), if !closing => {
+                    self.phase = Phase::Closing;
+                }
+                () = close_waited, if closing => return,
                 r = tokio::time::timeout(wait, sock.read_buf(&mut buf)) => match r {
                     Err(_) => {
                         if !closing {
@@ -349,10 +357,6 @@ impl Reader {
                     Ok(Ok(0) | Err(_)) => return,
                     Ok(Ok(n)) => self.outbox.count_received(n),
                 },
-                () = self.outbox.closing(), if !closing => {
-                    self.phase = Phase::Closing;
-                }
-                () = close_waited, if closing => return,
             }
         }
     }
@@ -383,6 +387,7 @@ impl Reader {
         }
         loop {
             tokio::select! {
+                biased;
                 changed = alarm.changed() => {
                     if changed.is_err() || alarm.borrow_and_update().is_none() {
                         break;

@@ -66,6 +66,7 @@ impl Core {
             access: None,
             message_memory_bytes: wharf_base::limits::MESSAGE_MEMORY_BYTES,
             timings,
+            inline_store: false,
         }
     }
 
@@ -133,16 +134,10 @@ impl Core {
         // was logged (the snapshot must match the log).
         let snapshot = self.events.is_empty().then(|| self.broker.snapshot());
         let closed = match store {
-            Some(mut store) => tokio::task::spawn_blocking(move || {
-                if let Some(snapshot) = snapshot
-                    && let Err(e) = store.checkpoint_at_shutdown(snapshot)
-                {
-                    warn!(error = %e, "checkpoint at shutdown failed; the log keeps everything");
-                }
-                store.close()
-            })
-            .await
-            .unwrap_or_else(|e| Err(StoreError::Log(format!("close task failed: {e}")))),
+            Some(store) if self.inline_store => close_store(store, snapshot),
+            Some(store) => tokio::task::spawn_blocking(move || close_store(store, snapshot))
+                .await
+                .unwrap_or_else(|e| Err(StoreError::Log(format!("close task failed: {e}")))),
             None => Ok(()),
         };
         // Closing the store made everything logged durable: the last held frames (the 320
@@ -312,6 +307,20 @@ impl Core {
         let from_store = self.store.as_ref().map_or(0, Store::durable_watermark);
         from_waiter.max(from_store)
     }
+}
+
+/// The end of a clean stop: the shutdown checkpoint (when `snapshot` matches the log), then
+/// the store closed (everything logged made durable).
+fn close_store(
+    mut store: Store,
+    snapshot: Option<wharf_broker::Snapshot>,
+) -> Result<(), StoreError> {
+    if let Some(snapshot) = snapshot
+        && let Err(e) = store.checkpoint_at_shutdown(snapshot)
+    {
+        warn!(error = %e, "checkpoint at shutdown failed; the log keeps everything");
+    }
+    store.close()
 }
 
 /// Awaits the store's durability futures in ticket order and publishes the durable ticket

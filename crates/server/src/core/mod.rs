@@ -228,6 +228,9 @@ pub struct Core {
     message_memory_bytes: u64,
     /// Where the task's time goes (metrics).
     timings: timings::CoreTimings,
+    /// Close the store on this task's thread, not the blocking pool
+    /// (`ServerConfig::inline_store`).
+    inline_store: bool,
 }
 
 impl Core {
@@ -249,5 +252,10 @@ impl Core {
     /// Sets the memory for the content of queued messages (`ServerConfig::message_memory_bytes`).
     pub fn set_message_memory_bytes(&mut self, bytes: u64) {
         self.message_memory_bytes = bytes;
+    }
+
+    /// Closes the store on this task's thread at the end (`ServerConfig::inline_store`).
+    pub fn set_inline_store(&mut self, inline: bool) {
+        self.inline_store = inline;
     }
 }

@@ -17,8 +17,9 @@
 
 mod findings;
 mod seeds;
+mod server;
 
-use wharf_sim::{Stats, run};
+use wharf_sim::{Stats, Violation, run};
 
 fn env(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|v| {
@@ -83,15 +84,7 @@ fn s_dur_3_s_ttl_4_s_dlx_7_s_disk_4_every_seed_matches_the_model() {
             (Err(v), _) => failures.push(v.0),
         }
     }
-    for f in &failures {
-        eprintln!("FAIL {f}");
-    }
-    assert!(
-        failures.is_empty(),
-        "{} of {} seeds failed",
-        failures.len(),
-        seeds.len()
-    );
+    report(&failures, seeds.len());
     println!("{} seeds: {total:?}", seeds.len());
     // The run must actually reach what it claims to check.
     if seeds.len() >= 100 {
@@ -111,6 +104,18 @@ fn s_dur_3_s_ttl_4_s_dlx_7_s_disk_4_every_seed_matches_the_model() {
     }
 }
 
+/// Prints every failed seed (each with its command), then fails if there was one.
+fn report(failures: &[String], seeds: usize) {
+    for f in failures {
+        eprintln!("FAIL {f}");
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {seeds} seeds failed",
+        failures.len()
+    );
+}
+
 /// Every count of `reached` is above zero: the seeds met what they claim to check.
 fn assert_reached(total: &Stats, reached: &[(&str, u64)]) {
     for (what, n) in reached {
@@ -126,17 +131,7 @@ fn assert_reached(total: &Stats, reached: &[(&str, u64)]) {
 /// nothing may depend on a thread's state either), faults of every kind included.
 #[test]
 fn a_seed_reproduces_its_run_exactly() {
-    let seeds: Vec<u64> = (0..40).collect();
-    let first: Vec<_> = seeds.iter().map(|&s| run(s, steps())).collect();
-    let again = std::thread::spawn(move || seeds.iter().map(|&s| run(s, steps())).collect());
-    let again: Vec<_> = again.join().unwrap();
-    let mut total = Stats::default();
-    for (seed, (a, b)) in first.iter().zip(&again).enumerate() {
-        assert_eq!(a, b, "seed {seed} ran differently twice");
-        if let Ok(stats) = a {
-            add(&mut total, stats);
-        }
-    }
+    let total = reproduces(run, 40);
     assert_reached(
         &total,
         &[
@@ -147,10 +142,28 @@ fn a_seed_reproduces_its_run_exactly() {
             ("full disks", total.disk_full),
         ],
     );
+}
+
+/// Runs seeds `0..n` of `run` twice, the second time on another thread, and checks every
+/// run came out the same (statistics and trace) and no two seeds share a trace; returns the
+/// totals of the passing runs.
+fn reproduces(run: fn(u64, u64) -> Result<Stats, Violation>, n: u64) -> Stats {
+    let seeds: Vec<u64> = (0..n).collect();
+    let first: Vec<_> = seeds.iter().map(|&s| run(s, steps())).collect();
+    let again = std::thread::spawn(move || seeds.iter().map(|&s| run(s, steps())).collect());
+    let again: Vec<_> = again.join().unwrap();
+    let mut total = Stats::default();
+    for (seed, (a, b)) in first.iter().zip(&again).enumerate() {
+        assert_eq!(a, b, "seed {seed} ran differently twice");
+        if let Ok(stats) = a {
+            add(&mut total, stats);
+        }
+    }
     let traces: std::collections::BTreeSet<u64> = first.iter().flatten().map(|s| s.trace).collect();
     assert_eq!(
         traces.len(),
         first.iter().flatten().count(),
         "two seeds, one trace"
     );
+    total
 }

@@ -1,10 +1,10 @@
 //! Checkpoints an open store takes: on its own after a batch once enough log was written
-//! ([`Store::maybe_checkpoint`], on a thread of its own), now ([`Store::checkpoint_now`]), or
-//! at every clean shutdown. A checkpoint is written only once the log is durable through its
-//! Lsn (and through the copies compaction made for it), and the segments it covers and does
-//! not refer to are deleted only once it is durable and readers use it. A
-//! failed checkpoint is logged and retried later, never fail-stop: the log still holds
-//! everything.
+//! ([`Store::maybe_checkpoint`], on a thread of its own, or inline with an inline log
+//! writer), now ([`Store::checkpoint_now`]), or at every clean shutdown. A checkpoint is
+//! written only once the log is durable through its Lsn (and through the copies compaction
+//! made for it), and the segments it covers and does not refer to are deleted only once it is
+//! durable and readers use it. A failed checkpoint is logged and retried later, never
+//! fail-stop: the log still holds everything.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::compaction::{self, Compaction, held_at};
-use super::{InFlight, Store};
+use super::{InFlight, Running, Store};
 use crate::checkpoint;
 use crate::checkpoint_trigger::{CheckpointDone, CheckpointTrigger};
 use crate::error::StoreError;
@@ -161,8 +161,9 @@ impl Store {
     /// log exactly through its last record): collects a finished checkpoint, and when the log
     /// written since the last one exceeds the trigger's threshold (or the log moved to a new
     /// segment while the live data is small), takes a snapshot (one reference per message)
-    /// and writes it on a thread of its own. Returns true when it started
-    /// one. A failed checkpoint is logged and retried after another threshold of log; it
+    /// and writes it on a thread of its own (on this one when the log's writer runs inline,
+    /// `WalConfig::inline_writer`: no thread, so a simulated run stays deterministic).
+    /// Returns true when it started one. A failed checkpoint is logged and retried after another threshold of log; it
     /// loses nothing, since the log still holds everything.
     pub fn maybe_checkpoint(&mut self, broker: &Broker) -> bool {
         self.collect_checkpoint(false);
@@ -201,6 +202,16 @@ impl Store {
         // Under space pressure the checkpoint only frees: no copies.
         let job = self.job(snapshot, !pressed);
         let at_bytes = self.logged_bytes.load(Ordering::Relaxed);
+        if self.checkpoints.inline {
+            // No thread (the log's writer runs inline): written now, collected at the next
+            // call as a thread's would be.
+            self.checkpoints.in_flight = Some(InFlight {
+                at_bytes,
+                at_segment: segment,
+                running: Running::Done(job.run()),
+            });
+            return true;
+        }
         let spawned = std::thread::Builder::new()
             .name("wharf-checkpoint".to_owned())
             .spawn(move || job.run());
@@ -209,7 +220,7 @@ impl Store {
                 self.checkpoints.in_flight = Some(InFlight {
                     at_bytes,
                     at_segment: segment,
-                    handle,
+                    running: Running::Thread(handle),
                 });
                 true
             }
@@ -364,18 +375,24 @@ impl Store {
             .checkpoints
             .in_flight
             .as_ref()
-            .is_some_and(|f| wait || f.handle.is_finished());
+            .is_some_and(|f| match &f.running {
+                Running::Thread(handle) => wait || handle.is_finished(),
+                Running::Done(_) => true,
+            });
         if !finished {
             return None;
         }
         let InFlight {
             at_bytes,
             at_segment,
-            handle,
+            running,
         } = self.checkpoints.in_flight.take()?;
-        let result = match handle.join() {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::CheckpointPanicked),
+        let result = match running {
+            Running::Thread(handle) => match handle.join() {
+                Ok(result) => result,
+                Err(_) => Err(StoreError::CheckpointPanicked),
+            },
+            Running::Done(result) => result,
         };
         self.demand.set_checkpoint(0);
         match &result {

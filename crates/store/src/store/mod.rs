@@ -95,11 +95,22 @@ struct Checkpoints {
     /// `settled` at the last free-space check, and the messages the last estimate counted.
     settled_checked_at: u64,
     estimated_messages: u64,
+    /// Periodic checkpoints run on the calling thread, not a thread of their own: set when the
+    /// log's writer runs inline (`WalConfig::inline_writer`, the deterministic simulation),
+    /// so that an open store starts no thread at all.
+    inline: bool,
 }
 
 #[derive(Debug)]
 struct InFlight {
     at_bytes: u64,
     at_segment: u64,
-    handle: std::thread::JoinHandle<Result<CheckpointDone, StoreError>>,
+    running: Running,
+}
+
+/// A periodic checkpoint being written: on its thread, or (inline) already done.
+#[derive(Debug)]
+enum Running {
+    Thread(std::thread::JoinHandle<Result<CheckpointDone, StoreError>>),
+    Done(Result<CheckpointDone, StoreError>),
 }

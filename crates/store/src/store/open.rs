@@ -97,6 +97,7 @@ impl Store {
             checkpoints: Checkpoints {
                 newest: start.lsn.map(|l| l.0),
                 live_bytes: start.bytes,
+                inline: wal_config.inline_writer,
                 ..Checkpoints::default()
             },
             reader,

@@ -1,0 +1,388 @@
+//! [`Ledger`]: the reference model of the whole-server simulation. It sees only what the
+//! clients did and saw, the clock, and (between steps) the broker's queues as a management
+//! query shows them; from that it knows, for every message (named by the key in its body),
+//! the places it went through (its queue, `dead`, gone) and which of them is known durable.
+//! It judges:
+//!
+//! - every delivery (never from a place the message left: no duplicate; the redelivered flag
+//!   set on a message that was requeued, or unacked when the process ended, S-DUR-6; the
+//!   body intact);
+//! - the queues after every step (each message exactly where the model puts it: expired on
+//!   time, S-TTL-4, S-TTL-11; dead-lettered once, S-DLX-7; never in two queues);
+//! - every recovery (each message in a place the log may hold it in, from the last place known
+//!   durable on: a confirmed message is never lost, S-DUR-3; an expired one is not back,
+//!   S-DUR-5).
+//!
+//! What is known durable: a publish once confirmed (S-DUR-3); everything logged before a frame
+//! a client received (every frame waits for the log, S-DUR-4: a delivery, a `qos-ok` barrier,
+//! a management answer).
+
+use std::collections::BTreeMap;
+
+use crate::Violation;
+use crate::model::{DEAD, Place, TTL, TTL_QUEUE_MS, body_of, key_of};
+
+/// Who holds an unacknowledged delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    /// The consumer of `work` (with its delivery tag).
+    Consumer(u64),
+    /// The `basic.get` client of `dead` (with its delivery tag).
+    Getter(u64),
+}
+
+/// One published message.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    queue: &'static str,
+    enqueued_ms: u64,
+    own_ttl_ms: Option<u64>,
+    /// Places it went through, oldest first; the first is `Gone` (before its publish).
+    places: Vec<Place>,
+    /// Index in `places` of the newest place known durable.
+    durable: usize,
+    holder: Option<Holder>,
+    /// Requeued by a reject, or unacked when the last process ended: its next delivery is
+    /// flagged redelivered.
+    requeued: bool,
+    confirmed: bool,
+}
+
+impl Entry {
+    fn latest(&self) -> Place {
+        self.places.last().copied().unwrap_or(Place::Gone)
+    }
+    fn go(&mut self, place: Place) {
+        if self.latest() != place {
+            self.places.push(place);
+            // A dead-lettered copy is a new delivery in its new queue.
+            self.requeued = false;
+        }
+    }
+}
+
+/// Ready messages of the run's queues as the broker holds them: keys in queue order.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Queues {
+    /// `work`, `ttl`, `dead`.
+    pub ready: BTreeMap<&'static str, Vec<u64>>,
+    /// Whether the leased queue exists.
+    pub lease_exists: bool,
+    /// The `message-ttl` of the policy on `ttl`, if set.
+    pub policy_ttl_ms: Option<u64>,
+}
+
+/// The reference model.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    entries: BTreeMap<u64, Entry>,
+    /// The policy's `message-ttl`: durable, and sent since (oldest first).
+    policy_sure: Option<u64>,
+    policy_pending: Vec<Option<u64>>,
+    /// When the leased queue's lease ends, when it is known to exist.
+    pub lease_end_ms: Option<u64>,
+}
+
+fn violation<T>(what: impl Into<String>) -> Result<T, Violation> {
+    Err(Violation(what.into()))
+}
+
+impl Ledger {
+    /// Messages known, for the trace.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no message was published.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// A publish of `key` to `queue` was written at `now_ms`.
+    pub fn published(&mut self, key: u64, queue: &'static str, now_ms: u64, own: Option<u64>) {
+        self.entries.insert(
+            key,
+            Entry {
+                queue,
+                enqueued_ms: now_ms,
+                own_ttl_ms: own,
+                places: vec![Place::Gone, Place::Origin],
+                durable: 0,
+                holder: None,
+                requeued: false,
+                confirmed: false,
+            },
+        );
+    }
+
+    /// Its publisher got the confirm of `key`: the publish is durable.
+    pub fn confirmed(&mut self, key: u64) {
+        if let Some(e) = self.entries.get_mut(&key) {
+            e.confirmed = true;
+            e.durable = e.durable.max(1);
+        }
+    }
+
+    /// A policy change was sent.
+    pub fn policy_sent(&mut self, ttl_ms: Option<u64>) {
+        self.policy_pending.push(ttl_ms);
+    }
+
+    /// The policy change was answered (answers wait for the log): durable.
+    pub fn policy_durable(&mut self, ttl_ms: Option<u64>) {
+        if let Some(i) = self.policy_pending.iter().position(|p| *p == ttl_ms) {
+            self.policy_pending.drain(..=i);
+        }
+        self.policy_sure = ttl_ms;
+    }
+
+    /// The policy's `message-ttl` as the server holds it (the last one sent).
+    #[must_use]
+    pub fn policy(&self) -> Option<u64> {
+        self.policy_pending
+            .last()
+            .copied()
+            .unwrap_or(self.policy_sure)
+    }
+
+    /// When `key` dies in its own queue (S-TTL-3/4/11: the lowest TTL that applies, from its
+    /// enqueue time; a policy applies to queued messages too).
+    fn deadline(&self, e: &Entry) -> Option<u64> {
+        let queue_ttl =
+            (e.queue == TTL).then(|| self.policy().map_or(TTL_QUEUE_MS, |p| p.min(TTL_QUEUE_MS)));
+        let ttl = [queue_ttl, e.own_ttl_ms].into_iter().flatten().min()?;
+        Some(e.enqueued_ms + ttl)
+    }
+
+    /// Everything the clients asked before now is durable (a barrier's reply arrived).
+    pub fn all_durable(&mut self) {
+        for e in self.entries.values_mut() {
+            e.durable = e.places.len() - 1;
+        }
+    }
+
+    /// A message arrived at a client: from `work` for the consumer, from `dead` for the getter.
+    ///
+    /// # Errors
+    /// A message delivered from a place it left (a duplicate), twice at once, unflagged after
+    /// a requeue, or with a changed body.
+    pub fn delivered(
+        &mut self,
+        holder: Holder,
+        redelivered: bool,
+        body: &[u8],
+    ) -> Result<u64, Violation> {
+        let Some(key) = key_of(body) else {
+            return violation("a delivered body lost its key");
+        };
+        let Some(e) = self.entries.get_mut(&key) else {
+            return violation(format!("key {key} delivered, never published"));
+        };
+        if body != body_of(key, body.len()) {
+            return violation(format!("key {key}: the delivered body changed"));
+        }
+        let (from, place) = match holder {
+            Holder::Consumer(_) => (e.queue, Place::Origin),
+            Holder::Getter(_) => (DEAD, Place::Dead),
+        };
+        if e.latest() != place || e.holder.is_some() {
+            return violation(format!(
+                "key {key} delivered from {from} while at {:?} held by {:?} (duplicate)",
+                e.latest(),
+                e.holder
+            ));
+        }
+        if e.requeued && !redelivered {
+            return violation(format!("key {key}: requeued, delivered again unflagged"));
+        }
+        // The delivery waited for the log: where it came from is durable.
+        e.durable = e.places.len() - 1;
+        e.holder = Some(holder);
+        Ok(key)
+    }
+
+    /// The holder of `key` acked it, or rejected it (with or without requeue).
+    pub fn settled(&mut self, key: u64, ack: bool, requeue: bool) {
+        let Some(e) = self.entries.get_mut(&key) else {
+            return;
+        };
+        let in_dead = matches!(e.holder, Some(Holder::Getter(_)));
+        e.holder = None;
+        if requeue {
+            e.requeued = true;
+        } else if ack || in_dead {
+            // `dead` has no dead-letter exchange: a reject there drops the message.
+            e.go(Place::Gone);
+        } else {
+            // `work` dead-letters to `dead`.
+            e.go(Place::Dead);
+        }
+    }
+
+    /// The timers fired up to `now_ms` (the run let time pass): every ready message past its
+    /// deadline went to `dead` (both queues dead-letter there).
+    pub fn expire(&mut self, now_ms: u64) {
+        let due: Vec<u64> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                e.latest() == Place::Origin
+                    && e.holder.is_none()
+                    && self.deadline(e).is_some_and(|d| d <= now_ms)
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for key in due {
+            if let Some(e) = self.entries.get_mut(&key) {
+                e.go(Place::Dead);
+            }
+        }
+    }
+
+    /// Checks the broker's ready messages at `now_ms` against the model: each message ready
+    /// exactly where the model puts it, nothing else.
+    ///
+    /// # Errors
+    /// The first message out of place.
+    pub fn check_queues(&self, q: &Queues, now_ms: u64) -> Result<(), Violation> {
+        let mut seen: BTreeMap<u64, &'static str> = BTreeMap::new();
+        for (&queue, keys) in &q.ready {
+            for &key in keys {
+                if let Some(other) = seen.insert(key, queue) {
+                    return violation(format!(
+                        "key {key} ready in {other} and {queue} at {now_ms} (duplicated)"
+                    ));
+                }
+            }
+        }
+        for (key, e) in &self.entries {
+            let expected = match (e.latest(), e.holder) {
+                (Place::Origin, None) => Some(e.queue),
+                (Place::Dead, None) => Some(DEAD),
+                _ => None,
+            };
+            let found = seen.remove(key);
+            if found != expected {
+                let deadline = self.deadline(e);
+                return violation(format!(
+                    "key {key} of {} (enqueued {}, deadline {deadline:?}) ready in {found:?} at \
+                     {now_ms}, the model says {expected:?} (at {:?}, held by {:?}; S-TTL-4, \
+                     S-DLX-7)",
+                    e.queue,
+                    e.enqueued_ms,
+                    e.latest(),
+                    e.holder
+                ));
+            }
+        }
+        if let Some((key, queue)) = seen.into_iter().next() {
+            return violation(format!("unknown key {key} ready in {queue}"));
+        }
+        if q.lease_exists
+            && let Some(end) = self.lease_end_ms
+            && end <= now_ms
+        {
+            return violation(format!(
+                "lease alive at {now_ms}, its lease ended at {end} (S-QEXP-2)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// After a restart at `now_ms` (recovery done, no client connected): every message in a
+    /// place the log may hold it in, from the last place known durable on (never lost, never
+    /// duplicated, dead-lettered once), and none past its deadline in its queue (S-DUR-5).
+    /// The places found become the durable ones.
+    ///
+    /// # Errors
+    /// The first message out of place.
+    pub fn check_recovered(&mut self, q: &Queues, now_ms: u64) -> Result<(), Violation> {
+        let allowed: Vec<Option<u64>> = std::iter::once(self.policy_sure)
+            .chain(self.policy_pending.iter().copied())
+            .collect();
+        if !allowed.contains(&q.policy_ttl_ms) {
+            return violation(format!(
+                "policy ttl {:?} after recovery, allowed {allowed:?}",
+                q.policy_ttl_ms
+            ));
+        }
+        self.policy_sure = q.policy_ttl_ms;
+        self.policy_pending.clear();
+        let mut found: BTreeMap<u64, Place> = BTreeMap::new();
+        for (&queue, keys) in &q.ready {
+            for &key in keys {
+                let place = if queue == DEAD {
+                    Place::Dead
+                } else {
+                    Place::Origin
+                };
+                if place == Place::Origin
+                    && let Some(e) = self.entries.get(&key)
+                    && e.queue != queue
+                {
+                    return violation(format!("key {key} of {} recovered in {queue}", e.queue));
+                }
+                if let Some(other) = found.insert(key, place) {
+                    return violation(format!(
+                        "key {key} held in {other:?} and {place:?} after recovery (duplicated)"
+                    ));
+                }
+            }
+        }
+        let keys: Vec<u64> = self.entries.keys().copied().collect();
+        for key in keys {
+            let Some(e) = self.entries.get(&key) else {
+                continue;
+            };
+            let place = found.remove(&key).unwrap_or(Place::Gone);
+            let deadline = self.deadline(e);
+            // Unacked deliveries came back; what died while it was down went to `dead`.
+            let mut may: Vec<Place> = e.places.get(e.durable..).unwrap_or_default().to_vec();
+            if may.contains(&Place::Origin) && deadline.is_some_and(|d| d <= now_ms) {
+                may.retain(|p| *p != Place::Origin);
+                if !may.contains(&Place::Dead) {
+                    may.push(Place::Dead);
+                }
+            }
+            if !may.contains(&place) {
+                let what = if place == Place::Gone && e.confirmed {
+                    "lost a confirmed message"
+                } else {
+                    "out of place"
+                };
+                return violation(format!(
+                    "key {key} of {} (deadline {deadline:?}): {what}: found {place:?} at \
+                     {now_ms}, the log allows {may:?} of {:?} (S-DUR-3, S-DUR-5, S-DLX-7)",
+                    e.queue, e.places
+                ));
+            }
+            if let Some(e) = self.entries.get_mut(&key) {
+                e.places = vec![place];
+                e.durable = 0;
+                // S-DUR-6: delivered and unacked when the process ended, it comes back
+                // flagged (its delivery reached the client, so it was durable).
+                e.requeued = matches!(
+                    (e.holder, place),
+                    (Some(Holder::Consumer(_)), Place::Origin)
+                        | (Some(Holder::Getter(_)), Place::Dead)
+                );
+                e.holder = None;
+            }
+        }
+        if let Some((key, place)) = found.into_iter().next() {
+            return violation(format!("unknown key {key} recovered in {place:?}"));
+        }
+        Ok(())
+    }
+
+    /// Messages whose publish was confirmed and that are not gone, for the end of a run.
+    #[must_use]
+    pub fn confirmed_held(&self) -> usize {
+        self.entries
+            .values()
+            .filter(|e| e.confirmed && e.latest() != Place::Gone)
+            .count()
+    }
+}
