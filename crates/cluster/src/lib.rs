@@ -11,6 +11,7 @@
 //! - `log_store`: [`WalLogStore`], openraft's log storage on the WAL; [`WalLogReader`].
 //! - `state_machine`: [`QueueStateMachine`], the committed broker of a group; [`Machine`].
 //! - `snapshot`: a group's snapshot as checkpoint bytes (a public namespace).
+//! - `snapshot_file`: a member's current snapshot on disk (a public namespace).
 //! - `leader`: [`take_over`], a new leader's live broker; [`leader_now`].
 //!
 //! **Not built yet:** a network between processes, the metadata group, forwarding, and any
@@ -20,12 +21,13 @@ mod leader;
 mod log_store;
 pub mod record;
 pub mod snapshot;
+pub mod snapshot_file;
 mod state_machine;
 mod types;
 
 pub use leader::{leader_now, take_over};
 pub use log_store::{OpenError, WalLogReader, WalLogStore};
-pub use state_machine::{Machine, MachineSnapshotBuilder, QueueStateMachine};
+pub use state_machine::{Machine, MachineOpenError, MachineSnapshotBuilder, QueueStateMachine};
 pub use types::{
     Applied, Entry, LogId, Membership, NodeId, Proposal, Raft, StorageError, StoredMembership,
     TypeConfig, Vote,

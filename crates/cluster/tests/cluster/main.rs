@@ -10,6 +10,7 @@
 )]
 
 mod commands;
+mod durability;
 mod expiry;
 mod records;
 mod replication;
