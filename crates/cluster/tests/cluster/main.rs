@@ -15,3 +15,5 @@ mod expiry;
 mod records;
 mod replication;
 mod support;
+mod tcp;
+mod wire;
