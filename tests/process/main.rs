@@ -11,6 +11,7 @@
 mod support;
 
 mod big_message;
+mod cluster_nodes;
 mod crash_torture;
 mod damaged_tail;
 mod disk_full;
