@@ -3,70 +3,19 @@
 //! (its seed address is the proxy's front `i`, `--cluster-id i`), so a test can partition any
 //! set of nodes, delay or drop their traffic, pause a node (SIGSTOP/SIGCONT), kill it
 //! (SIGKILL) and restart it, always by the pid we spawned. What a node says of its groups
-//! comes from `wharfctl cluster_status` against its real listener. Depends on the binaries'
-//! command lines and output, tokio and std; never on wharf's library.
+//! comes from `wharfctl cluster_status` against its real listener, read with
+//! `wharf_cluster::status::parse`. Depends on the binaries' command lines and output, that
+//! parser, tokio and std.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use wharf_cluster::status::{self, GroupStatus};
+
 use super::binary::Broker;
 use super::proxy::Proxy;
-
-/// A group as `wharfctl cluster_status` shows it (docs/CLUSTER-WIRE.md, "Status").
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupView {
-    /// The group.
-    pub group: u64,
-    /// `leader`, `follower`, `candidate`, ...
-    pub state: String,
-    /// The node's current term.
-    pub term: u64,
-    /// The leader it knows of.
-    pub leader: Option<u64>,
-    /// Its last log index.
-    pub last_log: Option<u64>,
-    /// Its last applied index.
-    pub applied: Option<u64>,
-    /// The voters, as listed (`1,2,3`).
-    pub members: String,
-    /// On the leader, the members in sync (`-` elsewhere).
-    pub in_sync: String,
-}
-
-/// Parses `cluster_status`'s text: the node id and its groups.
-pub fn parse_status(text: &str) -> Option<(u64, Vec<GroupView>)> {
-    let mut lines = text.lines();
-    let head: Vec<&str> = lines.next()?.split_whitespace().collect();
-    if head.first() != Some(&"node") {
-        return None;
-    }
-    let id = head.get(1)?.parse().ok()?;
-    let mut groups = Vec::new();
-    for line in lines {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let field = |name: &str| {
-            words
-                .iter()
-                .position(|w| *w == name)
-                .and_then(|i| words.get(i + 1))
-                .copied()
-        };
-        let num = |name: &str| field(name).and_then(|v| v.parse().ok());
-        groups.push(GroupView {
-            group: num("group")?,
-            state: field("state")?.to_owned(),
-            term: num("term")?,
-            leader: num("leader"),
-            last_log: num("last_log"),
-            applied: num("applied"),
-            members: field("members")?.to_owned(),
-            in_sync: field("in_sync")?.to_owned(),
-        });
-    }
-    Some((id, groups))
-}
 
 /// Real time: the nodes are processes on real sockets and timers; waits on them are
 /// bounded in real time, and a failover is measured in it (S-CLU-9).
@@ -198,7 +147,7 @@ impl Cluster {
 
     /// Node `id`'s view of group `group`, by `wharfctl cluster_status` against its real
     /// listener; `None` when it is not running, paused, or does not answer.
-    pub fn view(&self, id: u64, group: u64) -> Option<GroupView> {
+    pub fn view(&self, id: u64, group: u64) -> Option<GroupStatus> {
         let i = slot(id);
         if self.nodes[i].is_none() || self.paused[i] {
             return None;
@@ -210,7 +159,7 @@ impl Cluster {
         if !out.status.success() {
             return None;
         }
-        let (node, groups) = parse_status(&String::from_utf8_lossy(&out.stdout))?;
+        let (node, groups) = status::parse(&String::from_utf8_lossy(&out.stdout))?;
         assert_eq!(node, id, "node {id} answers as {node}");
         groups.into_iter().find(|g| g.group == group)
     }
@@ -223,7 +172,7 @@ impl Cluster {
         except: &[u64],
         after_term: u64,
         within: Duration,
-    ) -> (u64, GroupView) {
+    ) -> (u64, GroupStatus) {
         let start = now();
         loop {
             for id in (1..=self.size()).filter(|id| !except.contains(id)) {
@@ -253,8 +202,8 @@ impl Cluster {
         group: u64,
         what: &str,
         within: Duration,
-        cond: impl Fn(&GroupView) -> bool,
-    ) -> GroupView {
+        cond: impl Fn(&GroupStatus) -> bool,
+    ) -> GroupStatus {
         let start = now();
         loop {
             if let Some(v) = self.view(id, group)

@@ -65,6 +65,19 @@ struct StoredSnapshot {
 }
 
 impl Machine {
+    /// Nothing applied yet: a fresh broker; its snapshots kept on `disk` when given.
+    fn empty(disk: Option<SnapshotDisk>) -> Machine {
+        Machine {
+            broker: Broker::new(),
+            last_applied: None,
+            membership: StoredMembership::default(),
+            now_ms: 0,
+            snapshot: None,
+            snapshots_built: 0,
+            disk,
+        }
+    }
+
     /// The committed broker.
     pub fn broker(&self) -> &Broker {
         &self.broker
@@ -154,15 +167,7 @@ impl Default for QueueStateMachine {
 impl QueueStateMachine {
     /// An empty state machine: a fresh broker (the vhost `/` and its predeclared exchanges).
     pub fn new() -> QueueStateMachine {
-        QueueStateMachine::from_machine(Machine {
-            broker: Broker::new(),
-            last_applied: None,
-            membership: StoredMembership::default(),
-            now_ms: 0,
-            snapshot: None,
-            snapshots_built: 0,
-            disk: None,
-        })
+        QueueStateMachine::from_machine(Machine::empty(None))
     }
 
     /// A state machine that keeps its snapshot file in `dir` on `storage`, starting from the
@@ -176,33 +181,18 @@ impl QueueStateMachine {
         dir: &Path,
     ) -> Result<QueueStateMachine, MachineOpenError> {
         let found = snapshot_file::read(storage.as_ref(), dir)?;
-        let disk = Some(SnapshotDisk {
+        let mut machine = Machine::empty(Some(SnapshotDisk {
             storage,
             dir: dir.to_path_buf(),
-        });
-        let machine = match found {
-            None => Machine {
-                broker: Broker::new(),
-                last_applied: None,
-                membership: StoredMembership::default(),
-                now_ms: 0,
-                snapshot: None,
-                snapshots_built: 0,
-                disk,
-            },
-            Some((meta, bytes)) => {
-                let decoded = snapshot::decode(&bytes)?;
-                Machine {
-                    broker: decoded.broker,
-                    last_applied: meta.last_log_id,
-                    membership: meta.last_membership.clone(),
-                    now_ms: decoded.now_ms,
-                    snapshot: Some(StoredSnapshot { meta, bytes }),
-                    snapshots_built: 0,
-                    disk,
-                }
-            }
-        };
+        }));
+        if let Some((meta, bytes)) = found {
+            let decoded = snapshot::decode(&bytes)?;
+            machine.broker = decoded.broker;
+            machine.last_applied = meta.last_log_id;
+            machine.membership = meta.last_membership.clone();
+            machine.now_ms = decoded.now_ms;
+            machine.snapshot = Some(StoredSnapshot { meta, bytes });
+        }
         Ok(QueueStateMachine::from_machine(machine))
     }
 
