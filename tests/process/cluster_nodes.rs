@@ -84,3 +84,25 @@ async fn s_clu_9_a_partitioned_leader_is_replaced_and_follows_once_healed() {
     .await;
     let _ = next;
 }
+
+/// `wharfctl cluster_status` exits as `rabbitmqctl` does: 69 when no node answers at the
+/// address, 64 for an argument it does not take.
+#[test]
+fn cluster_status_exit_codes() {
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_wharfctl"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    // A port just released: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let out = run(&["cluster_status", "--cluster", &port.to_string()]);
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("Error: "));
+    let out = run(&["cluster_status", "--bogus"]);
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+}
