@@ -106,3 +106,49 @@ fn cluster_status_exit_codes() {
     let out = run(&["cluster_status", "--bogus"]);
     assert_eq!(out.status.code(), Some(64), "{out:?}");
 }
+
+/// S-CLU-9: the leader paused (SIGSTOP, its connections open) is replaced; resumed (SIGCONT),
+/// it follows the new leader in its higher term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_clu_9_a_paused_leader_is_replaced_and_follows_once_resumed() {
+    let mut c = Cluster::start(3).await;
+    let (leader, view) = c.leader(META, &[], 0, Duration::from_secs(20)).await;
+    c.pause(leader);
+    let (_, new) = c
+        .leader(META, &[leader], view.term, Duration::from_secs(5))
+        .await;
+    c.resume(leader);
+    c.until(
+        leader,
+        META,
+        "following the new leader",
+        Duration::from_secs(10),
+        |v| v.state == "follower" && v.term >= new.term && v.leader.is_some_and(|l| l != leader),
+    )
+    .await;
+}
+
+/// The proxy's delays and drops, set before the nodes first meet: with 20 ms on every link and
+/// one chunk in 20 breaking its connection, the three nodes still form the group and every
+/// member gets in sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_forms_over_slow_and_lossy_links() {
+    let mut c = Cluster::prepare(3).await;
+    for (a, b) in [(1, 2), (1, 3), (2, 3)] {
+        c.proxy().delay(a, b, 20);
+        c.proxy().drop_one_in(a, b, 20);
+    }
+    for id in 1..=3 {
+        c.start_node(id);
+    }
+    let all: BTreeSet<u64> = [1, 2, 3].into();
+    let (leader, _) = c.leader(META, &[], 0, Duration::from_secs(20)).await;
+    c.until(
+        leader,
+        META,
+        "every member in sync",
+        Duration::from_secs(20),
+        |v| v.in_sync.as_ref() == Some(&all),
+    )
+    .await;
+}

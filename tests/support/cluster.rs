@@ -53,6 +53,16 @@ pub struct Cluster {
 impl Cluster {
     /// Starts `n` nodes behind the proxy and waits for each one's start line.
     pub async fn start(n: usize) -> Cluster {
+        let mut c = Cluster::prepare(n).await;
+        for id in 1..=n as u64 {
+            c.start_node(id);
+        }
+        c
+    }
+
+    /// The proxy and the nodes' addresses and directories, no node started yet (to set faults
+    /// before the nodes first meet).
+    pub async fn prepare(n: usize) -> Cluster {
         let listen = free_addrs(n);
         let proxy = Proxy::start(&listen).await;
         let seeds = proxy
@@ -61,18 +71,14 @@ impl Cluster {
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join(",");
-        let mut c = Cluster {
+        Cluster {
             dir: tempfile::tempdir().unwrap(),
             proxy,
             listen,
             seeds,
             nodes: (0..n).map(|_| None).collect(),
             paused: vec![false; n],
-        };
-        for id in 1..=n as u64 {
-            c.start_node(id);
         }
-        c
     }
 
     /// How many nodes.

@@ -34,6 +34,8 @@ struct Faults {
     /// Break a connection on a chunk with probability `1 / n`.
     drop_one_in: BTreeMap<(u64, u64), u64>,
     rng: u64,
+    /// Connections broken by a drop so far.
+    dropped: u64,
 }
 
 fn pair(a: u64, b: u64) -> (u64, u64) {
@@ -57,7 +59,9 @@ impl Faults {
         self.rng ^= self.rng << 13;
         self.rng ^= self.rng >> 7;
         self.rng ^= self.rng << 17;
-        n > 0 && self.rng.is_multiple_of(n)
+        let dropped = n > 0 && self.rng.is_multiple_of(n);
+        self.dropped += u64::from(dropped);
+        dropped
     }
 }
 
@@ -133,6 +137,11 @@ impl Proxy {
         self.change(|f| {
             f.delay_ms.insert(pair(a, b), ms);
         });
+    }
+
+    /// How many connections drops have broken so far.
+    pub fn dropped(&self) -> u64 {
+        self.faults.lock().unwrap().dropped
     }
 
     /// Breaks a connection between `a` and `b` on one chunk in `n` (on average).
