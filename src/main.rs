@@ -3,7 +3,8 @@
 //! server, and shuts it down gracefully on SIGINT/SIGTERM (connections closed with 320, the
 //! process exits once everything acknowledged is durable). `anyhow` lives here, at the edge.
 //! `--test-mode` and `--test-clock` (the fixture for tests in other languages) are
-//! `test_mode.rs`.
+//! `test_mode.rs`. With `--cluster-listen` and `--cluster-seeds` a cluster node
+//! (`wharf_cluster::Node`) runs beside the server; it does not carry the server's queues yet.
 
 mod test_mode;
 
@@ -48,6 +49,19 @@ struct Args {
     /// `tls.key_file` [default: 5671].
     #[arg(long, env = "WHARF_TLS_PORT")]
     tls_port: Option<u16>,
+    /// This node's cluster listener, `IP:PORT`, one of `--cluster-seeds`: starts a cluster
+    /// node beside the broker (docs/DESIGN.md, "Replication").
+    #[arg(long, env = "WHARF_CLUSTER_LISTEN")]
+    cluster_listen: Option<String>,
+    /// Every node's cluster listener, comma-separated, the same list in the same order on
+    /// every node (a node's id is its position, from 1).
+    #[arg(long, env = "WHARF_CLUSTER_SEEDS")]
+    cluster_seeds: Option<String>,
+    /// This node's id (its position in `--cluster-seeds`, from 1) when `--cluster-listen` is
+    /// not its seed address (a node behind a proxy or NAT) [default: the position of
+    /// `--cluster-listen`].
+    #[arg(long, env = "WHARF_CLUSTER_ID")]
+    cluster_id: Option<u64>,
     /// Configuration file (TOML): users, vhosts, TLS files, and every setting above.
     #[arg(long, env = "WHARF_CONFIG")]
     config: Option<PathBuf>,
@@ -100,6 +114,9 @@ fn load(args: Args) -> anyhow::Result<Config> {
         connection_max: args.connection_max,
         heartbeat_secs: args.heartbeat,
         tls_port: args.tls_port,
+        cluster_listen: args.cluster_listen,
+        cluster_seeds: args.cluster_seeds,
+        cluster_id: args.cluster_id,
     };
     let origin = args
         .config
@@ -153,6 +170,7 @@ async fn run(config: Config, test: &test_mode::TestArgs, salvage: bool) -> anyho
     }
     // Handlers first: a SIGTERM right after the start line must stop gracefully, not kill.
     let signalled = signals()?;
+    let node = start_cluster(&config).await?;
     let server = Server::start(server_config)
         .await
         .with_context(|| format!("starting wharf with data in {}", config.data_dir.display()))?;
@@ -166,8 +184,30 @@ async fn run(config: Config, test: &test_mode::TestArgs, salvage: bool) -> anyho
     }
     tracing::info!("shutting down");
     server.shutdown().await.context("shutting down")?;
+    if let Some(node) = node {
+        node.shutdown().await;
+    }
     tracing::info!("stopped; everything acknowledged is durable");
     Ok(())
+}
+
+/// Starts the cluster node when `cluster_listen` and `cluster_seeds` are set: its groups live
+/// under `<data dir>/raft`.
+async fn start_cluster(config: &Config) -> anyhow::Result<Option<wharf_cluster::Node>> {
+    let (Some(listen), Some(seeds)) = (&config.cluster_listen, &config.cluster_seeds) else {
+        return Ok(None);
+    };
+    let node_config = wharf_cluster::NodeConfig::from_seeds(
+        listen,
+        seeds,
+        config.data_dir.join("raft"),
+        config.cluster_id,
+    )?;
+    let node = wharf_cluster::Node::start(node_config)
+        .await
+        .context("starting the cluster node")?;
+    tracing::info!(node = node.id(), listen = %node.addr(), "cluster node listening");
+    Ok(Some(node))
 }
 
 /// Installs the SIGINT and SIGTERM handlers now; the future ends at the first signal.

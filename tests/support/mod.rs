@@ -108,6 +108,8 @@ pub async fn within<T>(secs: u64, fut: impl std::future::Future<Output = T>) -> 
         .expect("no answer from the server in time")
 }
 pub mod binary;
+pub mod cluster;
+pub mod proxy;
 pub mod raw;
 
 /// A new lapin connection to `url` and one channel on it, in confirm mode.

@@ -85,7 +85,13 @@ const ARROWS: &[(&str, &[&str])] = &[
     ("wharf-ctl", &[]),
     (
         "wharf",
-        &["wharf-base", "wharf-clock", "wharf-server", "wharf-ctl"],
+        &[
+            "wharf-base",
+            "wharf-clock",
+            "wharf-server",
+            "wharf-ctl",
+            "wharf-cluster",
+        ],
     ),
     (
         "wharf-inspect",

@@ -11,21 +11,29 @@
 //! - `log_store`: [`WalLogStore`], openraft's log storage on the WAL; [`WalLogReader`].
 //! - `state_machine`: [`QueueStateMachine`], the committed broker of a group; [`Machine`].
 //! - `snapshot`: a group's snapshot as checkpoint bytes (a public namespace).
+//! - `snapshot_file`: a member's current snapshot on disk (a public namespace).
 //! - `leader`: [`take_over`], a new leader's live broker; [`leader_now`].
+//! - `net`: the cluster link between nodes (openraft's RPCs over TCP; a public namespace).
+//! - `node`: [`Node`], a process's cluster node: listener, peers, groups, formation.
+//! - `status`: what `wharfctl cluster_status` shows (a public namespace).
 //!
-//! **Not built yet:** a network between processes, the metadata group, forwarding, and any
-//! use by the server. The tests run three members on an in-memory network.
+//! **Not built yet:** forwarding, and the metadata group carrying definitions.
 
 mod leader;
 mod log_store;
+pub mod net;
+mod node;
 pub mod record;
 pub mod snapshot;
+pub mod snapshot_file;
 mod state_machine;
+pub mod status;
 mod types;
 
 pub use leader::{leader_now, take_over};
 pub use log_store::{OpenError, WalLogReader, WalLogStore};
-pub use state_machine::{Machine, MachineSnapshotBuilder, QueueStateMachine};
+pub use node::{GroupHandle, METADATA_GROUP, Node, NodeConfig, NodeError, Timing, remote_status};
+pub use state_machine::{Machine, MachineOpenError, MachineSnapshotBuilder, QueueStateMachine};
 pub use types::{
     Applied, Entry, LogId, Membership, NodeId, Proposal, Raft, StorageError, StoredMembership,
     TypeConfig, Vote,

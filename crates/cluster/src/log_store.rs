@@ -6,8 +6,15 @@
 //! WAL's group commit (one `fdatasync` for everything pending) is what confirms entries
 //! (S-CLU-1). A vote waits for its own fsync before `save_vote` returns, as openraft requires.
 //!
-//! **wharf today:** the store owns its WAL (one group per WAL), keeps the entries it holds in
-//! memory until they are purged, and does not reclaim segments after a purge.
+//! The committed log id is a record too (`save_committed`), so a restarted member re-applies
+//! its committed entries on top of its snapshot file (`state_machine.rs`) before it hears from
+//! a leader.
+//!
+//! After a purge, the segments wholly before the first entry still held are deleted (the
+//! vote and committed mark are logged again first, so nothing in them is needed).
+//!
+//! **wharf today:** the store owns its WAL (one group per WAL) and keeps the entries it holds
+//! in memory until they are purged.
 
 #![expect(
     clippy::result_large_err,
@@ -54,14 +61,17 @@ pub enum OpenError {
 #[derive(Debug, Default)]
 struct Log {
     entries: BTreeMap<u64, Entry>,
+    /// Where each entry's record is in the WAL (what a reclamation must keep).
+    lsns: BTreeMap<u64, Lsn>,
     vote: Option<Vote>,
     last_purged: Option<LogId>,
+    committed: Option<LogId>,
 }
 
 impl Log {
     /// Applies one record, as `append`, `truncate`, `purge` and `save_vote` did when they wrote
     /// it (and as reopening replays it).
-    fn replay(&mut self, record: RaftRecord) {
+    fn replay(&mut self, record: RaftRecord, lsn: Lsn) {
         match record {
             RaftRecord::Format { .. } => {}
             RaftRecord::Vote { vote, .. } => self.vote = Some(vote),
@@ -69,16 +79,26 @@ impl Log {
                 // openraft truncates before it appends over a conflict; an entry at or below
                 // the last one can only follow a truncation record, so this removes nothing
                 // on a log openraft wrote. It keeps the log free of holes if it ever did.
-                self.entries.split_off(&entry.log_id.index);
-                self.entries.insert(entry.log_id.index, entry);
+                let index = entry.log_id.index;
+                self.entries.split_off(&index);
+                self.lsns.split_off(&index);
+                self.entries.insert(index, entry);
+                self.lsns.insert(index, lsn);
             }
             RaftRecord::Truncate { index, .. } => {
                 self.entries.split_off(&index);
+                self.lsns.split_off(&index);
             }
             RaftRecord::Purge { log_id, .. } => {
                 self.entries = self.entries.split_off(&(log_id.index + 1));
+                self.lsns = self.lsns.split_off(&(log_id.index + 1));
                 if self.last_purged.is_none_or(|p| p < log_id) {
                     self.last_purged = Some(log_id);
+                }
+            }
+            RaftRecord::Committed { log_id, .. } => {
+                if log_id > self.committed {
+                    self.committed = log_id;
                 }
             }
         }
@@ -142,7 +162,7 @@ impl WalLogStore {
                 return Ok(());
             }
             match record::decode(r.kind, r.payload) {
-                Ok(rec) if record_group(&rec) != group => {}
+                Ok(rec) if rec.group() != group => {}
                 Ok(RaftRecord::Format { version, .. }) if version > RAFT_FORMAT_VERSION => {
                     bad = Some(OpenError::Record {
                         group,
@@ -150,7 +170,7 @@ impl WalLogStore {
                         reason: format!("format version {version} is newer than this build's"),
                     });
                 }
-                Ok(rec) => log.replay(rec),
+                Ok(rec) => log.replay(rec, r.lsn),
                 Err(e) => {
                     bad = Some(OpenError::Record {
                         group,
@@ -207,9 +227,57 @@ impl WalLogStore {
             .appender
             .append(kind, &payload)
             .map_err(|e| StorageIOError::write_logs(&e))?;
-        lock(&self.log).replay(record);
+        lock(&self.log).replay(record, appended.lsn);
         Ok(appended.lsn)
     }
+}
+
+impl WalLogStore {
+    /// Deletes the WAL segments the log no longer needs after a purge (S-CLU-7): the vote, the
+    /// committed mark and the format are logged again after everything, and once those are
+    /// durable every sealed segment wholly before the first entry still held goes. Replaying
+    /// what is left rebuilds the same log: the purge record is among the new records, and a
+    /// truncation in a deleted segment only concerned entries in deleted segments.
+    async fn reclaim(&mut self) -> Result<(), ReclaimError> {
+        let Some(reclaimer) = self.wal.as_ref().map(Wal::reclaimer) else {
+            return Ok(());
+        };
+        let (vote, committed, first_kept) = {
+            let log = lock(&self.log);
+            (log.vote, log.committed, log.lsns.values().next().copied())
+        };
+        let rewritten = self.write(RaftRecord::Format {
+            group: self.group,
+            version: RAFT_FORMAT_VERSION,
+        })?;
+        if let Some(vote) = vote {
+            self.write(RaftRecord::Vote {
+                group: self.group,
+                vote,
+            })?;
+        }
+        let last = self.write(RaftRecord::Committed {
+            group: self.group,
+            log_id: committed,
+        })?;
+        self.appender.durable(last).await?;
+        let keep_from = first_kept.map_or(rewritten, |f| f.min(rewritten));
+        for segment in reclaimer.segments_through(Lsn(keep_from.0.saturating_sub(1)))? {
+            reclaimer.delete_segment(segment)?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a reclamation stopped (the log stays whole; the next purge tries again).
+#[derive(Debug, thiserror::Error)]
+enum ReclaimError {
+    #[error("logging the log's state again")]
+    Storage(#[from] StorageError),
+    #[error("waiting for the log to be durable")]
+    Wal(#[from] WalError),
+    #[error("listing the log's segments")]
+    Segments(#[from] wharf_wal::RecoveryError),
 }
 
 impl Drop for WalLogStore {
@@ -219,16 +287,6 @@ impl Drop for WalLogStore {
         {
             tracing::error!(group = self.group, error = %e, "closing a Raft log's WAL failed");
         }
-    }
-}
-
-fn record_group(record: &RaftRecord) -> u64 {
-    match record {
-        RaftRecord::Format { group, .. }
-        | RaftRecord::Vote { group, .. }
-        | RaftRecord::Entry { group, .. }
-        | RaftRecord::Truncate { group, .. }
-        | RaftRecord::Purge { group, .. } => *group,
     }
 }
 
@@ -311,6 +369,20 @@ impl RaftLogStorage<TypeConfig> for WalLogStore {
             .map_err(|_| StorageIOError::write_logs(&FlusherGone).into())
     }
 
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        // Not waited for: losing it in a crash only means re-applying fewer entries at the
+        // start (the leader's next append commits them again).
+        self.write(RaftRecord::Committed {
+            group: self.group,
+            log_id: committed,
+        })
+        .map(|_| ())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        Ok(lock(&self.log).committed)
+    }
+
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         // Not waited for: a later append's fsync covers it (the WAL is ordered), and openraft
         // only relies on it once entries after it are flushed.
@@ -325,8 +397,12 @@ impl RaftLogStorage<TypeConfig> for WalLogStore {
         self.write(RaftRecord::Purge {
             group: self.group,
             log_id,
-        })
-        .map(|_| ())
+        })?;
+        // A segment that cannot go now goes at a later purge: the log is whole either way.
+        if let Err(e) = self.reclaim().await {
+            tracing::warn!(group = self.group, error = %e, "reclaiming Raft log segments");
+        }
+        Ok(())
     }
 }
 

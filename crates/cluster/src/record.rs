@@ -1,5 +1,7 @@
 //! The Raft records a member writes into its WAL, byte for byte as `storage-format.md` ("Raft
-//! records") describes them: the format marker, votes, log entries, truncations and purges.
+//! records") describes them: the format marker, votes, log entries, truncations, purges and
+//! the committed mark. The entry and membership encodings are also the cluster network's
+//! (`net::wire`), so an entry crosses the wire in the bytes it is logged in.
 //! An entry's events are the store's own record payloads (`wharf_store::codec`), so a logged
 //! entry holds exactly the bytes a single node would log for the same events.
 //!
@@ -19,7 +21,7 @@ use crate::types::{Entry, LogId, Membership, NodeId, Proposal, Vote};
 
 /// The Raft record format this build writes and the newest it reads (a `Format` record at
 /// every open says which version follows).
-pub const RAFT_FORMAT_VERSION: u16 = 1;
+pub const RAFT_FORMAT_VERSION: u16 = 2;
 
 /// The WAL kind byte of each Raft record. Part of the format: never reuse or renumber one.
 /// They sit apart from the store's kinds (`0x01`-`0x3F`), so one WAL can hold both.
@@ -36,6 +38,8 @@ pub enum RaftKind {
     Truncate = 0x53,
     /// Entries up to a log id were removed (covered by a snapshot).
     Purge = 0x54,
+    /// The highest log id known committed (format 2).
+    Committed = 0x55,
 }
 
 impl RaftKind {
@@ -47,6 +51,7 @@ impl RaftKind {
             RaftKind::Entry,
             RaftKind::Truncate,
             RaftKind::Purge,
+            RaftKind::Committed,
         ]
         .into_iter()
         .find(|k| *k as u8 == byte)
@@ -96,6 +101,28 @@ pub enum RaftRecord {
         /// Last removed log id.
         log_id: LogId,
     },
+    /// The highest log id known committed (openraft's `save_committed`), so a restarted member
+    /// re-applies its committed entries before it hears from a leader.
+    Committed {
+        /// Group.
+        group: u64,
+        /// The committed log id (`None`: nothing committed).
+        log_id: Option<LogId>,
+    },
+}
+
+impl RaftRecord {
+    /// The group the record belongs to.
+    pub fn group(&self) -> u64 {
+        match self {
+            RaftRecord::Format { group, .. }
+            | RaftRecord::Vote { group, .. }
+            | RaftRecord::Entry { group, .. }
+            | RaftRecord::Truncate { group, .. }
+            | RaftRecord::Purge { group, .. }
+            | RaftRecord::Committed { group, .. } => *group,
+        }
+    }
 }
 
 /// A record that cannot be written: an event the store codec refuses.
@@ -138,15 +165,12 @@ pub fn encode(record: &RaftRecord) -> Result<(u8, Vec<u8>), RecordEncodeError> {
         }
         RaftRecord::Vote { group, vote } => {
             le::put_u64(&mut out, *group);
-            le::put_u64(&mut out, vote.leader_id.term);
-            le::put_u64(&mut out, vote.leader_id.node_id);
-            out.push(u8::from(vote.committed));
+            put_vote(&mut out, vote);
             RaftKind::Vote
         }
         RaftRecord::Entry { group, entry } => {
             le::put_u64(&mut out, *group);
-            put_log_id(&mut out, &entry.log_id);
-            put_payload(&mut out, &entry.payload)?;
+            put_entry(&mut out, entry)?;
             RaftKind::Entry
         }
         RaftRecord::Truncate { group, index } => {
@@ -159,17 +183,46 @@ pub fn encode(record: &RaftRecord) -> Result<(u8, Vec<u8>), RecordEncodeError> {
             put_log_id(&mut out, log_id);
             RaftKind::Purge
         }
+        RaftRecord::Committed { group, log_id } => {
+            le::put_u64(&mut out, *group);
+            put_opt_log_id(&mut out, log_id.as_ref());
+            RaftKind::Committed
+        }
     };
     Ok((kind as u8, out))
 }
 
-fn put_log_id(out: &mut Vec<u8>, log_id: &LogId) {
+pub(crate) fn put_log_id(out: &mut Vec<u8>, log_id: &LogId) {
     le::put_u64(out, log_id.leader_id.term);
     le::put_u64(out, log_id.leader_id.node_id);
     le::put_u64(out, log_id.index);
 }
 
-fn count_u32(n: usize, what: &'static str) -> Result<u32, RecordEncodeError> {
+/// An optional log id: `0` (none), or `1` and the log id.
+pub(crate) fn put_opt_log_id(out: &mut Vec<u8>, log_id: Option<&LogId>) {
+    match log_id {
+        None => out.push(0),
+        Some(id) => {
+            out.push(1);
+            put_log_id(out, id);
+        }
+    }
+}
+
+/// A vote: `term u64`, `node u64`, `committed u8`.
+pub(crate) fn put_vote(out: &mut Vec<u8>, vote: &Vote) {
+    le::put_u64(out, vote.leader_id.term);
+    le::put_u64(out, vote.leader_id.node_id);
+    out.push(u8::from(vote.committed));
+}
+
+/// An entry as a record's payload holds it after the group: log id, tag, body.
+pub(crate) fn put_entry(out: &mut Vec<u8>, entry: &Entry) -> Result<(), RecordEncodeError> {
+    put_log_id(out, &entry.log_id);
+    put_payload(out, &entry.payload)
+}
+
+pub(crate) fn count_u32(n: usize, what: &'static str) -> Result<u32, RecordEncodeError> {
     u32::try_from(n).map_err(|_| RecordEncodeError::TooLong { what })
 }
 
@@ -194,35 +247,46 @@ fn put_payload(
         }
         EntryPayload::Membership(m) => {
             out.push(TAG_MEMBERSHIP);
-            let configs = m.get_joint_config();
-            le::put_u32(out, count_u32(configs.len(), "config count")?);
-            for config in configs {
-                le::put_u32(out, count_u32(config.len(), "voter count")?);
-                for id in config {
-                    le::put_u64(out, *id);
-                }
-            }
-            let nodes: Vec<_> = m.nodes().collect();
-            le::put_u32(out, count_u32(nodes.len(), "node count")?);
-            for (id, node) in nodes {
-                le::put_u64(out, *id);
-                le::put_u32(out, count_u32(node.addr.len(), "node address")?);
-                out.extend_from_slice(node.addr.as_bytes());
-            }
+            put_membership(out, m)?;
         }
     }
     Ok(())
 }
 
+/// A membership: its configs (voter sets), then its nodes and their addresses.
+pub(crate) fn put_membership(out: &mut Vec<u8>, m: &Membership) -> Result<(), RecordEncodeError> {
+    let configs = m.get_joint_config();
+    le::put_u32(out, count_u32(configs.len(), "config count")?);
+    for config in configs {
+        le::put_u32(out, count_u32(config.len(), "voter count")?);
+        for id in config {
+            le::put_u64(out, *id);
+        }
+    }
+    let nodes: Vec<_> = m.nodes().collect();
+    le::put_u32(out, count_u32(nodes.len(), "node count")?);
+    for (id, node) in nodes {
+        le::put_u64(out, *id);
+        le::put_u32(out, count_u32(node.addr.len(), "node address")?);
+        out.extend_from_slice(node.addr.as_bytes());
+    }
+    Ok(())
+}
+
 /// A cursor over an untrusted payload.
-struct Dec<'a> {
+pub(crate) struct Dec<'a> {
     kind: u8,
     buf: &'a [u8],
     at: usize,
 }
 
 impl<'a> Dec<'a> {
-    fn err(&self, what: &'static str) -> RecordDecodeError {
+    /// A cursor at the start of `buf`; `kind` names the record (or message) in errors.
+    pub(crate) fn new(kind: u8, buf: &'a [u8]) -> Dec<'a> {
+        Dec { kind, buf, at: 0 }
+    }
+
+    pub(crate) fn err(&self, what: &'static str) -> RecordDecodeError {
         RecordDecodeError {
             kind: self.kind,
             offset: self.at,
@@ -230,49 +294,87 @@ impl<'a> Dec<'a> {
         }
     }
 
-    fn bytes(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], RecordDecodeError> {
+    pub(crate) fn bytes(
+        &mut self,
+        n: usize,
+        what: &'static str,
+    ) -> Result<&'a [u8], RecordDecodeError> {
         let end = self.at.checked_add(n).ok_or_else(|| self.err(what))?;
         let got = self.buf.get(self.at..end).ok_or_else(|| self.err(what))?;
         self.at = end;
         Ok(got)
     }
 
-    fn u8(&mut self, what: &'static str) -> Result<u8, RecordDecodeError> {
+    pub(crate) fn u8(&mut self, what: &'static str) -> Result<u8, RecordDecodeError> {
         let b = self.bytes(1, what)?;
         b.first().copied().ok_or_else(|| self.err(what))
     }
 
-    fn u16(&mut self, what: &'static str) -> Result<u16, RecordDecodeError> {
+    pub(crate) fn u16(&mut self, what: &'static str) -> Result<u16, RecordDecodeError> {
         let v = le::u16_at(self.buf, self.at).ok_or_else(|| self.err(what))?;
         self.at += 2;
         Ok(v)
     }
 
-    fn u32(&mut self, what: &'static str) -> Result<u32, RecordDecodeError> {
+    pub(crate) fn u32(&mut self, what: &'static str) -> Result<u32, RecordDecodeError> {
         let v = le::u32_at(self.buf, self.at).ok_or_else(|| self.err(what))?;
         self.at += 4;
         Ok(v)
     }
 
-    fn u64(&mut self, what: &'static str) -> Result<u64, RecordDecodeError> {
+    pub(crate) fn u64(&mut self, what: &'static str) -> Result<u64, RecordDecodeError> {
         let v = le::u64_at(self.buf, self.at).ok_or_else(|| self.err(what))?;
         self.at += 8;
         Ok(v)
     }
 
-    fn len(&mut self, what: &'static str) -> Result<usize, RecordDecodeError> {
+    pub(crate) fn len(&mut self, what: &'static str) -> Result<usize, RecordDecodeError> {
         let n = self.u32(what)?;
         usize::try_from(n).map_err(|_| self.err(what))
     }
 
-    fn log_id(&mut self) -> Result<LogId, RecordDecodeError> {
+    pub(crate) fn log_id(&mut self) -> Result<LogId, RecordDecodeError> {
         let term = self.u64("log id term")?;
         let node = self.u64("log id node")?;
         let index = self.u64("log id index")?;
         Ok(LogId::new(CommittedLeaderId::new(term, node), index))
     }
 
-    fn end(&self) -> Result<(), RecordDecodeError> {
+    /// An optional log id (see [`put_opt_log_id`]).
+    pub(crate) fn opt_log_id(&mut self) -> Result<Option<LogId>, RecordDecodeError> {
+        match self.u8("log id flag")? {
+            0 => Ok(None),
+            1 => Ok(Some(self.log_id()?)),
+            _ => Err(self.err("log id flag not 0 or 1")),
+        }
+    }
+
+    /// A vote (see [`put_vote`]).
+    pub(crate) fn vote(&mut self) -> Result<Vote, RecordDecodeError> {
+        let term = self.u64("vote term")?;
+        let node = self.u64("vote node")?;
+        let mut vote = Vote::new(term, node);
+        match self.u8("vote committed")? {
+            0 => {}
+            1 => vote.commit(),
+            _ => return Err(self.err("vote committed flag not 0 or 1")),
+        }
+        Ok(vote)
+    }
+
+    /// An entry (see [`put_entry`]).
+    pub(crate) fn entry(&mut self) -> Result<Entry, RecordDecodeError> {
+        let log_id = self.log_id()?;
+        let payload = decode_payload(self)?;
+        Ok(Entry { log_id, payload })
+    }
+
+    /// How many bytes are left.
+    pub(crate) fn remaining(&self) -> usize {
+        self.buf.len().saturating_sub(self.at)
+    }
+
+    pub(crate) fn end(&self) -> Result<(), RecordDecodeError> {
         if self.at == self.buf.len() {
             Ok(())
         } else {
@@ -286,11 +388,7 @@ impl<'a> Dec<'a> {
 /// # Errors
 /// A kind that is not a Raft record, or a payload that does not decode.
 pub fn decode(kind: u8, payload: &[u8]) -> Result<RaftRecord, RecordDecodeError> {
-    let d = &mut Dec {
-        kind,
-        buf: payload,
-        at: 0,
-    };
+    let d = &mut Dec::new(kind, payload);
     let raft_kind = RaftKind::from_byte(kind).ok_or_else(|| d.err("not a Raft record kind"))?;
     let group = d.u64("group")?;
     let record = match raft_kind {
@@ -298,25 +396,14 @@ pub fn decode(kind: u8, payload: &[u8]) -> Result<RaftRecord, RecordDecodeError>
             group,
             version: d.u16("version")?,
         },
-        RaftKind::Vote => {
-            let term = d.u64("vote term")?;
-            let node = d.u64("vote node")?;
-            let mut vote = Vote::new(term, node);
-            match d.u8("vote committed")? {
-                0 => {}
-                1 => vote.commit(),
-                _ => return Err(d.err("vote committed flag not 0 or 1")),
-            }
-            RaftRecord::Vote { group, vote }
-        }
-        RaftKind::Entry => {
-            let log_id = d.log_id()?;
-            let payload = decode_payload(d)?;
-            RaftRecord::Entry {
-                group,
-                entry: Entry { log_id, payload },
-            }
-        }
+        RaftKind::Vote => RaftRecord::Vote {
+            group,
+            vote: d.vote()?,
+        },
+        RaftKind::Entry => RaftRecord::Entry {
+            group,
+            entry: d.entry()?,
+        },
         RaftKind::Truncate => RaftRecord::Truncate {
             group,
             index: d.u64("truncate index")?,
@@ -324,6 +411,10 @@ pub fn decode(kind: u8, payload: &[u8]) -> Result<RaftRecord, RecordDecodeError>
         RaftKind::Purge => RaftRecord::Purge {
             group,
             log_id: d.log_id()?,
+        },
+        RaftKind::Committed => RaftRecord::Committed {
+            group,
+            log_id: d.opt_log_id()?,
         },
     };
     d.end()?;
@@ -365,7 +456,7 @@ fn decode_payload(d: &mut Dec<'_>) -> Result<EntryPayload<crate::TypeConfig>, Re
     }
 }
 
-fn decode_membership(d: &mut Dec<'_>) -> Result<Membership, RecordDecodeError> {
+pub(crate) fn decode_membership(d: &mut Dec<'_>) -> Result<Membership, RecordDecodeError> {
     let configs_n = d.u32("config count")?;
     let mut configs = Vec::new();
     for _ in 0..configs_n {

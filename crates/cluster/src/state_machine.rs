@@ -4,8 +4,11 @@
 //! is delivered), so every member holds the same committed broker (S-CLU-2). It keeps the
 //! highest `now` any entry carried (S-CLU-5). Snapshots are checkpoint bytes (`snapshot.rs`).
 //!
-//! **wharf today:** the state machine and its current snapshot live in memory; a member
-//! rebuilds them from its log, or from the leader's snapshot once the log is purged.
+//! A state machine opened on a directory ([`QueueStateMachine::open`]) writes every snapshot
+//! it builds or installs to its snapshot file (`snapshot_file.rs`) before openraft hears of
+//! it, and starts from that file: so the log openraft purges behind a snapshot is never
+//! needed again, and a restarted member holds its committed state at once (S-CLU-7).
+//! [`QueueStateMachine::new`] keeps everything in memory (tests of the replication alone).
 
 #![expect(
     clippy::result_large_err,
@@ -13,13 +16,16 @@
 )]
 
 use std::io::Cursor;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{EntryPayload, RaftSnapshotBuilder, StorageIOError};
 use wharf_broker::{Broker, DurableState};
+use wharf_wal::Storage;
 
-use crate::snapshot;
+use crate::snapshot::{self, SnapshotError};
+use crate::snapshot_file::{self, SnapshotFileError};
 use crate::types::{Applied, Entry, LogId, StorageError, StoredMembership, TypeConfig};
 
 /// The committed state of a group, shared between openraft's state machine task and readers
@@ -31,6 +37,24 @@ pub struct Machine {
     now_ms: u64,
     snapshot: Option<StoredSnapshot>,
     snapshots_built: u64,
+    disk: Option<SnapshotDisk>,
+}
+
+/// Where a state machine keeps its snapshot file.
+struct SnapshotDisk {
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
+}
+
+/// Why a state machine could not start from its snapshot file.
+#[derive(Debug, thiserror::Error)]
+pub enum MachineOpenError {
+    /// The file could not be read, or is damaged.
+    #[error(transparent)]
+    File(#[from] SnapshotFileError),
+    /// The snapshot inside does not decode into a broker.
+    #[error("the snapshot file's snapshot")]
+    Snapshot(#[from] SnapshotError),
 }
 
 /// The current snapshot: its metadata and bytes.
@@ -41,6 +65,19 @@ struct StoredSnapshot {
 }
 
 impl Machine {
+    /// Nothing applied yet: a fresh broker; its snapshots kept on `disk` when given.
+    fn empty(disk: Option<SnapshotDisk>) -> Machine {
+        Machine {
+            broker: Broker::new(),
+            last_applied: None,
+            membership: StoredMembership::default(),
+            now_ms: 0,
+            snapshot: None,
+            snapshots_built: 0,
+            disk,
+        }
+    }
+
     /// The committed broker.
     pub fn broker(&self) -> &Broker {
         &self.broker
@@ -54,6 +91,27 @@ impl Machine {
     /// The last applied log id.
     pub fn last_applied(&self) -> Option<LogId> {
         self.last_applied
+    }
+
+    /// The current snapshot's last log id (`None`: no snapshot, or one of an empty log).
+    pub fn snapshot_last_log_id(&self) -> Option<LogId> {
+        self.snapshot.as_ref().and_then(|s| s.meta.last_log_id)
+    }
+
+    /// Makes `meta` and `bytes` the current snapshot, on disk first when the machine has one.
+    fn keep_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<u64, openraft::BasicNode>,
+        bytes: Vec<u8>,
+    ) -> Result<(), SnapshotFileError> {
+        if let Some(disk) = &self.disk {
+            snapshot_file::write(disk.storage.as_ref(), &disk.dir, meta, &bytes)?;
+        }
+        self.snapshot = Some(StoredSnapshot {
+            meta: meta.clone(),
+            bytes,
+        });
+        Ok(())
     }
 
     /// The committed durable state, for comparisons.
@@ -109,15 +167,38 @@ impl Default for QueueStateMachine {
 impl QueueStateMachine {
     /// An empty state machine: a fresh broker (the vhost `/` and its predeclared exchanges).
     pub fn new() -> QueueStateMachine {
+        QueueStateMachine::from_machine(Machine::empty(None))
+    }
+
+    /// A state machine that keeps its snapshot file in `dir` on `storage`, starting from the
+    /// file's snapshot when there is one (openraft then re-applies the committed entries after
+    /// it from the log).
+    ///
+    /// # Errors
+    /// The file cannot be read, is damaged, or its snapshot does not decode.
+    pub fn open(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+    ) -> Result<QueueStateMachine, MachineOpenError> {
+        let found = snapshot_file::read(storage.as_ref(), dir)?;
+        let mut machine = Machine::empty(Some(SnapshotDisk {
+            storage,
+            dir: dir.to_path_buf(),
+        }));
+        if let Some((meta, bytes)) = found {
+            let decoded = snapshot::decode(&bytes)?;
+            machine.broker = decoded.broker;
+            machine.last_applied = meta.last_log_id;
+            machine.membership = meta.last_membership.clone();
+            machine.now_ms = decoded.now_ms;
+            machine.snapshot = Some(StoredSnapshot { meta, bytes });
+        }
+        Ok(QueueStateMachine::from_machine(machine))
+    }
+
+    fn from_machine(machine: Machine) -> QueueStateMachine {
         QueueStateMachine {
-            machine: Arc::new(Mutex::new(Machine {
-                broker: Broker::new(),
-                last_applied: None,
-                membership: StoredMembership::default(),
-                now_ms: 0,
-                snapshot: None,
-                snapshots_built: 0,
-            })),
+            machine: Arc::new(Mutex::new(machine)),
         }
     }
 
@@ -145,10 +226,8 @@ impl RaftSnapshotBuilder<TypeConfig> for MachineSnapshotBuilder {
             last_membership: m.membership.clone(),
             snapshot_id,
         };
-        m.snapshot = Some(StoredSnapshot {
-            meta: meta.clone(),
-            bytes: bytes.clone(),
-        });
+        m.keep_snapshot(&meta, bytes.clone())
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(bytes)),
@@ -192,14 +271,13 @@ impl RaftStateMachine<TypeConfig> for QueueStateMachine {
         let decoded = snapshot::decode(&bytes)
             .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
         let mut m = lock(&self.machine);
+        // On disk before the state changes: openraft purges the log behind it next.
+        m.keep_snapshot(meta, bytes)
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         m.broker = decoded.broker;
         m.now_ms = m.now_ms.max(decoded.now_ms);
         m.last_applied = meta.last_log_id;
         m.membership = meta.last_membership.clone();
-        m.snapshot = Some(StoredSnapshot {
-            meta: meta.clone(),
-            bytes,
-        });
         Ok(())
     }
 

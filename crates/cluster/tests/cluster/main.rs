@@ -10,7 +10,10 @@
 )]
 
 mod commands;
+mod durability;
 mod expiry;
 mod records;
 mod replication;
 mod support;
+mod tcp;
+mod wire;

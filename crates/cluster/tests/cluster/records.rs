@@ -69,8 +69,9 @@ async fn s_clu_1_a_followers_confirmed_entries_survive_its_power_loss() {
     );
 }
 
-/// The golden bytes of storage-format.md, "Raft records": a vote, a normal entry with one
-/// event, a membership entry, a truncation and a purge; each decodes back to itself.
+/// The golden bytes of storage-format.md, "Raft records" (format 2): a vote, a normal entry
+/// with one event, a membership entry, a truncation, a purge and committed marks; each
+/// decodes back to itself.
 #[test]
 fn raft_records_match_the_documented_bytes() {
     let mut vote = Vote::new(2, 3);
@@ -93,7 +94,7 @@ fn raft_records_match_the_documented_bytes() {
                 group: GROUP,
                 version: RAFT_FORMAT_VERSION,
             },
-            "0700000000000000 0100",
+            "0700000000000000 0200",
         ),
         (
             RaftRecord::Vote { group: GROUP, vote },
@@ -128,6 +129,20 @@ fn raft_records_match_the_documented_bytes() {
                 log_id: log_id(2, 3, 4),
             },
             "0700000000000000 0200000000000000 0300000000000000 0400000000000000",
+        ),
+        (
+            RaftRecord::Committed {
+                group: GROUP,
+                log_id: Some(log_id(2, 3, 6)),
+            },
+            "0700000000000000 01 0200000000000000 0300000000000000 0600000000000000",
+        ),
+        (
+            RaftRecord::Committed {
+                group: GROUP,
+                log_id: None,
+            },
+            "0700000000000000 00",
         ),
     ];
     for (rec, want) in cases {

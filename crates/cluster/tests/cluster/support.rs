@@ -24,6 +24,8 @@ use wharf_wal::{SimStorage, WalConfig};
 pub const GROUP: u64 = 7;
 /// The log directory on each member's simulated disk.
 pub const DIR: &str = "/raft";
+/// The snapshot directory on each member's simulated disk.
+pub const SNAPSHOT_DIR: &str = "/raft-snapshot";
 /// openraft's election timeout (ms); its leader lease is the maximum.
 const ELECTION_TIMEOUT_MAX_MS: u64 = 300;
 /// Real time a test may take before [`HangGuard`] calls it hung.
@@ -181,15 +183,56 @@ fn config() -> Arc<Config> {
     Arc::new(config.validate().unwrap())
 }
 
+/// Segments small enough that a few entries fill several, so purges reclaim some.
+pub const SEGMENT_BYTES: u64 = 16 * 1024;
+
 /// Opens a member's log on `disk` (a fresh disk, or one kept across a restart).
 pub fn open_log(disk: &SimStorage) -> WalLogStore {
-    WalLogStore::open(
-        Path::new(DIR),
-        Arc::new(disk.clone()),
-        &WalConfig::default(),
-        GROUP,
-    )
-    .unwrap()
+    let config = WalConfig {
+        segment_bytes_max: SEGMENT_BYTES,
+        ..WalConfig::default()
+    };
+    WalLogStore::open(Path::new(DIR), Arc::new(disk.clone()), &config, GROUP).unwrap()
+}
+
+/// How many WAL segment files member's `disk` holds.
+pub fn segment_files(disk: &SimStorage) -> usize {
+    use wharf_wal::Storage;
+    disk.list(Path::new(DIR))
+        .unwrap()
+        .iter()
+        .filter(|n| {
+            std::path::Path::new(n)
+                .extension()
+                .is_some_and(|e| e == "wal")
+        })
+        .count()
+}
+
+/// Opens a member's state machine on `disk`, from its snapshot file when there is one.
+pub fn open_machine(disk: &SimStorage) -> QueueStateMachine {
+    QueueStateMachine::open(Arc::new(disk.clone()), Path::new(SNAPSHOT_DIR)).unwrap()
+}
+
+/// Starts member `id` on `disk` (fresh, or kept across a restart) and puts it on the router.
+async fn start_member(router: &Arc<Router>, id: u64, disk: SimStorage) -> Member {
+    let store = open_log(&disk);
+    let log = store.reader();
+    let machine = open_machine(&disk);
+    let net = Net {
+        from: id,
+        router: Arc::clone(router),
+    };
+    let raft = busy(Raft::new(id, config(), net, store, machine.clone()))
+        .await
+        .unwrap();
+    router.rafts.lock().unwrap().insert(id, raft.clone());
+    Member {
+        raft,
+        machine,
+        log,
+        disk,
+    }
 }
 
 impl Cluster {
@@ -198,27 +241,7 @@ impl Cluster {
         let router = Arc::new(Router::default());
         let mut members = BTreeMap::new();
         for id in 1..=n {
-            let disk = SimStorage::new(id);
-            let store = open_log(&disk);
-            let log = store.reader();
-            let machine = QueueStateMachine::new();
-            let net = Net {
-                from: id,
-                router: Arc::clone(&router),
-            };
-            let raft = Raft::new(id, config(), net, store, machine.clone())
-                .await
-                .unwrap();
-            router.rafts.lock().unwrap().insert(id, raft.clone());
-            members.insert(
-                id,
-                Member {
-                    raft,
-                    machine,
-                    log,
-                    disk,
-                },
-            );
+            members.insert(id, start_member(&router, id, SimStorage::new(id)).await);
         }
         let nodes: BTreeMap<u64, BasicNode> = (1..=n)
             .map(|id| {
@@ -230,6 +253,21 @@ impl Cluster {
         let cluster = Cluster { router, members };
         cluster.wait_leader(1).await;
         cluster
+    }
+
+    /// Stops member `id` and starts it again: on what its disk had synced at that moment when
+    /// `power_loss`, else on its disk after a clean stop (its log's WAL closed). Its log comes
+    /// back from its WAL, its committed state from its snapshot file and the committed entries
+    /// after it.
+    pub async fn restart(&mut self, id: u64, power_loss: bool) {
+        let old = self.members.remove(&id).unwrap();
+        self.router.rafts.lock().unwrap().remove(&id);
+        let synced = power_loss.then(|| old.disk.power_loss());
+        busy(old.raft.shutdown()).await.unwrap();
+        let disk = synced.unwrap_or_else(|| old.disk.clone());
+        drop(old);
+        let member = start_member(&self.router, id, disk).await;
+        self.members.insert(id, member);
     }
 
     pub fn raft(&self, id: u64) -> &Raft {

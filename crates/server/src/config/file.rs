@@ -80,6 +80,15 @@ pub struct FileConfig {
     pub fsync: Option<String>,
     /// Memory for the content of queued messages (bytes or a unit string).
     pub message_memory_bytes: Option<SizeSetting>,
+    /// The cluster listener, `HOST:PORT` (an IP address), one of `cluster_seeds`.
+    pub cluster_listen: Option<String>,
+    /// Every node's cluster listener, the same list on every node: a comma-separated string
+    /// or a TOML list.
+    #[serde(default, deserialize_with = "one_or_many")]
+    pub cluster_seeds: Option<String>,
+    /// This node's id (its position in `cluster_seeds`, from 1), when `cluster_listen` is not
+    /// its seed address (behind a proxy).
+    pub cluster_id: Option<u64>,
 }
 
 /// The `[tls]` table (AMQPS is served when both files are named), and the `[mgmt_tls]` table

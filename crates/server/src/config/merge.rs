@@ -40,6 +40,12 @@ pub struct Overrides {
     pub heartbeat_secs: Option<u16>,
     /// `--tls-port`.
     pub tls_port: Option<u16>,
+    /// `--cluster-listen`.
+    pub cluster_listen: Option<String>,
+    /// `--cluster-seeds`.
+    pub cluster_seeds: Option<String>,
+    /// `--cluster-id`.
+    pub cluster_id: Option<u64>,
 }
 
 /// The hosts to listen on, given or by default (S-NET-1): given ones are all required; the
@@ -138,6 +144,9 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
         fsync,
         message_memory_bytes,
         loopback_users: loopback.into_iter().collect(),
+        cluster_listen: flags.cluster_listen.or(file.cluster_listen),
+        cluster_seeds: flags.cluster_seeds.or(file.cluster_seeds),
+        cluster_id: flags.cluster_id.or(file.cluster_id),
     };
     config.validate()?;
     Ok(config)

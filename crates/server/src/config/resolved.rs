@@ -75,6 +75,13 @@ pub struct Config {
     pub fsync: FsyncPolicy,
     /// Memory for the content of queued messages, bytes.
     pub message_memory_bytes: u64,
+    /// The cluster listener (`None`: a single node). The server does not read it: the binary
+    /// starts a cluster node with it (`wharf_cluster::NodeConfig::from_seeds`).
+    pub cluster_listen: Option<String>,
+    /// Every node's cluster listener, comma-separated.
+    pub cluster_seeds: Option<String>,
+    /// This node's id, when not its position of `cluster_listen` in `cluster_seeds`.
+    pub cluster_id: Option<u64>,
 }
 
 impl Config {

@@ -607,3 +607,31 @@ fn s_net_1_bind_takes_one_host_or_a_list_and_defaults_to_both_loopbacks() {
         assert!(e.to_string().contains("bind"), "{bad}: {e}");
     }
 }
+
+#[test]
+fn cluster_keys_come_from_the_file_or_flags_and_go_together() {
+    let file = FileConfig::parse(
+        "cluster_listen = \"127.0.0.1:25672\"\ncluster_seeds = [\"127.0.0.1:25672\", \"127.0.0.2:25672\"]\n",
+    )
+    .unwrap();
+    let c = merge(file.clone(), Overrides::default()).unwrap();
+    assert_eq!(c.cluster_listen.as_deref(), Some("127.0.0.1:25672"));
+    assert_eq!(
+        c.cluster_seeds.as_deref(),
+        Some("127.0.0.1:25672,127.0.0.2:25672")
+    );
+    let flags = Overrides {
+        cluster_listen: Some("127.0.0.2:25672".into()),
+        ..Overrides::default()
+    };
+    assert_eq!(
+        merge(file, flags).unwrap().cluster_listen.as_deref(),
+        Some("127.0.0.2:25672")
+    );
+    let alone = Overrides {
+        cluster_listen: Some("127.0.0.1:25672".into()),
+        ..Overrides::default()
+    };
+    let e = merge(FileConfig::default(), alone).unwrap_err().to_string();
+    assert!(e.contains("cluster_listen"), "{e}");
+}

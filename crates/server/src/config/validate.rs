@@ -53,6 +53,12 @@ impl Config {
                 "must not be empty (nor hold an empty host)",
             ));
         }
+        if self.cluster_listen.is_some() != self.cluster_seeds.is_some() {
+            return Err(invalid(
+                "cluster_listen",
+                "cluster_listen and cluster_seeds go together (the node's own address is one of the seeds)",
+            ));
+        }
         self.validate_limits()?;
         let mut seen = BTreeSet::new();
         for (i, u) in self.users.iter().enumerate() {

@@ -1,0 +1,220 @@
+//! The answering side of the cluster link: the node's listener. Each connection must open with
+//! a `Hello`; then every request runs in a task of its own (so a vote never waits behind a
+//! large append), at most [`IN_FLIGHT_MAX`] at once per connection, and its reply is queued
+//! on the connection's writer. A request that does not decode is answered `BadRequest`; a
+//! frame that breaks the framing (a length out of bounds, a stream cut inside a frame, an
+//! unknown kind) closes the connection. Nothing a peer sends can panic the node (S-ERR-2).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use openraft::ServerState;
+use openraft::error::RaftError;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinSet;
+
+use super::frames::{read_frame, write_frames};
+use super::wire::{self, Failure, Header, Kind};
+use crate::status;
+use crate::types::{NodeId, Raft};
+
+/// Requests of one connection running at once; the reader waits for a slot before it reads on.
+pub const IN_FLIGHT_MAX: usize = 256;
+/// Replies waiting to be written on one connection.
+const OUTBOX_FRAMES: usize = 1024;
+
+/// The groups this node runs, by group id: where requests go.
+#[derive(Clone)]
+pub struct Groups {
+    me: NodeId,
+    addr: String,
+    rafts: Arc<RwLock<BTreeMap<u64, Raft>>>,
+}
+
+impl Groups {
+    /// No groups yet, on node `me` listening at `addr` (both named in its status).
+    pub fn new(me: NodeId, addr: String) -> Groups {
+        Groups {
+            me,
+            addr,
+            rafts: Arc::default(),
+        }
+    }
+
+    /// The node's status text (`status.rs`).
+    pub fn status(&self) -> String {
+        let groups: Vec<_> = self
+            .all()
+            .iter()
+            .map(|(g, raft)| status::group_status(*g, raft))
+            .collect();
+        status::render(self.me, &self.addr, &groups)
+    }
+
+    /// Requests for `group` go to `raft` from now on.
+    pub fn insert(&self, group: u64, raft: Raft) {
+        self.rafts
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(group, raft);
+    }
+
+    /// Requests for `group` are answered `NoGroup` from now on.
+    pub fn remove(&self, group: u64) -> Option<Raft> {
+        self.rafts
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&group)
+    }
+
+    /// The Raft of `group`, if this node runs it.
+    pub fn get(&self, group: u64) -> Option<Raft> {
+        self.rafts
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&group)
+            .cloned()
+    }
+
+    /// Every group, by id.
+    pub fn all(&self) -> Vec<(u64, Raft)> {
+        self.rafts
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(g, r)| (*g, r.clone()))
+            .collect()
+    }
+}
+
+/// Whether `raft` holds any state: a vote, a log entry, or a snapshot.
+pub fn has_state(raft: &Raft) -> bool {
+    let m = raft.metrics().borrow().clone();
+    m.last_log_index.is_some()
+        || m.snapshot.is_some()
+        || m.current_term > 0
+        || m.state == ServerState::Leader
+}
+
+/// Accepts connections on `listener` and serves `groups` on them until the task is aborted,
+/// which ends every connection it accepted too.
+pub async fn serve(listener: TcpListener, groups: Groups) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let groups = groups.clone();
+                    conns.spawn(async move {
+                        let why = serve_conn(stream, groups).await;
+                        tracing::debug!(%peer, reason = %why, "cluster connection from a peer closed");
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a little rather than spin.
+                    tracing::warn!(error = %e, "cluster listener: accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+/// Serves one connection; returns why it ended.
+async fn serve_conn(stream: TcpStream, groups: Groups) -> String {
+    if let Err(e) = stream.set_nodelay(true) {
+        return e.to_string();
+    }
+    let (mut read, write) = stream.into_split();
+    let from = match read_frame(&mut read, wire::HELLO_BYTES_MAX).await {
+        Ok(Some(frame)) => match wire::split(&frame) {
+            Ok((h, body)) if h.kind == Kind::Hello => match wire::decode_hello(body) {
+                Ok(node) => node,
+                Err(e) => return format!("bad hello: {e}"),
+            },
+            Ok((h, _)) => return format!("a {:?} frame before hello", h.kind),
+            Err(e) => return e.to_string(),
+        },
+        Ok(None) => return "closed before hello".into(),
+        Err(e) => return e.to_string(),
+    };
+    let (out, rx) = mpsc::channel::<Vec<u8>>(OUTBOX_FRAMES);
+    tokio::spawn(write_frames(write, rx));
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT_MAX));
+    loop {
+        let frame = match read_frame(&mut read, wire::FRAME_BYTES_MAX).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return format!("node {from} hung up"),
+            Err(e) => return format!("node {from}: {e}"),
+        };
+        let header = match wire::split(&frame) {
+            Ok((h, _)) => h,
+            Err(e) => return format!("node {from}: {e}"),
+        };
+        if matches!(header.kind, Kind::Hello | Kind::Reply) {
+            return format!("node {from}: a {:?} frame where requests come", header.kind);
+        }
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+            return "semaphore closed".into();
+        };
+        let groups = groups.clone();
+        let out = out.clone();
+        tokio::spawn(async move {
+            let reply = match wire::split(&frame) {
+                Ok((header, body)) => answer(header, body, &groups).await,
+                Err(_) => wire::failed(&Failure::BadRequest),
+            };
+            if let Ok(frame) = wire::frame(Kind::Reply, header.id, 0, &reply) {
+                let _ = out.send(frame).await;
+            }
+            drop(slot);
+        });
+    }
+}
+
+/// The reply body (status and body) to one request.
+async fn answer(header: Header, body: &[u8], groups: &Groups) -> Vec<u8> {
+    if header.kind == Kind::Status {
+        return wire::ok(groups.status().as_bytes());
+    }
+    let Some(raft) = groups.get(header.group) else {
+        return wire::failed(&Failure::NoGroup);
+    };
+    let bad = |e: crate::record::RecordDecodeError| {
+        tracing::warn!(group = header.group, error = %e, "cluster link: a request that does not decode");
+        wire::failed(&Failure::BadRequest)
+    };
+    match header.kind {
+        Kind::Probe => wire::ok(&wire::probe_response(has_state(&raft))),
+        Kind::AppendEntries => match wire::decode_append_entries(body) {
+            Ok(rpc) => match raft.append_entries(rpc).await {
+                Ok(resp) => wire::ok(&wire::append_entries_response(&resp)),
+                Err(e) => stopped(&e),
+            },
+            Err(e) => bad(e),
+        },
+        Kind::Vote => match wire::decode_vote(body) {
+            Ok(rpc) => match raft.vote(rpc).await {
+                Ok(resp) => wire::ok(&wire::vote_response(&resp)),
+                Err(e) => stopped(&e),
+            },
+            Err(e) => bad(e),
+        },
+        Kind::InstallSnapshot => match wire::decode_install_snapshot(body) {
+            Ok(rpc) => match raft.install_snapshot(rpc).await {
+                Ok(resp) => wire::ok(&wire::install_snapshot_response(&resp)),
+                Err(RaftError::APIError(e)) => wire::failed(&wire::install_failure(&e)),
+                Err(e) => stopped(&e),
+            },
+            Err(e) => bad(e),
+        },
+        Kind::Hello | Kind::Reply | Kind::Status => wire::failed(&Failure::BadRequest),
+    }
+}
+
+fn stopped<E: std::fmt::Display>(e: &E) -> Vec<u8> {
+    tracing::debug!(error = %e, "cluster link: the group's Raft refused a request");
+    wire::failed(&Failure::Stopped)
+}

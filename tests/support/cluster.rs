@@ -1,0 +1,229 @@
+//! A cluster of real `wharf` processes on loopback (issue #17's harness): node `i` runs on its
+//! own data directory and ports, its cluster listener behind the fault-injecting [`Proxy`]
+//! (its seed address is the proxy's front `i`, `--cluster-id i`), so a test can partition any
+//! set of nodes, delay or drop their traffic, pause a node (SIGSTOP/SIGCONT), kill it
+//! (SIGKILL) and restart it, always by the pid we spawned. What a node says of its groups
+//! comes from `wharfctl cluster_status` against its real listener, read with
+//! `wharf_cluster::status::parse`. Depends on the binaries' command lines and output, that
+//! parser, tokio and std.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use wharf_cluster::status::{self, GroupStatus};
+
+use super::binary::Broker;
+use super::proxy::Proxy;
+
+/// Real time: the nodes are processes on real sockets and timers; waits on them are
+/// bounded in real time, and a failover is measured in it (S-CLU-9).
+#[expect(
+    clippy::disallowed_methods,
+    reason = "processes on real timers: waits and failover times are real time"
+)]
+pub fn now() -> Instant {
+    Instant::now()
+}
+
+/// Node `id`'s place in the vectors.
+fn slot(id: u64) -> usize {
+    usize::try_from(id - 1).unwrap()
+}
+
+/// Free loopback ports: bound, read, released (the node binds them a moment later).
+fn free_addrs(n: usize) -> Vec<SocketAddr> {
+    let ls: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    ls.iter().map(|l| l.local_addr().unwrap()).collect()
+}
+
+/// The cluster: nodes `1..=n`.
+pub struct Cluster {
+    dir: tempfile::TempDir,
+    proxy: Proxy,
+    listen: Vec<SocketAddr>,
+    seeds: String,
+    nodes: Vec<Option<Broker>>,
+    paused: Vec<bool>,
+}
+
+impl Cluster {
+    /// Starts `n` nodes behind the proxy and waits for each one's start line.
+    pub async fn start(n: usize) -> Cluster {
+        let mut c = Cluster::prepare(n).await;
+        for id in 1..=n as u64 {
+            c.start_node(id);
+        }
+        c
+    }
+
+    /// The proxy and the nodes' addresses and directories, no node started yet (to set faults
+    /// before the nodes first meet).
+    pub async fn prepare(n: usize) -> Cluster {
+        let listen = free_addrs(n);
+        let proxy = Proxy::start(&listen).await;
+        let seeds = proxy
+            .fronts
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        Cluster {
+            dir: tempfile::tempdir().unwrap(),
+            proxy,
+            listen,
+            seeds,
+            nodes: (0..n).map(|_| None).collect(),
+            paused: vec![false; n],
+        }
+    }
+
+    /// How many nodes.
+    pub fn size(&self) -> u64 {
+        self.nodes.len() as u64
+    }
+
+    fn dir_of(&self, id: u64) -> PathBuf {
+        self.dir.path().join(format!("node-{id}"))
+    }
+
+    /// Starts node `id` (again) on its directory and cluster port.
+    pub fn start_node(&mut self, id: u64) {
+        let i = slot(id);
+        assert!(self.nodes[i].is_none(), "node {id} is running");
+        let args = [
+            "--cluster-listen".to_owned(),
+            self.listen[i].to_string(),
+            "--cluster-seeds".to_owned(),
+            self.seeds.clone(),
+            "--cluster-id".to_owned(),
+            id.to_string(),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let dir = self.dir_of(id);
+        let broker = tokio::task::block_in_place(|| {
+            Broker::start_with_args(env!("CARGO_BIN_EXE_wharf"), &dir, &args)
+        });
+        self.nodes[i] = Some(broker);
+        self.paused[i] = false;
+    }
+
+    /// SIGKILL to node `id`, by its pid.
+    pub fn kill(&mut self, id: u64) {
+        let broker = self.nodes[slot(id)].take().expect("node running");
+        tokio::task::block_in_place(|| broker.kill());
+    }
+
+    fn signal(&self, id: u64, sig: &str) {
+        let pid = self.nodes[slot(id)].as_ref().expect("node running").pid();
+        let ok = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    }
+
+    /// SIGSTOP to node `id`: it stops answering, its connections stay open.
+    pub fn pause(&mut self, id: u64) {
+        self.signal(id, "-STOP");
+        self.paused[slot(id)] = true;
+    }
+
+    /// SIGCONT to node `id`.
+    pub fn resume(&mut self, id: u64) {
+        self.signal(id, "-CONT");
+        self.paused[slot(id)] = false;
+    }
+
+    /// The proxy, to partition, delay and drop.
+    pub fn proxy(&self) -> &Proxy {
+        &self.proxy
+    }
+
+    /// Everything node `id` logged so far (for a failure's message).
+    pub fn output(&self, id: u64) -> String {
+        self.nodes[slot(id)]
+            .as_ref()
+            .map_or_else(|| "(not running)".into(), Broker::output)
+    }
+
+    /// Node `id`'s view of group `group`, by `wharfctl cluster_status` against its real
+    /// listener; `None` when it is not running, paused, or does not answer.
+    pub fn view(&self, id: u64, group: u64) -> Option<GroupStatus> {
+        let i = slot(id);
+        if self.nodes[i].is_none() || self.paused[i] {
+            return None;
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_wharfctl"))
+            .args(["cluster_status", "--cluster", &self.listen[i].to_string()])
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        let (node, groups) = status::parse(&String::from_utf8_lossy(&out.stdout))?;
+        assert_eq!(node, id, "node {id} answers as {node}");
+        groups.into_iter().find(|g| g.group == group)
+    }
+
+    /// Polls until a node not in `except` leads `group` in a term above `after_term`, and
+    /// returns it with its view; panics after `within`.
+    pub async fn leader(
+        &self,
+        group: u64,
+        except: &[u64],
+        after_term: u64,
+        within: Duration,
+    ) -> (u64, GroupStatus) {
+        let start = now();
+        loop {
+            for id in (1..=self.size()).filter(|id| !except.contains(id)) {
+                if let Some(v) = self.view(id, group)
+                    && v.state == "leader"
+                    && v.term > after_term
+                {
+                    return (id, v);
+                }
+            }
+            assert!(
+                start.elapsed() < within,
+                "no leader of group {group} (besides {except:?}, after term {after_term}) within {within:?}\n{}",
+                (1..=self.size())
+                    .map(|id| format!("node {id}: {:?}", self.view(id, group)))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Polls until node `id`'s view of `group` satisfies `cond`; panics after `within`.
+    pub async fn until(
+        &self,
+        id: u64,
+        group: u64,
+        what: &str,
+        within: Duration,
+        cond: impl Fn(&GroupStatus) -> bool,
+    ) -> GroupStatus {
+        let start = now();
+        loop {
+            if let Some(v) = self.view(id, group)
+                && cond(&v)
+            {
+                return v;
+            }
+            assert!(
+                start.elapsed() < within,
+                "node {id}, group {group}: {what} not within {within:?}; last view {:?}\n{}",
+                self.view(id, group),
+                self.output(id)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
