@@ -13,4 +13,5 @@ mod commands;
 mod expiry;
 mod records;
 mod replication;
+mod split;
 mod support;
