@@ -108,6 +108,7 @@ pub async fn within<T>(secs: u64, fut: impl std::future::Future<Output = T>) -> 
         .expect("no answer from the server in time")
 }
 pub mod binary;
+pub mod cluster;
 pub mod raw;
 
 /// Publishes `body` persistently (delivery mode 2) to `queue` through the default exchange and

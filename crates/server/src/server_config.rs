@@ -89,6 +89,10 @@ pub struct ServerConfig {
     /// field is then ignored) and [`ServerHandle::clock_advance`] and friends may move it.
     /// `None` (the default): they are refused.
     pub clock_control: Option<ManualClock>,
+    /// Membership of the Raft group that replicates quorum queues (DESIGN "Replication",
+    /// S-CLU-7): this node's handle on the group, built by whoever starts the node. `None`
+    /// (the default): a single node, whose quorum queues live in its own log.
+    pub cluster: Option<wharf_cluster::QueueGroup>,
 }
 
 impl ServerConfig {
@@ -124,6 +128,7 @@ impl ServerConfig {
             message_memory_bytes: limits::MESSAGE_MEMORY_BYTES,
             storage: None,
             clock_control: None,
+            cluster: None,
         }
     }
 }
