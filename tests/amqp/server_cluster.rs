@@ -63,6 +63,23 @@ async fn publish_confirmed(ch: &Channel, queue: &str, body: &str) {
     assert!(confirmation.is_ack(), "{body} confirmed");
 }
 
+/// A confirm-mode channel on node `id` with the quorum queue `qq` declared (a message TTL if
+/// given); its connection must be kept open.
+async fn quorum_channel(
+    cluster: &Cluster,
+    id: u64,
+    ttl_ms: Option<i64>,
+) -> (lapin::Connection, Channel) {
+    let (conn, ch) = cluster.channel(id).await;
+    within(ch.confirm_select(ConfirmSelectOptions::default()))
+        .await
+        .unwrap();
+    within(ch.queue_declare("qq".into(), durable(), quorum(ttl_ms)))
+        .await
+        .unwrap();
+    (conn, ch)
+}
+
 fn bodies(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("m{i}")).collect()
 }
@@ -73,13 +90,7 @@ fn bodies(n: usize) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s_clu_1_every_confirmed_message_is_in_every_members_committed_state() {
     let cluster = Cluster::start(3).await;
-    let (_conn, ch) = cluster.channel(1).await;
-    within(ch.confirm_select(ConfirmSelectOptions::default()))
-        .await
-        .unwrap();
-    within(ch.queue_declare("qq".into(), durable(), quorum(None)))
-        .await
-        .unwrap();
+    let (_conn, ch) = quorum_channel(&cluster, 1, None).await;
     within(ch.queue_declare("cq".into(), durable(), FieldTable::default()))
         .await
         .unwrap();
@@ -139,13 +150,7 @@ async fn s_clu_6_a_new_leader_has_every_confirmed_message_and_redelivers_the_una
     let mut cluster = Cluster::start(3).await;
     let sent = bodies(10);
     {
-        let (_conn, ch) = cluster.channel(1).await;
-        within(ch.confirm_select(ConfirmSelectOptions::default()))
-            .await
-            .unwrap();
-        within(ch.queue_declare("qq".into(), durable(), quorum(None)))
-            .await
-            .unwrap();
+        let (_conn, ch) = quorum_channel(&cluster, 1, None).await;
         for body in &sent {
             publish_confirmed(&ch, "qq", body).await;
         }
@@ -227,13 +232,7 @@ async fn s_clu_6_a_new_leader_has_every_confirmed_message_and_redelivers_the_una
 async fn s_clu_6_a_new_leader_expires_at_the_same_deadlines() {
     let mut cluster = Cluster::start(3).await;
     {
-        let (_conn, ch) = cluster.channel(1).await;
-        within(ch.confirm_select(ConfirmSelectOptions::default()))
-            .await
-            .unwrap();
-        within(ch.queue_declare("qq".into(), durable(), quorum(Some(10_000))))
-            .await
-            .unwrap();
+        let (_conn, ch) = quorum_channel(&cluster, 1, Some(10_000)).await;
         publish_confirmed(&ch, "qq", "first").await;
         cluster.set_clock(1, T0_MS + 3_000).await;
         publish_confirmed(&ch, "qq", "second").await;
