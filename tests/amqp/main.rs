@@ -13,6 +13,7 @@ mod support;
 mod server_alarms;
 mod server_amqprs;
 mod server_basic;
+mod server_cluster;
 mod server_config;
 mod server_consumers;
 mod server_door;

@@ -109,6 +109,7 @@ pub async fn within<T>(secs: u64, fut: impl std::future::Future<Output = T>) -> 
 }
 pub mod binary;
 pub mod cluster;
+pub mod group_servers;
 pub mod proxy;
 pub mod raw;
 

@@ -80,6 +80,7 @@ const ARROWS: &[(&str, &[&str])] = &[
             "wharf-protocol",
             "wharf-broker",
             "wharf-store",
+            "wharf-cluster",
         ],
     ),
     ("wharf-ctl", &[]),

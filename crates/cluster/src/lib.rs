@@ -12,13 +12,19 @@
 //! - `state_machine`: [`QueueStateMachine`], the committed broker of a group; [`Machine`].
 //! - `snapshot`: a group's snapshot as checkpoint bytes (a public namespace).
 //! - `snapshot_file`: a member's current snapshot on disk (a public namespace).
-//! - `leader`: [`take_over`], a new leader's live broker; [`leader_now`].
+//! - `leader`: [`take_over`], a new leader's live broker; [`leader_now`]; [`adopt`], a
+//!   take-over into a server's live broker.
+//! - `group`: [`QueueGroup`], the handle a server replicates its quorum queues through.
+//! - `split`: [`Replicated`], which events of a batch go to the group, which stay local.
 //! - `net`: the cluster link between nodes (openraft's RPCs over TCP; a public namespace).
 //! - `node`: [`Node`], a process's cluster node: listener, peers, groups, formation.
 //! - `status`: what `wharfctl cluster_status` shows (a public namespace).
+//! - `testing`: an in-memory network for members in one process (a public namespace).
 //!
-//! **Not built yet:** forwarding, and the metadata group carrying definitions.
+//! **Not built yet:** forwarding, the metadata group carrying definitions, and a group per
+//! queue: a server replicates every quorum queue through one group (`QueueGroup`).
 
+mod group;
 mod leader;
 mod log_store;
 pub mod net;
@@ -26,13 +32,17 @@ mod node;
 pub mod record;
 pub mod snapshot;
 pub mod snapshot_file;
+mod split;
 mod state_machine;
 pub mod status;
+pub mod testing;
 mod types;
 
-pub use leader::{leader_now, take_over};
+pub use group::{Commit, Metrics, ProposeError, QueueGroup, Role, needs_leader};
+pub use leader::{Adopted, adopt, leader_now, take_over};
 pub use log_store::{OpenError, WalLogReader, WalLogStore};
 pub use node::{GroupHandle, METADATA_GROUP, Node, NodeConfig, NodeError, Timing, remote_status};
+pub use split::{Replicated, Split, is_quorum, shared_definitions};
 pub use state_machine::{Machine, MachineOpenError, MachineSnapshotBuilder, QueueStateMachine};
 pub use types::{
     Applied, Entry, LogId, Membership, NodeId, Proposal, Raft, StorageError, StoredMembership,

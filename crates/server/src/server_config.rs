@@ -100,6 +100,10 @@ pub struct ServerConfig {
     /// thread and does the same I/O in the same order every time. Default false (production:
     /// a writer thread, a checkpoint thread, the store opened and closed off the runtime).
     pub inline_store: bool,
+    /// Membership of the Raft group that replicates quorum queues (DESIGN "Replication",
+    /// S-CLU-10): this node's handle on the group, built by whoever starts the node. `None`
+    /// (the default): a single node, whose quorum queues live in its own log.
+    pub cluster: Option<wharf_cluster::QueueGroup>,
 }
 
 impl ServerConfig {
@@ -137,6 +141,7 @@ impl ServerConfig {
             clock_control: None,
             storage_segment_bytes: None,
             inline_store: false,
+            cluster: None,
         }
     }
 }

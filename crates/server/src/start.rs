@@ -69,11 +69,7 @@ impl Server {
         let log_health = LogHealth::of(&store);
         let live = LiveCounts::of(&broker);
         let spooler = Arc::new(connection::LogSpooler(store.body_spooler()));
-        let mut core = core::Core::new(broker, store, clock.clone());
-        core.set_registry(registry.clone());
-        core.set_message_memory_bytes(config.message_memory_bytes);
-        core.set_inline_store(config.inline_store);
-        core.log_startup(events)?;
+        let core = broker_task(&config, (broker, store), clock.clone(), &registry, events)?;
         let recovery_ms = stopwatch.elapsed_ms();
 
         let (listeners, addrs, tls_listener) = bind_amqp(&config).await?;
@@ -206,6 +202,26 @@ fn log_listening(
         salvaged_records = summary.salvaged_records,
         "wharf listening"
     );
+}
+
+/// The broker task over the recovered broker and store, with recovery's events logged, and
+/// a member of the quorum queues' group when `config.cluster` says so (S-CLU-10).
+fn broker_task(
+    config: &ServerConfig,
+    (broker, store): (wharf_broker::Broker, wharf_store::Store),
+    clock: Arc<dyn Clock>,
+    registry: &Arc<auth::UserRegistry>,
+    events: Vec<wharf_broker::Event>,
+) -> Result<core::Core, StoreError> {
+    let mut core = core::Core::new(broker, store, clock);
+    core.set_registry(registry.clone());
+    core.set_message_memory_bytes(config.message_memory_bytes);
+    core.set_inline_store(config.inline_store);
+    core.log_startup(events)?;
+    if let Some(group) = config.cluster.clone() {
+        core.set_replica(group);
+    }
+    Ok(core)
 }
 
 /// Spawns the broker task: (its inbox, its task, a flag set once it ended).

@@ -27,6 +27,30 @@ impl Broker {
         self.queues.get(id).map(|q| q.eff.kind())
     }
 
+    /// The queues a publish to `exchange` with `routing_key` (and the `CC`/`BCC` keys of
+    /// `headers`) would enter now, by name; empty when the vhost or exchange is unknown. A
+    /// query: nothing changes (a cluster member asks it of a group's committed state to learn
+    /// whether a publish would reach a queue led elsewhere, S-CLU-11).
+    pub fn routed_queue_names(
+        &self,
+        vhost: &str,
+        exchange: &str,
+        routing_key: &str,
+        headers: Option<&crate::value::FieldTable>,
+    ) -> Vec<String> {
+        let Some(v) = self.vhosts.get(vhost) else {
+            return Vec::new();
+        };
+        let Some(&xid) = v.exchanges.get(exchange) else {
+            return Vec::new();
+        };
+        let keys = super::publish::routing_keys(routing_key, headers);
+        self.route(v, xid, &keys, headers)
+            .iter()
+            .filter_map(|q| self.queues.get(q).map(|q| q.name.to_string()))
+            .collect()
+    }
+
     /// Counts over every vhost, in one walk over the queues that copies nothing (for the
     /// overview and the aggregated metrics, polled often: no listing per poll).
     pub fn totals(&self) -> Totals {

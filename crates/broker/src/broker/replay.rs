@@ -368,6 +368,20 @@ impl Broker {
         Ok(())
     }
 
+    /// Restarts the lease of `queue` of `vhost` at `now_ms` (S-QEXP-4), as
+    /// [`Broker::recovered`] restarts every queue's: for a queue a live broker adopted while
+    /// serving (a cluster member's take-over, S-CLU-6). Nothing when there is no such queue.
+    pub fn restart_lease(&mut self, vhost: &str, queue: &str, now_ms: u64) {
+        let Some(&qid) = self.vhosts.get(vhost).and_then(|v| v.queues.get(queue)) else {
+            return;
+        };
+        if let Some(q) = self.queues.get_mut(&qid) {
+            q.last_used_ms = now_ms;
+        }
+        self.mark_dirty(qid);
+        self.rearm_dirty();
+    }
+
     /// Applies a message event recovery read with the content left on disk: the same as
     /// [`Broker::apply`] of the whole event, with the messages held as stored references.
     ///

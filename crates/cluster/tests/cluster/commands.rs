@@ -20,6 +20,29 @@ pub fn declare_quorum(queue: &str, ttl_ms: Option<u32>) -> Command {
     if let Some(ttl) = ttl_ms {
         arguments.insert("x-message-ttl", Value::U32(ttl));
     }
+    declare(queue, arguments)
+}
+
+/// Declares the durable classic queue `queue`.
+pub fn declare_classic(queue: &str) -> Command {
+    declare(queue, FieldTable::new())
+}
+
+/// Binds `queue` to `exchange` with an empty key.
+pub fn bind(queue: &str, exchange: &str) -> Command {
+    Command::QueueBind {
+        vhost: "/".into(),
+        queue: queue.into(),
+        exchange: exchange.into(),
+        routing_key: String::new(),
+        arguments: FieldTable::new(),
+        bind: true,
+        owner: None,
+    }
+}
+
+/// Declares the durable queue `queue` with `arguments`.
+pub fn declare(queue: &str, arguments: FieldTable) -> Command {
     Command::QueueDeclare(QueueDeclare {
         vhost: "/".into(),
         queue: queue.into(),
@@ -35,10 +58,21 @@ pub fn declare_quorum(queue: &str, ttl_ms: Option<u32>) -> Command {
 /// A persistent publish of `body` to `queue` through the default exchange, with a
 /// per-message TTL if given.
 pub fn publish(queue: &str, body: &str, expiration_ms: Option<u64>) -> Command {
+    publish_to("", queue, body, expiration_ms)
+}
+
+/// A persistent publish of `body` to `exchange` with `routing_key`, with a per-message TTL if
+/// given.
+pub fn publish_to(
+    exchange: &str,
+    routing_key: &str,
+    body: &str,
+    expiration_ms: Option<u64>,
+) -> Command {
     Command::Publish(Publish {
         vhost: "/".into(),
-        exchange: String::new(),
-        routing_key: queue.into(),
+        exchange: exchange.into(),
+        routing_key: routing_key.into(),
         mandatory: false,
         properties: Properties {
             delivery_mode: Some(2),

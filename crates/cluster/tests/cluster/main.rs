@@ -14,6 +14,7 @@ mod durability;
 mod expiry;
 mod records;
 mod replication;
+mod split;
 mod support;
 mod tcp;
 mod wire;

@@ -4,20 +4,15 @@
 //! same path. Time is tokio's paused clock, moved only by `advance` (to expire a leader
 //! lease); the broker's time is the explicit `now` each proposal carries.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{InstallSnapshotError, RPCError, RaftError, RemoteError, Unreachable};
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
-};
 use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
 use wharf_broker::{Broker, Command, DurableState, Event, Outcome};
-use wharf_cluster::{Proposal, QueueStateMachine, Raft, TypeConfig, WalLogReader, WalLogStore};
+use wharf_cluster::testing::{Router, busy};
+use wharf_cluster::{Proposal, QueueStateMachine, Raft, WalLogReader, WalLogStore};
 use wharf_wal::{SimStorage, WalConfig};
 
 /// The group every test member runs.
@@ -55,100 +50,6 @@ impl HangGuard {
 impl Drop for HangGuard {
     fn drop(&mut self) {
         drop(self.done.take());
-    }
-}
-
-/// Which members can talk: a member cut off reaches nobody and nobody reaches it.
-#[derive(Default)]
-pub struct Router {
-    rafts: Mutex<BTreeMap<u64, Raft>>,
-    cut: Mutex<BTreeSet<u64>>,
-}
-
-impl Router {
-    fn target(&self, from: u64, to: u64) -> Result<Raft, Unreachable> {
-        let cut = self.cut.lock().unwrap();
-        if cut.contains(&from) || cut.contains(&to) {
-            return Err(Unreachable::new(&std::io::Error::other("partitioned")));
-        }
-        self.rafts
-            .lock()
-            .unwrap()
-            .get(&to)
-            .cloned()
-            .ok_or_else(|| Unreachable::new(&std::io::Error::other("no such member")))
-    }
-}
-
-/// One member's connections.
-pub struct Net {
-    from: u64,
-    router: Arc<Router>,
-}
-
-/// A connection from one member to another.
-pub struct Conn {
-    from: u64,
-    to: u64,
-    router: Arc<Router>,
-}
-
-impl RaftNetworkFactory<TypeConfig> for Net {
-    type Network = Conn;
-
-    async fn new_client(&mut self, target: u64, _node: &BasicNode) -> Conn {
-        Conn {
-            from: self.from,
-            to: target,
-            router: Arc::clone(&self.router),
-        }
-    }
-}
-
-/// Drives an RPC to its end without letting the runtime go idle. The paused clock jumps to the
-/// next timer whenever the runtime idles, and it idles while the target waits for its WAL's
-/// writer thread (a real thread) to sync a vote or entries: the jump would fire openraft's RPC
-/// timeout (`election_timeout_min` for a vote, never retried without ticks) before the answer
-/// comes. Yielding keeps the runtime busy, so the clock moves only when a test advances it.
-async fn busy<F: std::future::Future>(fut: F) -> F::Output {
-    let mut fut = std::pin::pin!(fut);
-    loop {
-        tokio::select! {
-            biased;
-            out = &mut fut => return out,
-            () = tokio::task::yield_now() => {}
-        }
-    }
-}
-
-type Rpc<T, E = openraft::error::Infallible> =
-    Result<T, RPCError<u64, BasicNode, RaftError<u64, E>>>;
-
-impl RaftNetwork<TypeConfig> for Conn {
-    async fn append_entries(
-        &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
-        _option: RPCOption,
-    ) -> Rpc<AppendEntriesResponse<u64>> {
-        let raft = self.router.target(self.from, self.to)?;
-        let resp = busy(raft.append_entries(rpc)).await;
-        resp.map_err(|e| RemoteError::new(self.to, e).into())
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        rpc: InstallSnapshotRequest<TypeConfig>,
-        _option: RPCOption,
-    ) -> Rpc<InstallSnapshotResponse<u64>, InstallSnapshotError> {
-        let raft = self.router.target(self.from, self.to)?;
-        let resp = busy(raft.install_snapshot(rpc)).await;
-        resp.map_err(|e| RemoteError::new(self.to, e).into())
-    }
-
-    async fn vote(&mut self, rpc: VoteRequest<u64>, _option: RPCOption) -> Rpc<VoteResponse<u64>> {
-        let raft = self.router.target(self.from, self.to)?;
-        let resp = busy(raft.vote(rpc)).await;
-        resp.map_err(|e| RemoteError::new(self.to, e).into())
     }
 }
 
@@ -219,14 +120,11 @@ async fn start_member(router: &Arc<Router>, id: u64, disk: SimStorage) -> Member
     let store = open_log(&disk);
     let log = store.reader();
     let machine = open_machine(&disk);
-    let net = Net {
-        from: id,
-        router: Arc::clone(router),
-    };
+    let net = router.net(id);
     let raft = busy(Raft::new(id, config(), net, store, machine.clone()))
         .await
         .unwrap();
-    router.rafts.lock().unwrap().insert(id, raft.clone());
+    router.add(id, raft.clone());
     Member {
         raft,
         machine,
@@ -238,7 +136,7 @@ async fn start_member(router: &Arc<Router>, id: u64, disk: SimStorage) -> Member
 impl Cluster {
     /// Starts members 1..=n and initializes the group on member 1, which elects itself.
     pub async fn start(n: u64) -> Cluster {
-        let router = Arc::new(Router::default());
+        let router = Router::for_paused_clock();
         let mut members = BTreeMap::new();
         for id in 1..=n {
             members.insert(id, start_member(&router, id, SimStorage::new(id)).await);
@@ -261,7 +159,7 @@ impl Cluster {
     /// after it.
     pub async fn restart(&mut self, id: u64, power_loss: bool) {
         let old = self.members.remove(&id).unwrap();
-        self.router.rafts.lock().unwrap().remove(&id);
+        self.router.remove(id);
         let synced = power_loss.then(|| old.disk.power_loss());
         busy(old.raft.shutdown()).await.unwrap();
         let disk = synced.unwrap_or_else(|| old.disk.clone());
@@ -276,12 +174,12 @@ impl Cluster {
 
     /// Cuts member `id` off from every other member.
     pub fn isolate(&self, id: u64) {
-        self.router.cut.lock().unwrap().insert(id);
+        self.router.isolate(id);
     }
 
     /// Reconnects member `id`.
     pub fn heal(&self, id: u64) {
-        self.router.cut.lock().unwrap().remove(&id);
+        self.router.heal(id);
     }
 
     /// Waits until member `id`'s metrics satisfy `cond`. openraft's own `wait` times out on
@@ -324,8 +222,7 @@ impl Cluster {
     /// voter's leader lease after [`Cluster::elect`] let it run out.
     pub async fn settle(&self, leader: u64) {
         let target = self.last_index(leader);
-        let cut = self.router.cut.lock().unwrap().clone();
-        for &id in self.members.keys().filter(|id| !cut.contains(id)) {
+        for &id in self.members.keys().filter(|&&id| !self.router.is_cut(id)) {
             self.until(id, "the leader's whole log applied", |m| {
                 m.last_applied.is_some_and(|l| l.index >= target)
             })

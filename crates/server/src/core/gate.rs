@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tracing::{error, warn};
 
+use super::member;
 use super::msg::CoreMsg;
 use super::timings::{CoreTimings, TimedLoader};
 use super::{BATCH_MSGS_MAX, Core, DurableFuture, TICKET_THIS_BATCH};
@@ -67,6 +68,7 @@ impl Core {
             message_memory_bytes: wharf_base::limits::MESSAGE_MEMORY_BYTES,
             timings,
             inline_store: false,
+            replica: None,
         }
     }
 
@@ -80,6 +82,11 @@ impl Core {
     pub async fn run(mut self, mut rx: mpsc::Receiver<CoreMsg>) -> Result<(), StoreError> {
         let mut batch = Vec::with_capacity(BATCH_MSGS_MAX);
         let mut sleep = Box::pin(tokio::time::sleep(Duration::ZERO));
+        // A member may lead already (S-CLU-6): take over before the first batch.
+        if self.replica.is_some() {
+            self.on_role();
+            self.end_batch()?;
+        }
         self.rearm(&mut sleep);
         loop {
             // A batch of messages: when it started, and how many (for the metrics).
@@ -89,6 +96,11 @@ impl Core {
                 changed = self.durable.changed() => {
                     if changed.is_err() {
                         break;
+                    }
+                }
+                wake = member::wake(self.replica.as_mut()) => {
+                    if let member::Wake::Role = wake {
+                        self.on_role();
                     }
                 }
                 () = &mut sleep, if self.armed.is_some() => {
@@ -114,13 +126,20 @@ impl Core {
             }
             if let Err(e) = ended {
                 error!(error = %e, "write-ahead log failed; closing every connection");
-                self.fail_all();
+                self.fail_all(LOG_FAILED);
+                break;
+            }
+            if let Some(e) = self.replica_failure() {
+                error!(error = %e, "the quorum queues' group failed this member; closing every connection");
+                self.fail_all(
+                    "this node stopped leading the quorum queues' group, or the group stopped",
+                );
                 break;
             }
             let durable_failure = self.durable.borrow().as_ref().err().cloned();
             if let Some(e) = durable_failure {
                 error!(error = %e, "making the log durable failed; closing every connection");
-                self.fail_all();
+                self.fail_all(LOG_FAILED);
                 break;
             }
             if self.stopping {
@@ -128,11 +147,21 @@ impl Core {
             }
             self.rearm(&mut sleep);
         }
+        self.close().await
+    }
+
+    /// After the loop: makes everything durable, closes the store (with a checkpoint after a
+    /// clean stop) and lets the last frames go.
+    async fn close(mut self) -> Result<(), StoreError> {
+        if self.stopping {
+            // In a group, the last frames (the 320 closes) wait for their gate: bounded.
+            self.drain_gate().await;
+        }
         let store = self.store.take();
         // A clean shutdown ends with a checkpoint (it refers to the queued messages, so it is
         // quick, S-DISK-9), so the next start replays almost nothing. Only when every event
         // was logged (the snapshot must match the log).
-        let snapshot = self.events.is_empty().then(|| self.broker.snapshot());
+        let snapshot = self.events.is_empty().then(|| self.own_snapshot());
         let closed = match store {
             Some(store) if self.inline_store => close_store(store, snapshot),
             Some(store) => tokio::task::spawn_blocking(move || close_store(store, snapshot))
@@ -142,9 +171,11 @@ impl Core {
         };
         // Closing the store made everything logged durable: the last held frames (the 320
         // closes of a shutdown) may go. After a failure they were discarded (fail_all).
+        // In a group, only what passed the gate: an entry not committed is never shown.
         if closed.is_ok() {
+            let to = self.gate_passed().unwrap_or(Ticket::MAX);
             for outbox in self.held.values() {
-                outbox.release(Ticket::MAX);
+                outbox.release(to);
             }
         }
         for c in self.conns.values() {
@@ -154,7 +185,7 @@ impl Core {
     }
 
     pub(super) fn now(&self) -> u64 {
-        self.clock.now_ms()
+        self.decide_now()
     }
 
     pub(super) fn rearm(&mut self, sleep: &mut Pin<Box<tokio::time::Sleep>>) {
@@ -195,6 +226,7 @@ impl Core {
     }
 
     pub(super) fn log_batch(&mut self) -> Result<(), StoreError> {
+        self.split_batch();
         if !self.events.is_empty() {
             let store = self
                 .store
@@ -220,7 +252,8 @@ impl Core {
         // The broker now reflects the log exactly: a snapshot for a checkpoint fits here.
         if let Some(store) = self.store.as_mut() {
             let started = Stopwatch::start();
-            if store.maybe_checkpoint(&self.broker) {
+            let (broker, replica) = (&self.broker, &self.replica);
+            if store.maybe_checkpoint_of(|| member::own_snapshot(broker, replica.as_ref())) {
                 self.timings
                     .checkpoint_start
                     .record_duration(started.elapsed());
@@ -232,13 +265,18 @@ impl Core {
                 c.outbox.set_flow(false);
             }
         }
-        let ticket = self.last_ticket;
-        let watermark = self.watermark();
+        let store_watermark = self.watermark();
+        let gate = self.gate_positions();
+        let (ticket, watermark) = gate.unwrap_or((self.last_ticket, store_watermark));
         // Bodies of durable queued messages beyond the budget go back to disk (DESIGN
         // "Memory"); only when there is a store to read them back from.
         if self.store.is_some() {
             let started = Stopwatch::start();
-            if self.broker.page_out(watermark, self.message_memory_bytes) > 0 {
+            if self
+                .broker
+                .page_out(store_watermark, self.message_memory_bytes)
+                > 0
+            {
                 self.timings.page_out.record_duration(started.elapsed());
             }
         }
@@ -275,7 +313,8 @@ impl Core {
                 _ => break,
             }
         }
-        if (!self.held.is_empty() || admin_holds)
+        if gate.is_none()
+            && (!self.held.is_empty() || admin_holds)
             && ticket > watermark
             && ticket > self.waited_ticket
             && let Some(store) = self.store.as_ref()
@@ -322,6 +361,8 @@ fn close_store(
     }
     store.close()
 }
+/// The 541 text of a failed log.
+const LOG_FAILED: &str = "write-ahead log failed";
 
 /// Awaits the store's durability futures in ticket order and publishes the durable ticket
 /// (or the failure) to the broker task. Never waits on the broker task, so the bounded channel

@@ -29,21 +29,24 @@
 //! - `ops.rs`: connection and channel operations applied to the broker.
 //! - `frames.rs`: a broker outcome's effects encoded as frames.
 //! - `admin.rs`: the management API's requests.
+//! - `replica.rs`: the task as a member of the group replicating quorum queues (a cluster);
+//!   `member.rs`: its state there, and the gate its frames wait at.
 //! - `timings.rs`: where the task's time goes (histograms for the metrics endpoint).
 
 mod admin;
 mod frames;
 mod gate;
+mod member;
 mod msg;
 mod ops;
+mod replica;
 mod timings;
 
+use member::DurableFuture;
 pub(crate) use msg::{ChanOp, CoreMsg, Op, OpenConn};
 pub use timings::CoreTimingsSnapshot;
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use amq_protocol::protocol::{AMQPClass, basic};
@@ -58,7 +61,7 @@ use crate::outbox::Outbox;
 use wharf_broker::{Broker, Command, Event, LoggedMessage, Publish};
 use wharf_clock::Clock;
 use wharf_protocol::{self as protocol, ChannelId};
-use wharf_store::{Store, StoreError, Ticket};
+use wharf_store::{Store, Ticket};
 
 /// An admin answer's ticket not known yet: the records go into this batch's `store.log`.
 const TICKET_THIS_BATCH: Ticket = Ticket::MAX;
@@ -183,8 +186,6 @@ impl ConnState {
     }
 }
 
-type DurableFuture = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>;
-
 /// The broker task's state.
 pub struct Core {
     broker: Broker,
@@ -231,6 +232,8 @@ pub struct Core {
     /// Close the store on this task's thread, not the blocking pool
     /// (`ServerConfig::inline_store`).
     inline_store: bool,
+    /// Membership of the group replicating quorum queues, in a cluster (`replica.rs`).
+    replica: Option<member::Replica>,
 }
 
 impl Core {

@@ -66,9 +66,10 @@ impl Core {
         self.stopping = true;
     }
 
-    /// The log failed: nothing held will ever be durable, so it is dropped, and every
-    /// connection gets only its 541 close (fail-stop, STYLE 3.3).
-    pub(super) fn fail_all(&mut self) {
+    /// The log failed (or, in a cluster, the group failed this member: `why`): nothing held
+    /// will ever be durable, so it is dropped, and every connection gets only its 541 close
+    /// (fail-stop, STYLE 3.3).
+    pub(super) fn fail_all(&mut self, why: &str) {
         for (_, outbox) in self.held.drain().chain(self.dropped_dirty.drain(..)) {
             outbox.discard_unreleased();
             outbox.flush();
@@ -79,7 +80,7 @@ impl Core {
                 c.ack_run = None;
                 c.outbox.discard_unreleased();
             }
-            let close = Close::new(reply_code::INTERNAL_ERROR, "write-ahead log failed");
+            let close = Close::new(reply_code::INTERNAL_ERROR, why);
             self.close_connection(conn, &close, MethodId::NONE);
         }
         for (_, outbox) in self.dropped_dirty.drain(..) {
@@ -344,7 +345,10 @@ impl Core {
             chan: ChanRef::new(conn, ch),
             publish: p,
         };
-        if let Some(close) = self.topic_refusal(conn, &cmd) {
+        if let Some(close) = self
+            .follower_refusal(conn, &cmd)
+            .or_else(|| self.topic_refusal(conn, &cmd))
+        {
             self.fail(conn, ch, &close, MethodId::BASIC_PUBLISH);
             return;
         }
@@ -396,7 +400,10 @@ impl Core {
         method: MethodId,
         nowait: bool,
     ) {
-        if let Some(close) = self.topic_refusal(conn, &cmd) {
+        if let Some(close) = self
+            .follower_refusal(conn, &cmd)
+            .or_else(|| self.topic_refusal(conn, &cmd))
+        {
             self.fail(conn, ch, &close, method);
             return;
         }

@@ -166,6 +166,12 @@ impl Store {
     /// Returns true when it started one. A failed checkpoint is logged and retried after another threshold of log; it
     /// loses nothing, since the log still holds everything.
     pub fn maybe_checkpoint(&mut self, broker: &Broker) -> bool {
+        self.maybe_checkpoint_of(|| broker.snapshot())
+    }
+
+    /// As [`Store::maybe_checkpoint`], with the snapshot `snapshot` makes when one is due: a
+    /// cluster member's checkpoint leaves out the queues its Raft group holds.
+    pub fn maybe_checkpoint_of(&mut self, snapshot: impl FnOnce() -> Snapshot) -> bool {
         self.collect_checkpoint(false);
         let c = &self.checkpoints;
         if !c.trigger.enabled || c.in_flight.is_some() {
@@ -183,7 +189,7 @@ impl Store {
         if !regular && !pressed {
             return false;
         }
-        let snapshot = broker.snapshot();
+        let snapshot = snapshot();
         let estimate = estimated_bytes(&snapshot);
         self.checkpoints.estimated_messages = snapshot
             .queues

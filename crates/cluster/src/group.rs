@@ -1,0 +1,139 @@
+//! [`QueueGroup`]: what a server is handed to replicate its quorum queues (DESIGN
+//! "Replication"): this member's id, the group's Raft, and its committed state. Whoever starts
+//! the member (the process-level cluster, or a test) builds the Raft; the server only proposes
+//! to it, watches who leads, and reads the committed state.
+
+use openraft::{RaftMetrics, ServerState};
+use wharf_broker::{Broker, Command, QueueKind};
+
+use crate::split::is_quorum;
+use crate::state_machine::QueueStateMachine;
+use crate::types::{NodeId, Proposal, Raft};
+
+/// A member's Raft metrics, as [`QueueGroup::metrics`] watches them.
+pub type Metrics = RaftMetrics<NodeId, openraft::BasicNode>;
+
+/// A proposal's commit to come: its log index once committed by a majority and applied here
+/// (S-CLU-1), or why it never will be (this member stopped leading, the group stopped).
+pub type Commit = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<u64, ProposeError>> + Send + 'static>,
+>;
+
+/// A proposal that will not commit through this member.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the quorum queues' group did not take the proposal: {0}")]
+pub struct ProposeError(pub String);
+
+/// One member's handle on the group that carries the quorum queues (S-CLU-10).
+#[derive(Clone)]
+pub struct QueueGroup {
+    /// This member's id.
+    pub node: NodeId,
+    /// The group's Raft on this member.
+    pub raft: Raft,
+    /// The group's committed state on this member.
+    pub machine: QueueStateMachine,
+}
+
+impl std::fmt::Debug for QueueGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueGroup")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a member's metrics say about its part in the group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// This member leads, and has applied every entry committed before its term (its own
+    /// term's first entry is applied): its committed state is complete, it may take over.
+    Leader,
+    /// Another member leads, or nobody yet (`None`).
+    Follower(Option<NodeId>),
+}
+
+impl Role {
+    /// The role `metrics` show for member `node`.
+    pub fn of(node: NodeId, metrics: &RaftMetrics<NodeId, openraft::BasicNode>) -> Role {
+        let leads = metrics.state == ServerState::Leader && metrics.current_leader == Some(node);
+        let caught_up = metrics
+            .last_applied
+            .is_some_and(|l| l.leader_id.get_term() == metrics.current_term);
+        if leads && caught_up {
+            Role::Leader
+        } else if leads {
+            // Elected, its first entry not applied yet: not ready to serve, nobody else leads.
+            Role::Follower(None)
+        } else {
+            Role::Follower(metrics.current_leader.filter(|l| *l != node))
+        }
+    }
+}
+
+impl QueueGroup {
+    /// Watches this member's metrics (role, leader, applied index).
+    pub fn metrics(&self) -> tokio::sync::watch::Receiver<Metrics> {
+        self.raft.metrics()
+    }
+
+    /// Submits `proposal` to the group: proposals are ordered as the calls of this method
+    /// complete. Returns the commit to come, without waiting for it.
+    ///
+    /// # Errors
+    /// The group's Raft has stopped.
+    pub async fn submit(&self, proposal: Proposal) -> Result<Commit, ProposeError> {
+        let rx = self
+            .raft
+            .client_write_ff(proposal)
+            .await
+            .map_err(|e| ProposeError(e.to_string()))?;
+        Ok(Box::pin(async move {
+            match rx.await {
+                Ok(Ok(written)) => Ok(written.log_id.index),
+                Ok(Err(e)) => Err(ProposeError(e.to_string())),
+                Err(e) => Err(ProposeError(e.to_string())),
+            }
+        }))
+    }
+
+    /// This member's role now.
+    pub fn role(&self) -> Role {
+        Role::of(self.node, &self.raft.metrics().borrow())
+    }
+
+    /// The replicated queue `cmd` (on a connection to `vhost`) would need, as the group's
+    /// committed state knows it: a quorum queue's declaration, a use of a queue the group
+    /// holds, a publish the committed routing sends into one. A member that does not lead
+    /// refuses such a command (S-CLU-11).
+    pub fn needs_leader(&self, vhost: &str, cmd: &Command) -> Option<String> {
+        self.machine.with(|m| needs_leader(m.broker(), vhost, cmd))
+    }
+}
+
+/// [`QueueGroup::needs_leader`] over the committed broker `committed`.
+pub fn needs_leader(committed: &Broker, vhost: &str, cmd: &Command) -> Option<String> {
+    let replicated = |q: &str| committed.queue_kind(vhost, q) == Some(QueueKind::Quorum);
+    let named = |q: &String| replicated(q).then(|| q.clone());
+    match cmd {
+        Command::QueueDeclare(d) => {
+            (is_quorum(&d.arguments) || replicated(&d.queue)).then(|| d.queue.clone())
+        }
+        Command::QueueBind { queue, .. }
+        | Command::QueuePurge { queue, .. }
+        | Command::QueueDelete { queue, .. }
+        | Command::MoveBack { queue, .. }
+        | Command::Consume { queue, .. }
+        | Command::Get { queue, .. } => named(queue),
+        Command::Publish(p) | Command::PublishOn { publish: p, .. } => committed
+            .routed_queue_names(
+                &p.vhost,
+                &p.exchange,
+                &p.routing_key,
+                p.properties.headers.as_ref(),
+            )
+            .into_iter()
+            .find(|q| replicated(q)),
+        _ => None,
+    }
+}

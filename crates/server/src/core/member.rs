@@ -1,0 +1,202 @@
+//! The broker task's state as a member of the quorum queues' group (`replica.rs` drives it):
+//! its role, the split of the current batch, and the gate its frames wait at, with the
+//! proposer and waiter tasks behind the gate. Names nothing of the broker task itself.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use tokio::sync::{mpsc, watch};
+
+use wharf_broker::{Broker, Event, Snapshot};
+use wharf_cluster::{Commit, Metrics, Proposal, QueueGroup, Replicated, Split};
+use wharf_store::{Store, StoreError, Ticket};
+
+/// A store durability future the broker task waits on.
+pub(super) type DurableFuture = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>;
+
+/// One batch at the gate: its gate ticket, the store durability it waits for, its entry.
+struct Gated {
+    gate: Ticket,
+    durable: Option<DurableFuture>,
+    proposal: Option<Proposal>,
+}
+
+/// What the proposer hands the waiter: the gate, and what it waits for.
+type Waiting = (Ticket, Option<DurableFuture>, Option<Commit>);
+
+/// The broker task's membership state.
+pub(super) struct Replica {
+    pub(super) group: QueueGroup,
+    pub(super) metrics: watch::Receiver<Metrics>,
+    pub(super) leading: bool,
+    /// The highest `now` the group had logged when this member took over (S-CLU-5).
+    pub(super) floor_ms: u64,
+    pub(super) replicated: Replicated,
+    /// The current batch's events, split.
+    pub(super) split: Split,
+    /// Definitions a take-over brought that only the member's own log takes.
+    pub(super) local_only: Vec<Event>,
+    /// The last gate ticket issued, and the store ticket it covered.
+    pub(super) gate: Ticket,
+    gated_store: Ticket,
+    to_proposer: mpsc::UnboundedSender<Gated>,
+    pub(super) passed: watch::Receiver<Result<Ticket, String>>,
+    /// Why the member must stop serving, once known.
+    pub(super) failure: Option<String>,
+}
+
+/// What woke the broker task on the group's side.
+pub(super) enum Wake {
+    /// A gate passed (or failed).
+    Gate,
+    /// The member's role may have changed.
+    Role,
+}
+
+impl Replica {
+    pub(super) fn new(group: QueueGroup) -> Replica {
+        let (to_proposer, from_core) = mpsc::unbounded_channel();
+        let (to_waiter, from_proposer) = mpsc::unbounded_channel();
+        let (passed_tx, passed) = watch::channel(Ok(0));
+        tokio::spawn(proposer(group.clone(), from_core, to_waiter));
+        tokio::spawn(gate_waiter(from_proposer, passed_tx));
+        Replica {
+            metrics: group.metrics(),
+            group,
+            leading: false,
+            floor_ms: 0,
+            replicated: Replicated::default(),
+            split: Split::default(),
+            local_only: Vec::new(),
+            gate: 0,
+            gated_store: 0,
+            to_proposer,
+            passed,
+            failure: None,
+        }
+    }
+
+    /// The watermark of passed gates.
+    pub(super) fn passed(&self) -> Ticket {
+        self.passed.borrow().as_ref().copied().unwrap_or(0)
+    }
+
+    /// Ends a batch at the gate: when it logged records of its own (up to `store_ticket`) or
+    /// has an entry to propose, it gets a new gate ticket. Returns the ticket to seal the
+    /// batch's frames with and the watermark to release with.
+    /// The entry carries `now_ms`, the batch's `now` (S-CLU-5).
+    pub(super) fn gate_batch(
+        &mut self,
+        store: Option<&Store>,
+        store_ticket: Ticket,
+        now_ms: u64,
+    ) -> (Ticket, Ticket) {
+        let proposal = std::mem::take(&mut self.split.replicated);
+        if store_ticket > self.gated_store || !proposal.is_empty() {
+            self.gate += 1;
+            let durable = store
+                .filter(|s| store_ticket > s.durable_watermark())
+                .map(|s| -> DurableFuture { Box::pin(s.durable(store_ticket)) });
+            let gated = Gated {
+                gate: self.gate,
+                durable,
+                proposal: (!proposal.is_empty()).then_some(Proposal {
+                    now_ms,
+                    events: proposal,
+                }),
+            };
+            self.gated_store = store_ticket;
+            if self.to_proposer.send(gated).is_err() {
+                self.failure = Some("the proposer task stopped".to_owned());
+            }
+        }
+        (self.gate, self.passed())
+    }
+}
+
+/// Submits the gated batches' entries in order and hands each commit to the waiter.
+async fn proposer(
+    group: QueueGroup,
+    mut from_core: mpsc::UnboundedReceiver<Gated>,
+    to_waiter: mpsc::UnboundedSender<Waiting>,
+) {
+    while let Some(gated) = from_core.recv().await {
+        let commit = match gated.proposal {
+            Some(p) => Some(match group.submit(p).await {
+                Ok(commit) => commit,
+                Err(e) => {
+                    let failed: Commit = Box::pin(async move { Err(e) });
+                    failed
+                }
+            }),
+            None => None,
+        };
+        if to_waiter.send((gated.gate, gated.durable, commit)).is_err() {
+            return;
+        }
+    }
+}
+
+/// Awaits each gate's store durability and commit, in order, and publishes the passed gate
+/// (or the first failure).
+async fn gate_waiter(
+    mut from_proposer: mpsc::UnboundedReceiver<Waiting>,
+    passed: watch::Sender<Result<Ticket, String>>,
+) {
+    while let Some((gate, durable, commit)) = from_proposer.recv().await {
+        if let Some(durable) = durable
+            && let Err(e) = durable.await
+        {
+            let _ = passed.send(Err(e.to_string()));
+            return;
+        }
+        if let Some(commit) = commit
+            && let Err(e) = commit.await
+        {
+            let _ = passed.send(Err(e.to_string()));
+            return;
+        }
+        passed.send_modify(|p| {
+            if let Ok(t) = p {
+                *t = (*t).max(gate);
+            }
+        });
+    }
+}
+
+/// The part of `broker` a member's own checkpoint holds: all of it on a single node; without
+/// the replicated queues, which the group holds, in a group (S-CLU-10).
+pub(super) fn own_snapshot(broker: &Broker, replica: Option<&Replica>) -> Snapshot {
+    let snapshot = broker.snapshot();
+    match replica {
+        Some(r) => r.replicated.local_snapshot(snapshot),
+        None => snapshot,
+    }
+}
+
+/// Waits for the group's side of the broker task to need it; never, without a group; at once
+/// when the member must stop serving (the task then acts on the failure).
+pub(super) fn wake(
+    replica: Option<&mut Replica>,
+) -> Pin<Box<dyn Future<Output = Wake> + Send + '_>> {
+    match replica {
+        None => Box::pin(std::future::pending()),
+        Some(r) if r.failure.is_some() => Box::pin(std::future::ready(Wake::Gate)),
+        Some(r) => Box::pin(async move {
+            tokio::select! {
+                changed = r.passed.changed() => {
+                    if changed.is_err() && r.failure.is_none() {
+                        r.failure = Some("the gate's waiter stopped".to_owned());
+                    }
+                    Wake::Gate
+                }
+                changed = r.metrics.changed() => {
+                    if changed.is_err() && r.failure.is_none() {
+                        r.failure = Some("the group's Raft stopped".to_owned());
+                    }
+                    Wake::Role
+                }
+            }
+        }),
+    }
+}

@@ -1,0 +1,192 @@
+//! In-process servers on 127.0.0.1:0, each a member of the group that replicates quorum
+//! queues (S-CLU-10). The members talk over the in-memory network of `wharf_cluster::testing`
+//! and elect and send heartbeats on real time (openraft's timers); each member's Raft log is a
+//! WAL in its own temporary directory on the real disk. Each server has its own manual clock:
+//! the broker's time moves only when a test moves it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lapin::{Channel, Connection, ConnectionProperties};
+use tokio::sync::watch;
+use wharf_clock::ManualClock;
+use wharf_cluster::testing::{Router, initialize, realtime_config, start_member};
+use wharf_cluster::{Metrics, QueueGroup, Role};
+use wharf_server::{Server, ServerConfig, ServerHandle};
+
+use super::T0_MS;
+
+/// The group's id in every member's log.
+const GROUP: u64 = 1;
+/// How long a test waits for an election or a reply before it fails.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// One node: a member of the group and the server it was handed to.
+pub struct Node {
+    pub group: QueueGroup,
+    pub server: Option<ServerHandle>,
+    pub clock: ManualClock,
+    pub dir: tempfile::TempDir,
+}
+
+/// Nodes 1..=n; node 1 leads at the start.
+pub struct Cluster {
+    pub router: Arc<Router>,
+    pub nodes: BTreeMap<u64, Node>,
+}
+
+/// Waits until `metrics` satisfy `cond`, failing the test after [`WAIT`].
+async fn until(what: &str, mut metrics: watch::Receiver<Metrics>, cond: impl Fn(&Metrics) -> bool) {
+    tokio::time::timeout(WAIT, metrics.wait_for(|m| cond(m)))
+        .await
+        .unwrap_or_else(|_| panic!("waiting for {what}: timed out"))
+        .unwrap_or_else(|e| panic!("waiting for {what}: {e}"));
+}
+
+impl Cluster {
+    /// Starts `n` members, initializes the group on member 1, waits until it leads, then starts
+    /// a server on each.
+    pub async fn start(n: u64) -> Cluster {
+        let router = Router::new();
+        let ids: Vec<u64> = (1..=n).collect();
+        let mut nodes = BTreeMap::new();
+        for &id in &ids {
+            let dir = tempfile::tempdir().unwrap();
+            for sub in ["raft", "data"] {
+                std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+            }
+            let group = start_member(
+                &router,
+                id,
+                GROUP,
+                &dir.path().join("raft"),
+                Arc::new(wharf_wal::FileStorage),
+                realtime_config(),
+            )
+            .await
+            .unwrap();
+            let clock = ManualClock::new(T0_MS);
+            nodes.insert(
+                id,
+                Node {
+                    group,
+                    server: None,
+                    clock,
+                    dir,
+                },
+            );
+        }
+        initialize(&nodes[&1].group, &ids).await.unwrap();
+        let mut cluster = Cluster { router, nodes };
+        cluster.wait_leader(1).await;
+        for node in cluster.nodes.values_mut() {
+            let mut config = ServerConfig::new("127.0.0.1:0", node.dir.path().join("data"));
+            config.clock = Arc::new(node.clock.clone());
+            config.cluster = Some(node.group.clone());
+            node.server = Some(Server::start(config).await.unwrap());
+        }
+        cluster
+    }
+
+    fn server(&self, id: u64) -> &ServerHandle {
+        self.nodes[&id].server.as_ref().expect("node running")
+    }
+
+    /// Waits until member `id` leads with its term's first entry applied (`Role::Leader`),
+    /// then lets its server act on it (a timer step runs after the take-over, S-CLU-6).
+    pub async fn wait_leader(&self, id: u64) {
+        let node = &self.nodes[&id];
+        until("leadership", node.group.metrics(), |m| {
+            Role::of(id, m) == Role::Leader
+        })
+        .await;
+        if let Some(server) = &node.server {
+            server.tick().await;
+        }
+    }
+
+    /// Waits until a member other than `old` leads, as member `watcher` sees it; returns it.
+    pub async fn new_leader(&self, old: u64, watcher: u64) -> u64 {
+        let metrics = self.nodes[&watcher].group.metrics();
+        until("a new leader", metrics.clone(), |m| {
+            m.current_leader.is_some_and(|l| l != old)
+        })
+        .await;
+        let leader = metrics.borrow().current_leader.unwrap();
+        self.wait_leader(leader).await;
+        leader
+    }
+
+    /// The leader's Raft stops (as its process would die), then its server: nothing it decided
+    /// after this is committed.
+    pub async fn stop(&mut self, id: u64) {
+        let node = self.nodes.get_mut(&id).unwrap();
+        self.router.remove(id);
+        node.group.raft.shutdown().await.unwrap();
+        if let Some(server) = node.server.take() {
+            // Its broker task has stopped with the group (541 to its connections); the
+            // shutdown's own result says so, which is expected here.
+            let _ = server.shutdown().await;
+        }
+    }
+
+    /// Waits until member `id` has applied every entry member `leader` has applied.
+    pub async fn wait_applied(&self, id: u64, leader: u64) {
+        let target = self.nodes[&leader]
+            .group
+            .metrics()
+            .borrow()
+            .last_applied
+            .map_or(0, |l| l.index);
+        until(
+            "the leader's entries applied",
+            self.nodes[&id].group.metrics(),
+            |m| m.last_applied.is_some_and(|l| l.index >= target),
+        )
+        .await;
+    }
+
+    /// The bodies of `queue`'s messages in member `id`'s committed state, in queue order, with
+    /// their `redelivered` marks; `None` when the queue is not there.
+    pub fn committed(&self, id: u64, queue: &str) -> Option<Vec<(String, bool)>> {
+        self.nodes[&id].group.machine.with(|m| {
+            m.broker().queue_kind("/", queue)?;
+            Some(
+                m.broker()
+                    .ready_messages("/", queue)
+                    .into_iter()
+                    .map(|(msg, redelivered)| {
+                        (String::from_utf8_lossy(&msg.body).into_owned(), redelivered)
+                    })
+                    .collect(),
+            )
+        })
+    }
+
+    /// A lapin connection to node `id` and one channel on it.
+    pub async fn channel(&self, id: u64) -> (Connection, Channel) {
+        let conn =
+            Connection::connect(&self.server(id).amqp_url(), ConnectionProperties::default())
+                .await
+                .unwrap();
+        let ch = conn.create_channel().await.unwrap();
+        (conn, ch)
+    }
+
+    /// Sets node `id`'s clock to `ms` and runs its timer step.
+    pub async fn set_clock(&self, id: u64, ms: u64) {
+        self.nodes[&id].clock.set(ms);
+        self.server(id).tick().await;
+    }
+
+    /// Stops every server still running.
+    pub async fn shutdown(mut self) {
+        for node in self.nodes.values_mut() {
+            if let Some(server) = node.server.take() {
+                server.shutdown().await.unwrap();
+            }
+            node.group.raft.shutdown().await.unwrap();
+        }
+    }
+}
