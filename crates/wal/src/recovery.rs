@@ -155,6 +155,45 @@ pub fn scan(
     scan_after(storage, dir, mode, Lsn(0), visit)
 }
 
+/// What a selective scan ([`scan_selective`]) reads of the log: a reader looking for a few
+/// records (the management API's timeline of one message) skips what cannot hold them.
+pub struct Selective<'a> {
+    /// Sealed segments whose records all have an Lsn of at most this are not read, as in
+    /// recovery after a checkpoint through it (0: read every segment).
+    pub covered: Lsn,
+    /// Asked once per sealed segment with its bytes (mapped: a substring search over them
+    /// costs no copy): `true` reads the segment whole, every frame checked and handed over;
+    /// `false` hands over only its records of the kinds [`Selective::kinds`] accepts.
+    pub whole: &'a mut dyn FnMut(SegmentId, &[u8]) -> bool,
+    /// The record kinds handed over from a segment not read whole.
+    pub kinds: &'a dyn Fn(u8) -> bool,
+}
+
+/// As [`scan`], but reading only what `select` asks for. A sealed segment not read whole is
+/// stepped through by its frames' length fields: the frames of the accepted kinds are checked
+/// (CRC, Lsn) and handed over in order, the others are not read beyond their header. When a
+/// step does not land where a full scan would (a length past the end, an Lsn out of
+/// sequence, an accepted frame that does not check), the segment is read whole instead
+/// (every record handed over), so the visitor sees at least the records of the accepted
+/// kinds a full scan would hand it. One
+/// difference: damage inside a frame stepped over goes unnoticed, so it is neither reported
+/// nor an error in strict mode, and in salvage mode the intact accepted records after it that
+/// a full scan would give up with it (the rest of its write group) are handed over. The last
+/// segment is always read whole. `report.records` counts the records handed over.
+///
+/// # Errors
+/// As [`scan`].
+pub fn scan_selective(
+    storage: &dyn Storage,
+    dir: &Path,
+    mode: RecoveryMode,
+    select: &mut Selective<'_>,
+    visit: &mut Visitor<'_>,
+) -> Result<RecoveryReport, RecoveryError> {
+    let covered = select.covered;
+    scan_segments(storage, dir, mode, covered, Some(select), visit)
+}
+
 /// As [`scan`], but sealed segments whose records all have an Lsn of at most `covered` (the
 /// segment after starts at most at `covered + 1`) are not read: a checkpoint covers them,
 /// and they are kept only for the messages it refers to, which are checked when read back.
@@ -167,6 +206,18 @@ pub(crate) fn scan_after(
     dir: &Path,
     mode: RecoveryMode,
     covered: Lsn,
+    visit: &mut Visitor<'_>,
+) -> Result<RecoveryReport, RecoveryError> {
+    scan_segments(storage, dir, mode, covered, None, visit)
+}
+
+/// The scan of [`scan_after`] and [`scan_selective`].
+fn scan_segments(
+    storage: &dyn Storage,
+    dir: &Path,
+    mode: RecoveryMode,
+    covered: Lsn,
+    mut select: Option<&mut Selective<'_>>,
     visit: &mut Visitor<'_>,
 ) -> Result<RecoveryReport, RecoveryError> {
     let ids = list_segments(storage, dir)?;
@@ -197,6 +248,10 @@ pub(crate) fn scan_after(
         let bytes = read_segment(storage, &path, role)?;
         last_version = record::segment_header_version(&bytes);
         let contiguous = previous.is_some_and(|p| p.0.checked_add(1) == Some(id.0));
+        let skim = match select.as_deref_mut() {
+            Some(s) if role == Role::Sealed => (!(s.whole)(id, &bytes)).then_some(s.kinds),
+            _ => None,
+        };
         let mut scan = SegmentScan {
             path: &path,
             id,
@@ -206,6 +261,7 @@ pub(crate) fn scan_after(
             segment: &bytes,
             report: &mut report,
             visit,
+            skim,
         };
         scan.run(contiguous || previous.is_none())?;
         report.segments.push(id);
@@ -396,6 +452,9 @@ struct SegmentScan<'s, 'v, 'w> {
     segment: &'s Bytes,
     report: &'s mut RecoveryReport,
     visit: &'v mut Visitor<'w>,
+    /// Hand over only the records of these kinds, if the segment allows it
+    /// ([`scan_selective`]).
+    skim: Option<&'s dyn Fn(u8) -> bool>,
 }
 
 impl SegmentScan<'_, '_, '_> {
@@ -429,7 +488,58 @@ impl SegmentScan<'_, '_, '_> {
             ));
         }
         self.report.next_lsn = first_lsn;
+        if let Some(kinds) = self.skim
+            && self.records_of_kinds(SEGMENT_HEADER_BYTES, kinds)?
+        {
+            return Ok(());
+        }
         self.records(SEGMENT_HEADER_BYTES)
+    }
+
+    /// Steps through the frames from `offset` by their length fields and hands over those of
+    /// `kinds`, checked ([`scan_selective`]); `false`, having handed over nothing, when a step
+    /// does not land where a full scan would, or an accepted frame does not check: the
+    /// caller then reads the segment whole.
+    fn records_of_kinds(
+        &mut self,
+        mut offset: usize,
+        kinds: &dyn Fn(u8) -> bool,
+    ) -> Result<bool, RecoveryError> {
+        let bytes = self.bytes;
+        let mut lsn = self.report.next_lsn;
+        let mut wanted = Vec::new();
+        while offset < bytes.len() {
+            let rest = bytes.get(offset..).unwrap_or_default();
+            let (Some(len), Some(found), Some(kind)) = (
+                record::peek_payload_len(rest),
+                record::peek_lsn(rest),
+                record::peek_kind(rest),
+            ) else {
+                return Ok(false);
+            };
+            let end = offset.saturating_add(record::frame_bytes(len));
+            if found != lsn || end > bytes.len() {
+                return Ok(false);
+            }
+            if kinds(kind) {
+                wanted.push(offset);
+            }
+            offset = end;
+            lsn = lsn.next();
+        }
+        let mut frames = Vec::with_capacity(wanted.len());
+        for at in wanted {
+            match record::decode_frame(bytes.get(at..).unwrap_or_default()) {
+                FrameCheck::Valid(frame) => frames.push((at, frame)),
+                _ => return Ok(false),
+            }
+        }
+        for (at, frame) in frames {
+            self.deliver(at, frame)?;
+        }
+        self.report.next_lsn = lsn;
+        self.clean_end(offset);
+        Ok(true)
     }
 
     /// Checks the header; `None` when the segment is to be ignored (a last segment whose
