@@ -5,13 +5,18 @@
 //! timeline). Both read the log through `wal::scan` and the store codec: there is no second
 //! parser. Read-only; knows nothing of JSON or HTTP.
 //!
-//! Cost: [`trace_dir`] reads the newest checkpoint and every log record after it (that is
-//! what a data directory holds: the segments a checkpoint covers are deleted), checking each
-//! frame's CRC as recovery does, but decodes only the records that can concern the traced
-//! messages: [`Tracer::concerns`] looks for their ids' bytes (or the selector's text) in the
-//! raw payload first, so a record about other messages costs a substring search, not a
-//! decode.
+//! Cost: [`trace_dir`] reads the newest checkpoint, then the log after it. A sealed segment
+//! is first searched whole for the traced ids' bytes (or the selector's text), a SIMD
+//! substring search over its mapped bytes ([`Tracer::may_concern`]); one without them holds
+//! no record about the story but queue definitions, so only those are read from it
+//! (`wal::scan_selective` steps over the other frames by their lengths, no CRC, no decode).
+//! A segment with them is read as recovery reads it, every frame's CRC checked, and decodes
+//! only the records that can concern the traced messages: [`Tracer::concerns`] looks for the
+//! same bytes in each raw payload first. Sealed segments a checkpoint covers (kept only for
+//! the messages it refers to) are not read at all. So the time is about one memory-speed
+//! search over the log, plus a full read of the few segments the story touches.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
@@ -19,7 +24,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use memchr::memmem;
 use wharf_broker::{Death, Event, Message, MessageId, MessageRecord, SettleKind, Value};
-use wharf_wal::{RecordRef, RecoveryMode, Storage};
+use wharf_wal::{Lsn, RecordRef, RecoveryMode, Selective, Storage};
 
 use crate::checkpoint::{self, CheckpointRecord};
 use crate::codec::{self, CARRIED_KIND, REFERENCED_KIND, RecordKind, StoreRecord};
@@ -264,6 +269,19 @@ pub struct Tracer {
     queue_ttl_ms: HashMap<(String, String), u64>,
     /// The steps so far, in log order.
     pub steps: Vec<Step>,
+    /// What [`trace_dir`] read of the log.
+    pub read: ReadStats,
+}
+
+/// What [`trace_dir`] read of the log: sealed segments searched for the story's bytes, and
+/// those of them that held them, so were read whole (the others gave only their queue
+/// definitions). The last segment is always read whole and counts in neither.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// Sealed segments searched.
+    pub searched: u64,
+    /// Of those, the ones read whole.
+    pub read_whole: u64,
 }
 
 impl Tracer {
@@ -279,18 +297,20 @@ impl Tracer {
             deliveries: HashMap::new(),
             queue_ttl_ms: HashMap::new(),
             steps: Vec::new(),
+            read: ReadStats::default(),
         }
     }
 
     /// Whether a record of `kind` with `payload` may concern the trace, so must be decoded:
-    /// queue definitions always (TTLs, deletions), message records only when their payload
-    /// holds a traced id's bytes or the selector's. Never false for a record that matters.
+    /// queue definitions always (TTLs, deletions: [`Tracer::always_concerns`]), message
+    /// records only when their payload holds a traced id's bytes or the selector's. Never
+    /// false for a record that matters.
     #[must_use]
     pub fn concerns(&self, kind: u8, payload: &[u8]) -> bool {
         let traced = || self.id_finders.iter().any(|f| f.find(payload).is_some());
         let selected = || self.needle.find(payload).is_some();
         match RecordKind::from_byte(kind) {
-            Some(RecordKind::QueueDeclared | RecordKind::QueueDeleted) => true,
+            _ if Self::always_concerns(kind) => true,
             // Records that may carry a message the selector picks.
             Some(RecordKind::Published | RecordKind::Scheduled | RecordKind::DeadLettered) => {
                 selected() || traced()
@@ -306,6 +326,34 @@ impl Tracer {
             _ if kind == REFERENCED_KIND => selected() || traced(),
             _ => kind == CARRIED_KIND && selected(),
         }
+    }
+
+    /// The record kinds that concern every trace, whatever their bytes: queue declarations
+    /// (a queue's TTL, for the deadlines of a message entering it) and deletions.
+    #[must_use]
+    pub fn always_concerns(kind: u8) -> bool {
+        matches!(
+            RecordKind::from_byte(kind),
+            Some(RecordKind::QueueDeclared | RecordKind::QueueDeleted)
+        )
+    }
+
+    /// Whether `bytes` (a whole segment) may hold a record that concerns the trace other than
+    /// those of [`Tracer::always_concerns`]: whether the selector's bytes or a traced id's
+    /// occur anywhere in them. [`Tracer::concerns`] looks for the same bytes in a payload, a
+    /// part of the segment, so when this is false it is false for every other record there.
+    /// Ids join the story only at records that concern it, so the answer stays right while
+    /// the segment's records are visited.
+    #[must_use]
+    pub fn may_concern(&self, bytes: &[u8]) -> bool {
+        let selected = self.needle.needle();
+        // A pass over the segment per needle: the selector's, then the other ids' (the id
+        // asked for is the selector's needle already).
+        self.needle.find(bytes).is_some()
+            || self
+                .id_finders
+                .iter()
+                .any(|f| f.needle() != selected && f.find(bytes).is_some())
     }
 
     /// The traced messages still in a queue at the end of the log, by id.
@@ -640,7 +688,10 @@ pub fn trace_dir(
         }
         None => 0,
     };
+    // The segment filter and the visitor both look at the tracer, never at once.
+    let tracer = RefCell::new(tracer);
     let mut visitor = |r: RecordRef<'_>| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let mut tracer = tracer.borrow_mut();
         if r.lsn.0 <= covered || !tracer.concerns(r.kind, r.payload) {
             return Ok(());
         }
@@ -656,6 +707,24 @@ pub fn trace_dir(
         }
         Ok(())
     };
-    wharf_wal::scan(storage, dir, RecoveryMode::Salvage, &mut visitor).map_err(StoreError::Open)?;
-    Ok(tracer)
+    let mut select = Selective {
+        covered: Lsn(covered),
+        whole: &mut |_, bytes| {
+            let mut tracer = tracer.borrow_mut();
+            let whole = tracer.may_concern(bytes);
+            tracer.read.searched += 1;
+            tracer.read.read_whole += u64::from(whole);
+            whole
+        },
+        kinds: &Tracer::always_concerns,
+    };
+    wharf_wal::scan_selective(
+        storage,
+        dir,
+        RecoveryMode::Salvage,
+        &mut select,
+        &mut visitor,
+    )
+    .map_err(StoreError::Open)?;
+    Ok(tracer.into_inner())
 }
