@@ -22,6 +22,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use memchr::arch::all::packedpair::HeuristicFrequencyRank;
 use memchr::memmem;
 use wharf_broker::{Death, Event, Message, MessageId, MessageRecord, SettleKind, Value};
 use wharf_wal::{Lsn, RecordRef, RecoveryMode, Selective, Storage};
@@ -104,6 +105,29 @@ fn header_text(v: &Value) -> Option<String> {
         Value::Bool(b) => Some(b.to_string()),
         _ => None,
     }
+}
+
+/// How common a byte is in a log, for the substring search's prefilter, which looks first for
+/// the needle's two rarest bytes: little-endian integers make 0x00 the commonest byte by far
+/// and small values common (an id's high bytes are zeros and low numbers: memchr's default
+/// ranks, made for text, call those rare), names and bodies are often text, bytes with the
+/// high bit set are rare. So an id's search looks for its low, varied bytes.
+struct LogBytes;
+
+impl HeuristicFrequencyRank for LogBytes {
+    fn rank(&self, byte: u8) -> u8 {
+        match byte {
+            0x00 => 255,
+            0x01..=0x0f | 0xff => 230,
+            0x20..=0x7e => 200,
+            _ => 60,
+        }
+    }
+}
+
+/// The search for `needle` in the bytes of a log.
+fn finder(needle: Vec<u8>) -> memmem::Finder<'static> {
+    memmem::FinderBuilder::new().build_forward_with_ranker_owned(LogBytes, needle)
 }
 
 /// Where a step's record is.
@@ -273,6 +297,10 @@ pub struct Tracer {
     pub read: ReadStats,
 }
 
+/// The window of a segment searched before its frames are stepped over
+/// (`wal::Selective::window`): small enough that the frame headers are still in the cache.
+const SEARCH_WINDOW_BYTES: usize = 256 * 1024;
+
 /// What [`trace_dir`] read of the log: sealed segments searched for the story's bytes, and
 /// those of them that held them, so were read whole (the others gave only their queue
 /// definitions). The last segment is always read whole and counts in neither.
@@ -289,7 +317,7 @@ impl Tracer {
     #[must_use]
     pub fn new(selector: Selector) -> Tracer {
         Tracer {
-            needle: memmem::Finder::new(&selector.needle()).into_owned(),
+            needle: finder(selector.needle()),
             selector,
             ids: HashSet::new(),
             id_finders: Vec::new(),
@@ -356,6 +384,22 @@ impl Tracer {
                 .any(|f| f.needle() != selected && f.find(bytes).is_some())
     }
 
+    /// [`Tracer::may_concern`] for the part of a segment that `window` (a range of `bytes`)
+    /// adds to the windows before it: an occurrence ending in the window is found, looking
+    /// back from its start as far as the longest needle reaches.
+    #[must_use]
+    pub fn may_concern_window(&self, bytes: &[u8], window: std::ops::Range<usize>) -> bool {
+        let longest = self
+            .id_finders
+            .iter()
+            .chain([&self.needle])
+            .map(|f| f.needle().len())
+            .max()
+            .unwrap_or(0);
+        let from = window.start.saturating_sub(longest.saturating_sub(1));
+        self.may_concern(bytes.get(from..window.end).unwrap_or_default())
+    }
+
     /// The traced messages still in a queue at the end of the log, by id.
     #[must_use]
     pub fn still_queued(&self) -> Vec<(MessageId, Vec<(String, String)>)> {
@@ -411,8 +455,7 @@ impl Tracer {
     /// Adds `id` to the story (and to the prefilter).
     fn trace_id(&mut self, id: MessageId) {
         if self.ids.insert(id) {
-            self.id_finders
-                .push(memmem::Finder::new(&id.0.to_le_bytes()).into_owned());
+            self.id_finders.push(finder(id.0.to_le_bytes().to_vec()));
         }
     }
 
@@ -709,14 +752,15 @@ pub fn trace_dir(
     };
     let mut select = Selective {
         covered: Lsn(covered),
-        whole: &mut |_, bytes| {
+        whole: &mut |_, bytes, window| {
             let mut tracer = tracer.borrow_mut();
-            let whole = tracer.may_concern(bytes);
-            tracer.read.searched += 1;
+            tracer.read.searched += u64::from(window.start == 0);
+            let whole = tracer.may_concern_window(bytes, window);
             tracer.read.read_whole += u64::from(whole);
             whole
         },
         kinds: &Tracer::always_concerns,
+        window: SEARCH_WINDOW_BYTES,
     };
     wharf_wal::scan_selective(
         storage,
@@ -727,4 +771,32 @@ pub fn trace_dir(
     )
     .map_err(StoreError::Open)?;
     Ok(tracer.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// S-UI-7: searched window by window, a segment holds the story's bytes exactly when it
+    /// does searched whole, wherever the windows cut the needle.
+    #[test]
+    fn s_ui_7_a_segment_searched_by_windows_finds_what_a_whole_search_finds() {
+        let tracer = Tracer::new(Selector::Id(0x0102_0304_0506_0708));
+        let needle = 0x0102_0304_0506_0708_u64.to_le_bytes();
+        for at in 0..40 {
+            let mut bytes = vec![0xee_u8; 48];
+            if at + needle.len() <= bytes.len() {
+                bytes[at..at + needle.len()].copy_from_slice(&needle);
+            }
+            let whole = tracer.may_concern(&bytes);
+            assert_eq!(whole, at + needle.len() <= bytes.len(), "at {at}");
+            for size in [1, 3, 5, 8, 13, 48] {
+                let windows = (0..bytes.len()).step_by(size);
+                let found = windows
+                    .map(|start| start..(start + size).min(bytes.len()))
+                    .any(|w| tracer.may_concern_window(&bytes, w));
+                assert_eq!(found, whole, "at {at}, windows of {size}");
+            }
+        }
+    }
 }

@@ -83,7 +83,7 @@ pub use record::{
 };
 pub use recovery::{
     RecordRef, RecoveryMode, RecoveryReport, SalvageLoss, Selective, TornTail, Visitor,
-    list_segments, parse_segment_file_name, scan, scan_selective, segment_file_name,
+    WindowFilter, list_segments, parse_segment_file_name, scan, scan_selective, segment_file_name,
 };
 pub use storage::{FileStorage, SimStorage, Storage, StorageFile};
 pub use sync_stats::{SYNC_LATENCY_BOUNDS_US, SYNC_RECORDS_BOUNDS, SyncSnapshot};

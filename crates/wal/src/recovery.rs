@@ -6,6 +6,7 @@
 //! truncation of a torn tail happens in `Wal::open`. Must not depend on the writer.
 #![warn(clippy::indexing_slicing)]
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -155,18 +156,28 @@ pub fn scan(
     scan_after(storage, dir, mode, Lsn(0), visit)
 }
 
+/// Whether a selective scan reads a segment whole, asked about one window of its bytes
+/// ([`Selective::whole`]).
+pub type WindowFilter<'f> = dyn FnMut(SegmentId, &[u8], Range<usize>) -> bool + 'f;
+
 /// What a selective scan ([`scan_selective`]) reads of the log: a reader looking for a few
 /// records (the management API's timeline of one message) skips what cannot hold them.
 pub struct Selective<'a> {
     /// Sealed segments whose records all have an Lsn of at most this are not read, as in
     /// recovery after a checkpoint through it (0: read every segment).
     pub covered: Lsn,
-    /// Asked once per sealed segment with its bytes (mapped: a substring search over them
-    /// costs no copy): `true` reads the segment whole, every frame checked and handed over;
-    /// `false` hands over only its records of the kinds [`Selective::kinds`] accepts.
-    pub whole: &'a mut dyn FnMut(SegmentId, &[u8]) -> bool,
+    /// Asked, for each sealed segment, about its bytes (mapped: a substring search over them
+    /// costs no copy) window by window: the windows are consecutive ranges of the bytes,
+    /// from the start, together the whole segment, each asked just before the frames that
+    /// start in it are stepped over (so a search of the window brings the frame headers into
+    /// the cache). `true` reads the segment whole, every frame checked and handed over; `false`
+    /// for every window hands over only its records of the kinds [`Selective::kinds`]
+    /// accepts. A search for a needle that may cross into a window looks back from its start.
+    pub whole: &'a mut WindowFilter<'a>,
     /// The record kinds handed over from a segment not read whole.
     pub kinds: &'a dyn Fn(u8) -> bool,
+    /// Bytes of a window (a few hundred KiB: the frames stepped over are still in the cache).
+    pub window: usize,
 }
 
 /// As [`scan`], but reading only what `select` asks for. A sealed segment not read whole is
@@ -249,7 +260,11 @@ fn scan_segments(
         last_version = record::segment_header_version(&bytes);
         let contiguous = previous.is_some_and(|p| p.0.checked_add(1) == Some(id.0));
         let skim = match select.as_deref_mut() {
-            Some(s) if role == Role::Sealed => (!(s.whole)(id, &bytes)).then_some(s.kinds),
+            Some(s) if role == Role::Sealed => Some(Skim {
+                whole: &mut *s.whole,
+                kinds: s.kinds,
+                window: s.window.max(1),
+            }),
             _ => None,
         };
         let mut scan = SegmentScan {
@@ -452,9 +467,16 @@ struct SegmentScan<'s, 'v, 'w> {
     segment: &'s Bytes,
     report: &'s mut RecoveryReport,
     visit: &'v mut Visitor<'w>,
-    /// Hand over only the records of these kinds, if the segment allows it
+    /// Hand over only the records of some kinds, if the segment allows it
     /// ([`scan_selective`]).
-    skim: Option<&'s dyn Fn(u8) -> bool>,
+    skim: Option<Skim<'s>>,
+}
+
+/// What [`SegmentScan::records_of_kinds`] asks and hands over ([`Selective`]).
+struct Skim<'s> {
+    whole: &'s mut WindowFilter<'s>,
+    kinds: &'s dyn Fn(u8) -> bool,
+    window: usize,
 }
 
 impl SegmentScan<'_, '_, '_> {
@@ -488,8 +510,8 @@ impl SegmentScan<'_, '_, '_> {
             ));
         }
         self.report.next_lsn = first_lsn;
-        if let Some(kinds) = self.skim
-            && self.records_of_kinds(SEGMENT_HEADER_BYTES, kinds)?
+        if let Some(mut skim) = self.skim.take()
+            && self.records_of_kinds(SEGMENT_HEADER_BYTES, &mut skim)?
         {
             return Ok(());
         }
@@ -503,12 +525,21 @@ impl SegmentScan<'_, '_, '_> {
     fn records_of_kinds(
         &mut self,
         mut offset: usize,
-        kinds: &dyn Fn(u8) -> bool,
+        skim: &mut Skim<'_>,
     ) -> Result<bool, RecoveryError> {
         let bytes = self.bytes;
         let mut lsn = self.report.next_lsn;
         let mut wanted = Vec::new();
+        // Bytes `..asked` were asked about, window by window.
+        let mut asked = 0;
         while offset < bytes.len() {
+            if offset >= asked {
+                let end = offset.saturating_add(skim.window).min(bytes.len());
+                if (skim.whole)(self.id, bytes, asked..end) {
+                    return Ok(false);
+                }
+                asked = end;
+            }
             let rest = bytes.get(offset..).unwrap_or_default();
             let (Some(len), Some(found), Some(kind)) = (
                 record::peek_payload_len(rest),
@@ -521,11 +552,14 @@ impl SegmentScan<'_, '_, '_> {
             if found != lsn || end > bytes.len() {
                 return Ok(false);
             }
-            if kinds(kind) {
+            if (skim.kinds)(kind) {
                 wanted.push(offset);
             }
             offset = end;
             lsn = lsn.next();
+        }
+        if asked < bytes.len() && (skim.whole)(self.id, bytes, asked..bytes.len()) {
+            return Ok(false);
         }
         let mut frames = Vec::with_capacity(wanted.len());
         for at in wanted {

@@ -69,15 +69,24 @@ fn owned(r: &RecordRef<'_>) -> Rec {
 fn selective(dir: &Path, mode: RecoveryMode) -> (Vec<Rec>, Lsn, Vec<(SegmentId, bool)>) {
     let mut recs = Vec::new();
     let mut asked = Vec::new();
-    let mut whole = |id: SegmentId, bytes: &[u8]| {
-        let file = std::fs::read(dir.join(segment_file_name(id))).unwrap();
-        asked.push((id, file == bytes));
+    // Windows of 100 bytes: each asked in order, together the whole segment.
+    let mut next = (SegmentId(u64::MAX), 0);
+    let mut whole = |id: SegmentId, bytes: &[u8], window: std::ops::Range<usize>| {
+        if window.start == 0 {
+            let file = std::fs::read(dir.join(segment_file_name(id))).unwrap();
+            asked.push((id, file == bytes));
+        } else {
+            assert_eq!((id, window.start), next, "windows in order, none left out");
+        }
+        assert!(window.end > window.start && window.end <= bytes.len());
+        next = (id, window.end);
         id.0 % 2 == 1
     };
     let mut select = Selective {
         covered: Lsn(0),
         whole: &mut whole,
         kinds: &|k| k == ACCEPTED,
+        window: 100,
     };
     let report = wharf_wal::scan_selective(&FileStorage, dir, mode, &mut select, &mut |r| {
         recs.push(owned(&r));
