@@ -90,6 +90,19 @@ async fn timed_gets(api: &wharf_ctl::Client, path: &str, rounds: u64) -> (f64, f
     (ms[ms.len() / 2], ms[ms.len() - 1])
 }
 
+async fn declare_durable(ch: &lapin::Channel, queue: &str) {
+    ch.queue_declare(
+        queue.into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..QueueDeclareOptions::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+}
+
 async fn declare_queues(broker: &Broker, n: u64) {
     const CHANNELS: u64 = 8;
     let (conn, _) = broker.channel().await;
@@ -98,16 +111,7 @@ async fn declare_queues(broker: &Broker, n: u64) {
         let ch = conn.create_channel().await.unwrap();
         tasks.push(tokio::spawn(async move {
             for i in (c..n).step_by(usize::try_from(CHANNELS).unwrap()) {
-                ch.queue_declare(
-                    format!("perf-{i:05}").as_str().into(),
-                    QueueDeclareOptions {
-                        durable: true,
-                        ..QueueDeclareOptions::default()
-                    },
-                    FieldTable::default(),
-                )
-                .await
-                .unwrap();
+                declare_durable(&ch, &format!("perf-{i:05}")).await;
             }
         }));
     }
@@ -196,16 +200,7 @@ async fn ui_perf_queue_list_first_paint_and_polling_cost() {
 async fn fill_queue(broker: &Broker, queue: &str, n: u64) {
     const IN_FLIGHT: u64 = 2_000;
     let (conn, ch) = broker.channel().await;
-    ch.queue_declare(
-        queue.into(),
-        QueueDeclareOptions {
-            durable: true,
-            ..QueueDeclareOptions::default()
-        },
-        FieldTable::default(),
-    )
-    .await
-    .unwrap();
+    declare_durable(&ch, queue).await;
     ch.confirm_select(ConfirmSelectOptions::default())
         .await
         .unwrap();

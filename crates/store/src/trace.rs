@@ -143,6 +143,19 @@ pub struct At {
     pub in_checkpoint: bool,
 }
 
+impl At {
+    /// Where a log record read by the scan is (not in a checkpoint).
+    #[must_use]
+    pub fn in_log(r: &RecordRef<'_>) -> At {
+        At {
+            file: wharf_wal::segment_file_name(r.position.segment),
+            offset: r.position.offset,
+            lsn: r.lsn.0,
+            in_checkpoint: false,
+        }
+    }
+}
+
 /// How a message entered its queues.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Entry {
@@ -740,13 +753,7 @@ pub fn trace_dir(
         }
         let shared: Bytes = r.payload_shared();
         if let Ok(StoreRecord::Event(e)) = codec::decode_shared(r.kind, &shared) {
-            let at = At {
-                file: wharf_wal::segment_file_name(r.position.segment),
-                offset: r.position.offset,
-                lsn: r.lsn.0,
-                in_checkpoint: false,
-            };
-            tracer.visit(&at, &e);
+            tracer.visit(&At::in_log(&r), &e);
         }
         Ok(())
     };

@@ -133,13 +133,7 @@ fn full_scan(dir: &Path, sel: &Selector) -> Tracer {
         RecoveryMode::Salvage,
         &mut |r: RecordRef<'_>| {
             if let Ok(StoreRecord::Event(e)) = codec::decode(r.kind, r.payload) {
-                let at = At {
-                    file: wharf_wal::segment_file_name(r.position.segment),
-                    offset: r.position.offset,
-                    lsn: r.lsn.0,
-                    in_checkpoint: false,
-                };
-                tracer.visit(&at, &e);
+                tracer.visit(&At::in_log(&r), &e);
             }
             Ok(())
         },
