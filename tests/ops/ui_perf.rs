@@ -16,6 +16,13 @@
 //!   `WHARF_UI_PERF_SECONDS` (60) each: no page open, the overview open, the queue list open
 //!   (each polling every 5 s), as a share of one core.
 //!
+//! `ui_perf_browse_a_million_messages` (the same command runs it; `ui_perf_browse` alone)
+//! fills one durable queue with `WHARF_UI_PERF_MESSAGES` (1,000,000) persistent messages of
+//! 100 bytes, with `message_memory_bytes` of `WHARF_UI_PERF_MEMORY` (`16MB`: most of them are
+//! paged out), and prints the browse API's response time for page 1 and for a page in the
+//! middle (50 messages each, median and worst of the rounds), and the broker's CPU over the
+//! window with the queue page's polls (overview and the queue, every 5 s).
+//!
 //! It asserts only that each step worked, never a figure. Without Chromium the browser steps
 //! are skipped, saying so.
 
@@ -29,7 +36,8 @@ use std::time::Duration;
 
 use wharf_clock::Stopwatch;
 
-use lapin::options::QueueDeclareOptions;
+use lapin::BasicProperties;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use serde_json::json;
 
@@ -82,6 +90,19 @@ async fn timed_gets(api: &wharf_ctl::Client, path: &str, rounds: u64) -> (f64, f
     (ms[ms.len() / 2], ms[ms.len() - 1])
 }
 
+async fn declare_durable(ch: &lapin::Channel, queue: &str) {
+    ch.queue_declare(
+        queue.into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..QueueDeclareOptions::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+}
+
 async fn declare_queues(broker: &Broker, n: u64) {
     const CHANNELS: u64 = 8;
     let (conn, _) = broker.channel().await;
@@ -90,16 +111,7 @@ async fn declare_queues(broker: &Broker, n: u64) {
         let ch = conn.create_channel().await.unwrap();
         tasks.push(tokio::spawn(async move {
             for i in (c..n).step_by(usize::try_from(CHANNELS).unwrap()) {
-                ch.queue_declare(
-                    format!("perf-{i:05}").as_str().into(),
-                    QueueDeclareOptions {
-                        durable: true,
-                        ..QueueDeclareOptions::default()
-                    },
-                    FieldTable::default(),
-                )
-                .await
-                .unwrap();
+                declare_durable(&ch, &format!("perf-{i:05}")).await;
             }
         }));
     }
@@ -180,5 +192,98 @@ async fn ui_perf_queue_list_first_paint_and_polling_cost() {
         r.insert("cpu_share_queue_list_open".into(), json!(listing));
     }
     println!("ui_perf {report}");
+    broker.terminate();
+}
+
+/// Publishes `n` persistent messages of 100 bytes into `queue` with confirms, a window of
+/// them in flight at a time.
+async fn fill_queue(broker: &Broker, queue: &str, n: u64) {
+    const IN_FLIGHT: u64 = 2_000;
+    let (conn, ch) = broker.channel().await;
+    declare_durable(&ch, queue).await;
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let body = vec![b'm'; 100];
+    let mut pending = Vec::new();
+    for i in 0..n {
+        let confirm = ch
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions::default(),
+                &body,
+                BasicProperties::default()
+                    .with_delivery_mode(2)
+                    .with_message_id(format!("m{i}").into()),
+            )
+            .await
+            .unwrap();
+        pending.push(confirm);
+        if pending.len() as u64 == IN_FLIGHT {
+            for c in pending.drain(..) {
+                c.await.unwrap();
+            }
+        }
+    }
+    for c in pending {
+        c.await.unwrap();
+    }
+    conn.close(200, "filled".into()).await.unwrap();
+}
+
+#[tokio::test]
+#[ignore = "performance scaffolding: run on a quiet machine with --release --ignored --nocapture"]
+async fn ui_perf_browse_a_million_messages() {
+    let messages = setting("WHARF_UI_PERF_MESSAGES", 1_000_000);
+    let rounds = setting("WHARF_UI_PERF_ROUNDS", 20);
+    let window = Duration::from_secs(setting("WHARF_UI_PERF_SECONDS", 60));
+    let memory = std::env::var("WHARF_UI_PERF_MEMORY").unwrap_or_else(|_| "16MB".to_owned());
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("wharf.toml");
+    std::fs::write(&config, format!("message_memory_bytes = \"{memory}\"\n")).unwrap();
+    let data = dir.path().join("data");
+    let broker = Broker::start_with_args(
+        env!("CARGO_BIN_EXE_wharf"),
+        &data,
+        &["--config", config.to_str().unwrap()],
+    );
+    let mgmt = mgmt_addr(&broker).await;
+    let api = wharf_ctl::Client::new(&format!("http://{mgmt}"), "guest", "guest");
+    let started = Stopwatch::start();
+    fill_queue(&broker, "browse-perf", messages).await;
+    let fill_s = started.elapsed().as_secs_f64();
+
+    let browse =
+        |offset: u64| format!("/api/queues/%2F/browse-perf/browse?offset={offset}&count=50");
+    let middle = browse(messages / 2);
+    let first = api.request("GET", &middle, None).unwrap();
+    let page: serde_json::Value = serde_json::from_str(&first.body).unwrap();
+    assert_eq!(page["messages_ready"], messages, "{}", first.body);
+    assert_eq!(page["messages"][0]["position"], messages / 2);
+    let paged_out = page["messages"][0]["paged_out"].clone();
+    let (first_med, first_max) = timed_gets(&api, &browse(0), rounds).await;
+    let (mid_med, mid_max) = timed_gets(&api, &middle, rounds).await;
+    // The queue page's polls while it is open, as the dashboard sends them.
+    let polls = Stopwatch::start();
+    let before = cpu_s(broker.pid());
+    while polls.elapsed() < window {
+        for path in ["/api/overview", "/api/queues/%2F/browse-perf"] {
+            let a = api.request("GET", path, None).unwrap();
+            assert_eq!(a.status, 200, "{path}: {}", a.body);
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    let polling = (cpu_s(broker.pid()) - before) / polls.elapsed().as_secs_f64();
+    let report = json!({
+        "messages": messages,
+        "message_memory": memory,
+        "fill_s": fill_s,
+        "middle_page_paged_out": paged_out,
+        "browse_page_1_ms": {"median": first_med, "max": first_max},
+        "browse_middle_page_ms": {"median": mid_med, "max": mid_max},
+        "cpu_share_queue_page_polling": polling,
+    });
+    println!("ui_perf_browse {report}");
     broker.terminate();
 }

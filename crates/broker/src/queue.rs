@@ -66,6 +66,9 @@ struct Lane {
     /// the next [`Ready::page_out`] starts in this lane. A hint, not an invariant (a requeue
     /// may put a loaded message back behind it; it is paged out when it comes back again).
     paged_through: MessageId,
+    /// The tombstones among `slots`: in a lane without any, the n-th live entry is at index
+    /// n ([`Ready::iter_from`]).
+    tombstones: usize,
 }
 
 impl Lane {
@@ -121,7 +124,13 @@ impl Lane {
     fn trim_front(&mut self) {
         while self.slots.front().is_some_and(|e| e.msg.is_none()) {
             self.slots.pop_front();
+            self.tombstones -= 1;
         }
+    }
+
+    /// Live entries in this lane.
+    fn live(&self) -> usize {
+        self.slots.len() - self.tombstones
     }
 }
 
@@ -169,6 +178,11 @@ fn loaded_len(msg: &MessageRef) -> u64 {
         MessageRef::Loaded(m) => u64::from(m.body_len()) + LOADED_OVERHEAD_BYTES,
         MessageRef::Stored(_) => 0,
     }
+}
+
+/// A live entry with its message; `None` for a tombstone.
+fn live_entry(e: &Entry) -> Option<(&MessageRef, &Entry)> {
+    e.msg.as_ref().map(|m| (m, e))
 }
 
 impl Drop for Ready {
@@ -331,6 +345,7 @@ impl Ready {
                 let slot = lane.slots.get_mut(i).expect("binary_search found index i");
                 assert!(slot.msg.is_none(), "message {id:?} is already ready");
                 *slot = entry;
+                lane.tombstones -= 1;
             }
             Err(i) => lane.slots.insert(i, entry),
         }
@@ -394,6 +409,7 @@ impl Ready {
         let lane = &mut self.lanes[l];
         let slot = lane.slots.get_mut(i)?;
         let msg = slot.msg.take()?;
+        lane.tombstones += 1;
         let taken = Taken {
             msg,
             delivery_count: slot.delivery_count,
@@ -403,6 +419,7 @@ impl Ready {
         // Amortised compaction: tombstones never outnumber live entries by much.
         if lane.slots.len() > 2 * live + 64 {
             lane.slots.retain(|e| e.msg.is_some());
+            lane.tombstones = 0;
         }
         self.count_out(&taken.msg);
         Some(taken)
@@ -486,6 +503,9 @@ impl Ready {
                 })
             })
             .collect();
+        for lane in &mut self.lanes {
+            lane.tombstones = 0;
+        }
         self.deadlines.clear();
         self.live = 0;
         self.bytes = 0;
@@ -502,6 +522,41 @@ impl Ready {
             .filter_map(|e| e.msg.as_ref().map(|m| (m, e)))
     }
 
+    /// The live entries from position `offset` on (0 is the next to deliver), in delivery
+    /// order: `iter().skip(offset)`, but the lanes before the position are passed by their
+    /// counts and a lane without tombstones is entered at the position directly, so reaching
+    /// it costs the lanes passed, not the entries (a walk only inside a lane with tombstones,
+    /// which compaction keeps fewer than its live entries plus 64).
+    pub fn iter_from(&self, offset: usize) -> impl Iterator<Item = (&MessageRef, &Entry)> {
+        let mut rest = offset;
+        // The lane the position is in, where to enter it and the live entries to pass there;
+        // past the end, an empty range of the lowest lane.
+        let mut at = (0, self.lanes[0].slots.len(), 0);
+        for (l, lane) in self.lanes.iter().enumerate().rev() {
+            if rest < lane.live() {
+                at = if lane.tombstones == 0 {
+                    (l, rest, 0)
+                } else {
+                    (l, 0, rest)
+                };
+                break;
+            }
+            rest -= lane.live();
+        }
+        let (lane, from, skip) = at;
+        let head = self.lanes[lane]
+            .slots
+            .range(from..)
+            .filter_map(live_entry)
+            .skip(skip);
+        let tail = self.lanes[..lane]
+            .iter()
+            .rev()
+            .flat_map(|l| &l.slots)
+            .filter_map(live_entry);
+        head.chain(tail)
+    }
+
     /// Walks the structure (STYLE 3.1).
     pub fn check_invariants(&self) {
         let mut live = 0;
@@ -513,6 +568,8 @@ impl Ready {
                 lane.slots.front().is_none_or(|e| e.msg.is_some()),
                 "tombstone at the head of lane {l}"
             );
+            let dead = lane.slots.iter().filter(|e| e.msg.is_none()).count();
+            assert_eq!(dead, lane.tombstones, "tombstone count of lane {l}");
             let mut prev: Option<MessageId> = None;
             for e in &lane.slots {
                 if let Some(p) = prev {
@@ -605,6 +662,54 @@ mod tests {
             body: bytes::Bytes::from_static(b"abc"),
             stored: crate::types::StoredSlot::default(),
         }))
+    }
+
+    fn with_priority(id: u64, priority: u8) -> MessageRef {
+        MessageRef::Loaded(Arc::new(Message {
+            id: MessageId(id),
+            enqueued_at_ms: 0,
+            ttl_ms: None,
+            exchange: String::new(),
+            routing_key: "q".into(),
+            properties: Properties {
+                priority: Some(priority),
+                ..Properties::default()
+            },
+            body: bytes::Bytes::from_static(b"abc"),
+            stored: crate::types::StoredSlot::default(),
+        }))
+    }
+
+    /// S-UI-1: a browse page entered at its position gives what walking to it gives, in a
+    /// priority queue whose lanes have tombstones (removed from the middle) or not.
+    #[test]
+    fn s_ui_1_iter_from_is_iter_skip() {
+        let mut r = Ready::default().with_max_priority(Some(3));
+        for id in 1..=200u64 {
+            r.push_back(with_priority(id, u8::try_from(id % 4).unwrap()), 0, false);
+        }
+        // Lane 1 gets tombstones (and one refilled); lane 3 and the others none.
+        for id in [5, 9, 13, 41, 101] {
+            r.remove(MessageId(id)).unwrap();
+        }
+        let taken = r.remove(MessageId(41)).is_none();
+        assert!(taken, "41 was removed already");
+        r.insert(with_priority(13, 1), 1, true);
+        r.pop_front().unwrap();
+        r.check_invariants();
+        let ids = |it: &mut dyn Iterator<Item = (&MessageRef, &Entry)>| -> Vec<u64> {
+            it.map(|(m, _)| m.id().0).collect()
+        };
+        for offset in 0..=r.len() + 2 {
+            assert_eq!(
+                ids(&mut r.iter_from(offset)),
+                ids(&mut r.iter().skip(offset)),
+                "offset {offset}"
+            );
+        }
+        let _ = r.drain_all();
+        r.check_invariants();
+        assert_eq!(r.iter_from(0).count(), 0);
     }
 
     /// S-UI-20: counts by deadline from the index, whichever side of the bound is smaller.

@@ -5,21 +5,27 @@
 //! timeline). Both read the log through `wal::scan` and the store codec: there is no second
 //! parser. Read-only; knows nothing of JSON or HTTP.
 //!
-//! Cost: [`trace_dir`] reads the newest checkpoint and every log record after it (that is
-//! what a data directory holds: the segments a checkpoint covers are deleted), checking each
-//! frame's CRC as recovery does, but decodes only the records that can concern the traced
-//! messages: [`Tracer::concerns`] looks for their ids' bytes (or the selector's text) in the
-//! raw payload first, so a record about other messages costs a substring search, not a
-//! decode.
+//! Cost: [`trace_dir`] reads the newest checkpoint, then the log after it. A sealed segment
+//! is first searched whole for the traced ids' bytes (or the selector's text), a SIMD
+//! substring search over its mapped bytes ([`Tracer::may_concern`]); one without them holds
+//! no record about the story but queue definitions, so only those are read from it
+//! (`wal::scan_selective` steps over the other frames by their lengths, no CRC, no decode).
+//! A segment with them is read as recovery reads it, every frame's CRC checked, and decodes
+//! only the records that can concern the traced messages: [`Tracer::concerns`] looks for the
+//! same bytes in each raw payload first. Sealed segments a checkpoint covers (kept only for
+//! the messages it refers to) are not read at all. So the time is about one memory-speed
+//! search over the log, plus a full read of the few segments the story touches.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use memchr::arch::all::packedpair::HeuristicFrequencyRank;
 use memchr::memmem;
 use wharf_broker::{Death, Event, Message, MessageId, MessageRecord, SettleKind, Value};
-use wharf_wal::{RecordRef, RecoveryMode, Storage};
+use wharf_wal::{Lsn, RecordRef, RecoveryMode, Selective, Storage};
 
 use crate::checkpoint::{self, CheckpointRecord};
 use crate::codec::{self, CARRIED_KIND, REFERENCED_KIND, RecordKind, StoreRecord};
@@ -101,6 +107,29 @@ fn header_text(v: &Value) -> Option<String> {
     }
 }
 
+/// How common a byte is in a log, for the substring search's prefilter, which looks first for
+/// the needle's two rarest bytes: little-endian integers make 0x00 the commonest byte by far
+/// and small values common (an id's high bytes are zeros and low numbers: memchr's default
+/// ranks, made for text, call those rare), names and bodies are often text, bytes with the
+/// high bit set are rare. So an id's search looks for its low, varied bytes.
+struct LogBytes;
+
+impl HeuristicFrequencyRank for LogBytes {
+    fn rank(&self, byte: u8) -> u8 {
+        match byte {
+            0x00 => 255,
+            0x01..=0x0f | 0xff => 230,
+            0x20..=0x7e => 200,
+            _ => 60,
+        }
+    }
+}
+
+/// The search for `needle` in the bytes of a log.
+fn finder(needle: Vec<u8>) -> memmem::Finder<'static> {
+    memmem::FinderBuilder::new().build_forward_with_ranker_owned(LogBytes, needle)
+}
+
 /// Where a step's record is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct At {
@@ -112,6 +141,19 @@ pub struct At {
     pub lsn: u64,
     /// The record is in the checkpoint in use (history before it is gone).
     pub in_checkpoint: bool,
+}
+
+impl At {
+    /// Where a log record read by the scan is (not in a checkpoint).
+    #[must_use]
+    pub fn in_log(r: &RecordRef<'_>) -> At {
+        At {
+            file: wharf_wal::segment_file_name(r.position.segment),
+            offset: r.position.offset,
+            lsn: r.lsn.0,
+            in_checkpoint: false,
+        }
+    }
 }
 
 /// How a message entered its queues.
@@ -264,6 +306,23 @@ pub struct Tracer {
     queue_ttl_ms: HashMap<(String, String), u64>,
     /// The steps so far, in log order.
     pub steps: Vec<Step>,
+    /// What [`trace_dir`] read of the log.
+    pub read: ReadStats,
+}
+
+/// The window of a segment searched before its frames are stepped over
+/// (`wal::Selective::window`): small enough that the frame headers are still in the cache.
+const SEARCH_WINDOW_BYTES: usize = 256 * 1024;
+
+/// What [`trace_dir`] read of the log: sealed segments searched for the story's bytes, and
+/// those of them that held them, so were read whole (the others gave only their queue
+/// definitions). The last segment is always read whole and counts in neither.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// Sealed segments searched.
+    pub searched: u64,
+    /// Of those, the ones read whole.
+    pub read_whole: u64,
 }
 
 impl Tracer {
@@ -271,7 +330,7 @@ impl Tracer {
     #[must_use]
     pub fn new(selector: Selector) -> Tracer {
         Tracer {
-            needle: memmem::Finder::new(&selector.needle()).into_owned(),
+            needle: finder(selector.needle()),
             selector,
             ids: HashSet::new(),
             id_finders: Vec::new(),
@@ -279,18 +338,20 @@ impl Tracer {
             deliveries: HashMap::new(),
             queue_ttl_ms: HashMap::new(),
             steps: Vec::new(),
+            read: ReadStats::default(),
         }
     }
 
     /// Whether a record of `kind` with `payload` may concern the trace, so must be decoded:
-    /// queue definitions always (TTLs, deletions), message records only when their payload
-    /// holds a traced id's bytes or the selector's. Never false for a record that matters.
+    /// queue definitions always (TTLs, deletions: [`Tracer::always_concerns`]), message
+    /// records only when their payload holds a traced id's bytes or the selector's. Never
+    /// false for a record that matters.
     #[must_use]
     pub fn concerns(&self, kind: u8, payload: &[u8]) -> bool {
         let traced = || self.id_finders.iter().any(|f| f.find(payload).is_some());
         let selected = || self.needle.find(payload).is_some();
         match RecordKind::from_byte(kind) {
-            Some(RecordKind::QueueDeclared | RecordKind::QueueDeleted) => true,
+            _ if Self::always_concerns(kind) => true,
             // Records that may carry a message the selector picks.
             Some(RecordKind::Published | RecordKind::Scheduled | RecordKind::DeadLettered) => {
                 selected() || traced()
@@ -306,6 +367,50 @@ impl Tracer {
             _ if kind == REFERENCED_KIND => selected() || traced(),
             _ => kind == CARRIED_KIND && selected(),
         }
+    }
+
+    /// The record kinds that concern every trace, whatever their bytes: queue declarations
+    /// (a queue's TTL, for the deadlines of a message entering it) and deletions.
+    #[must_use]
+    pub fn always_concerns(kind: u8) -> bool {
+        matches!(
+            RecordKind::from_byte(kind),
+            Some(RecordKind::QueueDeclared | RecordKind::QueueDeleted)
+        )
+    }
+
+    /// Whether `bytes` (a whole segment) may hold a record that concerns the trace other than
+    /// those of [`Tracer::always_concerns`]: whether the selector's bytes or a traced id's
+    /// occur anywhere in them. [`Tracer::concerns`] looks for the same bytes in a payload, a
+    /// part of the segment, so when this is false it is false for every other record there.
+    /// Ids join the story only at records that concern it, so the answer stays right while
+    /// the segment's records are visited.
+    #[must_use]
+    pub fn may_concern(&self, bytes: &[u8]) -> bool {
+        let selected = self.needle.needle();
+        // A pass over the segment per needle: the selector's, then the other ids' (the id
+        // asked for is the selector's needle already).
+        self.needle.find(bytes).is_some()
+            || self
+                .id_finders
+                .iter()
+                .any(|f| f.needle() != selected && f.find(bytes).is_some())
+    }
+
+    /// [`Tracer::may_concern`] for the part of a segment that `window` (a range of `bytes`)
+    /// adds to the windows before it: an occurrence ending in the window is found, looking
+    /// back from its start as far as the longest needle reaches.
+    #[must_use]
+    pub fn may_concern_window(&self, bytes: &[u8], window: std::ops::Range<usize>) -> bool {
+        let longest = self
+            .id_finders
+            .iter()
+            .chain([&self.needle])
+            .map(|f| f.needle().len())
+            .max()
+            .unwrap_or(0);
+        let from = window.start.saturating_sub(longest.saturating_sub(1));
+        self.may_concern(bytes.get(from..window.end).unwrap_or_default())
     }
 
     /// The traced messages still in a queue at the end of the log, by id.
@@ -363,8 +468,7 @@ impl Tracer {
     /// Adds `id` to the story (and to the prefilter).
     fn trace_id(&mut self, id: MessageId) {
         if self.ids.insert(id) {
-            self.id_finders
-                .push(memmem::Finder::new(&id.0.to_le_bytes()).into_owned());
+            self.id_finders.push(finder(id.0.to_le_bytes().to_vec()));
         }
     }
 
@@ -640,22 +744,66 @@ pub fn trace_dir(
         }
         None => 0,
     };
+    // The segment filter and the visitor both look at the tracer, never at once.
+    let tracer = RefCell::new(tracer);
     let mut visitor = |r: RecordRef<'_>| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let mut tracer = tracer.borrow_mut();
         if r.lsn.0 <= covered || !tracer.concerns(r.kind, r.payload) {
             return Ok(());
         }
         let shared: Bytes = r.payload_shared();
         if let Ok(StoreRecord::Event(e)) = codec::decode_shared(r.kind, &shared) {
-            let at = At {
-                file: wharf_wal::segment_file_name(r.position.segment),
-                offset: r.position.offset,
-                lsn: r.lsn.0,
-                in_checkpoint: false,
-            };
-            tracer.visit(&at, &e);
+            tracer.visit(&At::in_log(&r), &e);
         }
         Ok(())
     };
-    wharf_wal::scan(storage, dir, RecoveryMode::Salvage, &mut visitor).map_err(StoreError::Open)?;
-    Ok(tracer)
+    let mut select = Selective {
+        covered: Lsn(covered),
+        whole: &mut |_, bytes, window| {
+            let mut tracer = tracer.borrow_mut();
+            tracer.read.searched += u64::from(window.start == 0);
+            let whole = tracer.may_concern_window(bytes, window);
+            tracer.read.read_whole += u64::from(whole);
+            whole
+        },
+        kinds: &Tracer::always_concerns,
+        window: SEARCH_WINDOW_BYTES,
+    };
+    wharf_wal::scan_selective(
+        storage,
+        dir,
+        RecoveryMode::Salvage,
+        &mut select,
+        &mut visitor,
+    )
+    .map_err(StoreError::Open)?;
+    Ok(tracer.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// S-UI-7: searched window by window, a segment holds the story's bytes exactly when it
+    /// does searched whole, wherever the windows cut the needle.
+    #[test]
+    fn s_ui_7_a_segment_searched_by_windows_finds_what_a_whole_search_finds() {
+        let tracer = Tracer::new(Selector::Id(0x0102_0304_0506_0708));
+        let needle = 0x0102_0304_0506_0708_u64.to_le_bytes();
+        for at in 0..40 {
+            let mut bytes = vec![0xee_u8; 48];
+            if at + needle.len() <= bytes.len() {
+                bytes[at..at + needle.len()].copy_from_slice(&needle);
+            }
+            let whole = tracer.may_concern(&bytes);
+            assert_eq!(whole, at + needle.len() <= bytes.len(), "at {at}");
+            for size in [1, 3, 5, 8, 13, 48] {
+                let windows = (0..bytes.len()).step_by(size);
+                let found = windows
+                    .map(|start| start..(start + size).min(bytes.len()))
+                    .any(|w| tracer.may_concern_window(&bytes, w));
+                assert_eq!(found, whole, "at {at}, windows of {size}");
+            }
+        }
+    }
 }

@@ -21,6 +21,8 @@
 //! wal.reclaimer() -> Reclaimer          segments_through(lsn), delete_segment(id), any thread
 //! wal.close()                           drain, stop the writer, report a latched failure
 //! scan(storage, dir, mode, &mut visit)  read-only recovery scan (the log inspector)
+//! scan_selective(.., &mut Selective, ..) the same, skipping segments the reader has no use
+//!                                       for but for records of a few kinds (the timeline)
 //! ```
 //!
 //! The files are behind [`Storage`]: [`FileStorage`] for real directories, [`SimStorage`] for
@@ -81,8 +83,8 @@ pub use record::{
     frame_bytes, le, peek_payload_len, seal_frame, segment_header_version,
 };
 pub use recovery::{
-    RecordRef, RecoveryMode, RecoveryReport, SalvageLoss, TornTail, Visitor, list_segments,
-    parse_segment_file_name, scan, segment_file_name,
+    RecordRef, RecoveryMode, RecoveryReport, SalvageLoss, Selective, TornTail, Visitor,
+    WindowFilter, list_segments, parse_segment_file_name, scan, scan_selective, segment_file_name,
 };
 pub use storage::{FileStorage, SimStorage, Storage, StorageFile};
 pub use sync_stats::{SYNC_LATENCY_BOUNDS_US, SYNC_RECORDS_BOUNDS, SyncSnapshot};

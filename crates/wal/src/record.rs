@@ -378,6 +378,12 @@ pub fn peek_lsn(buf: &[u8]) -> Option<Lsn> {
     le::u64_at(buf, LSN_OFFSET).map(Lsn)
 }
 
+/// Reads the kind field of a frame without checking anything (for a selective scan that
+/// steps over frames by their length, [`crate::scan_selective`]).
+pub fn peek_kind(buf: &[u8]) -> Option<u8> {
+    buf.get(KIND_OFFSET).copied()
+}
+
 /// Reads the payload length of a frame header without trusting it (for `read_at`, which reads
 /// the header first, then the rest). `None` when `header` is short or the length is too large.
 pub fn peek_payload_len(header: &[u8]) -> Option<usize> {

@@ -6,6 +6,7 @@
 //! truncation of a torn tail happens in `Wal::open`. Must not depend on the writer.
 #![warn(clippy::indexing_slicing)]
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -155,6 +156,55 @@ pub fn scan(
     scan_after(storage, dir, mode, Lsn(0), visit)
 }
 
+/// Whether a selective scan reads a segment whole, asked about one window of its bytes
+/// ([`Selective::whole`]).
+pub type WindowFilter<'f> = dyn FnMut(SegmentId, &[u8], Range<usize>) -> bool + 'f;
+
+/// What a selective scan ([`scan_selective`]) reads of the log: a reader looking for a few
+/// records (the management API's timeline of one message) skips what cannot hold them.
+pub struct Selective<'a> {
+    /// Sealed segments whose records all have an Lsn of at most this are not read, as in
+    /// recovery after a checkpoint through it (0: read every segment).
+    pub covered: Lsn,
+    /// Asked, for each sealed segment, about its bytes (mapped: a substring search over them
+    /// costs no copy) window by window: the windows are consecutive ranges of the bytes,
+    /// from the start, together the whole segment, each asked just before the frames that
+    /// start in it are stepped over (so a search of the window brings the frame headers into
+    /// the cache). `true` reads the segment whole, every frame checked and handed over; `false`
+    /// for every window hands over only its records of the kinds [`Selective::kinds`]
+    /// accepts. A search for a needle that may cross into a window looks back from its start.
+    pub whole: &'a mut WindowFilter<'a>,
+    /// The record kinds handed over from a segment not read whole.
+    pub kinds: &'a dyn Fn(u8) -> bool,
+    /// Bytes of a window (a few hundred KiB: the frames stepped over are still in the cache).
+    pub window: usize,
+}
+
+/// As [`scan`], but reading only what `select` asks for. A sealed segment not read whole is
+/// stepped through by its frames' length fields: the frames of the accepted kinds are checked
+/// (CRC, Lsn) and handed over in order, the others are not read beyond their header. When a
+/// step does not land where a full scan would (a length past the end, an Lsn out of
+/// sequence, an accepted frame that does not check), the segment is read whole instead
+/// (every record handed over), so the visitor sees at least the records of the accepted
+/// kinds a full scan would hand it. One
+/// difference: damage inside a frame stepped over goes unnoticed, so it is neither reported
+/// nor an error in strict mode, and in salvage mode the intact accepted records after it that
+/// a full scan would give up with it (the rest of its write group) are handed over. The last
+/// segment is always read whole. `report.records` counts the records handed over.
+///
+/// # Errors
+/// As [`scan`].
+pub fn scan_selective(
+    storage: &dyn Storage,
+    dir: &Path,
+    mode: RecoveryMode,
+    select: &mut Selective<'_>,
+    visit: &mut Visitor<'_>,
+) -> Result<RecoveryReport, RecoveryError> {
+    let covered = select.covered;
+    scan_segments(storage, dir, mode, covered, Some(select), visit)
+}
+
 /// As [`scan`], but sealed segments whose records all have an Lsn of at most `covered` (the
 /// segment after starts at most at `covered + 1`) are not read: a checkpoint covers them,
 /// and they are kept only for the messages it refers to, which are checked when read back.
@@ -167,6 +217,18 @@ pub(crate) fn scan_after(
     dir: &Path,
     mode: RecoveryMode,
     covered: Lsn,
+    visit: &mut Visitor<'_>,
+) -> Result<RecoveryReport, RecoveryError> {
+    scan_segments(storage, dir, mode, covered, None, visit)
+}
+
+/// The scan of [`scan_after`] and [`scan_selective`].
+fn scan_segments(
+    storage: &dyn Storage,
+    dir: &Path,
+    mode: RecoveryMode,
+    covered: Lsn,
+    mut select: Option<&mut Selective<'_>>,
     visit: &mut Visitor<'_>,
 ) -> Result<RecoveryReport, RecoveryError> {
     let ids = list_segments(storage, dir)?;
@@ -197,6 +259,14 @@ pub(crate) fn scan_after(
         let bytes = read_segment(storage, &path, role)?;
         last_version = record::segment_header_version(&bytes);
         let contiguous = previous.is_some_and(|p| p.0.checked_add(1) == Some(id.0));
+        let skim = match select.as_deref_mut() {
+            Some(s) if role == Role::Sealed => Some(Skim {
+                whole: &mut *s.whole,
+                kinds: s.kinds,
+                window: s.window.max(1),
+            }),
+            _ => None,
+        };
         let mut scan = SegmentScan {
             path: &path,
             id,
@@ -206,6 +276,7 @@ pub(crate) fn scan_after(
             segment: &bytes,
             report: &mut report,
             visit,
+            skim,
         };
         scan.run(contiguous || previous.is_none())?;
         report.segments.push(id);
@@ -396,6 +467,16 @@ struct SegmentScan<'s, 'v, 'w> {
     segment: &'s Bytes,
     report: &'s mut RecoveryReport,
     visit: &'v mut Visitor<'w>,
+    /// Hand over only the records of some kinds, if the segment allows it
+    /// ([`scan_selective`]).
+    skim: Option<Skim<'s>>,
+}
+
+/// What [`SegmentScan::records_of_kinds`] asks and hands over ([`Selective`]).
+struct Skim<'s> {
+    whole: &'s mut WindowFilter<'s>,
+    kinds: &'s dyn Fn(u8) -> bool,
+    window: usize,
 }
 
 impl SegmentScan<'_, '_, '_> {
@@ -429,7 +510,70 @@ impl SegmentScan<'_, '_, '_> {
             ));
         }
         self.report.next_lsn = first_lsn;
+        if let Some(mut skim) = self.skim.take()
+            && self.records_of_kinds(SEGMENT_HEADER_BYTES, &mut skim)?
+        {
+            return Ok(());
+        }
         self.records(SEGMENT_HEADER_BYTES)
+    }
+
+    /// Steps through the frames from `offset` by their length fields and hands over those of
+    /// `kinds`, checked ([`scan_selective`]); `false`, having handed over nothing, when a step
+    /// does not land where a full scan would, or an accepted frame does not check: the
+    /// caller then reads the segment whole.
+    fn records_of_kinds(
+        &mut self,
+        mut offset: usize,
+        skim: &mut Skim<'_>,
+    ) -> Result<bool, RecoveryError> {
+        let bytes = self.bytes;
+        let mut lsn = self.report.next_lsn;
+        let mut wanted = Vec::new();
+        // Bytes `..asked` were asked about, window by window.
+        let mut asked = 0;
+        while offset < bytes.len() {
+            if offset >= asked {
+                let end = offset.saturating_add(skim.window).min(bytes.len());
+                if (skim.whole)(self.id, bytes, asked..end) {
+                    return Ok(false);
+                }
+                asked = end;
+            }
+            let rest = bytes.get(offset..).unwrap_or_default();
+            let (Some(len), Some(found), Some(kind)) = (
+                record::peek_payload_len(rest),
+                record::peek_lsn(rest),
+                record::peek_kind(rest),
+            ) else {
+                return Ok(false);
+            };
+            let end = offset.saturating_add(record::frame_bytes(len));
+            if found != lsn || end > bytes.len() {
+                return Ok(false);
+            }
+            if (skim.kinds)(kind) {
+                wanted.push(offset);
+            }
+            offset = end;
+            lsn = lsn.next();
+        }
+        if asked < bytes.len() && (skim.whole)(self.id, bytes, asked..bytes.len()) {
+            return Ok(false);
+        }
+        let mut frames = Vec::with_capacity(wanted.len());
+        for at in wanted {
+            match record::decode_frame(bytes.get(at..).unwrap_or_default()) {
+                FrameCheck::Valid(frame) => frames.push((at, frame)),
+                _ => return Ok(false),
+            }
+        }
+        for (at, frame) in frames {
+            self.deliver(at, frame)?;
+        }
+        self.report.next_lsn = lsn;
+        self.clean_end(offset);
+        Ok(true)
     }
 
     /// Checks the header; `None` when the segment is to be ignored (a last segment whose

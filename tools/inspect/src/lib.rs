@@ -353,17 +353,24 @@ fn bench_scan(dir: &Path, stage: &str, out: &mut dyn Write) -> Result<i32, scan:
 }
 
 /// The dashboard's timeline read (S-UI-7) of message `id`: how many steps it found.
+/// Prints the time it took and how many sealed segments held the story's bytes (read whole)
+/// of those searched.
 fn bench_timeline(dir: &Path, id: u64, out: &mut dyn Write) -> Result<i32, scan::Fatal> {
+    let started = wharf_clock::Stopwatch::start();
     let tracer = wharf_store::trace::trace_dir(
         &wharf_wal::FileStorage,
         dir,
         wharf_store::trace::Selector::Id(id),
     )
     .map_err(|e| scan::Fatal(e.to_string()))?;
+    let elapsed = started.elapsed();
     writeln!(
         out,
-        "stage timeline: message {id}, {} steps",
-        tracer.steps.len()
+        "stage timeline: message {id}, {} steps, {:.3} s; sealed segments read whole: {} of {}",
+        tracer.steps.len(),
+        elapsed.as_secs_f64(),
+        tracer.read.read_whole,
+        tracer.read.searched,
     )
     .map_err(|e| scan::Fatal(e.to_string()))?;
     Ok(0)

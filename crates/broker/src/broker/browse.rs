@@ -44,8 +44,9 @@ pub struct BrowsedMessage {
 impl Broker {
     /// Up to `count` ready messages of a queue from position `offset` on, in delivery order,
     /// without taking, locking or loading any of them into the queue (S-UI-1): paged-out
-    /// content is read through the store's loader into the answer only (S-UI-2). `None` when
-    /// there is no such queue.
+    /// content is read through the store's loader into the answer only (S-UI-2), for the
+    /// page's messages only. The position is reached without walking the queue up to it
+    /// (`Ready::iter_from`). `None` when there is no such queue.
     pub fn browse(
         &self,
         vhost: &str,
@@ -58,8 +59,7 @@ impl Broker {
         let skip = usize::try_from(offset).unwrap_or(usize::MAX);
         let messages = q
             .ready
-            .iter()
-            .skip(skip)
+            .iter_from(skip)
             .take(count)
             .zip(offset..)
             .map(|((m, e), position)| browsed(m, e, ttl, position, self.read(m)))

@@ -57,6 +57,7 @@ fn hand_out(
         Mark::Settle(SettleKind::Ack)
     } else {
         q.unacked += 1;
+        q.unacked_bytes += taken.msg.body_len();
         ch.unacked.insert(
             delivery_tag,
             Unacked {
@@ -197,6 +198,7 @@ impl Broker {
         let mut freed = false;
         if let Some(q) = self.queues.get_mut(&u.queue) {
             q.unacked -= 1;
+            q.unacked_bytes = q.unacked_bytes.saturating_sub(u.taken.msg.body_len());
             if let Some(serial) = u.consumer
                 && let Some(c) = q.consumers.iter_mut().find(|c| c.serial == serial)
             {

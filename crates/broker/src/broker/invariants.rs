@@ -101,16 +101,23 @@ impl Broker {
             assert!(self.timers.contains(&(t, Timer::Lease(qid))));
             armed += 1;
         }
-        let held = self
+        let held: Vec<u64> = self
             .channels
             .values()
             .flat_map(|c| c.unacked.values())
             .filter(|u| u.queue == qid)
-            .count();
+            .map(|u| u.taken.msg.body_len())
+            .collect();
         assert_eq!(
-            u64::try_from(held).unwrap_or(u64::MAX),
+            u64::try_from(held.len()).unwrap_or(u64::MAX),
             q.unacked,
             "unacked count of {}",
+            q.name
+        );
+        assert_eq!(
+            held.iter().sum::<u64>(),
+            q.unacked_bytes,
+            "unacked bytes of {}",
             q.name
         );
         self.check_consumers(qid, q);

@@ -73,35 +73,17 @@ impl Broker {
         let Some(v) = self.vhosts.get(vhost) else {
             return Vec::new();
         };
-        // Unacked bytes are summed here, once per listing, from the channels' held messages.
-        let mut unacked_bytes: std::collections::HashMap<_, u64> = std::collections::HashMap::new();
-        for u in self.channels.values().flat_map(|c| c.unacked.values()) {
-            *unacked_bytes.entry(u.queue).or_default() += u.taken.msg.body_len();
-        }
         v.queues
             .values()
             .filter_map(|id| self.queues.get(id))
-            .map(|q| QueueInfo {
-                vhost: q.vhost.to_string(),
-                name: q.name.to_string(),
-                durable: q.durable,
-                exclusive_owner: q.owner,
-                auto_delete: q.auto_delete,
-                arguments: q.arguments.clone(),
-                policy: q.policy.clone(),
-                operator_policy: q.operator_policy.clone(),
-                ready: u64::try_from(q.ready.len()).unwrap_or(u64::MAX),
-                unacked: q.unacked,
-                ready_bytes: q.ready.bytes(),
-                unacked_bytes: unacked_bytes.get(&q.id).copied().unwrap_or(0),
-                consumers: u32::try_from(q.consumers.len()).unwrap_or(u32::MAX),
-                dead_letter_held: u64::try_from(q.held.len()).unwrap_or(u64::MAX),
-                dead_letter_held_bytes: q.held.bytes(),
-                kind: q.eff.kind(),
-                max_priority: priority_lanes(q.args.max_priority),
-                stats: q.stats,
-            })
+            .map(queue_info)
             .collect()
+    }
+
+    /// One queue of `vhost`, as [`Broker::queues`] lists it (a lookup: a queue's page polls
+    /// it).
+    pub fn queue(&self, vhost: &str, name: &str) -> Option<QueueInfo> {
+        self.queue_named(vhost, name).map(queue_info)
     }
 
     /// Exchanges of `vhost`, by name.
@@ -236,5 +218,30 @@ impl Broker {
     /// Virtual host names.
     pub fn vhost_names(&self) -> Vec<String> {
         self.vhosts.keys().cloned().collect()
+    }
+}
+
+/// A queue as the management API lists it: copies of its names and arguments and its
+/// counters, nothing per message.
+fn queue_info(q: &super::state::Queue) -> QueueInfo {
+    QueueInfo {
+        vhost: q.vhost.to_string(),
+        name: q.name.to_string(),
+        durable: q.durable,
+        exclusive_owner: q.owner,
+        auto_delete: q.auto_delete,
+        arguments: q.arguments.clone(),
+        policy: q.policy.clone(),
+        operator_policy: q.operator_policy.clone(),
+        ready: u64::try_from(q.ready.len()).unwrap_or(u64::MAX),
+        unacked: q.unacked,
+        ready_bytes: q.ready.bytes(),
+        unacked_bytes: q.unacked_bytes,
+        consumers: u32::try_from(q.consumers.len()).unwrap_or(u32::MAX),
+        dead_letter_held: u64::try_from(q.held.len()).unwrap_or(u64::MAX),
+        dead_letter_held_bytes: q.held.bytes(),
+        kind: q.eff.kind(),
+        max_priority: priority_lanes(q.args.max_priority),
+        stats: q.stats,
     }
 }

@@ -218,6 +218,7 @@ impl Broker {
                 ready,
                 held: crate::held::DeadLetterHold::default(),
                 unacked: 0,
+                unacked_bytes: 0,
                 consumers: Vec::new(),
                 rr: 0,
                 active: None,

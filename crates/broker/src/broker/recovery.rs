@@ -64,6 +64,7 @@ impl Broker {
             q.rr = 0;
             q.active = None;
             q.unacked = 0;
+            q.unacked_bytes = 0;
             q.last_used_ms = now_ms;
             let transient_msgs: Vec<MessageId> = q
                 .ready

@@ -88,7 +88,7 @@ impl Broker {
         let skip = usize::try_from(from).unwrap_or(usize::MAX);
         let mut messages = Vec::new();
         let mut next = from;
-        for ((m, e), position) in q.ready.iter().skip(skip).take(scan).zip(from..) {
+        for ((m, e), position) in q.ready.iter_from(skip).take(scan).zip(from..) {
             next = position + 1;
             if let Ok(content) = self.read(m)
                 && what.matches(&content)

@@ -72,6 +72,9 @@ pub(super) struct Queue {
     /// Messages waiting to be dead-lettered (S-QQ-10): not ready, not unacked.
     pub(super) held: DeadLetterHold,
     pub(super) unacked: u64,
+    /// Body bytes of the `unacked` messages, kept as they come and go so that a listing
+    /// reads it instead of walking every channel's held messages.
+    pub(super) unacked_bytes: u64,
     /// Highest `priority` first; registration order within a priority (S-CONS-1, S-CONS-5).
     pub(super) consumers: Vec<Consumer>,
     /// Where the round-robin resumes: an index into `consumers`, within one priority.

@@ -49,7 +49,8 @@ pub struct QueueInfo {
     pub unacked: u64,
     /// Body bytes of ready messages.
     pub ready_bytes: u64,
-    /// Body bytes of delivered, unacked messages (summed when listed: no per-message cost).
+    /// Body bytes of delivered, unacked messages (counted as they come and go: a listing
+    /// costs nothing per message).
     pub unacked_bytes: u64,
     /// Consumers.
     pub consumers: u32,

@@ -104,33 +104,68 @@ pub fn apply_to_parse(s: &str) -> Option<ApplyTo> {
 /// A queue as `/api/queues` shows it; a quorum queue also shows what waits to be
 /// dead-lettered (`messages_dlx`, `message_bytes_dlx`: S-QQ-10), as RabbitMQ does.
 pub fn queue(q: &QueueInfo, effective: &Json) -> Json {
-    let mut v = json!({
-        "name": q.name,
-        "vhost": q.vhost,
-        "durable": q.durable,
-        "auto_delete": q.auto_delete,
-        "exclusive": q.exclusive_owner.is_some(),
-        "arguments": table_to_json(&q.arguments),
-        "node": NODE,
-        "state": "running",
-        "type": q.kind.name(),
-        "messages": q.ready.saturating_add(q.unacked),
-        "messages_ready": q.ready,
-        "messages_unacknowledged": q.unacked,
-        "message_bytes": q.ready_bytes.saturating_add(q.unacked_bytes),
-        "message_bytes_ready": q.ready_bytes,
-        "message_bytes_unacknowledged": q.unacked_bytes,
-        "consumers": q.consumers,
-        "policy": q.policy,
-        "operator_policy": q.operator_policy,
-        "effective_policy_definition": effective,
-        "exclusive_consumer_tag": Json::Null,
-    });
-    if q.kind == QueueKind::Quorum {
-        v["messages_dlx"] = json!(q.dead_letter_held);
-        v["message_bytes_dlx"] = json!(q.dead_letter_held_bytes);
+    let mut map = Map::new();
+    for key in QUEUE_FIELDS {
+        if let Some(v) = queue_field(q, key) {
+            map.insert(key.to_owned(), v);
+        }
     }
-    v
+    map.insert("arguments".to_owned(), table_to_json(&q.arguments));
+    map.insert("effective_policy_definition".to_owned(), effective.clone());
+    map.insert("exclusive_consumer_tag".to_owned(), Json::Null);
+    Json::Object(map)
+}
+
+/// The fields of a queue's JSON that come straight from its [`QueueInfo`]: a listing can
+/// filter and sort by them before it builds any row (S-MGMT-2).
+pub const QUEUE_FIELDS: [&str; 19] = [
+    "name",
+    "vhost",
+    "durable",
+    "auto_delete",
+    "exclusive",
+    "node",
+    "state",
+    "type",
+    "messages",
+    "messages_ready",
+    "messages_unacknowledged",
+    "message_bytes",
+    "message_bytes_ready",
+    "message_bytes_unacknowledged",
+    "consumers",
+    "policy",
+    "operator_policy",
+    "messages_dlx",
+    "message_bytes_dlx",
+];
+
+/// Field `key` (one of [`QUEUE_FIELDS`]) of a queue's JSON; `None` when the JSON has no such
+/// field (`messages_dlx` of a classic queue, or a key not in the list).
+pub fn queue_field(q: &QueueInfo, key: &str) -> Option<Json> {
+    let quorum = q.kind == QueueKind::Quorum;
+    Some(match key {
+        "name" => json!(q.name),
+        "vhost" => json!(q.vhost),
+        "durable" => json!(q.durable),
+        "auto_delete" => json!(q.auto_delete),
+        "exclusive" => json!(q.exclusive_owner.is_some()),
+        "node" => json!(NODE),
+        "state" => json!("running"),
+        "type" => json!(q.kind.name()),
+        "messages" => json!(q.ready.saturating_add(q.unacked)),
+        "messages_ready" => json!(q.ready),
+        "messages_unacknowledged" => json!(q.unacked),
+        "message_bytes" => json!(q.ready_bytes.saturating_add(q.unacked_bytes)),
+        "message_bytes_ready" => json!(q.ready_bytes),
+        "message_bytes_unacknowledged" => json!(q.unacked_bytes),
+        "consumers" => json!(q.consumers),
+        "policy" => json!(q.policy),
+        "operator_policy" => json!(q.operator_policy),
+        "messages_dlx" if quorum => json!(q.dead_letter_held),
+        "message_bytes_dlx" if quorum => json!(q.dead_letter_held_bytes),
+        _ => return None,
+    })
 }
 
 /// An exchange as `/api/exchanges` shows it.

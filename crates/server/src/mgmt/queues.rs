@@ -9,9 +9,10 @@ use std::collections::HashMap;
 
 use super::api::{Api, ApiError, ApiResult, Authenticated, AuthenticatedBody, Reader, Scope, Via};
 use super::json as j;
+use super::page::{Known, ListQuery, Row};
+use super::rates::Counts;
 use super::reply::{
-    body_object, created_or_updated, field_bool, list_answer, no_content, ok_json, query_flag,
-    vhosts_of,
+    body_object, created_or_updated, field_bool, no_content, ok_json, query_flag, vhosts_of,
 };
 use crate::auth::{Permission, ResourceKind, need};
 
@@ -110,10 +111,10 @@ async fn queue_rows(
         let rows = vhosts
             .iter()
             .map(|v| {
-                let mut queues = view.broker.queues(v);
-                if let Some(name) = &only {
-                    queues.retain(|q| &q.name == name);
-                }
+                let queues = match &only {
+                    Some(name) => view.broker.queue(v, name).into_iter().collect(),
+                    None => view.broker.queues(v),
+                };
                 (queues, view.broker.policies(v))
             })
             .collect();
@@ -125,26 +126,65 @@ async fn queue_rows(
 /// The broker clock's time of a listing, and each vhost's queues with its policies.
 type Rows = (u64, Vec<(Vec<QueueInfo>, Vec<PolicyInfo>)>);
 
-/// The queues as JSON, each with its sampled `message_stats` (S-MGMT-8).
-fn queues_json(api: &Api, (now_ms, rows): &Rows) -> Vec<JsonValue> {
-    let mut list = Vec::new();
-    let mut counts = Vec::new();
-    for (queues, policies) in rows {
-        let parsed = ParsedPolicies::new(policies);
-        list.extend(queues.iter().map(|q| queue_json(q, &parsed)));
-        counts.extend(queues.iter().map(|q| {
-            let s = q.stats;
-            let key = format!("q/{}/{}", q.vhost, q.name);
-            let named = vec![
-                ("publish", s.publish),
-                ("deliver_get", s.deliver_get),
-                ("redeliver", s.redeliver),
-                ("ack", s.ack),
-            ];
-            (key, named)
-        }));
+/// A listed queue before it is JSON: what the broker said of it and its vhost's policies.
+struct QueueRow<'a> {
+    info: QueueInfo,
+    policies: &'a ParsedPolicies,
+}
+
+impl Row for QueueRow<'_> {
+    fn name(&self) -> &str {
+        &self.info.name
     }
-    api.rates.attach(*now_ms, &mut list, &counts);
+
+    fn known_field(&self, key: &str) -> Known {
+        if j::QUEUE_FIELDS.contains(&key) {
+            Known::Field(j::queue_field(&self.info, key))
+        } else {
+            Known::Unbuilt
+        }
+    }
+}
+
+/// The counts a queue's `message_stats` are sampled from, under its key.
+fn queue_counts(q: &QueueInfo) -> (String, Counts) {
+    let s = q.stats;
+    let key = format!("q/{}/{}", q.vhost, q.name);
+    let named = vec![
+        ("publish", s.publish),
+        ("deliver_get", s.deliver_get),
+        ("redeliver", s.redeliver),
+        ("ack", s.ack),
+    ];
+    (key, named)
+}
+
+/// The vhosts' policies parsed, one per vhost of `rows`.
+fn parsed_policies((_, rows): &Rows) -> Vec<ParsedPolicies> {
+    rows.iter().map(|(_, p)| ParsedPolicies::new(p)).collect()
+}
+
+/// The listed queues as rows, in the listing's order.
+fn queue_rows_of(rows: Rows, parsed: &[ParsedPolicies]) -> Vec<QueueRow<'_>> {
+    rows.1
+        .into_iter()
+        .zip(parsed)
+        .flat_map(|((queues, _), policies)| {
+            queues
+                .into_iter()
+                .map(move |info| QueueRow { info, policies })
+        })
+        .collect()
+}
+
+/// The queues as JSON, each with its sampled `message_stats` (S-MGMT-8).
+fn queues_json(api: &Api, now_ms: u64, rows: &[QueueRow<'_>]) -> Vec<JsonValue> {
+    let mut list: Vec<JsonValue> = rows
+        .iter()
+        .map(|r| queue_json(&r.info, r.policies))
+        .collect();
+    let counts: Vec<_> = rows.iter().map(|r| queue_counts(&r.info)).collect();
+    api.rates.attach(now_ms, &mut list, &counts);
     list
 }
 
@@ -156,7 +196,14 @@ async fn queue_list(
 ) -> ApiResult {
     let vhosts = vhosts_of(api, scope, vhost).await?;
     let rows = queue_rows(api, vhosts, None).await?;
-    list_answer(queues_json(api, &rows), q)
+    let query = ListQuery::parse(q)?;
+    let now_ms = rows.0;
+    let parsed = parsed_policies(&rows);
+    let rows = queue_rows_of(rows, &parsed);
+    let counts: Vec<_> = rows.iter().map(|r| queue_counts(&r.info)).collect();
+    api.rates.record(now_ms, &counts);
+    let answer = query.apply_rows(rows, |page| queues_json(api, now_ms, &page))?;
+    Ok(ok_json(answer))
 }
 
 pub(crate) async fn queues_all(
@@ -176,7 +223,9 @@ pub(crate) async fn queues_vhost(
 
 async fn find_queue(api: &Api, vhost: String, name: String) -> Result<JsonValue, ApiError> {
     let rows = queue_rows(api, vec![vhost], Some(name)).await?;
-    queues_json(api, &rows)
+    let now_ms = rows.0;
+    let parsed = parsed_policies(&rows);
+    queues_json(api, now_ms, &queue_rows_of(rows, &parsed))
         .into_iter()
         .next()
         .ok_or(ApiError::NotFound)
@@ -338,4 +387,74 @@ pub(crate) async fn queue_get_messages(
         }
     };
     Ok(ok_json(JsonValue::Array(out)))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "test code")]
+    use super::*;
+    use wharf_broker::{FieldTable, QueueKind, QueueStats, Value};
+
+    fn info(kind: QueueKind, policy: Option<&str>) -> QueueInfo {
+        let mut arguments = FieldTable::new();
+        arguments.insert("x-message-ttl", Value::I32(5000));
+        QueueInfo {
+            vhost: "/".to_owned(),
+            name: "orders".to_owned(),
+            durable: true,
+            exclusive_owner: None,
+            auto_delete: false,
+            arguments,
+            policy: policy.map(str::to_owned),
+            operator_policy: None,
+            ready: 7,
+            unacked: 3,
+            ready_bytes: 700,
+            unacked_bytes: 30,
+            consumers: 2,
+            dead_letter_held: 4,
+            dead_letter_held_bytes: 40,
+            kind,
+            max_priority: None,
+            stats: QueueStats::default(),
+        }
+    }
+
+    /// S-MGMT-2: a queue row filters and sorts by exactly what its built JSON shows.
+    #[test]
+    fn s_mgmt_2_a_queue_rows_known_fields_are_its_json_fields() {
+        let policies = ParsedPolicies::new(&[]);
+        for q in [
+            info(QueueKind::Classic, None),
+            info(QueueKind::Quorum, Some("p")),
+        ] {
+            let built = queue_json(&q, &policies);
+            let row = QueueRow {
+                info: q.clone(),
+                policies: &policies,
+            };
+            for key in j::QUEUE_FIELDS {
+                assert_eq!(
+                    row.known_field(key),
+                    Known::Field(built.get(key).cloned()),
+                    "{key}"
+                );
+            }
+            for key in ["arguments", "effective_message_ttl", "message_stats.ack"] {
+                assert_eq!(row.known_field(key), Known::Unbuilt, "{key}");
+            }
+            assert_eq!(row.name(), "orders");
+            // Every field of the built JSON is known unbuilt or named above.
+            for key in built.as_object().unwrap().keys() {
+                let listed = j::QUEUE_FIELDS.contains(&key.as_str());
+                let built_only = [
+                    "arguments",
+                    "effective_message_ttl",
+                    "effective_policy_definition",
+                    "exclusive_consumer_tag",
+                ];
+                assert!(listed || built_only.contains(&key.as_str()), "{key}");
+            }
+        }
+    }
 }

@@ -62,12 +62,7 @@ fn per_second(new: u64, old: u64, dt_ms: u64) -> f64 {
 /// the oldest there is). A sample at a time already sampled keeps the first one.
 fn sample(ring: &mut Ring, now_ms: u64, counts: &Counts) -> Json {
     let values: Vec<u64> = counts.iter().map(|(_, v)| *v).collect();
-    if ring.back().is_none_or(|(t, _)| *t < now_ms) {
-        if ring.len() == SAMPLES_MAX {
-            ring.pop_front();
-        }
-        ring.push_back((now_ms, values.clone()));
-    }
+    record(ring, now_ms, &values);
     let (then, old) = ring
         .iter()
         .rev()
@@ -87,7 +82,28 @@ fn sample(ring: &mut Ring, now_ms: u64, counts: &Counts) -> Json {
     Json::Object(map)
 }
 
+/// Records `values` in `ring` at `now_ms`, unless a sample of that time is there already.
+fn record(ring: &mut Ring, now_ms: u64, values: &[u64]) {
+    if ring.back().is_none_or(|(t, _)| *t < now_ms) {
+        if ring.len() == SAMPLES_MAX {
+            ring.pop_front();
+        }
+        ring.push_back((now_ms, values.to_vec()));
+    }
+}
+
 impl Rates {
+    /// Samples each (key, counts) of one listing at `now_ms` without answering anything: a
+    /// paged listing samples every object it lists, shown or not, so the rates of the page
+    /// asked next are measured as if every page had been built (S-MGMT-8).
+    pub(crate) fn record(&self, now_ms: u64, objects: &[(String, Counts)]) {
+        let mut rings = self.rings.lock().unwrap_or_else(PoisonError::into_inner);
+        for (key, counts) in objects {
+            let values: Vec<u64> = counts.iter().map(|(_, v)| *v).collect();
+            record(rings.entry(key.clone()).or_default(), now_ms, &values);
+        }
+    }
+
     /// `message_stats` for each (key, counts) of one listing at `now_ms`, in order; rings of
     /// objects not sampled for [`STALE_MS`] are dropped.
     pub(crate) fn message_stats(&self, now_ms: u64, objects: &[(String, Counts)]) -> Vec<Json> {

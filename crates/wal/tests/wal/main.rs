@@ -14,5 +14,6 @@ mod wal_durable;
 mod wal_golden;
 mod wal_inline;
 mod wal_kill;
+mod wal_selective;
 mod wal_sim;
 mod wal_spool;
