@@ -44,6 +44,26 @@ impl Broker {
         t
     }
 
+    /// Counts over the queues of `vhost` (as [`Broker::totals`] over one vhost; `exchanges`
+    /// counts the vhost's exchanges), copying nothing.
+    pub fn totals_in(&self, vhost: &str) -> Totals {
+        let Some(v) = self.vhosts.get(vhost) else {
+            return Totals::default();
+        };
+        let mut t = Totals {
+            exchanges: v.exchanges.len() as u64,
+            ..Totals::default()
+        };
+        for q in v.queues.values().filter_map(|id| self.queues.get(id)) {
+            t.queues += 1;
+            t.ready += q.ready.len() as u64;
+            t.ready_bytes += q.ready.bytes();
+            t.unacked += q.unacked;
+            t.consumers += q.consumers.len() as u64;
+        }
+        t
+    }
+
     /// Queues of `vhost`, by name.
     pub fn queues(&self, vhost: &str) -> Vec<QueueInfo> {
         let Some(v) = self.vhosts.get(vhost) else {
@@ -57,27 +77,32 @@ impl Broker {
         v.queues
             .values()
             .filter_map(|id| self.queues.get(id))
-            .map(|q| QueueInfo {
-                vhost: q.vhost.to_string(),
-                name: q.name.to_string(),
-                durable: q.durable,
-                exclusive_owner: q.owner,
-                auto_delete: q.auto_delete,
-                arguments: q.arguments.clone(),
-                policy: q.policy.clone(),
-                operator_policy: q.operator_policy.clone(),
-                ready: u64::try_from(q.ready.len()).unwrap_or(u64::MAX),
-                unacked: q.unacked,
-                ready_bytes: q.ready.bytes(),
-                unacked_bytes: unacked_bytes.get(&q.id).copied().unwrap_or(0),
-                consumers: u32::try_from(q.consumers.len()).unwrap_or(u32::MAX),
-                dead_letter_held: u64::try_from(q.held.len()).unwrap_or(u64::MAX),
-                dead_letter_held_bytes: q.held.bytes(),
-                kind: q.eff.kind(),
-                max_priority: priority_lanes(q.args.max_priority),
-                stats: q.stats,
-            })
+            .map(|q| queue_info(q, unacked_bytes.get(&q.id).copied().unwrap_or(0)))
             .collect()
+    }
+
+    /// One queue of `vhost`, as [`Broker::queues`] lists it: a lookup, not a listing (the
+    /// management API's `GET /api/queues/{vhost}/{name}` on a broker with many queues).
+    pub fn queue(&self, vhost: &str, name: &str) -> Option<QueueInfo> {
+        let id = self.vhosts.get(vhost)?.queues.get(name)?;
+        let q = self.queues.get(id)?;
+        let unacked_bytes = self
+            .channels
+            .values()
+            .flat_map(|c| c.unacked.values())
+            .filter(|u| u.queue == q.id)
+            .map(|u| u.taken.msg.body_len())
+            .sum();
+        Some(queue_info(q, unacked_bytes))
+    }
+
+    /// The names of the queues of `vhost`, in order (the default exchange's implicit
+    /// bindings), copying nothing else.
+    pub fn queue_names(&self, vhost: &str) -> Vec<String> {
+        self.vhosts
+            .get(vhost)
+            .map(|v| v.queues.keys().map(ToString::to_string).collect())
+            .unwrap_or_default()
     }
 
     /// Exchanges of `vhost`, by name.
@@ -212,5 +237,29 @@ impl Broker {
     /// Virtual host names.
     pub fn vhost_names(&self) -> Vec<String> {
         self.vhosts.keys().cloned().collect()
+    }
+}
+
+/// A queue as the listings show it.
+fn queue_info(q: &super::state::Queue, unacked_bytes: u64) -> QueueInfo {
+    QueueInfo {
+        vhost: q.vhost.to_string(),
+        name: q.name.to_string(),
+        durable: q.durable,
+        exclusive_owner: q.owner,
+        auto_delete: q.auto_delete,
+        arguments: q.arguments.clone(),
+        policy: q.policy.clone(),
+        operator_policy: q.operator_policy.clone(),
+        ready: u64::try_from(q.ready.len()).unwrap_or(u64::MAX),
+        unacked: q.unacked,
+        ready_bytes: q.ready.bytes(),
+        unacked_bytes,
+        consumers: u32::try_from(q.consumers.len()).unwrap_or(u32::MAX),
+        dead_letter_held: u64::try_from(q.held.len()).unwrap_or(u64::MAX),
+        dead_letter_held_bytes: q.held.bytes(),
+        kind: q.eff.kind(),
+        max_priority: priority_lanes(q.args.max_priority),
+        stats: q.stats,
     }
 }
