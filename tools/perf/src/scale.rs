@@ -551,6 +551,9 @@ pub async fn scale(config: ScaleConfig) -> Result<ScaleReport> {
                 (conn, queues)
             })
             .collect();
+        // Each run starts with empty queues (a backlog left by the one before would be
+        // measured with it: checkpoints, reclaim).
+        purge_queues(&mut admin, config.queues).await?;
         let figures = publish_phase(pid, publishers, &config, window, None).await?;
         eprintln!(
             "scale: {} {}",
