@@ -363,3 +363,79 @@ async fn s_ops_10_connections_and_channels_have_rabbitmqs_families() {
         "rabbitmq_detailed_connection_incoming_bytes_total",
     );
 }
+
+/// The metrics read each connection's traffic and channel counts without copying the rest of
+/// it (issue 18: `Connections::traffic`, not `list`, per scrape); what they read is what the
+/// listing says, consumers and unacked messages included, on several connections.
+#[tokio::test]
+async fn s_ops_10_the_metrics_read_of_connections_what_the_listing_shows() {
+    use lapin::options::{BasicConsumeOptions, BasicQosOptions};
+    let server = start().await;
+    let (_publisher, pch) = server.channel().await;
+    fill(&pch, "held", 5).await;
+    let (consumer, cch) = server.channel().await;
+    cch.basic_qos(3, BasicQosOptions::default()).await.unwrap();
+    let _consumer = cch
+        .basic_consume(
+            "held".into(),
+            "c1".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let _second = consumer.create_channel().await.unwrap();
+    let (_idle, _) = server.channel().await;
+    let (done, answer) = tokio::sync::oneshot::channel();
+    let query: wharf_server::AdminQuery = Box::new(move |view| {
+        let _ = done.send((view.connections.list(), view.connections.traffic()));
+    });
+    // The consumer holds its 3 unacked messages once the broker task has delivered them.
+    let (listed, traffic) = within(10, async {
+        loop {
+            let (done, answer) = tokio::sync::oneshot::channel();
+            let probe: wharf_server::AdminQuery = Box::new(move |view| {
+                let _ = done.send(view.broker.totals().unacked);
+            });
+            server
+                .handle
+                .admin_request(wharf_server::AdminRequest::Query(probe))
+                .await;
+            if answer.await.unwrap() == 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        server
+            .handle
+            .admin_request(wharf_server::AdminRequest::Query(query))
+            .await;
+        answer.await.unwrap()
+    })
+    .await;
+    assert_eq!(listed.len(), 3);
+    let expected: Vec<_> = listed
+        .iter()
+        .map(|c| {
+            let channels: Vec<_> = c.channels.iter().map(|ch| (ch.number, ch.stats)).collect();
+            (c.peer, channels)
+        })
+        .collect();
+    let read: Vec<_> = traffic
+        .iter()
+        .map(|c| (c.peer, c.channels.clone()))
+        .collect();
+    assert_eq!(read, expected);
+    let held: Vec<_> = traffic
+        .iter()
+        .flat_map(|c| c.channels.iter())
+        .map(|(_, s)| (s.consumers, s.unacked))
+        .filter(|&(consumers, _)| consumers > 0)
+        .collect();
+    assert_eq!(held, vec![(1, 3)]);
+    // Traffic counters only grow; the listing was taken first.
+    for (l, t) in listed.iter().zip(&traffic) {
+        assert!(t.traffic.0 >= l.traffic.0 && t.traffic.1 >= l.traffic.1);
+        assert!(l.traffic.0 > 0);
+    }
+}

@@ -184,6 +184,18 @@ pub struct ConnectionInfo {
     pub traffic: (u64, u64),
 }
 
+/// One open connection's traffic and its channels' counts: what the metrics read of it
+/// (no copy of its client properties, user or vhost).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionTraffic {
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// Bytes received from the client and sent to it.
+    pub traffic: (u64, u64),
+    /// Its open channels, by number: number and counts (as [`ChannelInfo::stats`]).
+    pub channels: Vec<(u16, ChannelStats)>,
+}
+
 /// Open connections and channels, counted without listing them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ConnectionCounts {
@@ -200,6 +212,9 @@ pub struct ConnectionCounts {
 pub trait Connections {
     /// Every open connection, by id.
     fn list(&self) -> Vec<ConnectionInfo>;
+    /// Every open connection's traffic and channel counts, by id: what `list` says of them,
+    /// without copying the rest.
+    fn traffic(&self) -> Vec<ConnectionTraffic>;
     /// How many connections and channels are open.
     fn counts(&self) -> ConnectionCounts;
 }

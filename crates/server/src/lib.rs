@@ -72,7 +72,7 @@ pub mod testing;
 
 pub use admin::{
     AdminQuery, AdminRequest, AdminView, ChannelInfo, ChannelStats, ConnectionCounts,
-    ConnectionInfo, Connections,
+    ConnectionInfo, ConnectionTraffic, Connections,
 };
 pub use alarm::{MemoryLimit, ResourceProbe, SystemProbe};
 pub use auth::{Principal, UserRegistry, hash_password, verify_password};

@@ -450,6 +450,7 @@ pub async fn run_writer<W: AsyncWrite + Unpin, M>(
     mut sock: W,
     ctx: WriterCtx<M>,
 ) {
+    let mut beats = Heartbeats::default();
     loop {
         let (pieces, written, finished) = {
             let mut s = outbox.lock();
@@ -460,18 +461,24 @@ pub async fn run_writer<W: AsyncWrite + Unpin, M>(
             if finished {
                 break;
             }
-            let idle = *ctx.heartbeat.borrow();
             let notified = outbox.wake_writer.notified();
-            match idle {
-                Some(interval) => {
-                    if tokio::time::timeout(interval, notified).await.is_err() {
-                        outbox.send(protocol::encode_heartbeat);
+            let interval = *ctx.heartbeat.borrow();
+            match beats.follow(interval) {
+                Some(tick) => {
+                    tokio::select! {
+                        () = notified => {}
+                        () = tick => {
+                            if beats.ticked() {
+                                outbox.send(protocol::encode_heartbeat);
+                            }
+                        }
                     }
                 }
                 None => notified.await,
             }
             continue;
         }
+        beats.wrote = true;
         if write_pieces(&mut sock, pieces).await.is_err() {
             break;
         }
@@ -495,6 +502,43 @@ pub async fn run_writer<W: AsyncWrite + Unpin, M>(
     let _ = sock.shutdown().await;
     outbox.finish();
     outbox.wrote.notify_one();
+}
+
+/// The writer's heartbeats with one timer per connection, not one per wait (issue 18: the
+/// writer waits once per batch it writes): the timer ticks every half interval, and a tick
+/// that finds nothing written since the one before sends a heartbeat, so the client hears
+/// from us at least once per interval (RabbitMQ sends them about every half interval).
+#[derive(Default)]
+struct Heartbeats {
+    /// The negotiated interval and its ticking timer.
+    timer: Option<(Duration, std::pin::Pin<Box<tokio::time::Sleep>>)>,
+    /// Something was written since the last tick.
+    wrote: bool,
+}
+
+impl Heartbeats {
+    /// Follows the negotiated interval (`None`: heartbeats off); the tick to wait for.
+    fn follow(
+        &mut self,
+        interval: Option<Duration>,
+    ) -> Option<&mut std::pin::Pin<Box<tokio::time::Sleep>>> {
+        match interval {
+            None => self.timer = None,
+            Some(interval) if self.timer.as_ref().is_none_or(|(i, _)| *i != interval) => {
+                self.timer = Some((interval, Box::pin(tokio::time::sleep(interval / 2))));
+            }
+            Some(_) => {}
+        }
+        self.timer.as_mut().map(|(_, tick)| tick)
+    }
+
+    /// The timer ticked: re-armed for the next half interval; whether to send a heartbeat.
+    fn ticked(&mut self) -> bool {
+        if let Some((interval, tick)) = self.timer.as_mut() {
+            tick.set(tokio::time::sleep(*interval / 2));
+        }
+        !std::mem::take(&mut self.wrote)
+    }
 }
 
 /// Writes `pieces` in order, one `write_all` each: a batch without a spliced body is one

@@ -228,6 +228,8 @@ usage: wharf-perf [run] [options]
        wharf-perf rpc [--uri URI] [--callers N] [--time S] [--size BYTES] [--json]
            RPC round trips through direct reply-to, N callers with one request each in flight
        wharf-perf recovery --broker PATH --broker-arg ARG... [options]
+       wharf-perf scale --broker-cmd \"PATH ARGS\" --uri URI [--queues N] [--connections N] ...
+           many durable queues and connections: memory per object, start-up (`scale --help`)
        wharf-perf sink [--listen 127.0.0.1:5680] [--size BYTES]
            a null broker that confirms and delivers without storing: the generator's ceiling
 

@@ -10,6 +10,7 @@
 //! - `run`: publishers and consumers (with `soak`: `--hold`, `--watch-dir`); `ttl_mix`: the
 //!   expiry scenario; `recovery`: spawn, prefill, stop, restart and time the broker
 //!   (`broker_proc` owns the child process).
+//! - `scale`: many queues and connections, memory per object, start-up with many queues.
 //! - `sink`: a null broker, to measure the generator's own ceiling.
 //! - `pacing`: the `--rate` schedule (pure); `rng`: splitmix64 (shuffles, `--priorities`).
 //! - `histogram`, `report`: latency percentiles and the report (pure).
@@ -28,6 +29,7 @@ mod resources;
 mod rng;
 mod rpc;
 mod run;
+mod scale;
 mod sink;
 mod soak;
 mod ttl_mix;
@@ -68,6 +70,22 @@ fn main() -> Result<()> {
         let config = rpc::parse(argv.get(1..).unwrap_or_default())?;
         let json = config.json;
         let report = runtime(None)?.block_on(rpc::rpc(config))?;
+        if json {
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            print!("{}", report.to_text());
+        }
+        return Ok(());
+    }
+    // `scale` parses its own options too (`scale.rs`).
+    if argv.first().map(String::as_str) == Some("scale") {
+        if argv.iter().any(|a| a == "--help" || a == "-h") {
+            print!("{}", scale::USAGE);
+            return Ok(());
+        }
+        let config = scale::parse(argv.get(1..).unwrap_or_default())?;
+        let json = config.json;
+        let report = runtime(None)?.block_on(until_interrupted(scale::scale(config)))?;
         if json {
             println!("{}", serde_json::to_string(&report)?);
         } else {

@@ -235,27 +235,27 @@ async fn measure_dir(dir: Option<&PathBuf>) -> Result<Option<DirSize>> {
     Ok(Some(size))
 }
 
-/// Polls until the broker accepts an AMQP connection; fails if it exits or `config`'s step
-/// timeout passes.
-async fn wait_accepting(config: &RecoveryConfig, broker: &mut BrokerChild) -> Result<Connection> {
+/// Polls (every `poll`) until the broker accepts an AMQP connection at `uri`; fails if it
+/// exits or `step_timeout` passes.
+pub async fn wait_accepting(
+    uri: &str,
+    poll: Duration,
+    step_timeout: Duration,
+    broker: &mut BrokerChild,
+) -> Result<Connection> {
     let clock = Stopwatch::start();
     loop {
         if let Some(status) = broker.exited()? {
             bail!("the broker exited while starting ({status}); see --broker-log");
         }
-        if let Ok(Ok(conn)) =
-            tokio::time::timeout(CONNECT_ATTEMPT_MAX, Connection::open(&config.uri)).await
+        if let Ok(Ok(conn)) = tokio::time::timeout(CONNECT_ATTEMPT_MAX, Connection::open(uri)).await
         {
             return Ok(conn);
         }
-        if clock.elapsed() > config.step_timeout {
-            bail!(
-                "the broker did not accept {} within {:?}",
-                config.uri,
-                config.step_timeout
-            );
+        if clock.elapsed() > step_timeout {
+            bail!("the broker did not accept {uri} within {step_timeout:?}");
         }
-        tokio::time::sleep(config.poll).await;
+        tokio::time::sleep(poll).await;
     }
 }
 
@@ -373,7 +373,7 @@ async fn stop_and_recover(
     report.exit_code = status.code();
     drop(broker);
     let mut broker = BrokerChild::spawn(&config.broker, config.broker_log.as_deref())?;
-    let conn = wait_accepting(config, &mut broker).await?;
+    let conn = wait_accepting(&config.uri, config.poll, config.step_timeout, &mut broker).await?;
     report.accepting_ms = Some(ms(clock.elapsed()));
     let conn = wait_count(config, &mut broker, Some(conn), config.messages).await?;
     report.visible_ms = Some(ms(clock.elapsed()));
@@ -402,7 +402,10 @@ fn remove_dir(dir: &Path) -> Result<()> {
 
 async fn start(config: &RecoveryConfig) -> Result<BrokerChild> {
     let mut broker = BrokerChild::spawn(&config.broker, config.broker_log.as_deref())?;
-    wait_accepting(config, &mut broker).await?.close().await?;
+    wait_accepting(&config.uri, config.poll, config.step_timeout, &mut broker)
+        .await?
+        .close()
+        .await?;
     Ok(broker)
 }
 

@@ -111,6 +111,8 @@ pub struct Broker {
     /// Large messages paged out whose content may still be held elsewhere (`paging.rs`):
     /// read from here while it is, instead of from disk (S-BIG-3). Pruned at each page-out.
     paged_large: std::collections::HashMap<MessageId, std::sync::Weak<crate::types::Message>>,
+    /// The queue the last page-out stopped at: the next one starts after it.
+    page_cursor: QueueId,
     /// Direct reply-to consumers (S-DRT, `reply_names.rs`, `reply_to.rs`).
     reply_to: reply_names::ReplyConsumers,
     /// Publisher flow control (S-FLOW-1, `flow.rs`).
@@ -151,6 +153,7 @@ impl Broker {
             storage_failure: None,
             loaded_total: Arc::default(),
             paged_large: std::collections::HashMap::new(),
+            page_cursor: QueueId(0),
             reply_to: reply_names::ReplyConsumers::default(),
             flow: state::Flow::default(),
         };

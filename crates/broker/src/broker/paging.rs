@@ -3,6 +3,7 @@
 //! [`MessageLoader`] when a message is delivered or dead-lettered; a failure to read is kept
 //! for the server, which stops (S-DUR-7).
 
+use std::ops::Bound;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
@@ -46,7 +47,8 @@ impl Broker {
     /// Keeps memory bounded (DESIGN "Memory"): when the content of queued messages in memory
     /// exceeds `budget` bytes, the oldest whose record is durable (Lsn at most `durable_lsn`)
     /// in logged queues are replaced by stored references until a quarter of the budget is
-    /// free again. Returns the body bytes released from the queues (a message still held
+    /// free again, queue after queue, each page-out going on from the queue where the one
+    /// before stopped. Returns the body bytes released from the queues (a message still held
     /// elsewhere, unacked or in another queue, is freed when the last holder lets go).
     pub fn page_out(&mut self, durable_lsn: u64, budget: u64) -> u64 {
         let loaded = self.loaded_bytes();
@@ -56,13 +58,26 @@ impl Broker {
         let mut want = loaded - budget / 4 * 3;
         let mut freed = 0;
         let mut large = Vec::new();
-        for q in self.queues.values_mut().filter(|q| q.logged()) {
-            if want == 0 {
-                break;
+        // Round robin: from the queue after the one the last page-out stopped at, not from
+        // the first queue each time (issue 18: with messages spread over many queues, every
+        // batch over budget visited every queue already paged out before reaching one with
+        // something left to page).
+        let cursor = self.page_cursor;
+        let after = (Bound::Excluded(cursor), Bound::Unbounded);
+        let up_to = (Bound::Unbounded, Bound::Included(cursor));
+        for range in [after, up_to] {
+            for (&id, q) in self.queues.range_mut(range) {
+                if want == 0 {
+                    break;
+                }
+                if !q.logged() {
+                    continue;
+                }
+                let got = q.ready.page_out(durable_lsn, want, &mut large);
+                want = want.saturating_sub(got);
+                freed += got;
+                self.page_cursor = id;
             }
-            let got = q.ready.page_out(durable_lsn, want, &mut large);
-            want = want.saturating_sub(got);
-            freed += got;
         }
         self.paged_large.retain(|_, w| w.strong_count() > 0);
         for w in large {
@@ -145,20 +160,11 @@ mod tests {
         channel: ChannelId(1),
     };
 
-    /// A broker with queue `q` holding one persistent message of `len` bytes, logged at Lsn 1
-    /// and paged out; returns the message as published (still held by the caller).
-    fn paged_out(len: usize, loader: &Arc<Counting>) -> (Broker, Arc<Message>) {
-        let mut b = Broker::new();
-        b.set_loader(Arc::clone(loader) as Arc<dyn MessageLoader>);
-        for cmd in [
-            Command::ConnectionOpen {
-                conn: CH.conn,
-                vhost: "/".into(),
-            },
-            Command::ChannelOpen { chan: CH },
+    fn declare(b: &mut Broker, queue: &str) {
+        b.handle(
             Command::QueueDeclare(QueueDeclare {
                 vhost: "/".into(),
-                queue: "q".into(),
+                queue: queue.into(),
                 passive: false,
                 durable: true,
                 exclusive: false,
@@ -166,15 +172,19 @@ mod tests {
                 arguments: FieldTable::new(),
                 owner: None,
             }),
-        ] {
-            b.handle(cmd, 0).unwrap();
-        }
+            0,
+        )
+        .unwrap();
+    }
+
+    /// Publishes a persistent message of `len` bytes to `queue`; its content.
+    fn publish(b: &mut Broker, queue: &str, len: usize) -> Arc<Message> {
         let out = b
             .handle(
                 Command::Publish(Publish {
                     vhost: "/".into(),
                     exchange: String::new(),
-                    routing_key: "q".into(),
+                    routing_key: queue.into(),
                     mandatory: false,
                     properties: Properties {
                         delivery_mode: Some(2),
@@ -188,12 +198,34 @@ mod tests {
         let crate::types::Event::Published { message, .. } = &out.events[0] else {
             panic!("{:?}", out.events);
         };
-        let message = Arc::clone(&message.message);
-        b.messages_logged(&[LoggedMessage {
-            message: Arc::clone(&message),
+        Arc::clone(&message.message)
+    }
+
+    fn logged_at_1(message: &Arc<Message>) -> LoggedMessage {
+        LoggedMessage {
+            message: Arc::clone(message),
             lsn: 1,
             at: 0,
-        }]);
+        }
+    }
+
+    /// A broker with queue `q` holding one persistent message of `len` bytes, logged at Lsn 1
+    /// and paged out; returns the message as published (still held by the caller).
+    fn paged_out(len: usize, loader: &Arc<Counting>) -> (Broker, Arc<Message>) {
+        let mut b = Broker::new();
+        b.set_loader(Arc::clone(loader) as Arc<dyn MessageLoader>);
+        for cmd in [
+            Command::ConnectionOpen {
+                conn: CH.conn,
+                vhost: "/".into(),
+            },
+            Command::ChannelOpen { chan: CH },
+        ] {
+            b.handle(cmd, 0).unwrap();
+        }
+        declare(&mut b, "q");
+        let message = publish(&mut b, "q", len);
+        b.messages_logged(&[logged_at_1(&message)]);
         assert!(b.page_out(1, 0) > 0, "paged out");
         (b, message)
     }
@@ -240,5 +272,57 @@ mod tests {
         let (mut b, _held) = paged_out(1000, &loader);
         get(&mut b);
         assert_eq!(loader.0.load(Ordering::Relaxed), 1);
+    }
+
+    /// Issue 18: a page-out starts after the queue the one before stopped at (round robin),
+    /// so a broker over budget does not visit every queue already paged out at every batch.
+    #[test]
+    fn page_out_goes_round_the_queues_from_where_it_stopped() {
+        let mut b = Broker::new();
+        b.set_loader(Arc::new(Counting::default()) as Arc<dyn MessageLoader>);
+        b.handle(
+            Command::ConnectionOpen {
+                conn: CH.conn,
+                vhost: "/".into(),
+            },
+            0,
+        )
+        .unwrap();
+        let mut logged = Vec::new();
+        for name in ["a", "b", "c"] {
+            declare(&mut b, name);
+            for _ in 0..8 {
+                logged.push(logged_at_1(&publish(&mut b, name, 1000)));
+            }
+        }
+        b.messages_logged(&logged);
+        let loaded = |b: &Broker| -> Vec<usize> {
+            b.queues
+                .values()
+                .map(|q| {
+                    q.ready
+                        .iter()
+                        .filter(|(m, _)| matches!(m, MessageRef::Loaded(_)))
+                        .count()
+                })
+                .collect()
+        };
+        assert_eq!(loaded(&b), vec![8, 8, 8]);
+        // Each page-out frees a few messages (a quarter of the budget at least): from a,
+        // then from b where the one before stopped at a, then from c, never from the start.
+        let mut before = loaded(&b);
+        for pages in 0..3 {
+            let budget = b.loaded_bytes() - 1;
+            assert!(b.page_out(1, budget) > 0);
+            let now = loaded(&b);
+            for q in 0..3 {
+                if q == pages {
+                    assert!(now[q] < before[q], "queue {q} paged: {before:?} -> {now:?}");
+                } else {
+                    assert_eq!(now[q], before[q], "queue {q} left: {before:?} -> {now:?}");
+                }
+            }
+            before = now;
+        }
     }
 }

@@ -68,6 +68,26 @@ impl Broker {
         t
     }
 
+    /// Counts over the queues of `vhost` (as [`Broker::totals`] over one vhost; `exchanges`
+    /// counts the vhost's exchanges), copying nothing.
+    pub fn totals_in(&self, vhost: &str) -> Totals {
+        let Some(v) = self.vhosts.get(vhost) else {
+            return Totals::default();
+        };
+        let mut t = Totals {
+            exchanges: v.exchanges.len() as u64,
+            ..Totals::default()
+        };
+        for q in v.queues.values().filter_map(|id| self.queues.get(id)) {
+            t.queues += 1;
+            t.ready += q.ready.len() as u64;
+            t.ready_bytes += q.ready.bytes();
+            t.unacked += q.unacked;
+            t.consumers += q.consumers.len() as u64;
+        }
+        t
+    }
+
     /// Queues of `vhost`, by name.
     pub fn queues(&self, vhost: &str) -> Vec<QueueInfo> {
         let Some(v) = self.vhosts.get(vhost) else {
@@ -84,6 +104,15 @@ impl Broker {
     /// it).
     pub fn queue(&self, vhost: &str, name: &str) -> Option<QueueInfo> {
         self.queue_named(vhost, name).map(queue_info)
+    }
+
+    /// The names of the queues of `vhost`, in order (the default exchange's implicit
+    /// bindings), copying nothing else.
+    pub fn queue_names(&self, vhost: &str) -> Vec<String> {
+        self.vhosts
+            .get(vhost)
+            .map(|v| v.queues.keys().map(ToString::to_string).collect())
+            .unwrap_or_default()
     }
 
     /// Exchanges of `vhost`, by name.

@@ -24,6 +24,7 @@ mod admission;
 mod handshake;
 mod running;
 mod spool;
+mod watchdog;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -46,6 +47,7 @@ use crate::methods::MethodId;
 use crate::outbox::{OUTBOX_HARD_BYTES, Outbox, WriterCtx, run_writer};
 use admission::Admission;
 pub(crate) use spool::LogSpooler;
+use watchdog::{Silence, Watchdog};
 use wharf_base::limits;
 use wharf_protocol::{
     self as protocol, ChannelId, ContentAssembler, Frame, ProtocolError, ProtocolHeaderCheck,
@@ -155,6 +157,11 @@ struct Reader {
     /// Its place among `connection_max` open connections, once open.
     admission: Option<Admission>,
 }
+
+/// A connection's read buffer starts this large (an idle connection holds little)...
+const READ_BYTES_MIN: usize = 4 * 1024;
+/// ...and doubles while reads fill it, up to this (a busy publisher reads in large chunks).
+const READ_BYTES_MAX: usize = 64 * 1024;
 
 /// The in-memory door (S-NET-2): connections without a socket, served as an accepted TCP
 /// socket from `127.0.0.1` is (the same task, handshake, limits and timeouts). Held by the
@@ -300,10 +307,14 @@ impl Reader {
     }
 
     async fn run<R: AsyncRead + Unpin>(&mut self, mut sock: R) {
-        let mut buf = BytesMut::with_capacity(64 * 1024);
+        // Starts small (an idle connection holds little) and grows while reads fill it.
+        let mut read_bytes = READ_BYTES_MIN;
+        let mut buf = BytesMut::with_capacity(read_bytes);
         // Once we sent `connection.close`: how long the client has, however much it keeps
         // sending, to answer close-ok or hang up (S-PROTO-5).
         let mut close_wait: Option<Pin<Box<tokio::time::Sleep>>> = None;
+        // The handshake's deadline, then the heartbeat ticks: one timer, not one per read.
+        let mut watchdog = Watchdog::new();
         loop {
             self.process(&mut buf).await;
             self.hold_while_alarm().await;
@@ -320,15 +331,15 @@ impl Reader {
             // S-FLOW-1: a queue this connection publishes into is behind its consumers; read
             // nothing more until the broker task lets it go (at most FLOW_PAUSE_MAX, S-FLOW-2).
             self.outbox.flow_pause(limits::FLOW_PAUSE_MAX).await;
-            if buf.capacity() - buf.len() < 4096 {
-                buf.reserve(64 * 1024);
+            if buf.capacity() - buf.len() < read_bytes / 4 {
+                buf.reserve(read_bytes);
             }
             // A client that sends but does not read (confirms, replies pile up): stop reading
             // it until the writer catches up, so its outbox stays bounded. Deliveries alone
             // never get here (they pause at OUTBOX_HIGH_BYTES).
             self.outbox.wait_below(OUTBOX_HARD_BYTES).await;
-            let wait = self.read_timeout();
             let closing = matches!(self.phase, Phase::Closing | Phase::Draining);
+            watchdog.follow(self.phase == Phase::Running, closing, self.heartbeat);
             if closing && close_wait.is_none() {
                 close_wait = Some(Box::pin(tokio::time::sleep(limits::CLOSE_OK_WAIT)));
             }
@@ -338,6 +349,8 @@ impl Reader {
                     None => std::future::pending().await,
                 }
             };
+            let spare = buf.capacity() - buf.len();
+            let watching = watchdog.armed();
             // Biased, in this order: the server's own close first (a client that keeps
             // sending cannot hold it back), and no random choice among ready branches (a
             // simulated run is a function of its seed).
@@ -347,16 +360,25 @@ impl Reader {
                     self.phase = Phase::Closing;
                 }
                 () = close_waited, if closing => return,
-                r = tokio::time::timeout(wait, sock.read_buf(&mut buf)) => match r {
-                    Err(_) => {
-                        if !closing {
-                            info!("missed heartbeats from client, closing");
+                r = sock.read_buf(&mut buf) => match r {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        self.outbox.count_received(n);
+                        watchdog.heard();
+                        if n == spare {
+                            read_bytes = (read_bytes * 2).min(READ_BYTES_MAX);
+                        }
+                    }
+                },
+                () = watchdog.sleep(), if watching => {
+                    if let Err(silence) = watchdog.fired() {
+                        match silence {
+                            Silence::Handshake => info!("handshake timed out, closing"),
+                            Silence::Heartbeats => info!("missed heartbeats from client, closing"),
                         }
                         return;
                     }
-                    Ok(Ok(0) | Err(_)) => return,
-                    Ok(Ok(n)) => self.outbox.count_received(n),
-                },
+                }
             }
         }
     }
@@ -409,17 +431,6 @@ impl Reader {
                 AMQPClass::Connection(connection::AMQPMethod::Unblocked(connection::Unblocked {}));
             self.outbox
                 .send(|b| protocol::encode_method(b, ChannelId(0), &unblocked));
-        }
-    }
-
-    /// How long the socket may stay silent: two heartbeat intervals once negotiated (the peer
-    /// is closed after missed beats), a bounded handshake, a short wait for `close-ok`.
-    fn read_timeout(&self) -> Duration {
-        match (self.phase, self.heartbeat) {
-            (Phase::Closing | Phase::Draining, _) => limits::CLOSE_OK_WAIT,
-            (Phase::Running, Some(hb)) => hb * 2,
-            (Phase::Running, None) => Duration::from_secs(u64::from(u32::MAX)),
-            _ => limits::HANDSHAKE_WAIT,
         }
     }
 

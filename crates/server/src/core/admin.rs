@@ -8,7 +8,7 @@ use super::ConnState;
 use super::{Core, TICKET_THIS_BATCH};
 use crate::admin::{
     AdminDone, AdminRequest, AdminView, ChannelInfo, ChannelStats, ConnectionCounts,
-    ConnectionInfo, Connections,
+    ConnectionInfo, ConnectionTraffic, Connections,
 };
 use wharf_broker::{BrokerError, ChanRef, Command, GetOk, Reply};
 use wharf_store::Store;
@@ -144,9 +144,9 @@ struct ConnTable<'a> {
     broker: &'a wharf_broker::Broker,
 }
 
-impl Connections for ConnTable<'_> {
-    fn list(&self) -> Vec<ConnectionInfo> {
-        // Consumers per channel, counted once for every vhost with a connection.
+impl ConnTable<'_> {
+    /// Consumers per channel, counted once for every vhost with a connection.
+    fn consumers_per_channel(&self) -> HashMap<ChanRef, u64> {
         let mut consumers: HashMap<ChanRef, u64> = HashMap::new();
         let vhosts: std::collections::BTreeSet<&str> =
             self.conns.values().map(|c| c.vhost.as_str()).collect();
@@ -155,49 +155,84 @@ impl Connections for ConnTable<'_> {
                 *consumers.entry(c.chan).or_default() += 1;
             }
         }
-        let consumers_on = |chan: ChanRef| consumers.get(&chan).copied().unwrap_or(0);
-        let mut out: Vec<ConnectionInfo> = self
-            .conns
+        consumers
+    }
+
+    /// A connection's open channels, by number, with their counts.
+    fn channels(
+        &self,
+        id: u64,
+        c: &ConnState,
+        consumers: &HashMap<ChanRef, u64>,
+    ) -> Vec<ChannelInfo> {
+        let mut channels: Vec<ChannelInfo> = c
+            .channels
             .iter()
-            .map(|(&id, c)| {
-                let mut channels: Vec<ChannelInfo> = c
-                    .channels
-                    .iter()
-                    .filter(|(_, s)| !s.closing)
-                    .map(|(&number, s)| ChannelInfo {
-                        number,
-                        confirm: s.confirm_next.is_some(),
-                        transactional: s.tx.is_some(),
-                        publishing: s.publishing,
-                        stats: ChannelStats {
-                            unacked: u64::try_from(
-                                self.broker.channel_unacked(ChanRef::new(id, number)),
-                            )
+            .filter(|(_, s)| !s.closing)
+            .map(|(&number, s)| {
+                let chan = ChanRef::new(id, number);
+                ChannelInfo {
+                    number,
+                    confirm: s.confirm_next.is_some(),
+                    transactional: s.tx.is_some(),
+                    publishing: s.publishing,
+                    stats: ChannelStats {
+                        unacked: u64::try_from(self.broker.channel_unacked(chan))
                             .unwrap_or(u64::MAX),
-                            consumers: consumers_on(ChanRef::new(id, number)),
-                            ..s.stats
-                        },
-                    })
-                    .collect();
-                channels.sort_by_key(|ch| ch.number);
-                ConnectionInfo {
-                    id,
-                    vhost: c.vhost.clone(),
-                    user: c.user.clone(),
-                    peer: c.peer,
-                    opened_at_ms: c.opened_at_ms,
-                    frame_max: c.frame_max,
-                    throttled: c.throttled,
-                    blocked: c.outbox.is_blocked(),
-                    flow: c.outbox.in_flow(),
-                    client_properties: c.client_properties.clone(),
-                    channels,
-                    traffic: c.outbox.traffic(),
+                        consumers: consumers.get(&chan).copied().unwrap_or(0),
+                        ..s.stats
+                    },
                 }
             })
             .collect();
-        out.sort_by_key(|c| c.id);
-        out
+        channels.sort_by_key(|ch| ch.number);
+        channels
+    }
+
+    /// The connections by id.
+    fn by_id(&self) -> Vec<(u64, &ConnState)> {
+        let mut conns: Vec<(u64, &ConnState)> = self.conns.iter().map(|(&id, c)| (id, c)).collect();
+        conns.sort_by_key(|&(id, _)| id);
+        conns
+    }
+}
+
+impl Connections for ConnTable<'_> {
+    fn list(&self) -> Vec<ConnectionInfo> {
+        let consumers = self.consumers_per_channel();
+        self.by_id()
+            .into_iter()
+            .map(|(id, c)| ConnectionInfo {
+                id,
+                vhost: c.vhost.clone(),
+                user: c.user.clone(),
+                peer: c.peer,
+                opened_at_ms: c.opened_at_ms,
+                frame_max: c.frame_max,
+                throttled: c.throttled,
+                blocked: c.outbox.is_blocked(),
+                flow: c.outbox.in_flow(),
+                client_properties: c.client_properties.clone(),
+                channels: self.channels(id, c, &consumers),
+                traffic: c.outbox.traffic(),
+            })
+            .collect()
+    }
+
+    fn traffic(&self) -> Vec<ConnectionTraffic> {
+        let consumers = self.consumers_per_channel();
+        self.by_id()
+            .into_iter()
+            .map(|(id, c)| ConnectionTraffic {
+                peer: c.peer,
+                traffic: c.outbox.traffic(),
+                channels: self
+                    .channels(id, c, &consumers)
+                    .into_iter()
+                    .map(|ch| (ch.number, ch.stats))
+                    .collect(),
+            })
+            .collect()
     }
 
     fn counts(&self) -> ConnectionCounts {

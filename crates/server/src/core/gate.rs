@@ -34,13 +34,8 @@ impl Core {
         let (to_waiter, from_core) = mpsc::channel(4096);
         let (durable_tx, durable) = watch::channel(Ok(0));
         tokio::spawn(durability_waiter(from_core, durable_tx));
-        let queues_at_start = broker
-            .vhost_names()
-            .iter()
-            .map(|v| broker.queues(v).len())
-            .sum::<usize>();
         let counters = MessageCounters {
-            queues_at_start: u64::try_from(queues_at_start).unwrap_or(u64::MAX),
+            queues_at_start: broker.totals().queues,
             ..MessageCounters::default()
         };
         Core {

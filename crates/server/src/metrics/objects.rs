@@ -161,7 +161,8 @@ pub(super) fn connections_and_channels(
     per_object: bool,
     wants: &dyn Fn(Family) -> bool,
 ) -> fmt::Result {
-    let by_conn: Vec<(String, &ConnFigures)> = conns.iter().map(|c| (c.peer.clone(), c)).collect();
+    let by_conn: Vec<(String, &ConnFigures)> =
+        conns.iter().map(|c| (c.peer.to_string(), c)).collect();
     let by_chan: Vec<(String, &ChannelStats)> = conns
         .iter()
         .flat_map(|c| {

@@ -21,7 +21,7 @@ pub(crate) struct QueueFigures {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ConnFigures {
     /// The client's address, the connection's label (S-OPS-10).
-    pub(crate) peer: String,
+    pub(crate) peer: std::net::SocketAddr,
     /// Bytes received from the client and sent to it.
     pub(crate) received_bytes: u64,
     pub(crate) sent_bytes: u64,
@@ -85,17 +85,19 @@ impl Snapshot {
             }]
         };
         let counts = view.connections.counts();
-        // The per-connection and per-channel families (S-OPS-10) list the connections, the
-        // aggregated endpoint too (it sums them): O(connections), not O(messages).
+        // The per-connection and per-channel families (S-OPS-10) read every connection, the
+        // aggregated endpoint too (it sums them): O(connections), not O(messages), and only
+        // their traffic and channel counts (issue 18: no copy of each client's properties
+        // per scrape). The addresses are written out of the broker task.
         let conns = view
             .connections
-            .list()
-            .iter()
+            .traffic()
+            .into_iter()
             .map(|c| ConnFigures {
-                peer: c.peer.to_string(),
+                peer: c.peer,
                 received_bytes: c.traffic.0,
                 sent_bytes: c.traffic.1,
-                channels: c.channels.iter().map(|ch| (ch.number, ch.stats)).collect(),
+                channels: c.channels,
             })
             .collect();
         Snapshot {

@@ -18,45 +18,58 @@ use crate::admin::AdminView;
 
 use wharf_broker::{BindingInfo, Command, DestName, FieldTable};
 
-/// The bindings of a vhost as RabbitMQ lists them: the default exchange's implicit binding
-/// of every queue first, then the declared ones.
-fn bindings_json(view: &AdminView<'_>, vhost: &str) -> Vec<JsonValue> {
-    let mut list: Vec<JsonValue> = view
-        .broker
-        .queues(vhost)
-        .iter()
-        .map(|q| {
+/// The bindings of a vhost as copied out of the broker task: its queues' names (the default
+/// exchange's implicit bindings) and its declared bindings. The JSON is written outside the
+/// task (issue 18: a vhost with 10,000 queues).
+struct VhostBindings {
+    vhost: String,
+    queues: Vec<String>,
+    declared: Vec<BindingInfo>,
+}
+
+impl VhostBindings {
+    fn of(view: &AdminView<'_>, vhost: &str) -> Self {
+        VhostBindings {
+            vhost: vhost.to_owned(),
+            queues: view.broker.queue_names(vhost),
+            declared: view.broker.bindings(vhost),
+        }
+    }
+
+    /// As RabbitMQ lists them: the default exchange's implicit binding of every queue first,
+    /// then the declared ones.
+    fn json(&self) -> impl Iterator<Item = JsonValue> + '_ {
+        let vhost = self.vhost.as_str();
+        let implicit = self.queues.iter().map(move |name| {
             json!({
                 "source": "",
                 "vhost": vhost,
-                "destination": q.name,
+                "destination": name,
                 "destination_type": "queue",
-                "routing_key": q.name,
+                "routing_key": name,
                 "arguments": {},
-                "properties_key": q.name,
+                "properties_key": name,
             })
-        })
-        .collect();
-    list.extend(
-        view.broker
-            .bindings(vhost)
+        });
+        implicit.chain(self.declared.iter().map(move |b| j::binding(vhost, b)))
+    }
+}
+
+/// The bindings of `vhosts`, copied out of the broker task.
+async fn vhost_bindings(api: &Api, vhosts: Vec<String>) -> Result<Vec<VhostBindings>, ApiError> {
+    api.query(move |view| {
+        vhosts
             .iter()
-            .map(|b| j::binding(vhost, b)),
-    );
-    list
+            .map(|v| VhostBindings::of(view, v))
+            .collect::<Vec<_>>()
+    })
+    .await
 }
 
 async fn binding_list(api: &Api, scope: &Scope, vhost: Option<String>) -> ApiResult {
     let vhosts = vhosts_of(api, scope, vhost).await?;
-    let list = api
-        .query(move |view| {
-            let mut list = Vec::new();
-            for v in &vhosts {
-                list.extend(bindings_json(view, v));
-            }
-            list
-        })
-        .await?;
+    let copied = vhost_bindings(api, vhosts).await?;
+    let list = copied.iter().flat_map(VhostBindings::json).collect();
     Ok(ok_json(JsonValue::Array(list)))
 }
 
@@ -269,18 +282,15 @@ async fn bindings_where(
     api: &Api,
     scope: &Scope,
     vhost: String,
-    keep: impl Fn(&JsonValue) -> bool + Send + 'static,
+    keep: impl Fn(&JsonValue) -> bool,
 ) -> ApiResult {
     let vhosts = vhosts_of(api, scope, Some(vhost)).await?;
-    let list = api
-        .query(move |view| {
-            vhosts
-                .iter()
-                .flat_map(|v| bindings_json(view, v))
-                .filter(|b| keep(b))
-                .collect::<Vec<_>>()
-        })
-        .await?;
+    let copied = vhost_bindings(api, vhosts).await?;
+    let list = copied
+        .iter()
+        .flat_map(VhostBindings::json)
+        .filter(|b| keep(b))
+        .collect();
     Ok(ok_json(JsonValue::Array(list)))
 }
 

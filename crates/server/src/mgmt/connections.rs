@@ -13,41 +13,54 @@ use tokio::sync::oneshot;
 use super::api::{Api, ApiError, ApiResult, Authenticated, Reader, Scope};
 use super::json as j;
 use super::reply::{list_answer, no_content, ok_json, vhosts_of};
-use crate::admin::AdminRequest;
+use crate::admin::{AdminRequest, ConnectionInfo};
 
-async fn connection_list(api: &Api, scope: Scope) -> Result<Vec<JsonValue>, ApiError> {
-    let server = api.config().amqp_addr;
+/// The connections `scope` sees, copied out of the broker task (the JSON is written outside
+/// it), and whether a resource alarm is on.
+async fn visible_connections(
+    api: &Api,
+    scope: Scope,
+) -> Result<(Vec<ConnectionInfo>, bool), ApiError> {
     let alarm_on = api
         .config()
         .metrics
         .alarms
         .as_ref()
         .is_some_and(|a| a.reason().is_some());
-    api.query(move |view| {
-        view.connections
-            .list()
-            .iter()
-            .filter(|c| scope.sees_user(&c.user))
-            .map(|c| j::connection(c, server, alarm_on))
-            .collect::<Vec<_>>()
-    })
-    .await
+    let conns = api
+        .query(move |view| {
+            let mut conns = view.connections.list();
+            conns.retain(|c| scope.sees_user(&c.user));
+            conns
+        })
+        .await?;
+    Ok((conns, alarm_on))
 }
 
 pub(crate) async fn connections(
     Query(q): Query<HashMap<String, String>>,
     Reader(api, scope): Reader,
 ) -> ApiResult {
-    list_answer(connection_list(&api, scope).await?, &q)
+    let server = api.config().amqp_addr;
+    let (conns, alarm_on) = visible_connections(&api, scope).await?;
+    let list = conns
+        .iter()
+        .map(|c| j::connection(c, server, alarm_on))
+        .collect();
+    list_answer(list, &q)
 }
 
 pub(crate) async fn connection_get(
     Path(name): Path<String>,
     Reader(api, scope): Reader,
 ) -> ApiResult {
-    let list = connection_list(&api, scope).await?;
-    let found = list.into_iter().find(|c| c["name"] == name.as_str());
-    Ok(ok_json(found.ok_or(ApiError::NotFound)?))
+    let server = api.config().amqp_addr;
+    let (conns, alarm_on) = visible_connections(&api, scope).await?;
+    let found = conns
+        .iter()
+        .find(|c| j::connection_name(c, server) == name)
+        .ok_or(ApiError::NotFound)?;
+    Ok(ok_json(j::connection(found, server, alarm_on)))
 }
 
 /// `DELETE /api/connections/{name}`: closes it with 320 `CONNECTION_FORCED` and the
@@ -95,37 +108,47 @@ pub(crate) async fn channels(
     Reader(api, scope): Reader,
 ) -> ApiResult {
     let server = api.config().amqp_addr;
-    let (now_ms, mut list, counts) = api
+    // Copied in the broker task: the connections, and consumers and their unacked messages
+    // per channel, gathered in one walk per vhost (not one per connection, issue 18). The
+    // JSON is written outside the task.
+    let (now_ms, conns, per_channel) = api
         .query(move |view| {
-            let (mut list, mut counts) = (Vec::new(), Vec::new());
-            for c in view
-                .connections
-                .list()
-                .iter()
-                .filter(|c| scope.sees_user(&c.user))
-            {
-                let consumers = view.broker.consumers(&c.vhost);
-                for ch in &c.channels {
-                    let mine: Vec<_> = consumers
-                        .iter()
-                        .filter(|k| k.chan.conn.0 == c.id && k.chan.channel.0 == ch.number)
-                        .collect();
-                    let unacked = mine.iter().map(|k| u64::from(k.unacked)).sum();
-                    let json = j::channel(c, ch, server, mine.len(), unacked);
-                    let s = ch.stats;
-                    let named = vec![
-                        ("publish", s.publish),
-                        ("deliver_get", s.deliver_get),
-                        ("redeliver", s.redeliver),
-                        ("ack", s.ack),
-                    ];
-                    counts.push((format!("ch/{}", json["name"]), named));
-                    list.push(json);
+            let mut conns = view.connections.list();
+            conns.retain(|c| scope.sees_user(&c.user));
+            let vhosts: std::collections::BTreeSet<&str> =
+                conns.iter().map(|c| c.vhost.as_str()).collect();
+            let mut per_channel: HashMap<(u64, u16), (usize, u64)> = HashMap::new();
+            for v in vhosts {
+                for k in view.broker.consumers(v) {
+                    let entry = per_channel
+                        .entry((k.chan.conn.0, k.chan.channel.0))
+                        .or_default();
+                    entry.0 += 1;
+                    entry.1 += u64::from(k.unacked);
                 }
             }
-            (view.now_ms, list, counts)
+            (view.now_ms, conns, per_channel)
         })
         .await?;
+    let (mut list, mut counts) = (Vec::new(), Vec::new());
+    for c in &conns {
+        for ch in &c.channels {
+            let (consumers, unacked) = per_channel
+                .get(&(c.id, ch.number))
+                .copied()
+                .unwrap_or_default();
+            let json = j::channel(c, ch, server, consumers, unacked);
+            let s = ch.stats;
+            let named = vec![
+                ("publish", s.publish),
+                ("deliver_get", s.deliver_get),
+                ("redeliver", s.redeliver),
+                ("ack", s.ack),
+            ];
+            counts.push((format!("ch/{}", json["name"]), named));
+            list.push(json);
+        }
+    }
     api.rates.attach(now_ms, &mut list, &counts);
     list_answer(list, &q)
 }
@@ -133,48 +156,55 @@ pub(crate) async fn channels(
 async fn consumer_list(api: &Api, scope: &Scope, vhost: Option<String>) -> ApiResult {
     let vhosts = vhosts_of(api, scope, vhost).await?;
     let server = api.config().amqp_addr;
-    let list = api
+    // Copied in the broker task (the consumers of each vhost and the connections), written
+    // as JSON outside it, each consumer's connection found by id (issue 18: not a walk over
+    // every connection per consumer).
+    let (consumers, conns) = api
         .query(move |view| {
-            let mut list = Vec::new();
-            let conns = view.connections.list();
-            for v in &vhosts {
-                for k in view.broker.consumers(v) {
-                    let conn = conns.iter().find(|c| c.id == k.chan.conn.0);
-                    let (conn_name, peer_host, peer_port, user) = conn.map_or_else(
-                        || (String::new(), String::new(), 0, String::new()),
-                        |c| {
-                            (
-                                j::connection_name(c, server),
-                                c.peer.ip().to_string(),
-                                c.peer.port(),
-                                c.user.clone(),
-                            )
-                        },
-                    );
-                    list.push(json!({
-                        "consumer_tag": k.consumer_tag,
-                        "queue": { "name": k.queue, "vhost": v },
-                        "channel_details": {
-                            "name": format!("{conn_name} ({})", k.chan.channel.0),
-                            "number": k.chan.channel.0,
-                            "connection_name": conn_name,
-                            "peer_host": peer_host,
-                            "peer_port": peer_port,
-                            "user": user,
-                        },
-                        "ack_required": !k.no_ack,
-                        "exclusive": k.exclusive,
-                        "prefetch_count": k.prefetch_count,
-                        // S-CONS-7: as the broker says (single active consumer).
-                        "active": k.active,
-                        "activity_status": k.activity_status,
-                        "arguments": j::table_to_json(&k.arguments),
-                    }));
-                }
-            }
-            list
+            let consumers: Vec<_> = vhosts
+                .iter()
+                .map(|v| (v.clone(), view.broker.consumers(v)))
+                .collect();
+            (consumers, view.connections.list())
         })
         .await?;
+    let conns: HashMap<u64, &ConnectionInfo> = conns.iter().map(|c| (c.id, c)).collect();
+    let mut list = Vec::new();
+    for (v, vhost_consumers) in &consumers {
+        for k in vhost_consumers {
+            let conn = conns.get(&k.chan.conn.0).copied();
+            let (conn_name, peer_host, peer_port, user) = conn.map_or_else(
+                || (String::new(), String::new(), 0, String::new()),
+                |c| {
+                    (
+                        j::connection_name(c, server),
+                        c.peer.ip().to_string(),
+                        c.peer.port(),
+                        c.user.clone(),
+                    )
+                },
+            );
+            list.push(json!({
+                "consumer_tag": k.consumer_tag,
+                "queue": { "name": k.queue, "vhost": v },
+                "channel_details": {
+                    "name": format!("{conn_name} ({})", k.chan.channel.0),
+                    "number": k.chan.channel.0,
+                    "connection_name": conn_name,
+                    "peer_host": peer_host,
+                    "peer_port": peer_port,
+                    "user": user,
+                },
+                "ack_required": !k.no_ack,
+                "exclusive": k.exclusive,
+                "prefetch_count": k.prefetch_count,
+                // S-CONS-7: as the broker says (single active consumer).
+                "active": k.active,
+                "activity_status": k.activity_status,
+                "arguments": j::table_to_json(&k.arguments),
+            }));
+        }
+    }
     Ok(ok_json(JsonValue::Array(list)))
 }
 

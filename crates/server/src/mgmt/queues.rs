@@ -111,6 +111,7 @@ async fn queue_rows(
         let rows = vhosts
             .iter()
             .map(|v| {
+                // One queue is looked up, not found in a listing of every queue.
                 let queues = match &only {
                     Some(name) => view.broker.queue(v, name).into_iter().collect(),
                     None => view.broker.queues(v),
@@ -340,16 +341,8 @@ pub(crate) async fn queue_get_messages(
         "ack_requeue_true" | "reject_requeue_true" => {
             let limit = count as usize;
             api.query(move |view| {
-                if !view.broker.queues(&vhost).iter().any(|q| q.name == queue) {
-                    return None;
-                }
+                let total = view.broker.queue(&vhost, &queue)?.ready;
                 // Reads back only the first `count` messages (the rest may be on disk).
-                let total = view
-                    .broker
-                    .queues(&vhost)
-                    .iter()
-                    .find(|q| q.name == queue)
-                    .map_or(0, |q| q.ready);
                 let ready = view.broker.peek_messages(&vhost, &queue, limit);
                 Some(
                     ready

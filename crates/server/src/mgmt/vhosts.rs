@@ -14,9 +14,9 @@ use crate::admin::AdminView;
 use wharf_broker::Command;
 
 fn vhost_json(view: &AdminView<'_>, name: &str) -> JsonValue {
-    let qs = view.broker.queues(name);
-    let ready: u64 = qs.iter().map(|q| q.ready).sum();
-    let unacked: u64 = qs.iter().map(|q| q.unacked).sum();
+    // Counted, not listed: a listing copies every queue of the vhost (issue 18).
+    let t = view.broker.totals_in(name);
+    let (ready, unacked) = (t.ready, t.unacked);
     json!({
         "name": name,
         "description": "",

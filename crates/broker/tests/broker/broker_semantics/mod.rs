@@ -72,3 +72,41 @@ fn totals_count_what_the_listings_show() {
         queues.iter().map(|q| q.ready_bytes).sum::<u64>()
     );
 }
+
+/// The lookups the management API uses instead of listings on a broker with many queues
+/// (issue 18) answer what the listings show.
+#[test]
+fn one_queue_lookups_answer_what_the_listings_show() {
+    let mut h = H::new();
+    h.queue("a", &[]);
+    h.queue("b", &[]);
+    for _ in 0..3 {
+        h.send("a", Properties::default());
+    }
+    h.send("b", Properties::default());
+    h.send("b", Properties::default());
+    // One of b's messages held unacked by a consumer: unacked bytes come from the channel.
+    h.consume("b", "c", false);
+    let listed = h.b.queues("/");
+    for q in &listed {
+        assert_eq!(h.b.queue("/", &q.name).as_ref(), Some(q), "{}", q.name);
+    }
+    assert!(listed.iter().any(|q| q.unacked_bytes > 0));
+    assert_eq!(h.b.queue("/", "missing"), None);
+    assert_eq!(h.b.queue("nowhere", "a"), None);
+    assert_eq!(
+        h.b.queue_names("/"),
+        listed.iter().map(|q| q.name.clone()).collect::<Vec<_>>()
+    );
+    let t = h.b.totals_in("/");
+    assert_eq!(t.queues, listed.len() as u64);
+    assert_eq!(t.exchanges, h.b.exchanges("/").len() as u64);
+    assert_eq!(
+        (t.ready, t.unacked),
+        (
+            listed.iter().map(|q| q.ready).sum::<u64>(),
+            listed.iter().map(|q| q.unacked).sum::<u64>()
+        )
+    );
+    assert_eq!(h.b.totals_in("nowhere").queues, 0);
+}
