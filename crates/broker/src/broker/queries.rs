@@ -54,18 +54,7 @@ impl Broker {
     /// Counts over every vhost, in one walk over the queues that copies nothing (for the
     /// overview and the aggregated metrics, polled often: no listing per poll).
     pub fn totals(&self) -> Totals {
-        let mut t = Totals {
-            exchanges: self.exchanges.len() as u64,
-            ..Totals::default()
-        };
-        for q in self.queues.values() {
-            t.queues += 1;
-            t.ready += q.ready.len() as u64;
-            t.ready_bytes += q.ready.bytes();
-            t.unacked += q.unacked;
-            t.consumers += q.consumers.len() as u64;
-        }
-        t
+        count_queues(self.exchanges.len(), self.queues.values())
     }
 
     /// Counts over the queues of `vhost` (as [`Broker::totals`] over one vhost; `exchanges`
@@ -74,18 +63,8 @@ impl Broker {
         let Some(v) = self.vhosts.get(vhost) else {
             return Totals::default();
         };
-        let mut t = Totals {
-            exchanges: v.exchanges.len() as u64,
-            ..Totals::default()
-        };
-        for q in v.queues.values().filter_map(|id| self.queues.get(id)) {
-            t.queues += 1;
-            t.ready += q.ready.len() as u64;
-            t.ready_bytes += q.ready.bytes();
-            t.unacked += q.unacked;
-            t.consumers += q.consumers.len() as u64;
-        }
-        t
+        let queues = v.queues.values().filter_map(|id| self.queues.get(id));
+        count_queues(v.exchanges.len(), queues)
     }
 
     /// Queues of `vhost`, by name.
@@ -248,6 +227,25 @@ impl Broker {
     pub fn vhost_names(&self) -> Vec<String> {
         self.vhosts.keys().cloned().collect()
     }
+}
+
+/// [`Totals`] of `queues`, with `exchanges` exchanges: one walk that copies nothing.
+fn count_queues<'a>(
+    exchanges: usize,
+    queues: impl Iterator<Item = &'a super::state::Queue>,
+) -> Totals {
+    let mut t = Totals {
+        exchanges: exchanges as u64,
+        ..Totals::default()
+    };
+    for q in queues {
+        t.queues += 1;
+        t.ready += q.ready.len() as u64;
+        t.ready_bytes += q.ready.bytes();
+        t.unacked += q.unacked;
+        t.consumers += q.consumers.len() as u64;
+    }
+    t
 }
 
 /// A queue as the management API lists it: copies of its names and arguments and its
