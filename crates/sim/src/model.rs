@@ -119,6 +119,17 @@ pub fn key_of(body: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(bytes))
 }
 
+/// A published body's length: 8 to 307 bytes, and one time in ten 3,000 bytes (several frames
+/// at the simulation's frame size).
+#[must_use]
+pub fn body_len(rng: &mut crate::rng::Rng) -> usize {
+    if rng.chance(100) {
+        3000
+    } else {
+        8 + rng.index(300)
+    }
+}
+
 /// The body of message `key`, `len` bytes (at least 8): the key, then bytes derived from it.
 #[must_use]
 pub fn body_of(key: u64, len: usize) -> Vec<u8> {

@@ -161,11 +161,7 @@ impl World {
             _ => LEASE,
         };
         let own = (queue != LEASE && self.rng.chance(300)).then(|| 100 + self.rng.below(4000));
-        let len = if self.rng.chance(100) {
-            3000
-        } else {
-            8 + self.rng.index(300)
-        };
+        let len = model::body_len(&mut self.rng);
         let key = self.next_key;
         self.next_key += 1;
         let seq = self.publishers[p].next_seq.max(1);

@@ -43,7 +43,9 @@ pub use ledger::{Holder, Ledger, Queues};
 pub use process::{Process, ProcessConfig, SimClock};
 
 use crate::disk::Disk;
-use crate::model::{DEAD, LEASE, LEASE_MS, TTL, TTL_QUEUE_MS, WORK, body_of, key_of, policy_ttl};
+use crate::model::{
+    DEAD, LEASE, LEASE_MS, TTL, TTL_QUEUE_MS, WORK, body_len, body_of, key_of, policy_ttl,
+};
 use crate::rng::Rng;
 use crate::{Stats, Violation};
 
@@ -207,11 +209,7 @@ impl ServerWorld {
         let p = self.rng.index(2);
         let queue = if self.rng.below(10) < 6 { WORK } else { TTL };
         let own = self.rng.chance(300).then(|| 100 + self.rng.below(4000));
-        let len = if self.rng.chance(100) {
-            3000
-        } else {
-            8 + self.rng.index(300)
-        };
+        let len = body_len(&mut self.rng);
         let key = self.next_key;
         self.next_key += 1;
         let publisher = &mut self.publishers[p];
