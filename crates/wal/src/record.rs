@@ -156,13 +156,18 @@ pub fn check_segment_header(buf: &[u8]) -> HeaderCheck {
     ) else {
         return HeaderCheck::Short;
     };
-    // The version is read before the CRC: a newer version may lay out the rest differently.
+    // The CRC is checked before the version: the header's layout is the same in every
+    // version (storage-format.md, "Versions"), and a power loss can garble the header of a
+    // segment whose creation was never synced, version field included. A garbled version is
+    // damage (a torn creation when nothing follows it), not a newer format.
+    let covered = bytes.get(..HEADER_CRC_OFFSET).unwrap_or_default();
+    if crc32fast::hash(covered) != crc {
+        return HeaderCheck::Damaged;
+    }
     if version > FORMAT_VERSION {
         return HeaderCheck::NewerVersion(version);
     }
-    let covered = bytes.get(..HEADER_CRC_OFFSET).unwrap_or_default();
-    if version < OLDEST_READ_VERSION || flags != 0 || crc32fast::hash(covered) != crc || first == 0
-    {
+    if version < OLDEST_READ_VERSION || flags != 0 || first == 0 {
         return HeaderCheck::Damaged;
     }
     HeaderCheck::Valid(SegmentHeader {
@@ -467,7 +472,7 @@ mod tests {
     }
 
     #[test]
-    fn header_round_trips_and_refuses_newer_versions() {
+    fn header_round_trips_refuses_newer_versions_and_takes_a_garbled_version_for_damage() {
         let h = SegmentHeader {
             segment_id: SegmentId(9),
             first_lsn: Lsn(100),
@@ -475,11 +480,26 @@ mod tests {
         let mut bytes = encode_segment_header(h);
         assert_eq!(check_segment_header(&bytes), HeaderCheck::Valid(h));
         assert_eq!(segment_header_version(&bytes), Some(FORMAT_VERSION));
+        // A newer version's header (its CRC right) is refused as newer; the same version
+        // bytes under a CRC that does not match are a garbled header, not a newer format.
+        let with_version = |version: u8| {
+            let mut b = bytes;
+            b[VERSION_OFFSET] = version;
+            let crc = crc32fast::hash(&b[..HEADER_CRC_OFFSET]);
+            b[HEADER_CRC_OFFSET..SEGMENT_HEADER_BYTES].copy_from_slice(&crc.to_le_bytes());
+            b
+        };
+        assert_eq!(
+            check_segment_header(&with_version(4)),
+            HeaderCheck::NewerVersion(4)
+        );
+        assert_eq!(check_segment_header(&with_version(0)), HeaderCheck::Damaged);
         bytes[VERSION_OFFSET] = 4;
-        assert_eq!(check_segment_header(&bytes), HeaderCheck::NewerVersion(4));
-        bytes[VERSION_OFFSET] = 0;
         assert_eq!(check_segment_header(&bytes), HeaderCheck::Damaged);
-        bytes[VERSION_OFFSET] = 2;
+        bytes[VERSION_OFFSET] = 0xc3;
+        bytes[VERSION_OFFSET + 1] = 0x1d;
+        assert_eq!(check_segment_header(&bytes), HeaderCheck::Damaged);
+        bytes = encode_segment_header(h);
         bytes[SEGMENT_ID_OFFSET] ^= 1;
         assert_eq!(check_segment_header(&bytes), HeaderCheck::Damaged);
         assert_eq!(check_segment_header(&bytes[..10]), HeaderCheck::Short);
