@@ -212,7 +212,9 @@ impl NodeConfig {
             election_timeout_min: t.election_min_ms,
             election_timeout_max: t.election_max_ms,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(t.snapshot_every),
-            max_in_snapshot_log_to_keep: 1_000,
+            // At most 1,000 entries (fewer when snapshots are more frequent) stay behind a
+            // snapshot for a lagging member; one further behind installs the snapshot.
+            max_in_snapshot_log_to_keep: t.snapshot_every.min(1_000),
             ..Config::default()
         };
         config
@@ -382,6 +384,26 @@ impl Node {
         let mut rx = self.inner.member.subscribe();
         let settled = rx.wait_for(|m| *m != ANY_MEMBER).await.map(|m| *m);
         settled.unwrap_or(ANY_MEMBER)
+    }
+
+    /// Runs one pass of the leader's watch over `group`'s members now (it runs every
+    /// `form_every` by itself): on the leader, a seed running another incarnation than its
+    /// slot's voter is let in (S-CLU-22). Does nothing where the group is not open.
+    pub async fn watch_members(&self, group: u64) {
+        let handle = self.inner.handles.lock().await.get(&group).cloned();
+        if let Some(h) = handle {
+            let config = &self.inner.config;
+            members::keep_once(
+                &self.inner.peers,
+                &config.seeds,
+                config.id,
+                group,
+                &h.raft,
+                &self.changing(group),
+                config.timing.probe_timeout,
+            )
+            .await;
+        }
     }
 
     fn changing(&self, group: u64) -> Arc<tokio::sync::Mutex<()>> {

@@ -222,14 +222,16 @@ async fn answer(header: Header, body: &[u8], groups: &Groups) -> Vec<u8> {
         }
         _ => {}
     }
+    // A Raft request for another incarnation of this node (its directory was wiped since), or
+    // before it settled which member it is: never answered, so this node never votes or
+    // acknowledges as a member it is not (S-CLU-21).
+    let member = groups.member();
+    if member == wire::ANY_MEMBER || header.target != member {
+        return wire::failed(&Failure::WrongMember);
+    }
     let Some(raft) = raft else {
         return wire::failed(&Failure::NoGroup);
     };
-    // A request for another incarnation of this node (its directory was wiped since): never
-    // answered, so this node never votes or acknowledges as a member it is not.
-    if header.target != groups.member() {
-        return wire::failed(&Failure::WrongMember);
-    }
     let bad = |e: crate::record::RecordDecodeError| {
         tracing::warn!(group = header.group, error = %e, "cluster link: a request that does not decode");
         wire::failed(&Failure::BadRequest)

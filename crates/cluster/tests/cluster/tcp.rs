@@ -18,7 +18,7 @@ use crate::commands::declare_quorum;
 use crate::support::{HangGuard, LiveBroker};
 
 /// Fast timing for tests on a loaded machine: elections within a second.
-fn timing() -> Timing {
+pub fn timing() -> Timing {
     Timing {
         heartbeat_ms: 50,
         election_min_ms: 300,
@@ -30,7 +30,7 @@ fn timing() -> Timing {
 }
 
 /// Binds `n` listeners on loopback ports, so every node knows the seeds before one starts.
-async fn listeners(n: usize) -> (Vec<TcpListener>, String) {
+pub async fn listeners(n: usize) -> (Vec<TcpListener>, String) {
     let mut ls = Vec::new();
     for _ in 0..n {
         ls.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
@@ -43,9 +43,13 @@ async fn listeners(n: usize) -> (Vec<TcpListener>, String) {
 }
 
 async fn start(listener: TcpListener, seeds: &str, dir: &Path) -> Node {
+    start_with(listener, seeds, dir, timing()).await
+}
+
+pub async fn start_with(listener: TcpListener, seeds: &str, dir: &Path, timing: Timing) -> Node {
     let listen = listener.local_addr().unwrap().to_string();
     let mut config = NodeConfig::from_seeds(&listen, seeds, dir.to_path_buf(), None).unwrap();
-    config.timing = timing();
+    config.timing = timing;
     Node::start_on(config, listener).await.unwrap()
 }
 
@@ -56,13 +60,13 @@ fn slot(id: u64) -> usize {
 
 /// Waits until every node settled its member id and opened the metadata group (an empty
 /// directory's node does so once every seed answered, S-CLU-20).
-async fn opened(nodes: &[Option<Node>]) {
+pub async fn opened(nodes: &[Option<Node>]) {
     for n in nodes.iter().flatten() {
         n.group(METADATA_GROUP).await.unwrap();
     }
 }
 
-fn metadata(node: &Node) -> GroupStatus {
+pub fn metadata(node: &Node) -> GroupStatus {
     node.status()
         .into_iter()
         .find(|g| g.group == METADATA_GROUP)
@@ -75,7 +79,7 @@ fn metadata(node: &Node) -> GroupStatus {
     clippy::disallowed_methods,
     reason = "nodes on real sockets and timers: the wait is bounded in real time"
 )]
-async fn until(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+pub async fn until(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + within;
     while !cond() {
         assert!(
