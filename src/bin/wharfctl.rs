@@ -23,7 +23,10 @@ const CLUSTER_COMMANDS: [&str; 4] = [
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(command) = args.first().filter(|c| CLUSTER_COMMANDS.contains(&c.as_str())) {
+    if let Some(command) = args
+        .first()
+        .filter(|c| CLUSTER_COMMANDS.contains(&c.as_str()))
+    {
         std::process::exit(cluster_command(command, &args[1..]));
     }
     let env_url = std::env::var("WHARF_URL").ok().filter(|u| !u.is_empty());

@@ -592,13 +592,20 @@ async fn form(peers: Arc<Peers>, config: NodeConfig, handle: GroupHandle) {
         // A seed holding state means the group exists: its leader will reach this node (the
         // loop ends once it has).
         let someone_has_state = answers.values().any(|p| p.has_state);
+        // A seed still settling its member id is waited for: it would otherwise find the
+        // group formed and come back as a new incarnation (S-CLU-20).
+        let settling = answers.values().any(|p| p.member == ANY_MEMBER);
         let first_answering = answers
             .keys()
             .next()
             .map_or(config.id, |s| config.id.min(*s));
-        if !someone_has_state && answers.len() + 1 >= majority && first_answering == config.id {
+        if !someone_has_state
+            && !settling
+            && answers.len() + 1 >= majority
+            && first_answering == config.id
+        {
             // Each seed by the member id it answered with; its founding id when it did not
-            // answer or has not settled yet.
+            // answer.
             let voters: BTreeMap<NodeId, BasicNode> = (1u64..)
                 .zip(&config.seeds)
                 .map(|(slot, addr)| {

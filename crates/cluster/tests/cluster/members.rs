@@ -283,14 +283,23 @@ async fn a_wiped_member_rejoins(pick: impl Fn(u64) -> u64) {
     .await;
     let during = confirmed.lock().unwrap().ids.len();
     writer.await.unwrap();
-    let c = confirmed.lock().unwrap();
-    assert!(
-        c.ids.len() > during || during > before,
-        "the group kept committing while the member rejoined"
-    );
-    let target = c.last_index;
-    let ids: BTreeSet<MessageId> = c.ids.iter().copied().collect();
-    drop(c);
+    let (ids, target) = {
+        let c = confirmed.lock().unwrap();
+        assert!(
+            c.ids.len() > during || during > before,
+            "the group kept committing while the member rejoined"
+        );
+        let ids: BTreeSet<MessageId> = c.ids.iter().copied().collect();
+        (ids, c.last_index)
+    };
+    every_member_holds(&three, &back, &ids, target).await;
+    three.shutdown().await;
+}
+
+/// Every member applied the entries through `target`, the rejoined `back` holds every
+/// message of `ids` (caught up from a snapshot), and every member's committed state is the
+/// same.
+async fn every_member_holds(three: &Three, back: &Node, ids: &BTreeSet<MessageId>, target: u64) {
     until(
         "every member applied every confirmed entry",
         Duration::from_secs(20),
@@ -303,37 +312,24 @@ async fn a_wiped_member_rejoins(pick: impl Fn(u64) -> u64) {
         },
     )
     .await;
-    let on_back = queued(&back).await;
+    let on_back = queued(back).await;
     assert!(
         ids.is_subset(&on_back),
         "no confirmed message lost on the rejoined member"
     );
-    let snapshot = back
-        .group(METADATA_GROUP)
-        .await
-        .unwrap()
-        .raft
-        .metrics()
-        .borrow()
-        .snapshot;
+    let group = back.group(METADATA_GROUP).await.unwrap();
+    let snapshot = group.raft.metrics().borrow().snapshot;
     assert!(snapshot.is_some(), "it caught up from a snapshot");
-    let state = |n: &Node| {
-        let n = n.clone();
-        async move {
-            let g = n.group(METADATA_GROUP).await.unwrap();
-            g.machine.with(Machine::durable_state)
-        }
-    };
-    let expected = state(&others[0]).await;
+    let expected = group.machine.with(Machine::durable_state);
     for n in three.nodes.iter().flatten() {
+        let g = n.group(METADATA_GROUP).await.unwrap();
         assert_eq!(
-            state(n).await,
+            g.machine.with(Machine::durable_state),
             expected,
             "node {}: the same committed state",
             n.id()
         );
     }
-    three.shutdown().await;
 }
 
 /// S-CLU-21: requests for the old incarnation of the node at `addr` (a vote, an append) are
