@@ -100,13 +100,13 @@ fn cluster_command(command: &str, args: &[String]) -> i32 {
         return wharf_ctl::EXIT_USAGE;
     }
     let member = match (command, positional.first()) {
-        ("remove_member" | "forget_cluster_node", Some(id)) => match id.parse::<u64>() {
-            Ok(id) => Some(id),
-            Err(_) => {
+        ("remove_member" | "forget_cluster_node", Some(id)) => {
+            let Ok(id) = id.parse::<u64>() else {
                 eprintln!("Error: {id:?} is not a member id");
                 return wharf_ctl::EXIT_USAGE;
-            }
-        },
+            };
+            Some(id)
+        }
         _ => None,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()

@@ -1,10 +1,15 @@
 //! Three `wharf` processes behind the fault-injecting proxy (tests/support/cluster.rs): a node
-//! SIGKILLed and restarted on a wiped data directory comes back as a new incarnation and
+//! killed (SIGKILL) and restarted on a wiped data directory comes back as a new incarnation and
 //! replaces its old self in the metadata group, caught up with the leader (S-CLU-20, 22), a
 //! follower's and the leader's alike; `wharfctl remove_member` / `add_member` change the
 //! voters one at a time (S-CLU-23). What a node says comes from `wharfctl cluster_status`.
 //! (No writer runs in these processes yet: what commits is the group's own entries, a new
 //! leader's and each membership change.)
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -72,7 +77,7 @@ async fn s_clu_22_a_wiped_follower_and_a_wiped_leader_rejoin() {
 
     c.kill(leader);
     c.wipe(leader);
-    let (next, view) = c
+    let (next, _) = c
         .leader(META, &[leader], view.term, Duration::from_secs(10))
         .await;
     c.start_node(leader);
