@@ -128,6 +128,15 @@ fn leader_view(raft: &Raft) -> Result<View, String> {
     })
 }
 
+/// The members of `voters` that are incarnations of seed `slot`.
+fn of_slot(voters: &BTreeSet<NodeId>, slot: u64) -> BTreeSet<NodeId> {
+    voters
+        .iter()
+        .filter(|v| slot_of(**v) == slot)
+        .copied()
+        .collect()
+}
+
 /// Makes `member` (at `addr`) a voter in place of `old` (the voters it replaces, maybe none):
 /// first a learner, caught up from the leader's snapshot and log; then one joint-consensus
 /// change. With `wait`, waits (up to [`CATCH_UP_WAIT`]) for the learner to catch up; without,
@@ -192,12 +201,7 @@ pub(crate) async fn keep_once(
         if p.member == ANY_MEMBER || view.voters.contains(&p.member) {
             continue;
         }
-        let old: BTreeSet<NodeId> = view
-            .voters
-            .iter()
-            .filter(|v| slot_of(**v) == slot)
-            .copied()
-            .collect();
+        let old = of_slot(&view.voters, slot);
         let Some(addr) = usize::try_from(slot - 1).ok().and_then(|i| seeds.get(i)) else {
             continue;
         };
@@ -260,12 +264,7 @@ pub(crate) async fn add_member(
     if view.voters.contains(&probed.member) {
         return Err(format!("member {} is a voter already", probed.member));
     }
-    let old: BTreeSet<NodeId> = view
-        .voters
-        .iter()
-        .filter(|v| slot_of(**v) == slot)
-        .copied()
-        .collect();
+    let old = of_slot(&view.voters, slot);
     let _one_at_a_time = changing
         .try_lock()
         .map_err(|_| "a membership change is in flight".to_owned())?;
