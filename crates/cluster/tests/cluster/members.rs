@@ -441,3 +441,62 @@ async fn s_clu_23_members_are_removed_and_added_one_at_a_time() {
     assert!(refused(stranger.unwrap_err()).contains("not one of the cluster seeds"));
     three.shutdown().await;
 }
+
+/// S-CLU-20: a directory recording another seed's member id is refused by name; a directory
+/// from before member files (group directories, no member file) keeps its founding id and
+/// records it; a recorded new incarnation is kept across restarts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_clu_20_the_member_file_decides_the_member_id() {
+    let _guard = HangGuard::new("s_clu_20_the_member_file_decides_the_member_id");
+    let (mut ls, seeds) = listeners(1).await;
+    let listen = ls[0].local_addr().unwrap().to_string();
+    let config = |dir: &std::path::Path| {
+        let mut c = wharf_cluster::NodeConfig::from_seeds(&listen, &seeds, dir.to_path_buf(), None)
+            .unwrap();
+        c.timing = timing();
+        c
+    };
+    let disk = wharf_wal::FileStorage;
+
+    let other = tempfile::tempdir().unwrap();
+    wharf_cluster::incarnation::write(&disk, other.path(), 0x0005_0000_0000_0002, 2).unwrap();
+    let e = Node::start_on(config(other.path()), ls.remove(0))
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("of seed 2, not of seed 1"), "{e}");
+
+    let legacy = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(legacy.path().join("group-0")).unwrap();
+    let listener = TcpListener::bind(&listen).await.unwrap();
+    let node = Node::start_on(config(legacy.path()), listener)
+        .await
+        .unwrap();
+    assert_eq!(node.member().await, 1, "the founding id");
+    node.shutdown().await;
+    drop(node);
+    let recorded = wharf_cluster::incarnation::read(&disk, legacy.path()).unwrap();
+    assert_eq!(recorded, Some((1, 1)));
+
+    let wiped = tempfile::tempdir().unwrap();
+    let member = wharf_cluster::incarnation::new_incarnation(1);
+    wharf_cluster::incarnation::write(&disk, wiped.path(), member, 1).unwrap();
+    let listener = TcpListener::bind(&listen).await.unwrap();
+    let node = Node::start_on(config(wiped.path()), listener)
+        .await
+        .unwrap();
+    assert_eq!(node.member().await, member, "the recorded incarnation");
+    assert_eq!(
+        node.group(METADATA_GROUP)
+            .await
+            .unwrap()
+            .raft
+            .metrics()
+            .borrow()
+            .id,
+        member,
+        "its Raft id"
+    );
+    node.shutdown().await;
+}
