@@ -12,6 +12,7 @@ mod support;
 
 mod big_message;
 mod big_message_crash;
+mod cluster_members;
 mod cluster_nodes;
 mod crash_torture;
 mod damaged_tail;

@@ -111,6 +111,23 @@ impl Cluster {
         self.paused[i] = false;
     }
 
+    /// Deletes node `id`'s data directory (the node stopped): it restarts as a member that
+    /// lost its disk.
+    pub fn wipe(&mut self, id: u64) {
+        assert!(self.nodes[slot(id)].is_none(), "node {id} is running");
+        std::fs::remove_dir_all(self.dir_of(id)).unwrap();
+    }
+
+    /// The address node `id`'s cluster listener answers `wharfctl` on.
+    pub fn listen(&self, id: u64) -> String {
+        self.listen[slot(id)].to_string()
+    }
+
+    /// The address the other nodes reach node `id` at (its seed: the proxy's front).
+    pub fn seed(&self, id: u64) -> String {
+        self.proxy.fronts[slot(id)].to_string()
+    }
+
     /// SIGKILL to node `id`, by its pid.
     pub fn kill(&mut self, id: u64) {
         let broker = self.nodes[slot(id)].take().expect("node running");

@@ -21,9 +21,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// Where a `Hello` frame holds the caller's node id: length (4), kind, request id, group (17),
-/// magic (8), version (2).
-const HELLO_NODE_AT: usize = 4 + 17 + 8 + 2;
+/// Where a `Hello` frame holds the caller's node id: length (4), the frame header (kind,
+/// request id, group, target), magic (8), version (2).
+const HELLO_NODE_AT: usize = 4 + wharf_cluster::net::wire::FRAME_HEADER_BYTES + 8 + 2;
 /// A `Hello` frame's whole size.
 const HELLO_BYTES: usize = HELLO_NODE_AT + 8;
 

@@ -17,6 +17,9 @@
 //! - `group`: [`QueueGroup`], the handle a server replicates its quorum queues through.
 //! - `split`: [`Replicated`], which events of a batch go to the group, which stay local.
 //! - `net`: the cluster link between nodes (openraft's RPCs over TCP; a public namespace).
+//! - `incarnation`: a node's member id and the member file recording it (a public namespace).
+//! - `members`: settling a node's member id, letting a new incarnation in, `add_member` and
+//!   `remove_member`.
 //! - `node`: [`Node`], a process's cluster node: listener, peers, groups, formation.
 //! - `status`: what `wharfctl cluster_status` shows (a public namespace).
 //! - `testing`: an in-memory network for members in one process (a public namespace).
@@ -25,8 +28,10 @@
 //! queue: a server replicates every quorum queue through one group (`QueueGroup`).
 
 mod group;
+pub mod incarnation;
 mod leader;
 mod log_store;
+mod members;
 pub mod net;
 mod node;
 pub mod record;
@@ -41,7 +46,10 @@ mod types;
 pub use group::{Commit, Metrics, ProposeError, QueueGroup, Role, needs_leader};
 pub use leader::{Adopted, adopt, leader_now, take_over};
 pub use log_store::{OpenError, WalLogReader, WalLogStore};
-pub use node::{GroupHandle, METADATA_GROUP, Node, NodeConfig, NodeError, Timing, remote_status};
+pub use node::{
+    GroupHandle, METADATA_GROUP, Node, NodeConfig, NodeError, Timing, remote_add_member,
+    remote_remove_member, remote_status,
+};
 pub use split::{Replicated, Split, is_quorum, shared_definitions};
 pub use state_machine::{Machine, MachineOpenError, MachineSnapshotBuilder, QueueStateMachine};
 pub use types::{

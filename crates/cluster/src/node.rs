@@ -13,6 +13,14 @@
 //! every node would write the same membership at the same log id (index 0, term 0), and a
 //! node with any state refuses (openraft's `NotAllowed`), so a restart never re-initializes.
 //! Group 0, the metadata group, is opened at start.
+//!
+//! **Incarnations.** A node's Raft id in its groups is its member id (`incarnation.rs`): the
+//! founding id (its slot) or, for a directory created after the cluster formed (a wiped disk),
+//! a new id settled before any group opens (`members::settle`). The initial membership names
+//! each seed by the member id it answered a probe with (its founding id when it did not
+//! answer). The leader of each group lets a new incarnation in in place of the old
+//! (`members::keep_once`), and serves the operator's `add_member` / `remove_member`, forwarded
+//! to it by any node.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -20,13 +28,16 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use openraft::{BasicNode, Config, SnapshotPolicy};
+use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use wharf_wal::{FileStorage, Storage, WalConfig};
 
+use crate::incarnation::{self, MemberFileError};
 use crate::log_store::{OpenError, WalLogStore};
-use crate::net::wire::{self, Kind};
+use crate::members;
+use crate::net::wire::{self, ANY_MEMBER, Failure, Header, Kind};
 use crate::net::{CallError, Groups, Peers, TcpNetwork, has_state, serve};
 use crate::state_machine::{MachineOpenError, QueueStateMachine};
 use crate::status::{self, GroupStatus};
@@ -91,6 +102,9 @@ pub enum NodeError {
     /// The settings are inconsistent.
     #[error("cluster settings: {0}")]
     Config(String),
+    /// The member file did not read or write.
+    #[error("the node's member file")]
+    Member(#[from] MemberFileError),
     /// The cluster listener did not bind.
     #[error("binding the cluster listener on {addr}")]
     Bind {
@@ -152,6 +166,13 @@ impl NodeConfig {
             .filter(|s| !s.trim().is_empty())
             .map(parse)
             .collect::<Result<Vec<_>, _>>()?;
+        if seeds.len() as u64 > incarnation::SLOTS_MAX {
+            return Err(NodeError::Config(format!(
+                "{} seeds: at most {} are allowed",
+                seeds.len(),
+                incarnation::SLOTS_MAX
+            )));
+        }
         for (i, s) in seeds.iter().enumerate() {
             if seeds.iter().skip(i + 1).any(|o| o == s) {
                 return Err(NodeError::Config(format!("seed {s} is listed twice")));
@@ -183,22 +204,6 @@ impl NodeConfig {
         })
     }
 
-    /// Every seed as the membership names it, by id.
-    fn members(&self) -> BTreeMap<NodeId, BasicNode> {
-        self.seeds
-            .iter()
-            .enumerate()
-            .map(|(i, a)| {
-                (
-                    i as u64 + 1,
-                    BasicNode {
-                        addr: a.to_string(),
-                    },
-                )
-            })
-            .collect()
-    }
-
     fn raft_config(&self) -> Result<Arc<Config>, NodeError> {
         let t = &self.timing;
         let config = Config {
@@ -207,7 +212,9 @@ impl NodeConfig {
             election_timeout_min: t.election_min_ms,
             election_timeout_max: t.election_max_ms,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(t.snapshot_every),
-            max_in_snapshot_log_to_keep: 1_000,
+            // At most 1,000 entries (fewer when snapshots are more frequent) stay behind a
+            // snapshot for a lagging member; one further behind installs the snapshot.
+            max_in_snapshot_log_to_keep: t.snapshot_every.min(1_000),
             ..Config::default()
         };
         config
@@ -222,7 +229,7 @@ impl NodeConfig {
 pub struct GroupHandle {
     /// The group.
     pub group: u64,
-    /// This node.
+    /// This node's member id (its Raft id).
     pub node: NodeId,
     /// The group's Raft on this node.
     pub raft: Raft,
@@ -236,6 +243,10 @@ struct Inner {
     peers: Arc<Peers>,
     groups: Groups,
     handles: tokio::sync::Mutex<BTreeMap<u64, GroupHandle>>,
+    /// One membership change at a time per group.
+    changing: Mutex<BTreeMap<u64, Arc<tokio::sync::Mutex<()>>>>,
+    /// This node's member id once settled ([`ANY_MEMBER`] before).
+    member: watch::Sender<NodeId>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -275,6 +286,7 @@ impl Node {
             addr: config.listen,
             source,
         })?;
+        let member = Node::recorded_member(&config)?;
         let groups = Groups::new(config.id, addr.to_string());
         let server = tokio::spawn(serve(listener, groups.clone()));
         let node = Node {
@@ -284,12 +296,31 @@ impl Node {
                 addr,
                 groups,
                 handles: tokio::sync::Mutex::new(BTreeMap::new()),
+                changing: Mutex::new(BTreeMap::new()),
+                member: watch::Sender::new(ANY_MEMBER),
                 tasks: Mutex::new(vec![server]),
             }),
         };
-        if let Err(e) = node.group(METADATA_GROUP).await {
-            node.shutdown().await;
-            return Err(e);
+        let weak = Arc::downgrade(&node.inner);
+        node.inner.groups.set_admin(Arc::new(move |header, body| {
+            let weak = weak.clone();
+            Box::pin(async move {
+                match weak.upgrade() {
+                    Some(inner) => Node { inner }.admin(header, body).await,
+                    None => wire::failed(&Failure::Stopped),
+                }
+            })
+        }));
+        if let Some(member) = member {
+            node.settled(member);
+            if let Err(e) = node.group(METADATA_GROUP).await {
+                node.shutdown().await;
+                return Err(e);
+            }
+        } else {
+            let settling = node.clone();
+            let task = tokio::spawn(async move { settling.settle().await });
+            lock(&node.inner.tasks).push(task);
         }
         tracing::info!(
             node = node.id(),
@@ -298,6 +329,152 @@ impl Node {
             "cluster node started"
         );
         Ok(node)
+    }
+
+    /// The member id the node's directory records, or the founding id for a directory holding
+    /// groups from before member files (recorded now); `None` for an empty directory.
+    fn recorded_member(config: &NodeConfig) -> Result<Option<NodeId>, NodeError> {
+        let storage = FileStorage;
+        match incarnation::read(&storage, &config.dir)? {
+            Some((member, slot)) if slot == config.id => Ok(Some(member)),
+            Some((member, slot)) => Err(NodeError::Config(format!(
+                "the directory {} is member {member} of seed {slot}, not of seed {}",
+                config.dir.display(),
+                config.id
+            ))),
+            None if incarnation::has_groups(&storage, &config.dir)? => {
+                incarnation::write(&storage, &config.dir, config.id, config.id)?;
+                Ok(Some(config.id))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Settles an empty directory's member id (`members::settle`), records it, then opens
+    /// the metadata group.
+    async fn settle(&self) {
+        let config = &self.inner.config;
+        let member = members::settle(
+            &self.inner.peers,
+            &config.seeds,
+            config.id,
+            METADATA_GROUP,
+            config.timing.probe_timeout,
+            config.timing.form_every,
+        )
+        .await;
+        if let Err(e) = incarnation::write(&FileStorage, &config.dir, member, config.id) {
+            tracing::error!(error = %e, "cannot record the node's member id: not joining");
+            return;
+        }
+        self.settled(member);
+        if let Err(e) = self.group(METADATA_GROUP).await {
+            tracing::error!(error = %e, "the metadata group did not open");
+        }
+    }
+
+    fn settled(&self, member: NodeId) {
+        self.inner.groups.settle(member);
+        self.inner.member.send_replace(member);
+        tracing::info!(slot = self.id(), member, "member id settled");
+    }
+
+    /// This node's member id (its Raft id in every group), once settled.
+    pub async fn member(&self) -> NodeId {
+        let mut rx = self.inner.member.subscribe();
+        let settled = rx.wait_for(|m| *m != ANY_MEMBER).await.map(|m| *m);
+        settled.unwrap_or(ANY_MEMBER)
+    }
+
+    /// Runs one pass of the leader's watch over `group`'s members now (it runs every
+    /// `form_every` by itself): on the leader, a seed running another incarnation than its
+    /// slot's voter is let in (S-CLU-22). Does nothing where the group is not open.
+    pub async fn watch_members(&self, group: u64) {
+        let handle = self.inner.handles.lock().await.get(&group).cloned();
+        if let Some(h) = handle {
+            let config = &self.inner.config;
+            members::keep_once(
+                &self.inner.peers,
+                &config.seeds,
+                config.id,
+                group,
+                &h.raft,
+                &self.changing(group),
+                config.timing.probe_timeout,
+            )
+            .await;
+        }
+    }
+
+    fn changing(&self, group: u64) -> Arc<tokio::sync::Mutex<()>> {
+        Arc::clone(lock(&self.inner.changing).entry(group).or_default())
+    }
+
+    /// Answers a membership request (`AddMember`, `RemoveMember`): on the group's leader; a
+    /// request that reached another member is forwarded to the leader once.
+    async fn admin(&self, header: Header, body: Vec<u8>) -> Vec<u8> {
+        let handle = self.inner.handles.lock().await.get(&header.group).cloned();
+        let Some(handle) = handle else {
+            return wire::failed(&Failure::NoGroup);
+        };
+        let decoded = match header.kind {
+            Kind::AddMember => wire::decode_add_member(&body).map(|(h, a)| (h, Ok(a))),
+            Kind::RemoveMember => wire::decode_remove_member(&body).map(|(h, m)| (h, Err(m))),
+            _ => return wire::failed(&Failure::BadRequest),
+        };
+        let Ok((hops, what)) = decoded else {
+            return wire::failed(&Failure::BadRequest);
+        };
+        let m = handle.raft.metrics().borrow().clone();
+        if m.state != ServerState::Leader && hops == 0 {
+            let leader = m
+                .current_leader
+                .and_then(|l| m.membership_config.membership().get_node(&l).cloned());
+            let Some(leader) = leader else {
+                return wire::failed(&Failure::Refused(format!(
+                    "group {} has no leader now",
+                    header.group
+                )));
+            };
+            let forwarded = match &what {
+                Ok(addr) => wire::add_member(1, addr),
+                Err(member) => wire::remove_member(1, *member),
+            };
+            let call = self.inner.peers.call(
+                &leader.addr,
+                header.kind,
+                header.group,
+                ANY_MEMBER,
+                &forwarded,
+            );
+            return match call.await {
+                Ok(text) => wire::ok(&text),
+                Err(CallError::Failed { failure, .. }) => wire::failed(&failure),
+                Err(e) => wire::failed(&Failure::Refused(e.to_string())),
+            };
+        }
+        let changing = self.changing(header.group);
+        let config = &self.inner.config;
+        let result = match what {
+            Ok(addr) => {
+                members::add_member(
+                    &self.inner.peers,
+                    &config.seeds,
+                    header.group,
+                    &handle.raft,
+                    &changing,
+                    &addr,
+                )
+                .await
+            }
+            Err(member) => {
+                members::remove_member(header.group, &handle.raft, &changing, member).await
+            }
+        };
+        match result {
+            Ok(text) => wire::ok(text.as_bytes()),
+            Err(why) => wire::failed(&Failure::Refused(why)),
+        }
     }
 
     /// This node's id.
@@ -316,6 +493,7 @@ impl Node {
     /// # Errors
     /// [`NodeError`]: the group's log or snapshot file does not open, or openraft refuses.
     pub async fn group(&self, group: u64) -> Result<GroupHandle, NodeError> {
+        let member = self.member().await;
         let mut handles = self.inner.handles.lock().await;
         if let Some(h) = handles.get(&group) {
             return Ok(h.clone());
@@ -332,23 +510,17 @@ impl Node {
         .map_err(|source| NodeError::Log { group, source })?;
         let machine = QueueStateMachine::open(storage, &dir.join("snapshot"))
             .map_err(|source| NodeError::Snapshot { group, source })?;
-        let network = TcpNetwork::new(config.id, group, Arc::clone(&self.inner.peers));
-        let raft = Raft::new(
-            config.id,
-            config.raft_config()?,
-            network,
-            log,
-            machine.clone(),
-        )
-        .await
-        .map_err(|e| NodeError::Raft {
-            group,
-            reason: e.to_string(),
-        })?;
+        let network = TcpNetwork::new(member, group, Arc::clone(&self.inner.peers));
+        let raft = Raft::new(member, config.raft_config()?, network, log, machine.clone())
+            .await
+            .map_err(|e| NodeError::Raft {
+                group,
+                reason: e.to_string(),
+            })?;
         self.inner.groups.insert(group, raft.clone());
         let handle = GroupHandle {
             group,
-            node: config.id,
+            node: member,
             raft,
             machine,
         };
@@ -358,7 +530,13 @@ impl Node {
             config.clone(),
             handle.clone(),
         ));
-        lock(&self.inner.tasks).push(former);
+        let keeper = tokio::spawn(keep(
+            Arc::clone(&self.inner.peers),
+            config.clone(),
+            handle.clone(),
+            self.changing(group),
+        ));
+        lock(&self.inner.tasks).extend([former, keeper]);
         Ok(handle)
     }
 
@@ -398,34 +576,55 @@ impl Node {
 /// Forms `handle`'s group when no seed holds state of it (see the module's doc), then ends;
 /// ends at once when this node holds state already.
 async fn form(peers: Arc<Peers>, config: NodeConfig, handle: GroupHandle) {
-    let members = config.members();
-    let majority = members.len() / 2 + 1;
+    let majority = config.seeds.len() / 2 + 1;
     loop {
         if has_state(&handle.raft) {
             return;
         }
-        let mut empty = vec![config.id];
-        let mut someone_has_state = false;
-        for (id, node) in members.iter().filter(|(id, _)| **id != config.id) {
-            let probe = peers.call(&node.addr, Kind::Probe, handle.group, &[]);
-            // No answer (unreachable, the group not open there yet, a timeout) counts as
-            // neither empty nor holding state.
-            if let Ok(Ok(reply)) = tokio::time::timeout(config.timing.probe_timeout, probe).await {
-                match wire::decode_probe_response(&reply) {
-                    Ok(false) => empty.push(*id),
-                    Ok(true) => someone_has_state = true,
-                    Err(_) => {}
-                }
-            }
-        }
+        let answers = members::probe_all(
+            &peers,
+            &config.seeds,
+            config.id,
+            handle.group,
+            config.timing.probe_timeout,
+        )
+        .await;
         // A seed holding state means the group exists: its leader will reach this node (the
         // loop ends once it has).
-        if !someone_has_state && empty.len() >= majority && empty.iter().min() == Some(&config.id) {
-            match handle.raft.initialize(members.clone()).await {
+        let someone_has_state = answers.values().any(|p| p.has_state);
+        // A seed still settling its member id is waited for: it would otherwise find the
+        // group formed and come back as a new incarnation (S-CLU-20).
+        let settling = answers.values().any(|p| p.member == ANY_MEMBER);
+        let first_answering = answers
+            .keys()
+            .next()
+            .map_or(config.id, |s| config.id.min(*s));
+        if !someone_has_state
+            && !settling
+            && answers.len() + 1 >= majority
+            && first_answering == config.id
+        {
+            // Each seed by the member id it answered with; its founding id when it did not
+            // answer.
+            let voters: BTreeMap<NodeId, BasicNode> = (1u64..)
+                .zip(&config.seeds)
+                .map(|(slot, addr)| {
+                    let member = match answers.get(&slot) {
+                        _ if slot == config.id => handle.node,
+                        Some(p) if p.member != ANY_MEMBER => p.member,
+                        _ => slot,
+                    };
+                    let node = BasicNode {
+                        addr: addr.to_string(),
+                    };
+                    (member, node)
+                })
+                .collect();
+            match handle.raft.initialize(voters.clone()).await {
                 Ok(()) => {
                     tracing::info!(
                         group = handle.group,
-                        voters = members.len(),
+                        voters = voters.len(),
                         "formed the group"
                     );
                 }
@@ -437,20 +636,79 @@ async fn form(peers: Arc<Peers>, config: NodeConfig, handle: GroupHandle) {
     }
 }
 
+/// The leader's watch over `handle`'s group, every `form_every` (`members::keep_once`).
+async fn keep(
+    peers: Arc<Peers>,
+    config: NodeConfig,
+    handle: GroupHandle,
+    changing: Arc<tokio::sync::Mutex<()>>,
+) {
+    loop {
+        tokio::time::sleep(config.timing.form_every).await;
+        members::keep_once(
+            &peers,
+            &config.seeds,
+            config.id,
+            handle.group,
+            &handle.raft,
+            &changing,
+            config.timing.probe_timeout,
+        )
+        .await;
+    }
+}
+
 /// Asks the node whose cluster listener is at `addr` for its status text.
 ///
 /// # Errors
 /// [`CallError`]: no answer.
 pub async fn remote_status(addr: &str) -> Result<String, CallError> {
+    remote_call(addr, Kind::Status, 0, &[], Duration::from_secs(5)).await
+}
+
+/// How long `wharfctl add_member` waits: the new member catches up first.
+const ADMIN_WAIT: Duration = Duration::from_secs(90);
+
+/// Asks the node at `addr` to make the seed at `member_addr` a voter of `group`
+/// (`wharfctl add_member`); the answer as text.
+///
+/// # Errors
+/// [`CallError`]: no answer, or the change refused (`Failure::Refused` says why).
+pub async fn remote_add_member(
+    addr: &str,
+    group: u64,
+    member_addr: &str,
+) -> Result<String, CallError> {
+    let body = wire::add_member(0, member_addr);
+    remote_call(addr, Kind::AddMember, group, &body, ADMIN_WAIT).await
+}
+
+/// Asks the node at `addr` to remove `member` from `group` (`wharfctl remove_member`).
+///
+/// # Errors
+/// [`CallError`]: no answer, or the change refused.
+pub async fn remote_remove_member(
+    addr: &str,
+    group: u64,
+    member: NodeId,
+) -> Result<String, CallError> {
+    let body = wire::remove_member(0, member);
+    remote_call(addr, Kind::RemoveMember, group, &body, ADMIN_WAIT).await
+}
+
+async fn remote_call(
+    addr: &str,
+    kind: Kind,
+    group: u64,
+    body: &[u8],
+    wait: Duration,
+) -> Result<String, CallError> {
     let peers = Peers::new(0);
-    let reply = tokio::time::timeout(
-        Duration::from_secs(5),
-        peers.call(addr, Kind::Status, 0, &[]),
-    )
-    .await
-    .map_err(|_| CallError::Unreachable {
-        addr: addr.to_owned(),
-        reason: "no answer within 5 s".into(),
-    })??;
+    let reply = tokio::time::timeout(wait, peers.call(addr, kind, group, ANY_MEMBER, body))
+        .await
+        .map_err(|_| CallError::Unreachable {
+            addr: addr.to_owned(),
+            reason: format!("no answer within {wait:?}"),
+        })??;
     Ok(String::from_utf8_lossy(&reply).into_owned())
 }

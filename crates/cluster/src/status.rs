@@ -3,10 +3,14 @@
 //! person reads it and a test parses it:
 //!
 //! ```text
-//! node 1 127.0.0.1:7001
-//! group 0 state leader term 3 leader 1 last_log 12 applied 12 members 1,2,3 in_sync 1,2,3
+//! node 1 127.0.0.1:7001 member 1
+//! group 0 state leader term 3 leader 1 last_log 12 applied 12 members 1,2,3 learners - in_sync 1,2,3
 //! ```
 //!
+//! `node` is the node's seed slot, `member` its member id (its Raft id: the slot for the
+//! directory's founding incarnation, another id after a wipe, `incarnation.rs`; `-` while not
+//! settled). `members` are the group's voters, `learners` the members catching up before they
+//! vote.
 //! `in_sync` (the members whose log matches the leader's last entry) is known on the leader
 //! only; elsewhere it is `-`, as is `leader` while no leader is known.
 
@@ -34,6 +38,8 @@ pub struct GroupStatus {
     pub applied: Option<u64>,
     /// The group's voters.
     pub members: BTreeSet<NodeId>,
+    /// The group's learners (members not voting yet).
+    pub learners: BTreeSet<NodeId>,
     /// On the leader: members whose log holds the leader's last entry.
     pub in_sync: Option<BTreeSet<NodeId>>,
 }
@@ -66,6 +72,7 @@ pub fn group_status(group: u64, raft: &Raft) -> GroupStatus {
         last_log,
         applied: m.last_applied.map(|l| l.index),
         members: m.membership_config.voter_ids().collect(),
+        learners: m.membership_config.membership().learner_ids().collect(),
         in_sync,
     }
 }
@@ -83,13 +90,18 @@ fn opt(v: Option<u64>) -> String {
     v.map_or_else(|| "-".into(), |v| v.to_string())
 }
 
-/// The status text of node `me` at `addr` running `groups`.
-pub fn render(me: NodeId, addr: &str, groups: &[GroupStatus]) -> String {
-    let mut out = format!("node {me} {addr}\n");
+/// The status text of node `me` (its seed slot), member `member`, at `addr` running `groups`.
+pub fn render(me: NodeId, member: NodeId, addr: &str, groups: &[GroupStatus]) -> String {
+    let member = if member == 0 {
+        "-".into()
+    } else {
+        member.to_string()
+    };
+    let mut out = format!("node {me} {addr} member {member}\n");
     for g in groups {
         let _ = writeln!(
             out,
-            "group {} state {} term {} leader {} last_log {} applied {} members {} in_sync {}",
+            "group {} state {} term {} leader {} last_log {} applied {} members {} learners {} in_sync {}",
             g.group,
             g.state,
             g.term,
@@ -97,6 +109,7 @@ pub fn render(me: NodeId, addr: &str, groups: &[GroupStatus]) -> String {
             opt(g.last_log),
             opt(g.applied),
             ids(&g.members),
+            ids(&g.learners),
             g.in_sync.as_ref().map_or_else(|| "-".into(), ids),
         );
     }
@@ -138,6 +151,7 @@ pub fn parse(text: &str) -> Option<(NodeId, Vec<GroupStatus>)> {
             last_log: num("last_log"),
             applied: num("applied"),
             members: set("members").unwrap_or_default(),
+            learners: set("learners").unwrap_or_default(),
             in_sync: set("in_sync"),
         });
     }

@@ -94,8 +94,9 @@ impl Peers {
         }
     }
 
-    /// Sends a request of `kind` for `group` to the peer at `addr` and waits for the reply's
-    /// body (after its status).
+    /// Sends a request of `kind` for `group`, addressed to member `target` (or
+    /// [`wire::ANY_MEMBER`]), to the peer at `addr` and waits for the reply's body (after its
+    /// status).
     ///
     /// # Errors
     /// [`CallError`]: no connection, the connection broke, or the peer refused.
@@ -104,6 +105,7 @@ impl Peers {
         addr: &str,
         kind: Kind,
         group: u64,
+        target: NodeId,
         body: &[u8],
     ) -> Result<Vec<u8>, CallError> {
         let unreachable = |reason: String| CallError::Unreachable {
@@ -115,7 +117,8 @@ impl Peers {
             .await
             .map_err(|e| unreachable(e.to_string()))?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let frame = wire::frame(kind, id, group, body).map_err(|e| unreachable(e.to_string()))?;
+        let frame =
+            wire::frame(kind, id, group, target, body).map_err(|e| unreachable(e.to_string()))?;
         let (tx, rx) = oneshot::channel();
         lock(&conn.shared.pending).insert(id, tx);
         let _waiting = Waiting {
@@ -160,7 +163,7 @@ impl Peers {
         stream.set_nodelay(true)?;
         let (mut read, write) = stream.into_split();
         let (out, rx) = mpsc::channel(OUTBOX_FRAMES);
-        let hello = wire::frame(Kind::Hello, 0, 0, &wire::hello(self.me))
+        let hello = wire::frame(Kind::Hello, 0, 0, wire::ANY_MEMBER, &wire::hello(self.me))
             .map_err(|e| io::Error::other(e.to_string()))?;
         out.try_send(hello)
             .map_err(|_| io::Error::other("outbox full"))?;

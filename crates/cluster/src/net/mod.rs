@@ -29,7 +29,7 @@ use openraft::raft::{
 
 pub use client::{CONNECT_TIMEOUT, CallError, Peers};
 pub use frames::read_frame;
-pub use serve::{Groups, IN_FLIGHT_MAX, has_state, serve};
+pub use serve::{Admin, Groups, IN_FLIGHT_MAX, has_state, serve};
 
 use crate::types::{NodeId, TypeConfig};
 use wire::{Failure, Kind};
@@ -93,7 +93,13 @@ enum Fail {
 impl GroupClient {
     async fn call(&self, kind: Kind, body: &[u8], option: &RPCOption) -> Result<Vec<u8>, Fail> {
         let ttl = option.hard_ttl();
-        match tokio::time::timeout(ttl, self.peers.call(&self.addr, kind, self.group, body)).await {
+        match tokio::time::timeout(
+            ttl,
+            self.peers
+                .call(&self.addr, kind, self.group, self.target, body),
+        )
+        .await
+        {
             Err(_) => Err(Fail::Timeout(ttl)),
             Ok(Ok(body)) => Ok(body),
             Ok(Err(CallError::Failed { failure, .. })) => Err(Fail::Remote(failure)),

@@ -6,7 +6,10 @@
 //! unknown kind) closes the connection. Nothing a peer sends can panic the node (S-ERR-2).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use openraft::ServerState;
 use openraft::error::RaftError;
@@ -24,12 +27,20 @@ pub const IN_FLIGHT_MAX: usize = 256;
 /// Replies waiting to be written on one connection.
 const OUTBOX_FRAMES: usize = 1024;
 
+/// What answers a membership request (`AddMember`, `RemoveMember`): the request's header and
+/// body in, the reply's body (status and answer) out.
+pub type Admin =
+    Arc<dyn Fn(Header, Vec<u8>) -> Pin<Box<dyn Future<Output = Vec<u8>> + Send>> + Send + Sync>;
+
 /// The groups this node runs, by group id: where requests go.
 #[derive(Clone)]
 pub struct Groups {
     me: NodeId,
     addr: String,
     rafts: Arc<RwLock<BTreeMap<u64, Raft>>>,
+    /// This node's member id, [`wire::ANY_MEMBER`] until its incarnation is settled.
+    member: Arc<AtomicU64>,
+    admin: Arc<OnceLock<Admin>>,
 }
 
 impl Groups {
@@ -39,7 +50,25 @@ impl Groups {
             me,
             addr,
             rafts: Arc::default(),
+            member: Arc::new(AtomicU64::new(wire::ANY_MEMBER)),
+            admin: Arc::default(),
         }
+    }
+
+    /// This node's member id ([`wire::ANY_MEMBER`] until settled).
+    pub fn member(&self) -> NodeId {
+        self.member.load(Ordering::Acquire)
+    }
+
+    /// The node's incarnation is settled: Raft requests for `member` are served from now on,
+    /// and requests for any other member id refused (`WrongMember`).
+    pub fn settle(&self, member: NodeId) {
+        self.member.store(member, Ordering::Release);
+    }
+
+    /// Membership requests go to `admin` (once; later calls are ignored).
+    pub fn set_admin(&self, admin: Admin) {
+        let _ = self.admin.set(admin);
     }
 
     /// The node's status text (`status.rs`).
@@ -49,7 +78,7 @@ impl Groups {
             .iter()
             .map(|(g, raft)| status::group_status(*g, raft))
             .collect();
-        status::render(self.me, &self.addr, &groups)
+        status::render(self.me, self.member(), &self.addr, &groups)
     }
 
     /// Requests for `group` go to `raft` from now on.
@@ -166,7 +195,7 @@ async fn serve_conn(stream: TcpStream, groups: Groups) -> String {
                 Ok((header, body)) => answer(header, body, &groups).await,
                 Err(_) => wire::failed(&Failure::BadRequest),
             };
-            if let Ok(frame) = wire::frame(Kind::Reply, header.id, 0, &reply) {
+            if let Ok(frame) = wire::frame(Kind::Reply, header.id, 0, wire::ANY_MEMBER, &reply) {
                 let _ = out.send(frame).await;
             }
             drop(slot);
@@ -176,10 +205,31 @@ async fn serve_conn(stream: TcpStream, groups: Groups) -> String {
 
 /// The reply body (status and body) to one request.
 async fn answer(header: Header, body: &[u8], groups: &Groups) -> Vec<u8> {
-    if header.kind == Kind::Status {
-        return wire::ok(groups.status().as_bytes());
+    let raft = groups.get(header.group);
+    match header.kind {
+        Kind::Status => return wire::ok(groups.status().as_bytes()),
+        Kind::Probe => {
+            return wire::ok(&wire::probe_response(wire::Probed {
+                has_state: raft.as_ref().is_some_and(has_state),
+                member: groups.member(),
+            }));
+        }
+        Kind::AddMember | Kind::RemoveMember => {
+            return match groups.admin.get() {
+                Some(admin) => admin(header, body.to_vec()).await,
+                None => wire::failed(&Failure::NoGroup),
+            };
+        }
+        _ => {}
     }
-    let Some(raft) = groups.get(header.group) else {
+    // A Raft request for another incarnation of this node (its directory was wiped since), or
+    // before it settled which member it is: never answered, so this node never votes or
+    // acknowledges as a member it is not (S-CLU-21).
+    let member = groups.member();
+    if member == wire::ANY_MEMBER || header.target != member {
+        return wire::failed(&Failure::WrongMember);
+    }
+    let Some(raft) = raft else {
         return wire::failed(&Failure::NoGroup);
     };
     let bad = |e: crate::record::RecordDecodeError| {
@@ -187,7 +237,6 @@ async fn answer(header: Header, body: &[u8], groups: &Groups) -> Vec<u8> {
         wire::failed(&Failure::BadRequest)
     };
     match header.kind {
-        Kind::Probe => wire::ok(&wire::probe_response(has_state(&raft))),
         Kind::AppendEntries => match wire::decode_append_entries(body) {
             Ok(rpc) => match raft.append_entries(rpc).await {
                 Ok(resp) => wire::ok(&wire::append_entries_response(&resp)),
@@ -210,7 +259,12 @@ async fn answer(header: Header, body: &[u8], groups: &Groups) -> Vec<u8> {
             },
             Err(e) => bad(e),
         },
-        Kind::Hello | Kind::Reply | Kind::Status => wire::failed(&Failure::BadRequest),
+        Kind::Hello
+        | Kind::Reply
+        | Kind::Status
+        | Kind::Probe
+        | Kind::AddMember
+        | Kind::RemoveMember => wire::failed(&Failure::BadRequest),
     }
 }
 

@@ -21,7 +21,7 @@ use crate::types::{Entry, NodeId, TypeConfig};
 /// The first bytes a connecting member sends (then the version and its node id).
 pub const HELLO_MAGIC: [u8; 8] = *b"wharfnet";
 /// The link's version this build speaks.
-pub const WIRE_VERSION: u16 = 1;
+pub const WIRE_VERSION: u16 = 2;
 /// The largest frame accepted (the length field's value), checked before a byte of the body
 /// is read: room for one entry as large as the largest record, twice over.
 pub const FRAME_BYTES_MAX: usize = 2 * wharf_base::limits::RECORD_PAYLOAD_BYTES_MAX;
@@ -31,8 +31,10 @@ pub const HELLO_BYTES_MAX: usize = 64;
 /// An `AppendEntries` frame stops taking entries past this size (at least one is sent); the
 /// rest go in the next request (openraft's partial success).
 pub const APPEND_BYTES_SOFT: usize = 8 * 1024 * 1024;
-/// The header every frame starts with after its length: kind, request id, group.
-pub const FRAME_HEADER_BYTES: usize = 1 + 8 + 8;
+/// The header every frame starts with after its length: kind, request id, group, target.
+pub const FRAME_HEADER_BYTES: usize = 1 + 8 + 8 + 8;
+/// A request's target when any member may answer it (not a Raft RPC).
+pub const ANY_MEMBER: NodeId = 0;
 
 /// A frame's kind byte. Part of the link's format: never reuse or renumber one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +52,10 @@ pub enum Kind {
     Probe = 0x13,
     /// The receiver's status text (`status.rs`), for `wharfctl cluster_status`.
     Status = 0x14,
+    /// Add the member at an address as a voter (`wharfctl add_member`).
+    AddMember = 0x15,
+    /// Remove a voter by member id (`wharfctl remove_member`).
+    RemoveMember = 0x16,
     /// A reply (the request's id; status byte, then the body).
     Reply = 0x80,
 }
@@ -64,6 +70,8 @@ impl Kind {
             Kind::InstallSnapshot,
             Kind::Probe,
             Kind::Status,
+            Kind::AddMember,
+            Kind::RemoveMember,
             Kind::Reply,
         ]
         .into_iter()
@@ -86,12 +94,18 @@ pub enum Failure {
     SnapshotMismatch(SnapshotMismatch),
     /// The request did not decode.
     BadRequest,
+    /// A Raft request for another incarnation of the receiver (DESIGN "A wiped member").
+    WrongMember,
+    /// A membership change refused, and why.
+    Refused(String),
 }
 
 const FAIL_NO_GROUP: u8 = 1;
 const FAIL_STOPPED: u8 = 2;
 const FAIL_SNAPSHOT_MISMATCH: u8 = 3;
 const FAIL_BAD_REQUEST: u8 = 4;
+const FAIL_WRONG_MEMBER: u8 = 5;
+const FAIL_REFUSED: u8 = 6;
 
 /// A frame's header, decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,13 +116,21 @@ pub struct Header {
     pub id: u64,
     /// The group (0 for `Hello` and replies).
     pub group: u64,
+    /// The member id the request is for ([`ANY_MEMBER`] but for Raft's RPCs).
+    pub target: NodeId,
 }
 
 /// A frame: its length field, the header, then `body`.
 ///
 /// # Errors
 /// A frame over [`FRAME_BYTES_MAX`].
-pub fn frame(kind: Kind, id: u64, group: u64, body: &[u8]) -> Result<Vec<u8>, RecordEncodeError> {
+pub fn frame(
+    kind: Kind,
+    id: u64,
+    group: u64,
+    target: NodeId,
+    body: &[u8],
+) -> Result<Vec<u8>, RecordEncodeError> {
     let len = FRAME_HEADER_BYTES + body.len();
     if len > FRAME_BYTES_MAX {
         return Err(RecordEncodeError::TooLong { what: "frame" });
@@ -118,6 +140,7 @@ pub fn frame(kind: Kind, id: u64, group: u64, body: &[u8]) -> Result<Vec<u8>, Re
     out.push(kind as u8);
     le::put_u64(&mut out, id);
     le::put_u64(&mut out, group);
+    le::put_u64(&mut out, target);
     out.extend_from_slice(body);
     Ok(out)
 }
@@ -132,8 +155,17 @@ pub fn split(frame: &[u8]) -> Result<(Header, &[u8]), RecordDecodeError> {
     let kind = Kind::from_byte(byte).ok_or_else(|| d.err("unknown frame kind"))?;
     let id = d.u64("request id")?;
     let group = d.u64("group")?;
+    let target = d.u64("target")?;
     let body = d.bytes(d.remaining(), "body")?;
-    Ok((Header { kind, id, group }, body))
+    Ok((
+        Header {
+            kind,
+            id,
+            group,
+            target,
+        },
+        body,
+    ))
 }
 
 /// `Hello`'s body: magic, version, node id.
@@ -379,24 +411,75 @@ pub fn decode_install_snapshot_response(
     Ok(InstallSnapshotResponse { vote })
 }
 
-/// A `Probe` reply body: whether the receiver holds state of the group.
-pub fn probe_response(has_state: bool) -> Vec<u8> {
-    vec![u8::from(has_state)]
+/// What a `Probe` finds out about the receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probed {
+    /// Whether the receiver holds state of the group.
+    pub has_state: bool,
+    /// The receiver's member id; [`ANY_MEMBER`] while it has not settled its incarnation.
+    pub member: NodeId,
+}
+
+/// A `Probe` reply body: whether the receiver holds state of the group, its member id.
+pub fn probe_response(probed: Probed) -> Vec<u8> {
+    let mut out = vec![u8::from(probed.has_state)];
+    le::put_u64(&mut out, probed.member);
+    out
 }
 
 /// Decodes a `Probe` reply body.
 ///
 /// # Errors
 /// A body that does not decode.
-pub fn decode_probe_response(body: &[u8]) -> Result<bool, RecordDecodeError> {
+pub fn decode_probe_response(body: &[u8]) -> Result<Probed, RecordDecodeError> {
     let d = &mut Dec::new(Kind::Reply as u8, body);
-    let has = match d.u8("has state")? {
+    let has_state = match d.u8("has state")? {
         0 => false,
         1 => true,
         _ => return Err(d.err("has state not 0 or 1")),
     };
+    let member = d.u64("member id")?;
     d.end()?;
-    Ok(has)
+    Ok(Probed { has_state, member })
+}
+
+/// An `AddMember` body: how many nodes forwarded it, the new member's cluster address.
+pub fn add_member(hops: u8, addr: &str) -> Vec<u8> {
+    let mut out = vec![hops];
+    out.extend_from_slice(addr.as_bytes());
+    out
+}
+
+/// Decodes an `AddMember` body.
+///
+/// # Errors
+/// A body that does not decode.
+pub fn decode_add_member(body: &[u8]) -> Result<(u8, String), RecordDecodeError> {
+    let d = &mut Dec::new(Kind::AddMember as u8, body);
+    let hops = d.u8("hops")?;
+    let addr = std::str::from_utf8(d.bytes(d.remaining(), "address")?)
+        .map_err(|_| d.err("address not UTF-8"))?
+        .to_owned();
+    Ok((hops, addr))
+}
+
+/// A `RemoveMember` body: how many nodes forwarded it, the member id.
+pub fn remove_member(hops: u8, member: NodeId) -> Vec<u8> {
+    let mut out = vec![hops];
+    le::put_u64(&mut out, member);
+    out
+}
+
+/// Decodes a `RemoveMember` body.
+///
+/// # Errors
+/// A body that does not decode.
+pub fn decode_remove_member(body: &[u8]) -> Result<(u8, NodeId), RecordDecodeError> {
+    let d = &mut Dec::new(Kind::RemoveMember as u8, body);
+    let hops = d.u8("hops")?;
+    let member = d.u64("member id")?;
+    d.end()?;
+    Ok((hops, member))
 }
 
 /// A successful reply's body: the status, then `body`.
@@ -414,6 +497,16 @@ pub fn failed(failure: &Failure) -> Vec<u8> {
         Failure::NoGroup => out.push(FAIL_NO_GROUP),
         Failure::Stopped => out.push(FAIL_STOPPED),
         Failure::BadRequest => out.push(FAIL_BAD_REQUEST),
+        Failure::WrongMember => out.push(FAIL_WRONG_MEMBER),
+        Failure::Refused(why) => {
+            out.push(FAIL_REFUSED);
+            let why = why.as_bytes();
+            let why = why
+                .get(..why.len().min(usize::from(u16::MAX)))
+                .unwrap_or(why);
+            le::put_u16(&mut out, u16::try_from(why.len()).unwrap_or(0));
+            out.extend_from_slice(why);
+        }
         Failure::SnapshotMismatch(m) => {
             out.push(FAIL_SNAPSHOT_MISMATCH);
             for seg in [&m.expect, &m.got] {
@@ -442,6 +535,12 @@ pub fn decode_reply(body: &[u8]) -> Result<Result<&[u8], Failure>, RecordDecodeE
                 FAIL_NO_GROUP => Failure::NoGroup,
                 FAIL_STOPPED => Failure::Stopped,
                 FAIL_BAD_REQUEST => Failure::BadRequest,
+                FAIL_WRONG_MEMBER => Failure::WrongMember,
+                FAIL_REFUSED => {
+                    let len = usize::from(d.u16("reason length")?);
+                    let why = d.bytes(len, "reason")?;
+                    Failure::Refused(String::from_utf8_lossy(why).into_owned())
+                }
                 FAIL_SNAPSHOT_MISMATCH => {
                     let mut segs = Vec::with_capacity(2);
                     for _ in 0..2 {

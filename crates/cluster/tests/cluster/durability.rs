@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use openraft::storage::SnapshotMeta;
 use openraft::{BasicNode, CommittedLeaderId};
-use wharf_cluster::snapshot_file;
 use wharf_cluster::{LogId, Membership, StoredMembership};
+use wharf_cluster::{incarnation, snapshot_file};
 
 use crate::commands::{declare_quorum, publish};
 use crate::support::{Cluster, HangGuard, LiveBroker, segment_files};
@@ -146,4 +146,41 @@ fn raft_snapshot_file_matches_the_documented_bytes() {
         damaged[at] ^= 0x10;
         assert!(snapshot_file::decode(&damaged).is_err(), "flip at {at}");
     }
+}
+
+/// storage-format.md, "Member file": the documented bytes of a new incarnation of slot 2;
+/// they decode back; any one byte changed, or the file cut, is refused (S-CLU-20, S-ERR-2).
+#[test]
+fn member_file_matches_the_documented_bytes() {
+    let member = 0x0001_0000_0000_0002;
+    let file = incarnation::encode(member, 2);
+    let documented =
+        "77686172666d6272 0100 0200000000000100 0200000000000000 e0fde3d4".replace(' ', "");
+    let documented: Vec<u8> = (0..documented.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&documented[i..i + 2], 16).unwrap())
+        .collect();
+    assert_eq!(file, documented);
+    assert_eq!(file.len(), incarnation::MEMBER_FILE_BYTES);
+    assert_eq!(incarnation::decode(&file).unwrap(), (member, 2));
+    assert_eq!(incarnation::slot_of(member), 2);
+    for i in 0..file.len() {
+        let mut bad = file.clone();
+        bad[i] ^= 0x40;
+        assert!(incarnation::decode(&bad).is_err(), "byte {i} changed");
+    }
+    assert!(incarnation::decode(&file[..file.len() - 1]).is_err());
+    // A founding id is its slot; a new incarnation keeps the slot and is never the founding.
+    let fresh = incarnation::new_incarnation(3);
+    assert_eq!(incarnation::slot_of(fresh), 3);
+    assert_ne!(fresh, 3);
+
+    let dir = tempfile::tempdir().unwrap();
+    let disk = wharf_wal::FileStorage;
+    assert_eq!(incarnation::read(&disk, dir.path()).unwrap(), None);
+    incarnation::write(&disk, dir.path(), fresh, 3).unwrap();
+    assert_eq!(
+        incarnation::read(&disk, dir.path()).unwrap(),
+        Some((fresh, 3))
+    );
 }

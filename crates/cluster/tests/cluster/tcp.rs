@@ -18,7 +18,7 @@ use crate::commands::declare_quorum;
 use crate::support::{HangGuard, LiveBroker};
 
 /// Fast timing for tests on a loaded machine: elections within a second.
-fn timing() -> Timing {
+pub fn timing() -> Timing {
     Timing {
         heartbeat_ms: 50,
         election_min_ms: 300,
@@ -30,7 +30,7 @@ fn timing() -> Timing {
 }
 
 /// Binds `n` listeners on loopback ports, so every node knows the seeds before one starts.
-async fn listeners(n: usize) -> (Vec<TcpListener>, String) {
+pub async fn listeners(n: usize) -> (Vec<TcpListener>, String) {
     let mut ls = Vec::new();
     for _ in 0..n {
         ls.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
@@ -43,9 +43,13 @@ async fn listeners(n: usize) -> (Vec<TcpListener>, String) {
 }
 
 async fn start(listener: TcpListener, seeds: &str, dir: &Path) -> Node {
+    start_with(listener, seeds, dir, timing()).await
+}
+
+pub async fn start_with(listener: TcpListener, seeds: &str, dir: &Path, timing: Timing) -> Node {
     let listen = listener.local_addr().unwrap().to_string();
     let mut config = NodeConfig::from_seeds(&listen, seeds, dir.to_path_buf(), None).unwrap();
-    config.timing = timing();
+    config.timing = timing;
     Node::start_on(config, listener).await.unwrap()
 }
 
@@ -54,7 +58,15 @@ fn slot(id: u64) -> usize {
     usize::try_from(id - 1).unwrap()
 }
 
-fn metadata(node: &Node) -> GroupStatus {
+/// Waits until every node settled its member id and opened the metadata group (an empty
+/// directory's node does so once every seed answered, S-CLU-20).
+pub async fn opened(nodes: &[Option<Node>]) {
+    for n in nodes.iter().flatten() {
+        n.group(METADATA_GROUP).await.unwrap();
+    }
+}
+
+pub fn metadata(node: &Node) -> GroupStatus {
     node.status()
         .into_iter()
         .find(|g| g.group == METADATA_GROUP)
@@ -67,7 +79,7 @@ fn metadata(node: &Node) -> GroupStatus {
     clippy::disallowed_methods,
     reason = "nodes on real sockets and timers: the wait is bounded in real time"
 )]
-async fn until(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+pub async fn until(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + within;
     while !cond() {
         assert!(
@@ -104,6 +116,7 @@ async fn s_clu_8_three_nodes_form_a_group_and_survive_the_leaders_loss() {
     for (l, d) in ls.into_iter().zip(&dirs) {
         nodes.push(Some(start(l, &seeds, d.path()).await));
     }
+    opened(&nodes).await;
     until("a leader", Duration::from_secs(5), || {
         leader_of(&nodes).is_some()
     })
@@ -206,6 +219,8 @@ async fn the_cluster_link_refuses_garbage_without_panicking() {
     let (mut ls, seeds) = listeners(1).await;
     let addr = seeds.clone();
     let node = start(ls.remove(0), &seeds, dir.path()).await;
+    // The only seed settles its founding member id and opens the metadata group.
+    node.group(METADATA_GROUP).await.unwrap();
 
     let mut s = TcpStream::connect(&addr).await.unwrap();
     s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -214,7 +229,7 @@ async fn the_cluster_link_refuses_garbage_without_panicking() {
     assert!(closes(&mut s).await, "garbage instead of a hello closes");
 
     let mut s = TcpStream::connect(&addr).await.unwrap();
-    let hello = wire::frame(Kind::Hello, 0, 0, &wire::hello(9)).unwrap();
+    let hello = wire::frame(Kind::Hello, 0, 0, wire::ANY_MEMBER, &wire::hello(9)).unwrap();
     s.write_all(&hello).await.unwrap();
     s.write_all(&u32::MAX.to_le_bytes()).await.unwrap();
     s.write_all(&[0x10; 64]).await.unwrap();
@@ -222,7 +237,7 @@ async fn the_cluster_link_refuses_garbage_without_panicking() {
 
     let mut s = TcpStream::connect(&addr).await.unwrap();
     s.write_all(&hello).await.unwrap();
-    let bad = wire::frame(Kind::AppendEntries, 7, METADATA_GROUP, &[0xff; 40]).unwrap();
+    let bad = wire::frame(Kind::AppendEntries, 7, METADATA_GROUP, 1, &[0xff; 40]).unwrap();
     s.write_all(&bad).await.unwrap();
     let reply = read_frame(&mut s, wire::FRAME_BYTES_MAX)
         .await
@@ -234,7 +249,7 @@ async fn the_cluster_link_refuses_garbage_without_panicking() {
         wire::decode_reply(body).unwrap(),
         Err(wire::Failure::BadRequest)
     );
-    let status = wire::frame(Kind::Status, 8, 0, &[]).unwrap();
+    let status = wire::frame(Kind::Status, 8, 0, wire::ANY_MEMBER, &[]).unwrap();
     s.write_all(&status).await.unwrap();
     let reply = read_frame(&mut s, wire::FRAME_BYTES_MAX)
         .await
@@ -258,12 +273,14 @@ async fn the_cluster_link_refuses_garbage_without_panicking() {
             Kind::Vote,
             Kind::InstallSnapshot,
             Kind::Probe,
+            Kind::AddMember,
+            Kind::RemoveMember,
         ];
-        let kind = kinds[usize::try_from(seed % 4).unwrap()];
+        let kind = kinds[usize::try_from(seed % 6).unwrap()];
         let body: Vec<u8> = (0..(seed >> 8) % 96)
             .map(|i| (seed >> (i % 56)).to_le_bytes()[0])
             .collect();
-        let f = wire::frame(kind, id, (seed >> 3) % 2, &body).unwrap();
+        let f = wire::frame(kind, id, (seed >> 3) % 2, (seed >> 5) % 2, &body).unwrap();
         s.write_all(&f).await.unwrap();
         let reply = read_frame(&mut s, wire::FRAME_BYTES_MAX)
             .await

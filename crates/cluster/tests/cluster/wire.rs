@@ -27,18 +27,51 @@ fn log_id(term: u64, node: u64, index: u64) -> LogId {
     LogId::new(CommittedLeaderId::new(term, node), index)
 }
 
-/// The documented bytes: a `Hello` frame from node 2, and a `Vote` body.
+/// The documented bytes: a `Hello` frame from node 2, a `Vote` frame's header for member 3
+/// of group 1, a `Vote` body, a `Probe` reply and an `AddMember` body.
 #[test]
 fn cluster_link_frames_match_the_documented_bytes() {
-    let hello = wire::frame(Kind::Hello, 0, 0, &wire::hello(2)).unwrap();
+    let hello = wire::frame(Kind::Hello, 0, 0, wire::ANY_MEMBER, &wire::hello(2)).unwrap();
     assert_eq!(
         hex(&hello),
-        "23000000 01 0000000000000000 0000000000000000 77686172666e6574 0100 0200000000000000"
+        "2b000000 01 0000000000000000 0000000000000000 0000000000000000 77686172666e6574 0200 0200000000000000"
             .replace(' ', "")
     );
     let (header, body) = wire::split(&hello[4..]).unwrap();
-    assert_eq!((header.kind, header.id, header.group), (Kind::Hello, 0, 0));
+    assert_eq!(
+        (header.kind, header.id, header.group, header.target),
+        (Kind::Hello, 0, 0, 0)
+    );
     assert_eq!(wire::decode_hello(body).unwrap(), 2);
+    let to_member = wire::frame(Kind::Vote, 5, 1, 3, &[]).unwrap();
+    assert_eq!(
+        hex(&to_member),
+        "19000000 11 0500000000000000 0100000000000000 0300000000000000".replace(' ', "")
+    );
+    let probed = wire::Probed {
+        has_state: true,
+        member: 0x0001_0000_0000_0002,
+    };
+    assert_eq!(
+        hex(&wire::probe_response(probed)),
+        "01 0200000000000100".replace(' ', "")
+    );
+    assert_eq!(
+        wire::decode_probe_response(&wire::probe_response(probed)).unwrap(),
+        probed
+    );
+    assert_eq!(
+        hex(&wire::add_member(0, "127.0.0.1:7")),
+        "00 3132372e302e302e313a37".replace(' ', "")
+    );
+    assert_eq!(
+        wire::decode_add_member(&wire::add_member(1, "127.0.0.1:7")).unwrap(),
+        (1, "127.0.0.1:7".to_owned())
+    );
+    assert_eq!(
+        wire::decode_remove_member(&wire::remove_member(0, 9)).unwrap(),
+        (0, 9)
+    );
 
     let vote = VoteRequest {
         vote: Vote::new(2, 3),
@@ -186,6 +219,8 @@ fn cluster_link_messages_round_trip_and_refuse_damage() {
         Failure::NoGroup,
         Failure::Stopped,
         Failure::BadRequest,
+        Failure::WrongMember,
+        Failure::Refused("a membership change is in flight".into()),
         mismatch,
     ] {
         let body = wire::failed(&failure);
@@ -193,6 +228,6 @@ fn cluster_link_messages_round_trip_and_refuse_damage() {
     }
     let ok = wire::ok(b"x");
     assert_eq!(wire::decode_reply(&ok).unwrap(), Ok(&b"x"[..]));
-    assert!(wire::split(&[0x77; 16]).is_err(), "shorter than a header");
-    assert!(wire::split(&[0x77; 17]).is_err(), "an unknown kind");
+    assert!(wire::split(&[0x77; 24]).is_err(), "shorter than a header");
+    assert!(wire::split(&[0x77; 25]).is_err(), "an unknown kind");
 }
