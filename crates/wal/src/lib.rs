@@ -22,7 +22,8 @@
 //! wal.close()                           drain, stop the writer, report a latched failure
 //! scan(storage, dir, mode, &mut visit)  read-only recovery scan (the log inspector)
 //! scan_selective(.., &mut Selective, ..) the same, skipping segments the reader has no use
-//!                                       for but for records of a few kinds (the timeline)
+//!                                       for but for records of a few kinds (the timeline),
+//!                                       or reading only frames it knows (SegmentPlan::Only)
 //! ```
 //!
 //! The files are behind [`Storage`]: [`FileStorage`] for real directories, [`SimStorage`] for
@@ -39,6 +40,7 @@
 //! - `mark`: the durable mark (`durable.mark`): how far an fsync covered the log.
 //! - `reclaimer`: [`Reclaimer`], deleting segments a checkpoint covers.
 //! - `recovery`: the recovery scan ([`scan`]) and its [`RecoveryReport`].
+//! - `known`: [`SegmentPlan`], a sealed segment read through what its reader knows of it.
 //! - `record`: the frame and segment header layout, and `le`, the one little-endian helper.
 //! - `storage`: [`Storage`], [`FileStorage`], [`SimStorage`].
 //! - `mmap`: [`ReadOnlyMap`], sealed segments mapped read-only.
@@ -57,6 +59,7 @@
 mod config;
 mod error;
 mod ids;
+mod known;
 mod mark;
 mod mmap;
 mod reader;
@@ -71,6 +74,7 @@ mod writer;
 pub use config::{SEGMENT_BYTES_MIN, WalConfig};
 pub use error::{CorruptReason, IoOp, RecoveryError, WalError};
 pub use ids::{Lsn, Position, SegmentId};
+pub use known::{SegmentPlan, read_segment_header};
 pub use mark::{
     DurableMark, MARK_FILE_NAME, MarkState, SlotCheck, decode_mark, encode_mark, read_mark,
 };

@@ -13,6 +13,7 @@ use bytes::Bytes;
 
 use crate::error::{CorruptReason, RecoveryError};
 use crate::ids::{Lsn, Position, SegmentId};
+use crate::known::{self, SegmentPlan};
 use crate::mark::{MarkState, read_mark};
 use crate::record::{self, FrameCheck, HeaderCheck, SEGMENT_HEADER_BYTES};
 use crate::storage::Storage;
@@ -178,6 +179,10 @@ pub struct Selective<'a> {
     pub kinds: &'a dyn Fn(u8) -> bool,
     /// Bytes of a window (a few hundred KiB: the frames stepped over are still in the cache).
     pub window: usize,
+    /// Asked first about each sealed segment that has a next one, before any of its bytes
+    /// are read: what the reader knows of it (from an index of its own, say) may spare the
+    /// search ([`SegmentPlan::Whole`]) or the whole read ([`SegmentPlan::Only`]).
+    pub plan: &'a mut dyn FnMut(SegmentId) -> SegmentPlan,
 }
 
 /// As [`scan`], but reading only what `select` asks for. A sealed segment not read whole is
@@ -256,11 +261,53 @@ fn scan_segments(
             previous = Some(id);
             continue;
         }
+        let contiguous = previous.is_some_and(|p| p.0.checked_add(1) == Some(id.0));
+        let plan = match select.as_deref_mut() {
+            Some(s) if role == Role::Sealed => (s.plan)(id),
+            _ => SegmentPlan::Search,
+        };
+        if let SegmentPlan::Only {
+            offsets,
+            next_first,
+        } = &plan
+        {
+            // As `SegmentScan::run` checks the first Lsn.
+            let expected = if report.segments.is_empty() {
+                Err(Lsn(0))
+            } else if contiguous {
+                Ok(report.next_lsn)
+            } else {
+                Err(report.next_lsn)
+            };
+            let known = known::read_known(storage, dir, id, offsets, *next_first, expected);
+            if let Some(frames) = known {
+                for (offset, record) in frames {
+                    let lsn = record.lsn;
+                    let kind = record.kind;
+                    let segment = known::payload_bytes(record);
+                    let r = RecordRef {
+                        lsn,
+                        position: Position {
+                            segment: id,
+                            offset,
+                        },
+                        kind,
+                        payload: &segment,
+                        segment: &segment,
+                    };
+                    visit(r).map_err(|source| RecoveryError::Visitor { lsn, source })?;
+                    report.records += 1;
+                }
+                report.next_lsn = *next_first;
+                report.segments.push(id);
+                previous = Some(id);
+                continue;
+            }
+        }
         let bytes = read_segment(storage, &path, role)?;
         last_version = record::segment_header_version(&bytes);
-        let contiguous = previous.is_some_and(|p| p.0.checked_add(1) == Some(id.0));
         let skim = match select.as_deref_mut() {
-            Some(s) if role == Role::Sealed => Some(Skim {
+            Some(s) if role == Role::Sealed && plan != SegmentPlan::Whole => Some(Skim {
                 whole: &mut *s.whole,
                 kinds: s.kinds,
                 window: s.window.max(1),

@@ -13,8 +13,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use wharf_wal::{
-    FileStorage, Lsn, Position, RecordRef, RecoveryMode, SegmentId, Selective, Storage, Wal,
-    WalConfig, segment_file_name,
+    FileStorage, Lsn, Position, RecordRef, RecoveryMode, SegmentId, SegmentPlan, Selective,
+    Storage, Wal, WalConfig, segment_file_name,
 };
 
 /// A record handed over, owned.
@@ -87,6 +87,7 @@ fn selective(dir: &Path, mode: RecoveryMode) -> (Vec<Rec>, Lsn, Vec<(SegmentId, 
         whole: &mut whole,
         kinds: &|k| k == ACCEPTED,
         window: 100,
+        plan: &mut |_| SegmentPlan::Search,
     };
     let report = wharf_wal::scan_selective(&FileStorage, dir, mode, &mut select, &mut |r| {
         recs.push(owned(&r));
