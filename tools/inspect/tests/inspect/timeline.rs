@@ -125,7 +125,7 @@ fn scenario_far_apart(dir: &Path) -> anyhow::Result<()> {
 
 /// The tracer fed every record of a full salvage scan of the log (no checkpoint here): the
 /// reader before segments were searched first.
-fn full_scan(dir: &Path, sel: &Selector) -> Tracer {
+pub(crate) fn full_scan(dir: &Path, sel: &Selector) -> Tracer {
     let mut tracer = Tracer::new(sel.clone());
     wharf_wal::scan(
         &FileStorage,
@@ -183,12 +183,27 @@ fn s_ui_7_segments_without_the_story_are_read_for_queue_definitions_only() {
             })
         });
     assert!(late.is_some(), "a message entered late with its deadline");
+    // Every sealed segment has its index (storage-format.md, "Segment index"): none is
+    // searched, few are read whole.
     let w15 = trace_dir(&FileStorage, &dir, Selector::Id(ids[0])).unwrap();
-    assert_eq!(w15.read.searched, segments.len() as u64 - 1);
+    assert_eq!(w15.read.searched, 0, "{:?}", w15.read);
+    assert_eq!(w15.read.indexed, segments.len() as u64 - 1);
     assert!(
-        w15.read.read_whole * 3 < w15.read.searched,
+        w15.read.indexed_whole * 3 < w15.read.indexed,
         "{:?}",
         w15.read
+    );
+    // Without the indexes every sealed segment is searched, and the stories are the same.
+    crate::timeline_index::remove_indexes(&dir);
+    assert!(assert_same_stories(&dir, 1..=last) > 100);
+    let searched = trace_dir(&FileStorage, &dir, Selector::Id(ids[0])).unwrap();
+    assert_eq!(searched.steps, w15.steps);
+    assert_eq!(searched.read.indexed, 0);
+    assert_eq!(searched.read.searched, segments.len() as u64 - 1);
+    assert!(
+        searched.read.read_whole * 3 < searched.read.searched,
+        "{:?}",
+        searched.read
     );
     let events: Vec<&str> = w15.steps.iter().map(|s| s.kind.event()).collect();
     assert_eq!(events.last(), Some(&"queue deleted"), "{events:?}");
