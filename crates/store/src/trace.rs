@@ -6,15 +6,23 @@
 //! parser. Read-only; knows nothing of JSON or HTTP.
 //!
 //! Cost: [`trace_dir`] reads the newest checkpoint, then the log after it. A sealed segment
-//! is first searched whole for the traced ids' bytes (or the selector's text), a SIMD
-//! substring search over its mapped bytes ([`Tracer::may_concern`]); one without them holds
-//! no record about the story but queue definitions, so only those are read from it
-//! (`wal::scan_selective` steps over the other frames by their lengths, no CRC, no decode).
-//! A segment with them is read as recovery reads it, every frame's CRC checked, and decodes
-//! only the records that can concern the traced messages: [`Tracer::concerns`] looks for the
-//! same bytes in each raw payload first. Sealed segments a checkpoint covers (kept only for
-//! the messages it refers to) are not read at all. So the time is about one memory-speed
-//! search over the log, plus a full read of the few segments the story touches.
+//! with an index (`segment_index`, storage-format.md "Segment index": the message ids its
+//! records concern and where its queue definitions are) is not searched: for a trace by broker
+//! id, the index says whether a record of it may concern a traced message (then the segment
+//! is read whole) or not (then only its queue definitions are read, each frame alone and
+//! checked: a few KiB, the rest of the file untouched). Indexes are small (ids as runs of
+//! consecutive ids: a few bytes to a few hundred KiB per 64 MiB segment), so a cold trace
+//! reads the indexes, the segments its story touches and the last segment (always read
+//! whole). A segment without a usable index, and every segment for a selector by property
+//! (the index holds no strings), is first searched whole for the traced ids' bytes (or the
+//! selector's text), a SIMD substring search over its mapped bytes ([`Tracer::may_concern`]);
+//! one without them holds no record about the story but queue definitions, so only those
+//! are read from it (`wal::scan_selective` steps over the other frames by their lengths, no
+//! CRC, no decode): that touches every page of the segment. A segment read whole is read as
+//! recovery reads it, every frame's CRC checked, and decodes only the records that can
+//! concern the traced messages: [`Tracer::concerns`] looks for the same bytes in each raw
+//! payload first. Sealed segments a checkpoint covers (kept only for the messages it refers
+//! to) are not read at all.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
