@@ -52,6 +52,7 @@ impl DiskDemand {
     /// A segment index of at most `bytes` is to be written.
     pub(crate) fn index_started(&self, bytes: u64) {
         self.index_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.allocated();
     }
 
     /// The index counted by [`DiskDemand::index_started`] was written (or given up).

@@ -271,18 +271,23 @@ pub fn load(storage: &dyn Storage, dir: &Path, id: SegmentId) -> Option<SegmentI
         .ok()
 }
 
-/// Writes `index` (a temporary file renamed over the index, not synced: an index lost by a
-/// crash only costs its timeline a search). Returns the bytes written.
+/// Writes the index of segment `id`, encoded as `bytes` (a temporary file renamed over the
+/// index, not synced: an index lost by a crash only costs its timeline a search). Returns the
+/// bytes written.
 ///
 /// # Errors
 /// I/O errors; the temporary file is removed then.
-pub fn store(storage: &dyn Storage, dir: &Path, index: &SegmentIndex) -> std::io::Result<u64> {
-    let bytes = index.encode();
-    let tmp = tmp_path(dir, index.segment);
+pub fn store(
+    storage: &dyn Storage,
+    dir: &Path,
+    id: SegmentId,
+    bytes: &[u8],
+) -> std::io::Result<u64> {
+    let tmp = tmp_path(dir, id);
     let written = storage
         .create_new(&tmp)
-        .and_then(|f| f.write_all_at(&bytes, 0))
-        .and_then(|()| storage.rename(&tmp, &path(dir, index.segment)));
+        .and_then(|f| f.write_all_at(bytes, 0))
+        .and_then(|()| storage.rename(&tmp, &path(dir, id)));
     if written.is_err() {
         let _ = storage.remove(&tmp);
     }

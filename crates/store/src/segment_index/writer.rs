@@ -26,8 +26,6 @@ pub(crate) struct Sealed {
     definitions: Vec<u64>,
     /// The first record the store appended after the roll.
     roll_lsn: Lsn,
-    /// The index's size as counted in the disk demand until it is written (S-DISK-1).
-    demand: u64,
 }
 
 /// What the logging thread notes of the segment being written.
@@ -43,21 +41,14 @@ pub(crate) struct Collector {
     /// Where sealed segments' notes go; `None`: no index is written (the deterministic
     /// simulation's inline log, which runs no thread).
     sink: Option<Sender<Sealed>>,
-    demand: Option<Arc<DiskDemand>>,
 }
 
 impl Collector {
     /// A collector handing sealed segments to `sink`, for a log that appends to `appending`
     /// next: `empty` when that segment holds no record yet (all its records will be noted).
-    pub(crate) fn new(
-        sink: Option<Sender<Sealed>>,
-        demand: Arc<DiskDemand>,
-        appending: SegmentId,
-        empty: bool,
-    ) -> Self {
+    pub(crate) fn new(sink: Option<Sender<Sealed>>, appending: SegmentId, empty: bool) -> Self {
         Collector {
             sink,
-            demand: Some(demand),
             segment: Some(appending),
             complete: empty,
             ..Collector::default()
@@ -77,7 +68,13 @@ impl Collector {
         if self.segment != Some(position.segment) {
             self.roll(position.segment, lsn);
         }
-        self.ids.extend_from_slice(ids);
+        // A message's records often follow each other (published, delivered, acked): an id
+        // repeating the last one noted is not noted again.
+        for &id in ids {
+            if self.ids.last() != Some(&id) {
+                self.ids.push(id);
+            }
+        }
         if Tracer::always_concerns(kind) {
             self.definitions.push(position.offset);
         }
@@ -93,23 +90,14 @@ impl Collector {
         let (Some(previous), true, Some(sink)) = (previous, complete, &self.sink) else {
             return;
         };
-        // Two varints a run at most, ten bytes each; an offset one.
-        let demand = (super::HEADER_BYTES + 4 + ids.len() * 20 + definitions.len() * 10) as u64;
-        if let Some(d) = &self.demand {
-            d.index_started(demand);
-        }
         let sealed = Sealed {
             segment: previous,
             ids,
             definitions,
             roll_lsn,
-            demand,
         };
-        if let Err(unsent) = sink.send(sealed)
-            && let Some(d) = &self.demand
-        {
-            d.index_done(unsent.0.demand);
-        }
+        // A writer gone (it could not start a file) only costs the index.
+        let _ = sink.send(sealed);
     }
 }
 
@@ -136,8 +124,8 @@ fn run(
     rx: &Receiver<Sealed>,
 ) {
     for sealed in rx {
-        let (segment, counted) = (sealed.segment, sealed.demand);
-        match write(storage, dir, appender, sealed) {
+        let segment = sealed.segment;
+        match write(storage, dir, appender, demand, sealed) {
             Ok(bytes) => tracing::trace!(segment = segment.0, bytes, "segment index written"),
             Err(reason) => tracing::debug!(
                 segment = segment.0,
@@ -145,7 +133,6 @@ fn run(
                 "segment index not written: the segment will be searched"
             ),
         }
-        demand.index_done(counted);
     }
 }
 
@@ -153,6 +140,7 @@ fn write(
     storage: &dyn Storage,
     dir: &std::path::Path,
     appender: &Appender,
+    demand: &DiskDemand,
     sealed: Sealed,
 ) -> Result<u64, String> {
     let segment = sealed.segment;
@@ -170,5 +158,10 @@ fn write(
         return Err("the segment was deleted".into());
     }
     let index = SegmentIndex::new(segment, next_first, sealed.ids, sealed.definitions);
-    super::store(storage, dir, &index).map_err(|e| e.to_string())
+    let bytes = index.encode();
+    // Counted as taken before it is (S-DISK-1), until the file system shows it.
+    demand.index_started(bytes.len() as u64);
+    let written = super::store(storage, dir, segment, &bytes).map_err(|e| e.to_string());
+    demand.index_done(bytes.len() as u64);
+    written
 }

@@ -250,7 +250,7 @@ fn index_writer(
                 None => report.segments.is_empty(),
             };
             let scratch = Scratch {
-                index: Collector::new(Some(sink), Arc::clone(demand), appending, empty),
+                index: Collector::new(Some(sink), appending, empty),
                 ..Scratch::default()
             };
             (Some(handle), scratch)

@@ -296,3 +296,37 @@ fn wharf_inspect_free_workload(dir: &Path) {
     let _ = ticket;
     store.close().unwrap();
 }
+
+#[test]
+fn s_ui_25_a_segment_deleted_by_a_checkpoint_takes_its_index_with_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    wharf_inspect_free_workload(&dir);
+    let before = wharf_wal::list_segments(&FileStorage, &dir).unwrap();
+    let indexed = |dir: &Path| -> Vec<SegmentId> {
+        let mut ids: Vec<SegmentId> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().into_string().unwrap();
+                wharf_wal::parse_segment_file_name(name.strip_suffix(".idx")?)
+            })
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(indexed(&dir), before[..before.len() - 1]);
+    let config = wharf_store::StoreConfig {
+        dir: dir.clone(),
+        salvage: false,
+    };
+    let (mut store, broker, _) = wharf_store::Store::open(&config).unwrap();
+    store.checkpoint_now(broker.snapshot()).unwrap();
+    store.close().unwrap();
+    let after = wharf_wal::list_segments(&FileStorage, &dir).unwrap();
+    assert!(after.len() < before.len(), "{before:?} -> {after:?}");
+    let left = indexed(&dir);
+    assert!(!left.is_empty() || after.len() <= 2, "{after:?}");
+    for id in &left {
+        assert!(after.contains(id), "index of deleted segment {id:?}");
+    }
+}
