@@ -20,12 +20,15 @@ pub(crate) struct Scratch {
     /// Per encoded event: its kind, the end offset of its head in `bytes`, its body (the rest
     /// of its payload, empty when it has none), the message the record holds, and the end of
     /// its message ids in `ids`.
-    pub(crate) records: Vec<(u8, usize, Bytes, Option<Arc<Message>>, usize)>,
+    pub(crate) records: Vec<Encoded>,
     /// The message ids each record concerns (for the segment index), one after the other.
     pub(crate) ids: Vec<u64>,
     /// The segment index's notes of the segment being written (kept across batches).
     pub(crate) index: Collector,
 }
+
+/// One encoded record of a batch: kind, head end, body, message held, end of its ids.
+pub(crate) type Encoded = (u8, usize, Bytes, Option<Arc<Message>>, usize);
 
 /// Emptied scratch buffers larger than this are freed, not kept for the next batch.
 const SCRATCH_BYTES_KEPT_MAX: usize = 4 * 1024 * 1024;

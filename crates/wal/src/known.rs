@@ -34,10 +34,10 @@ pub enum SegmentPlan {
     },
 }
 
-/// The frames of `offsets` in segment `id`, checked, with the first Lsn of the segment and
-/// the next one's; `None` when anything does not check (or cannot be read): the caller reads
-/// the segment as without a plan. `expected`: the Lsn the segment must start at (`None`: any
-/// at or after `at_least`).
+/// The frames of `offsets` in segment `id`, read alone and checked against both segment
+/// headers; `None` when anything does not check (or cannot be read): the caller reads
+/// the segment as without a plan. `expected`: `Ok(lsn)`, the Lsn the segment must start at
+/// (it continues the one before); `Err(lsn)`, the lowest it may start at.
 pub(crate) fn read_known(
     storage: &dyn Storage,
     dir: &Path,

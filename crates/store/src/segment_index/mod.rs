@@ -201,10 +201,15 @@ impl SegmentIndex {
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
-        out.push((v as u8) | 0x80);
+        out.push(low_bits(v) | 0x80);
         v >>= 7;
     }
-    out.push(v as u8);
+    out.push(low_bits(v));
+}
+
+/// The low seven bits of `v`.
+fn low_bits(v: u64) -> u8 {
+    u8::try_from(v & 0x7f).unwrap_or_default()
 }
 
 /// LEB128 varints read off a slice.

@@ -219,7 +219,7 @@ impl Store {
 }
 
 /// The segment index writer of an opened log (none for an inline log: the deterministic
-/// simulation runs no thread), after removing the stale indexes (segment_index::remove_stale),
+/// simulation runs no thread), after removing the stale indexes (`segment_index::remove_stale`),
 /// and the logging scratch whose collector feeds it.
 fn index_writer(
     storage: &Arc<dyn Storage>,
