@@ -12,27 +12,11 @@
 use std::path::Path;
 
 use proptest::prelude::*;
+
+use crate::store_checkpoint::golden;
 use wharf_store::codec::{self, RecordKind, StoreRecord};
 use wharf_store::segment_index::{self, SegmentIndex};
 use wharf_wal::{FileStorage, Lsn, RecordRef, RecoveryMode, SegmentId};
-
-/// The bytes of the fenced block after `<!-- golden:{name} -->` in storage-format.md.
-fn golden(name: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../storage-format.md");
-    let doc = std::fs::read_to_string(path).unwrap();
-    let marker = format!("<!-- golden:{name} -->");
-    let after = &doc[doc.find(&marker).expect("marker in storage-format.md") + marker.len()..];
-    let block = after
-        .split("```")
-        .nth(1)
-        .expect("fenced block after marker");
-    block
-        .lines()
-        .skip(1)
-        .flat_map(|l| l.split('|').next().unwrap_or("").split_whitespace())
-        .map(|h| u8::from_str_radix(h, 16).unwrap())
-        .collect()
-}
 
 fn example() -> SegmentIndex {
     SegmentIndex::new(

@@ -150,14 +150,6 @@ fn same_stories(dir: &Path, ids: &[u64]) -> (usize, u64) {
     (found, indexed)
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-    }
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
 
@@ -179,9 +171,9 @@ proptest! {
 
         // Every kind of bad index, one per sealed segment in turn: ignored, the segment
         // searched, the stories the same.
-        let bad = tmp.path().join("bad");
-        copy_dir(&dir, &bad);
-        let files = index_files(&bad);
+        let bad_dir = crate::common::copy_dir(&dir);
+        let bad = bad_dir.path();
+        let files = index_files(bad);
         let other = std::fs::read(&files[0]).unwrap();
         for (i, path) in files.iter().enumerate() {
             let mut bytes = std::fs::read(path).unwrap();
@@ -205,11 +197,11 @@ proptest! {
                 _ => std::fs::write(path, b"").unwrap(),
             }
         }
-        same_stories(&bad, &ids);
+        same_stories(bad, &ids);
 
         // No index at all: every sealed segment searched.
-        remove_indexes(&bad);
-        let (found_without, indexed_without) = same_stories(&bad, &ids);
+        remove_indexes(bad);
+        let (found_without, indexed_without) = same_stories(bad, &ids);
         prop_assert_eq!(found_without, found);
         prop_assert_eq!(indexed_without, 0);
     }
