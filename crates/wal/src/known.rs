@@ -1,17 +1,46 @@
-//! A sealed segment read through what its reader already knows of it ([`SegmentPlan::Only`]):
+//! What a selective scan ([`crate::scan_selective`]) asks its reader ([`Selective`]), and a
+//! sealed segment read through what its reader already knows of it ([`SegmentPlan::Only`]):
 //! the frames at a few offsets, read one by one and checked, the rest of the file not read at
 //! all. Anything that does not check makes the caller read the segment as without the plan.
 #![warn(clippy::indexing_slicing)]
 
+use std::ops::Range;
 use std::path::Path;
 
 use bytes::Bytes;
 
+use crate::frame_at::{Record, read_frame_at};
 use crate::ids::{Lsn, SegmentId};
-use crate::reader::{Record, read_frame_at};
 use crate::record::{self, HeaderCheck, SEGMENT_HEADER_BYTES, SegmentHeader};
-use crate::recovery::segment_file_name;
 use crate::storage::Storage;
+
+/// Whether a selective scan reads a segment whole, asked about one window of its bytes
+/// ([`Selective::whole`]).
+pub type WindowFilter<'f> = dyn FnMut(SegmentId, &[u8], Range<usize>) -> bool + 'f;
+
+/// What a selective scan ([`crate::scan_selective`]) reads of the log: a reader looking for a few
+/// records (the management API's timeline of one message) skips what cannot hold them.
+pub struct Selective<'a> {
+    /// Sealed segments whose records all have an Lsn of at most this are not read, as in
+    /// recovery after a checkpoint through it (0: read every segment).
+    pub covered: Lsn,
+    /// Asked, for each sealed segment, about its bytes (mapped: a substring search over them
+    /// costs no copy) window by window: the windows are consecutive ranges of the bytes,
+    /// from the start, together the whole segment, each asked just before the frames that
+    /// start in it are stepped over (so a search of the window brings the frame headers into
+    /// the cache). `true` reads the segment whole, every frame checked and handed over; `false`
+    /// for every window hands over only its records of the kinds [`Selective::kinds`]
+    /// accepts. A search for a needle that may cross into a window looks back from its start.
+    pub whole: &'a mut WindowFilter<'a>,
+    /// The record kinds handed over from a segment not read whole.
+    pub kinds: &'a dyn Fn(u8) -> bool,
+    /// Bytes of a window (a few hundred KiB: the frames stepped over are still in the cache).
+    pub window: usize,
+    /// Asked first about each sealed segment that has a next one, before any of its bytes
+    /// are read: what the reader knows of it (from an index of its own, say) may spare the
+    /// search ([`SegmentPlan::Whole`]) or the whole read ([`SegmentPlan::Only`]).
+    pub plan: &'a mut dyn FnMut(SegmentId) -> SegmentPlan,
+}
 
 /// What a selective scan does with one sealed segment, decided before any of its bytes are
 /// read ([`crate::Selective::plan`]).
@@ -40,15 +69,15 @@ pub enum SegmentPlan {
 /// (it continues the one before); `Err(lsn)`, the lowest it may start at.
 pub(crate) fn read_known(
     storage: &dyn Storage,
-    dir: &Path,
-    id: SegmentId,
+    (path, id): (&Path, SegmentId),
+    next_path: &Path,
     offsets: &[u64],
     next_first: Lsn,
     expected: Result<Lsn, Lsn>,
 ) -> Option<Vec<(u64, Record)>> {
-    let first = header_first_lsn(storage, dir, id)?;
+    let first = header_at(storage, path, id)?.first_lsn;
     let next = SegmentId(id.0.checked_add(1)?);
-    if header_first_lsn(storage, dir, next)? != next_first {
+    if header_at(storage, next_path, next)?.first_lsn != next_first {
         return None;
     }
     let continues = match expected {
@@ -58,7 +87,7 @@ pub(crate) fn read_known(
     if !continues || first > next_first {
         return None;
     }
-    let file = storage.open(&dir.join(segment_file_name(id)), false).ok()?;
+    let file = storage.open(path, false).ok()?;
     let mut frames = Vec::with_capacity(offsets.len());
     let mut after = first;
     for &offset in offsets {
@@ -72,20 +101,15 @@ pub(crate) fn read_known(
     Some(frames)
 }
 
-/// The first Lsn segment `id`'s header names, if the header checks and names `id`.
-fn header_first_lsn(storage: &dyn Storage, dir: &Path, id: SegmentId) -> Option<Lsn> {
-    read_segment_header(storage, dir, id).map(|h| h.first_lsn)
-}
-
-/// The header of segment `id` in `dir`, if it can be read, checks, and names `id`.
-pub fn read_segment_header(
+/// The header of the segment file at `path`, if it can be read, checks, and names `id`.
+pub(crate) fn header_at(
     storage: &dyn Storage,
-    dir: &Path,
+    path: &Path,
     id: SegmentId,
 ) -> Option<SegmentHeader> {
     let mut bytes = [0u8; SEGMENT_HEADER_BYTES];
     storage
-        .open(&dir.join(segment_file_name(id)), false)
+        .open(path, false)
         .and_then(|f| f.read_exact_at(&mut bytes, 0))
         .ok()?;
     match record::check_segment_header(&bytes) {

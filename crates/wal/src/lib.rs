@@ -37,6 +37,7 @@
 //! - `wal`: [`Wal`], the open log.
 //! - `writer`: group commit: the shared state, [`Appender`], the writer thread, segment files.
 //! - `reader`: [`Reader`], records read back by position.
+//! - `frame_at`: [`read_frame_at`], one frame read alone and checked.
 //! - `mark`: the durable mark (`durable.mark`): how far an fsync covered the log.
 //! - `reclaimer`: [`Reclaimer`], deleting segments a checkpoint covers.
 //! - `recovery`: the recovery scan ([`scan`]) and its [`RecoveryReport`].
@@ -58,6 +59,7 @@
 
 mod config;
 mod error;
+mod frame_at;
 mod ids;
 mod known;
 mod mark;
@@ -73,13 +75,14 @@ mod writer;
 
 pub use config::{SEGMENT_BYTES_MIN, WalConfig};
 pub use error::{CorruptReason, IoOp, RecoveryError, WalError};
+pub use frame_at::{Record, read_frame_at};
 pub use ids::{Lsn, Position, SegmentId};
-pub use known::{SegmentPlan, read_segment_header};
+pub use known::{SegmentPlan, Selective, WindowFilter};
 pub use mark::{
     DurableMark, MARK_FILE_NAME, MarkState, SlotCheck, decode_mark, encode_mark, read_mark,
 };
 pub use mmap::ReadOnlyMap;
-pub use reader::{Reader, Record, read_frame_at};
+pub use reader::Reader;
 pub use reclaimer::Reclaimer;
 pub use record::{
     FRAME_HEADER_BYTES, Frame, FrameCheck, FrameFields, HeaderCheck, SegmentHeader,
@@ -87,8 +90,8 @@ pub use record::{
     frame_bytes, le, peek_payload_len, seal_frame, segment_header_version,
 };
 pub use recovery::{
-    RecordRef, RecoveryMode, RecoveryReport, SalvageLoss, Selective, TornTail, Visitor,
-    WindowFilter, list_segments, parse_segment_file_name, scan, scan_selective, segment_file_name,
+    RecordRef, RecoveryMode, RecoveryReport, SalvageLoss, TornTail, Visitor, list_segments,
+    parse_segment_file_name, read_segment_header, scan, scan_selective, segment_file_name,
 };
 pub use storage::{FileStorage, SimStorage, Storage, StorageFile};
 pub use sync_stats::{SYNC_LATENCY_BOUNDS_US, SYNC_RECORDS_BOUNDS, SyncSnapshot};

@@ -218,8 +218,8 @@ impl Store {
     }
 }
 
-/// The segment index writer of an opened log (none for an inline log: the deterministic
-/// simulation runs no thread), after removing the stale indexes (`segment_index::remove_stale`),
+/// The segment index writer of an opened log (none for an inline log, the deterministic
+/// simulation's, which runs no thread, nor on a simulated disk, which keeps no optional file), after removing the stale indexes (`segment_index::remove_stale`),
 /// and the logging scratch whose collector feeds it.
 fn index_writer(
     storage: &Arc<dyn Storage>,
@@ -232,7 +232,7 @@ fn index_writer(
     // The log appends to its last segment (or a new one after it).
     let appending = report.segments.last().copied().unwrap_or_default();
     segment_index::remove_stale(&**storage, dir, &report.segments, appending);
-    if inline {
+    if inline || !storage.keeps_optional_files() {
         return (None, Scratch::default());
     }
     let spawned = writer::spawn(

@@ -214,8 +214,9 @@ fn s_ui_7_the_store_indexes_every_segment_it_seals_and_removes_stale_indexes_at_
 /// A small workload straight on the store: queues declared between messages, published,
 /// delivered, acked or returned, over 4 KiB segments.
 fn wharf_inspect_free_workload(dir: &Path) {
+    use crate::broker_common::{H, persistent};
     use std::sync::Arc;
-    use wharf_broker::{ChanRef, Command, ConnId, FieldTable, Properties, Publish, QueueDeclare};
+    use wharf_broker::{Command, FieldTable};
     let config = wharf_store::StoreConfig {
         dir: dir.to_owned(),
         salvage: false,
@@ -227,7 +228,7 @@ fn wharf_inspect_free_workload(dir: &Path) {
     };
     let (store, mut broker, _) =
         wharf_store::Store::open_with(&config, Arc::new(FileStorage), &wal).unwrap();
-    let chan = ChanRef::new(1, 1);
+    let chan = crate::broker_common::CH;
     let now = 1_700_000_000_000;
     let mut run = |cmd: Command| {
         let o = broker.handle(cmd, now).unwrap();
@@ -235,37 +236,19 @@ fn wharf_inspect_free_workload(dir: &Path) {
         o
     };
     run(Command::ConnectionOpen {
-        conn: ConnId(1),
+        conn: chan.conn,
         vhost: "/".into(),
     });
     run(Command::ChannelOpen { chan });
     for i in 0..150u32 {
         if i % 7 == 0 {
-            run(Command::QueueDeclare(QueueDeclare {
-                vhost: "/".into(),
-                queue: format!("q{i}"),
-                passive: false,
-                durable: true,
-                exclusive: false,
-                auto_delete: false,
-                arguments: FieldTable::new(),
-                owner: None,
-            }));
+            run(H::queue_cmd(&format!("q{i}"), true, FieldTable::new()));
         }
-        run(Command::Publish(Publish {
-            vhost: "/".into(),
-            exchange: String::new(),
-            routing_key: format!("q{}", i / 7 * 7),
-            mandatory: false,
-            properties: Properties {
-                delivery_mode: Some(2),
-                ..Properties::default()
-            },
-            body: bytes::Bytes::from(vec![b'b'; 150]),
-        }));
+        let queue = format!("q{}", i / 7 * 7);
+        run(H::publish_cmd("", &queue, persistent(), &[b'b'; 150]));
         let got = run(Command::Get {
             chan,
-            queue: format!("q{}", i / 7 * 7),
+            queue,
             no_ack: false,
         });
         if let wharf_broker::Reply::GetOk(ok) = got.reply {
