@@ -41,7 +41,8 @@
 //! - `mark`: the durable mark (`durable.mark`): how far an fsync covered the log.
 //! - `reclaimer`: [`Reclaimer`], deleting segments a checkpoint covers.
 //! - `recovery`: the recovery scan ([`scan`]) and its [`RecoveryReport`].
-//! - `known`: [`SegmentPlan`], a sealed segment read through what its reader knows of it.
+//! - `known`: [`Selective`] and [`SegmentPlan`], what a selective scan asks its reader, and a
+//!   sealed segment read through what its reader knows of it.
 //! - `record`: the frame and segment header layout, and `le`, the one little-endian helper.
 //! - `storage`: [`Storage`], [`FileStorage`], [`SimStorage`].
 //! - `mmap`: [`ReadOnlyMap`], sealed segments mapped read-only.
