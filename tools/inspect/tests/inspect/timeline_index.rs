@@ -135,7 +135,7 @@ fn random_log(dir: &Path, seed: u64) -> u64 {
 
 /// Traces `ids` through the indexes and by a full scan: the same steps, the same messages
 /// left. Returns how many stories were found and how many segments were read by index.
-fn same_stories(dir: &Path, ids: &[u64]) -> (usize, u64) {
+pub(crate) fn same_stories(dir: &Path, ids: &[u64]) -> (usize, u64) {
     let mut found = 0;
     let mut indexed = 0;
     for &id in ids {
