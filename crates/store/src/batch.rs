@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use crate::codec;
 use crate::error::StoreError;
+use crate::segment_index::{self, writer::Collector};
 use wharf_base::limits;
 use wharf_broker::{Event, Message};
 
@@ -17,9 +18,17 @@ use wharf_broker::{Event, Message};
 pub(crate) struct Scratch {
     pub(crate) bytes: Vec<u8>,
     /// Per encoded event: its kind, the end offset of its head in `bytes`, its body (the rest
-    /// of its payload, empty when it has none) and the message the record holds.
-    pub(crate) records: Vec<(u8, usize, Bytes, Option<Arc<Message>>)>,
+    /// of its payload, empty when it has none), the message the record holds, and the end of
+    /// its message ids in `ids`.
+    pub(crate) records: Vec<Encoded>,
+    /// The message ids each record concerns (for the segment index), one after the other.
+    pub(crate) ids: Vec<u64>,
+    /// The segment index's notes of the segment being written (kept across batches).
+    pub(crate) index: Collector,
 }
+
+/// One encoded record of a batch: kind, head end, body, message held, end of its ids.
+pub(crate) type Encoded = (u8, usize, Bytes, Option<Arc<Message>>, usize);
 
 /// Emptied scratch buffers larger than this are freed, not kept for the next batch.
 const SCRATCH_BYTES_KEPT_MAX: usize = 4 * 1024 * 1024;
@@ -32,6 +41,7 @@ impl Scratch {
         }
         self.bytes.clear();
         self.records.clear();
+        self.ids.clear();
         for event in events {
             match split_ids(event) {
                 None => self.encode(event)?,
@@ -57,8 +67,9 @@ impl Scratch {
             });
         }
         let message = message_of(event).cloned();
+        segment_index::event_ids(event, &mut self.ids);
         self.records
-            .push((kind.byte(), self.bytes.len(), body, message));
+            .push((kind.byte(), self.bytes.len(), body, message, self.ids.len()));
         Ok(())
     }
 }

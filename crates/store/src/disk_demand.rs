@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 /// Disk space the store is about to take and that `statvfs` does not show yet (S-DISK-1): the
-/// reservation of the log's next segment, and the checkpoint being written or waiting for
-/// space. The resource monitor counts it as used, so the disk alarm goes on before the log
+/// reservation of the log's next segment, the segment indexes about to be written, and the
+/// checkpoint being written or waiting for space. The resource monitor counts it as used, so the disk alarm goes on before the log
 /// could run out of space.
 #[derive(Default)]
 pub struct DiskDemand {
@@ -14,6 +14,9 @@ pub struct DiskDemand {
     segment_bytes: AtomicU64,
     /// The checkpoint in flight, or deferred for want of space: its estimated size.
     checkpoint_bytes: AtomicU64,
+    /// Segment indexes waiting to be written: their largest size (the file system shows
+    /// them once written).
+    index_bytes: AtomicU64,
     /// Called at each allocation (a segment roll, a checkpoint started or deferred), so the
     /// disk alarm is checked then and not only once a second (S-DISK-1).
     wake: Mutex<Option<Waker>>,
@@ -34,6 +37,7 @@ impl DiskDemand {
         DiskDemand {
             segment_bytes: AtomicU64::new(segment_bytes),
             checkpoint_bytes: AtomicU64::new(0),
+            index_bytes: AtomicU64::new(0),
             wake: Mutex::new(None),
         }
     }
@@ -43,6 +47,21 @@ impl DiskDemand {
         if bytes > was {
             self.allocated();
         }
+    }
+
+    /// A segment index of at most `bytes` is to be written.
+    pub(crate) fn index_started(&self, bytes: u64) {
+        self.index_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.allocated();
+    }
+
+    /// The index counted by [`DiskDemand::index_started`] was written (or given up).
+    pub(crate) fn index_done(&self, bytes: u64) {
+        let _ = self
+            .index_bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                Some(b.saturating_sub(bytes))
+            });
     }
 
     pub(crate) fn set_wake(&self, wake: Waker) {
@@ -61,5 +80,6 @@ impl DiskDemand {
         self.segment_bytes
             .load(Ordering::Relaxed)
             .saturating_add(self.checkpoint_bytes.load(Ordering::Relaxed))
+            .saturating_add(self.index_bytes.load(Ordering::Relaxed))
     }
 }

@@ -17,6 +17,8 @@
 //! - `codec`: the store records, byte for byte (a public namespace).
 //! - `stored`: messages whose content stays on disk, read back by position.
 //! - `record_size`: the size rule of a message's record, installed in the broker.
+//! - `segment_index`: the per-segment index of message ids and queue definitions the
+//!   timeline reads instead of searching a segment (a public namespace).
 //! - `trace`: the life of one message in the log (the inspector's `trace`, the management
 //!   API's timeline), a public namespace.
 //! - `error`: [`StoreError`] and the typed reasons it carries.
@@ -40,6 +42,7 @@ mod disk_demand;
 mod error;
 mod record_size;
 mod replay;
+pub mod segment_index;
 mod store;
 mod stored;
 pub mod trace;

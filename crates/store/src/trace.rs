@@ -6,15 +6,23 @@
 //! parser. Read-only; knows nothing of JSON or HTTP.
 //!
 //! Cost: [`trace_dir`] reads the newest checkpoint, then the log after it. A sealed segment
-//! is first searched whole for the traced ids' bytes (or the selector's text), a SIMD
-//! substring search over its mapped bytes ([`Tracer::may_concern`]); one without them holds
-//! no record about the story but queue definitions, so only those are read from it
-//! (`wal::scan_selective` steps over the other frames by their lengths, no CRC, no decode).
-//! A segment with them is read as recovery reads it, every frame's CRC checked, and decodes
-//! only the records that can concern the traced messages: [`Tracer::concerns`] looks for the
-//! same bytes in each raw payload first. Sealed segments a checkpoint covers (kept only for
-//! the messages it refers to) are not read at all. So the time is about one memory-speed
-//! search over the log, plus a full read of the few segments the story touches.
+//! with an index (`segment_index`, storage-format.md "Segment index": the message ids its
+//! records concern and where its queue definitions are) is not searched: for a trace by broker
+//! id, the index says whether a record of it may concern a traced message (then the segment
+//! is read whole) or not (then only its queue definitions are read, each frame alone and
+//! checked: a few KiB, the rest of the file untouched). Indexes are small (ids as runs of
+//! consecutive ids: a few bytes to a few hundred KiB per 64 MiB segment), so a cold trace
+//! reads the indexes, the segments its story touches and the last segment (always read
+//! whole). A segment without a usable index, and every segment for a selector by property
+//! (the index holds no strings), is first searched whole for the traced ids' bytes (or the
+//! selector's text), a SIMD substring search over its mapped bytes ([`Tracer::may_concern`]);
+//! one without them holds no record about the story but queue definitions, so only those
+//! are read from it (`wal::scan_selective` steps over the other frames by their lengths, no
+//! CRC, no decode): that touches every page of the segment. A segment read whole is read as
+//! recovery reads it, every frame's CRC checked, and decodes only the records that can
+//! concern the traced messages: [`Tracer::concerns`] looks for the same bytes in each raw
+//! payload first. Sealed segments a checkpoint covers (kept only for the messages it refers
+//! to) are not read at all.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -25,11 +33,12 @@ use bytes::Bytes;
 use memchr::arch::all::packedpair::HeuristicFrequencyRank;
 use memchr::memmem;
 use wharf_broker::{Death, Event, Message, MessageId, MessageRecord, SettleKind, Value};
-use wharf_wal::{Lsn, RecordRef, RecoveryMode, Selective, Storage};
+use wharf_wal::{Lsn, RecordRef, RecoveryMode, SegmentPlan, Selective, Storage};
 
 use crate::checkpoint::{self, CheckpointRecord};
 use crate::codec::{self, CARRIED_KIND, REFERENCED_KIND, RecordKind, StoreRecord};
 use crate::error::StoreError;
+use crate::segment_index::{self, SegmentIndex};
 
 /// How the message to trace is chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -323,6 +332,11 @@ pub struct ReadStats {
     pub searched: u64,
     /// Of those, the ones read whole.
     pub read_whole: u64,
+    /// Sealed segments whose index said what to read: whole (not searched), or only their
+    /// queue definitions.
+    pub indexed: u64,
+    /// Of those, the ones read whole.
+    pub indexed_whole: u64,
 }
 
 impl Tracer {
@@ -411,6 +425,30 @@ impl Tracer {
             .unwrap_or(0);
         let from = window.start.saturating_sub(longest.saturating_sub(1));
         self.may_concern(bytes.get(from..window.end).unwrap_or_default())
+    }
+
+    /// What to read of a sealed segment by its index (storage-format.md, "Segment index"):
+    /// whole, unsearched, when one of its records may concern a traced message (or the
+    /// selected id); otherwise only the records [`Tracer::always_concerns`] reads, which the
+    /// index locates. Without an index, searched. For a selector by id only: a property's
+    /// text is not in the index.
+    fn plan(&mut self, index: Option<SegmentIndex>) -> SegmentPlan {
+        let Some(index) = index else {
+            return SegmentPlan::Search;
+        };
+        let selected = match self.selector {
+            Selector::Id(id) => index.holds(id),
+            _ => return SegmentPlan::Search,
+        };
+        self.read.indexed += 1;
+        if selected || self.ids.iter().any(|id| index.holds(id.0)) {
+            self.read.indexed_whole += 1;
+            return SegmentPlan::Whole;
+        }
+        SegmentPlan::Only {
+            offsets: index.definitions,
+            next_first: index.next_first,
+        }
     }
 
     /// The traced messages still in a queue at the end of the log, by id.
@@ -768,6 +806,13 @@ pub fn trace_dir(
         },
         kinds: &Tracer::always_concerns,
         window: SEARCH_WINDOW_BYTES,
+        plan: &mut |segment| {
+            let mut tracer = tracer.borrow_mut();
+            match tracer.selector {
+                Selector::Id(_) => tracer.plan(segment_index::load(storage, dir, segment)),
+                _ => SegmentPlan::Search,
+            }
+        },
     };
     wharf_wal::scan_selective(
         storage,

@@ -22,7 +22,8 @@
 //! wal.close()                           drain, stop the writer, report a latched failure
 //! scan(storage, dir, mode, &mut visit)  read-only recovery scan (the log inspector)
 //! scan_selective(.., &mut Selective, ..) the same, skipping segments the reader has no use
-//!                                       for but for records of a few kinds (the timeline)
+//!                                       for but for records of a few kinds (the timeline),
+//!                                       or reading only frames it knows (SegmentPlan::Only)
 //! ```
 //!
 //! The files are behind [`Storage`]: [`FileStorage`] for real directories, [`SimStorage`] for
@@ -36,9 +37,12 @@
 //! - `wal`: [`Wal`], the open log.
 //! - `writer`: group commit: the shared state, [`Appender`], the writer thread, segment files.
 //! - `reader`: [`Reader`], records read back by position.
+//! - `frame_at`: [`read_frame_at`], one frame read alone and checked.
 //! - `mark`: the durable mark (`durable.mark`): how far an fsync covered the log.
 //! - `reclaimer`: [`Reclaimer`], deleting segments a checkpoint covers.
 //! - `recovery`: the recovery scan ([`scan`]) and its [`RecoveryReport`].
+//! - `known`: [`Selective`] and [`SegmentPlan`], what a selective scan asks its reader, and a
+//!   sealed segment read through what its reader knows of it.
 //! - `record`: the frame and segment header layout, and `le`, the one little-endian helper.
 //! - `storage`: [`Storage`], [`FileStorage`], [`SimStorage`].
 //! - `mmap`: [`ReadOnlyMap`], sealed segments mapped read-only.
@@ -56,7 +60,9 @@
 
 mod config;
 mod error;
+mod frame_at;
 mod ids;
+mod known;
 mod mark;
 mod mmap;
 mod reader;
@@ -70,12 +76,14 @@ mod writer;
 
 pub use config::{SEGMENT_BYTES_MIN, WalConfig};
 pub use error::{CorruptReason, IoOp, RecoveryError, WalError};
+pub use frame_at::{Record, read_frame_at};
 pub use ids::{Lsn, Position, SegmentId};
+pub use known::{SegmentPlan, Selective, WindowFilter};
 pub use mark::{
     DurableMark, MARK_FILE_NAME, MarkState, SlotCheck, decode_mark, encode_mark, read_mark,
 };
 pub use mmap::ReadOnlyMap;
-pub use reader::{Reader, Record, read_frame_at};
+pub use reader::Reader;
 pub use reclaimer::Reclaimer;
 pub use record::{
     FRAME_HEADER_BYTES, Frame, FrameCheck, FrameFields, HeaderCheck, SegmentHeader,
@@ -83,8 +91,8 @@ pub use record::{
     frame_bytes, le, peek_payload_len, seal_frame, segment_header_version,
 };
 pub use recovery::{
-    RecordRef, RecoveryMode, RecoveryReport, SalvageLoss, Selective, TornTail, Visitor,
-    WindowFilter, list_segments, parse_segment_file_name, scan, scan_selective, segment_file_name,
+    RecordRef, RecoveryMode, RecoveryReport, SalvageLoss, TornTail, Visitor, list_segments,
+    parse_segment_file_name, read_segment_header, scan, scan_selective, segment_file_name,
 };
 pub use storage::{FileStorage, SimStorage, Storage, StorageFile};
 pub use sync_stats::{SYNC_LATENCY_BOUNDS_US, SYNC_RECORDS_BOUNDS, SyncSnapshot};

@@ -6,13 +6,13 @@
 //! truncation of a torn tail happens in `Wal::open`. Must not depend on the writer.
 #![warn(clippy::indexing_slicing)]
 
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
 use crate::error::{CorruptReason, RecoveryError};
 use crate::ids::{Lsn, Position, SegmentId};
+use crate::known::{self, SegmentPlan, Selective, WindowFilter};
 use crate::mark::{MarkState, read_mark};
 use crate::record::{self, FrameCheck, HeaderCheck, SEGMENT_HEADER_BYTES};
 use crate::storage::Storage;
@@ -112,6 +112,15 @@ pub fn segment_file_name(id: SegmentId) -> String {
     format!("{:020}.wal", id.0)
 }
 
+/// The header of segment `id` in `dir`, if it can be read, checks, and names `id`.
+pub fn read_segment_header(
+    storage: &dyn Storage,
+    dir: &Path,
+    id: SegmentId,
+) -> Option<record::SegmentHeader> {
+    known::header_at(storage, &dir.join(segment_file_name(id)), id)
+}
+
 /// Parses a segment file name; `None` for any other file.
 pub fn parse_segment_file_name(name: &str) -> Option<SegmentId> {
     let digits = name.strip_suffix(".wal")?;
@@ -154,30 +163,6 @@ pub fn scan(
     visit: &mut Visitor<'_>,
 ) -> Result<RecoveryReport, RecoveryError> {
     scan_after(storage, dir, mode, Lsn(0), visit)
-}
-
-/// Whether a selective scan reads a segment whole, asked about one window of its bytes
-/// ([`Selective::whole`]).
-pub type WindowFilter<'f> = dyn FnMut(SegmentId, &[u8], Range<usize>) -> bool + 'f;
-
-/// What a selective scan ([`scan_selective`]) reads of the log: a reader looking for a few
-/// records (the management API's timeline of one message) skips what cannot hold them.
-pub struct Selective<'a> {
-    /// Sealed segments whose records all have an Lsn of at most this are not read, as in
-    /// recovery after a checkpoint through it (0: read every segment).
-    pub covered: Lsn,
-    /// Asked, for each sealed segment, about its bytes (mapped: a substring search over them
-    /// costs no copy) window by window: the windows are consecutive ranges of the bytes,
-    /// from the start, together the whole segment, each asked just before the frames that
-    /// start in it are stepped over (so a search of the window brings the frame headers into
-    /// the cache). `true` reads the segment whole, every frame checked and handed over; `false`
-    /// for every window hands over only its records of the kinds [`Selective::kinds`]
-    /// accepts. A search for a needle that may cross into a window looks back from its start.
-    pub whole: &'a mut WindowFilter<'a>,
-    /// The record kinds handed over from a segment not read whole.
-    pub kinds: &'a dyn Fn(u8) -> bool,
-    /// Bytes of a window (a few hundred KiB: the frames stepped over are still in the cache).
-    pub window: usize,
 }
 
 /// As [`scan`], but reading only what `select` asks for. A sealed segment not read whole is
@@ -256,11 +241,45 @@ fn scan_segments(
             previous = Some(id);
             continue;
         }
+        let contiguous = previous.is_some_and(|p| p.0.checked_add(1) == Some(id.0));
+        let plan = match select.as_deref_mut() {
+            Some(s) if role == Role::Sealed => (s.plan)(id),
+            _ => SegmentPlan::Search,
+        };
+        if let SegmentPlan::Only {
+            offsets,
+            next_first,
+        } = &plan
+        {
+            // As `SegmentScan::run` checks the first Lsn.
+            let expected = if report.segments.is_empty() {
+                Err(Lsn(0))
+            } else if contiguous {
+                Ok(report.next_lsn)
+            } else {
+                Err(report.next_lsn)
+            };
+            let next_path = dir.join(segment_file_name(SegmentId(id.0.saturating_add(1))));
+            let known = known::read_known(
+                storage,
+                (&path, id),
+                &next_path,
+                offsets,
+                *next_first,
+                expected,
+            );
+            if let Some(frames) = known {
+                hand_over_known(id, frames, &mut report, visit)?;
+                report.next_lsn = *next_first;
+                report.segments.push(id);
+                previous = Some(id);
+                continue;
+            }
+        }
         let bytes = read_segment(storage, &path, role)?;
         last_version = record::segment_header_version(&bytes);
-        let contiguous = previous.is_some_and(|p| p.0.checked_add(1) == Some(id.0));
         let skim = match select.as_deref_mut() {
-            Some(s) if role == Role::Sealed => Some(Skim {
+            Some(s) if role == Role::Sealed && plan != SegmentPlan::Whole => Some(Skim {
                 whole: &mut *s.whole,
                 kinds: s.kinds,
                 window: s.window.max(1),
@@ -284,6 +303,32 @@ fn scan_segments(
     }
     check_durable(dir, mode, last_version, &mut report)?;
     Ok(report)
+}
+
+/// Hands over the frames of segment `id` a [`SegmentPlan::Only`] read, in order.
+fn hand_over_known(
+    id: SegmentId,
+    frames: Vec<(u64, crate::frame_at::Record)>,
+    report: &mut RecoveryReport,
+    visit: &mut Visitor<'_>,
+) -> Result<(), RecoveryError> {
+    for (offset, record) in frames {
+        let (lsn, kind) = (record.lsn, record.kind);
+        let segment = known::payload_bytes(record);
+        let r = RecordRef {
+            lsn,
+            position: Position {
+                segment: id,
+                offset,
+            },
+            kind,
+            payload: &segment,
+            segment: &segment,
+        };
+        visit(r).map_err(|source| RecoveryError::Visitor { lsn, source })?;
+        report.records += 1;
+    }
+    Ok(())
 }
 
 /// When every record of sealed segment `id` has an Lsn of at most `covered` (segment `next`

@@ -353,8 +353,9 @@ fn bench_scan(dir: &Path, stage: &str, out: &mut dyn Write) -> Result<i32, scan:
 }
 
 /// The dashboard's timeline read (S-UI-7) of message `id`: how many steps it found.
-/// Prints the time it took and how many sealed segments held the story's bytes (read whole)
-/// of those searched.
+/// Prints the time it took, how many sealed segments held the story's bytes (read whole) of
+/// those searched, and how many of those read by their index (storage-format.md, "Segment
+/// index") were read whole (the others only for their queue definitions).
 fn bench_timeline(dir: &Path, id: u64, out: &mut dyn Write) -> Result<i32, scan::Fatal> {
     let started = wharf_clock::Stopwatch::start();
     let tracer = wharf_store::trace::trace_dir(
@@ -366,11 +367,14 @@ fn bench_timeline(dir: &Path, id: u64, out: &mut dyn Write) -> Result<i32, scan:
     let elapsed = started.elapsed();
     writeln!(
         out,
-        "stage timeline: message {id}, {} steps, {:.3} s; sealed segments read whole: {} of {}",
+        "stage timeline: message {id}, {} steps, {:.3} s; sealed segments read whole: {} of {} \
+         searched, {} of {} indexed",
         tracer.steps.len(),
         elapsed.as_secs_f64(),
         tracer.read.read_whole,
         tracer.read.searched,
+        tracer.read.indexed_whole,
+        tracer.read.indexed,
     )
     .map_err(|e| scan::Fatal(e.to_string()))?;
     Ok(0)

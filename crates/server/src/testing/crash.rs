@@ -39,6 +39,9 @@ pub(super) struct FencedStorage {
 }
 
 impl Storage for FencedStorage {
+    fn keeps_optional_files(&self) -> bool {
+        self.inner.keeps_optional_files()
+    }
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         self.fence.check()?;
         self.inner.create_dir_all(dir)

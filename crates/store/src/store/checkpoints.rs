@@ -135,6 +135,7 @@ impl Job {
                 tracing::warn!(error = %e, "segment not deleted; the next checkpoint will");
                 break;
             }
+            crate::segment_index::remove(&*self.storage, &self.dir, id);
             deleted += 1;
         }
         Ok(CheckpointDone {

@@ -43,12 +43,16 @@ impl Store {
         let scratch = &mut *guard;
         scratch.encode_batch(events)?;
         let mut start = 0;
+        let mut ids_start = 0;
         let mut last = Lsn(0);
         let mut bytes = 0u64;
-        for (kind, end, body, message) in scratch.records.drain(..) {
+        for (kind, end, body, message, ids_end) in scratch.records.drain(..) {
             let head = scratch.bytes.get(start..end).unwrap_or_default();
             let appended = self.appender.append_parts(kind, head, &body)?;
             last = appended.lsn;
+            let ids = scratch.ids.get(ids_start..ids_end).unwrap_or_default();
+            scratch.index.note(appended.position, last, kind, ids);
+            ids_start = ids_end;
             let segment = appended.position.segment.0;
             if self.last_segment.fetch_max(segment, Ordering::Relaxed) < segment {
                 // A roll: the next segment's reservation is due (S-DISK-1).

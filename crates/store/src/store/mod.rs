@@ -55,6 +55,8 @@ pub struct Store {
     /// Encoded payloads of the batch being logged, reused across calls. Behind a mutex only
     /// because `log` takes `&self`; the broker task is its one user, so it is never contended.
     scratch: Mutex<Scratch>,
+    /// Writes the index of each segment sealed (`segment_index::writer`); joined at close.
+    index_writer: Option<std::thread::JoinHandle<()>>,
     /// The Lsn of the last record appended: a snapshot taken now reflects exactly the log
     /// through it.
     last_lsn: AtomicU64,

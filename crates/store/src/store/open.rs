@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::{Checkpoints, Store, StoreConfig};
 use crate::batch::Scratch;
@@ -18,6 +18,10 @@ use crate::codec;
 use crate::disk_demand::DiskDemand;
 use crate::error::{CheckpointDamage, LogGap, StoreError};
 use crate::replay::{RecoverySummary, Replay};
+use crate::segment_index::{
+    self,
+    writer::{self, Collector},
+};
 use crate::stored::{CheckpointView, StoredReader};
 use wharf_broker::{Broker, Event, MessageId, MessageLoader, MessageRef};
 use wharf_wal::{FileStorage, Lsn, RecoveryMode, RecoveryReport, Storage, Wal, WalConfig};
@@ -84,11 +88,21 @@ impl Store {
         let reader = Arc::new(StoredReader::new(wal.reader(), start.view));
         broker.set_loader(Arc::clone(&reader) as Arc<dyn MessageLoader>);
         broker.set_record_size(Arc::new(crate::record_size::MessageRecordSize));
+        let demand = Arc::new(DiskDemand::new(wal_config.segment_bytes_max));
+        let (index_writer, scratch) = index_writer(
+            &storage,
+            &config.dir,
+            &wal,
+            &report,
+            &demand,
+            wal_config.inline_writer,
+        );
         let store = Store {
             appender: wal.appender(),
             wal,
             storage,
-            scratch: Mutex::new(Scratch::default()),
+            scratch: Mutex::new(scratch),
+            index_writer,
             last_lsn: AtomicU64::new(report.next_lsn.0.saturating_sub(1)),
             logged_bytes: AtomicU64::new(0),
             settled: AtomicU64::new(0),
@@ -101,7 +115,7 @@ impl Store {
                 ..Checkpoints::default()
             },
             reader,
-            demand: Arc::new(DiskDemand::new(wal_config.segment_bytes_max)),
+            demand,
         };
         store.log_format()?;
         let mut summary = summary;
@@ -191,7 +205,60 @@ impl Store {
     /// The log's latched failure (a write or sync failed at some point).
     pub fn close(mut self) -> Result<(), StoreError> {
         self.collect_checkpoint(true);
+        // The index writer finishes what was sent (it waits on the log, still open).
+        self.scratch
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .index
+            .stop();
+        if let Some(writer) = self.index_writer.take() {
+            let _ = writer.join();
+        }
         Ok(self.wal.close()?)
+    }
+}
+
+/// The segment index writer of an opened log (none for an inline log, the deterministic
+/// simulation's, which runs no thread, nor on a simulated disk, which keeps no optional file), after removing the stale indexes (`segment_index::remove_stale`),
+/// and the logging scratch whose collector feeds it.
+fn index_writer(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    wal: &Wal,
+    report: &wharf_wal::RecoveryReport,
+    demand: &Arc<DiskDemand>,
+    inline: bool,
+) -> (Option<std::thread::JoinHandle<()>>, Scratch) {
+    // The log appends to its last segment (or a new one after it).
+    let appending = report.segments.last().copied().unwrap_or_default();
+    segment_index::remove_stale(&**storage, dir, &report.segments, appending);
+    if inline || !storage.keeps_optional_files() {
+        return (None, Scratch::default());
+    }
+    let spawned = writer::spawn(
+        Arc::clone(storage),
+        dir.to_owned(),
+        wal.appender(),
+        Arc::clone(demand),
+    );
+    match spawned {
+        Ok((handle, sink)) => {
+            // The segment the log appends to holds nothing from before: created now, or
+            // starting at the next Lsn.
+            let empty = match wharf_wal::read_segment_header(&**storage, dir, appending) {
+                Some(h) => h.first_lsn == report.next_lsn,
+                None => report.segments.is_empty(),
+            };
+            let scratch = Scratch {
+                index: Collector::new(Some(sink), appending, empty),
+                ..Scratch::default()
+            };
+            (Some(handle), scratch)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "no segment index writer: timelines search every segment");
+            (None, Scratch::default())
+        }
     }
 }
 

@@ -34,3 +34,4 @@ mod store_record_size;
 mod store_recovery;
 mod store_references;
 mod store_replay;
+mod store_segment_index;

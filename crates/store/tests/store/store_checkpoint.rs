@@ -553,7 +553,7 @@ fn a_publish_too_large_for_one_record_fails_cleanly_and_logs_nothing() {
 
 /// The bytes of the fenced block after `<!-- golden:{name} -->` in storage-format.md; text
 /// after a `|` on a line is a comment.
-fn golden(name: &str) -> Vec<u8> {
+pub(crate) fn golden(name: &str) -> Vec<u8> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../storage-format.md");
     let doc = std::fs::read_to_string(path).unwrap();
     let marker = format!("<!-- golden:{name} -->");

@@ -59,6 +59,13 @@ pub trait Storage: Send + Sync + Debug {
         let _ = dir;
         Ok(None)
     }
+    /// Whether optional files, summaries nothing depends on (the store's segment indexes),
+    /// are written here: yes by default. A simulated disk says no: its fault injection
+    /// counts every write, and its runs must make the same writes in the same order each
+    /// time, which a summary written by a thread of its own would not.
+    fn keeps_optional_files(&self) -> bool {
+        true
+    }
     /// Renames `from` to `to` atomically, replacing `to` if it exists (durable only after
     /// [`Storage::sync_dir`]). Used to install a checkpoint written to a temporary file. The
     /// default refuses, so a storage that cannot rename simply never installs a checkpoint.

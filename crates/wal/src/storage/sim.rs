@@ -344,6 +344,10 @@ impl Storage for SimStorage {
     /// Until the directory is synced, a power loss may keep the old entries (a durable `from`
     /// or a replaced durable `to` may come back) or drop the new one, as a real file system
     /// may; the file's bytes move with it, synced or not.
+    fn keeps_optional_files(&self) -> bool {
+        false
+    }
+
     fn available_bytes(&self, _dir: &Path) -> io::Result<Option<u64>> {
         let state = self.live()?;
         Ok(state

@@ -13,8 +13,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use wharf_wal::{
-    FileStorage, Lsn, Position, RecordRef, RecoveryMode, SegmentId, Selective, Storage, Wal,
-    WalConfig, segment_file_name,
+    FileStorage, Lsn, Position, RecordRef, RecoveryMode, SegmentId, SegmentPlan, Selective,
+    Storage, Wal, WalConfig, segment_file_name,
 };
 
 /// A record handed over, owned.
@@ -87,6 +87,7 @@ fn selective(dir: &Path, mode: RecoveryMode) -> (Vec<Rec>, Lsn, Vec<(SegmentId, 
         whole: &mut whole,
         kinds: &|k| k == ACCEPTED,
         window: 100,
+        plan: &mut |_| SegmentPlan::Search,
     };
     let report = wharf_wal::scan_selective(&FileStorage, dir, mode, &mut select, &mut |r| {
         recs.push(owned(&r));
@@ -183,5 +184,106 @@ fn damage_in_a_skimmed_segment_changes_nothing_a_full_salvage_scan_would_hand_ov
         }
         assert_eq!(got, want, "{case}");
         assert_eq!(got_next, next, "{case}");
+    }
+}
+
+/// `scan_selective` with `plan`, searching (and reading whole) nothing when a plan falls
+/// back: returns the records handed over, the next Lsn, and the segments searched.
+fn planned(
+    dir: &Path,
+    plan: &mut dyn FnMut(SegmentId) -> SegmentPlan,
+) -> (Vec<Rec>, Lsn, Vec<SegmentId>) {
+    let mut recs = Vec::new();
+    let mut searched = Vec::new();
+    let mut whole = |id: SegmentId, _: &[u8], window: std::ops::Range<usize>| {
+        if window.start == 0 {
+            searched.push(id);
+        }
+        false
+    };
+    let mut select = Selective {
+        covered: Lsn(0),
+        whole: &mut whole,
+        kinds: &|k| k == ACCEPTED,
+        window: 100,
+        plan,
+    };
+    let report = wharf_wal::scan_selective(
+        &FileStorage,
+        dir,
+        RecoveryMode::Strict,
+        &mut select,
+        &mut |r| {
+            recs.push(owned(&r));
+            Ok(())
+        },
+    )
+    .unwrap();
+    (recs, report.next_lsn, searched)
+}
+
+#[test]
+fn a_planned_segment_hands_over_only_the_frames_named_and_falls_back_when_they_do_not_check() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    write_log(&dir);
+    let (all, next) = full(&dir, RecoveryMode::Strict);
+    let segments = wharf_wal::list_segments(&FileStorage, &dir).unwrap();
+    let last = last_segment(&dir);
+    let next_first = |id: SegmentId| {
+        wharf_wal::read_segment_header(&FileStorage, &dir, SegmentId(id.0 + 1))
+            .unwrap()
+            .first_lsn
+    };
+    // Odd segments read whole, even ones by their accepted frames only: none searched.
+    let (got, got_next, searched) = planned(&dir, &mut |id| {
+        if id.0 % 2 == 1 {
+            SegmentPlan::Whole
+        } else {
+            SegmentPlan::Only {
+                offsets: frames_of(&all, id, Some(ACCEPTED)),
+                next_first: next_first(id),
+            }
+        }
+    });
+    assert_eq!(got, expected(&all, last));
+    assert_eq!(got_next, next);
+    assert!(searched.is_empty(), "{searched:?}");
+    // What does not check falls back to the search: an offset that is no frame's, a frame
+    // out of order, a wrong next Lsn.
+    let bad = segments[2];
+    let frames = frames_of(&all, bad, Some(ACCEPTED));
+    let cases: [(&str, Vec<u64>, Lsn); 3] = [
+        ("offset", vec![frames[0] + 1], next_first(bad)),
+        (
+            "order",
+            frames.iter().rev().copied().collect(),
+            next_first(bad),
+        ),
+        ("next", frames.clone(), Lsn(next_first(bad).0 + 1)),
+    ];
+    for (case, offsets, lsn) in cases {
+        let mut offsets = Some(offsets);
+        let (got, got_next, searched) = planned(&dir, &mut |id| {
+            if id == bad {
+                SegmentPlan::Only {
+                    offsets: offsets.take().unwrap(),
+                    next_first: lsn,
+                }
+            } else {
+                SegmentPlan::Only {
+                    offsets: frames_of(&all, id, Some(ACCEPTED)),
+                    next_first: next_first(id),
+                }
+            }
+        });
+        let want: Vec<Rec> = all
+            .iter()
+            .filter(|r| r.kind == ACCEPTED || r.position.segment == last)
+            .cloned()
+            .collect();
+        assert_eq!(got, want, "{case}");
+        assert_eq!(got_next, next, "{case}");
+        assert_eq!(searched, vec![bad], "{case}");
     }
 }

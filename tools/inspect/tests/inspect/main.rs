@@ -19,4 +19,5 @@ mod golden;
 mod priority;
 mod queues_agree;
 mod timeline;
+mod timeline_index;
 mod usage;

@@ -125,7 +125,7 @@ fn scenario_far_apart(dir: &Path) -> anyhow::Result<()> {
 
 /// The tracer fed every record of a full salvage scan of the log (no checkpoint here): the
 /// reader before segments were searched first.
-fn full_scan(dir: &Path, sel: &Selector) -> Tracer {
+pub(crate) fn full_scan(dir: &Path, sel: &Selector) -> Tracer {
     let mut tracer = Tracer::new(sel.clone());
     wharf_wal::scan(
         &FileStorage,
@@ -143,16 +143,8 @@ fn full_scan(dir: &Path, sel: &Selector) -> Tracer {
 }
 
 fn assert_same_stories(dir: &Path, ids: std::ops::RangeInclusive<u64>) -> usize {
-    let mut found = 0;
-    for id in ids {
-        let sel = Selector::Id(id);
-        let fast = trace_dir(&FileStorage, dir, sel.clone()).unwrap();
-        let full = full_scan(dir, &sel);
-        assert_eq!(fast.steps, full.steps, "message {id}");
-        assert_eq!(fast.still_queued(), full.still_queued(), "message {id}");
-        found += usize::from(!fast.steps.is_empty());
-    }
-    found
+    let ids: Vec<u64> = ids.collect();
+    crate::timeline_index::same_stories(dir, &ids).0
 }
 
 #[test]
@@ -183,12 +175,27 @@ fn s_ui_7_segments_without_the_story_are_read_for_queue_definitions_only() {
             })
         });
     assert!(late.is_some(), "a message entered late with its deadline");
+    // Every sealed segment has its index (storage-format.md, "Segment index"): none is
+    // searched, few are read whole.
     let w15 = trace_dir(&FileStorage, &dir, Selector::Id(ids[0])).unwrap();
-    assert_eq!(w15.read.searched, segments.len() as u64 - 1);
+    assert_eq!(w15.read.searched, 0, "{:?}", w15.read);
+    assert_eq!(w15.read.indexed, segments.len() as u64 - 1);
     assert!(
-        w15.read.read_whole * 3 < w15.read.searched,
+        w15.read.indexed_whole * 3 < w15.read.indexed,
         "{:?}",
         w15.read
+    );
+    // Without the indexes every sealed segment is searched, and the stories are the same.
+    crate::timeline_index::remove_indexes(&dir);
+    assert!(assert_same_stories(&dir, 1..=last) > 100);
+    let searched = trace_dir(&FileStorage, &dir, Selector::Id(ids[0])).unwrap();
+    assert_eq!(searched.steps, w15.steps);
+    assert_eq!(searched.read.indexed, 0);
+    assert_eq!(searched.read.searched, segments.len() as u64 - 1);
+    assert!(
+        searched.read.read_whole * 3 < searched.read.searched,
+        "{:?}",
+        searched.read
     );
     let events: Vec<&str> = w15.steps.iter().map(|s| s.kind.event()).collect();
     assert_eq!(events.last(), Some(&"queue deleted"), "{events:?}");
