@@ -13,6 +13,7 @@ mod support;
 mod big_message;
 mod big_message_crash;
 mod cluster_nodes;
+mod cluster_queues;
 mod crash_torture;
 mod damaged_tail;
 mod disk_full;
