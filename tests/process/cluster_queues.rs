@@ -4,6 +4,12 @@
 //! proxy (tests/support/cluster.rs); what a node says of the group comes from `wharfctl
 //! cluster_status`, what a client sees from lapin.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
 use std::time::Duration;
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
