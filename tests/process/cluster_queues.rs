@@ -398,3 +398,152 @@ async fn s_clu_12_a_deposed_leader_serves_again_as_a_follower() {
         .collect();
     assert_eq!(got, ["before", "after"]);
 }
+
+/// A free port in place of each port the README names, the same one each time.
+#[derive(Default)]
+struct Ports(std::collections::BTreeMap<String, String>);
+
+impl Ports {
+    fn of(&mut self, p: &str) -> String {
+        self.0
+            .entry(p.to_owned())
+            .or_insert_with(|| {
+                let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                l.local_addr().unwrap().port().to_string()
+            })
+            .clone()
+    }
+}
+
+/// The README's `sh` block as commands to run: each line's program and arguments, with the
+/// shell's `NAME=value` variables expanded, `&` dropped, every port replaced by its free
+/// port and every data directory put under `dir`.
+fn readme_commands(
+    block: &str,
+    dir: &std::path::Path,
+    ports: &mut Ports,
+) -> Vec<(String, Vec<String>)> {
+    let mut vars = std::collections::BTreeMap::<String, String>::new();
+    let mut commands = Vec::new();
+    for line in block.lines() {
+        let mut words = line.split_whitespace();
+        let program = words.next().expect("a command");
+        if let Some((name, value)) = program.split_once('=') {
+            vars.insert(format!("${name}"), value.to_owned());
+            continue;
+        }
+        let mut args: Vec<String> = Vec::new();
+        let mut data_dir = false;
+        for word in words.filter(|w| *w != "&") {
+            let word = vars.get(word).map_or(word, String::as_str);
+            args.push(if data_dir {
+                dir.join(word).display().to_string()
+            } else if word.chars().all(|c| c.is_ascii_digit()) {
+                ports.of(word)
+            } else if word.contains("127.0.0.1:") {
+                word.split(',')
+                    .map(|a| {
+                        let (ip, p) = a.split_once(':').unwrap();
+                        format!("{ip}:{}", ports.of(p))
+                    })
+                    .collect::<Vec<_>>()
+                    .join(",")
+            } else {
+                word.to_owned()
+            });
+            data_dir = word == "--data-dir";
+        }
+        commands.push((program.to_owned(), args));
+    }
+    commands
+}
+
+/// `wharfctl` with `args`: its output, when it succeeds.
+fn wharfctl(args: &[String]) -> Option<String> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wharfctl"))
+        .args(args)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// README, "Three nodes on one machine": its `sh` block, run as written but with a free port
+/// in place of each port it names and a temporary directory for each data directory: the
+/// three nodes form the groups, `wharfctl cluster_status` prints what the README shows (the
+/// node, its AMQP address, group 1's leader), and a client at group 1's leader declares a
+/// quorum queue and gets a confirm (S-CLU-14).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readme_three_nodes_on_one_machine() {
+    let readme = include_str!("../../README.md");
+    let section = readme
+        .split("### Three nodes on one machine")
+        .nth(1)
+        .expect("the README's section");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("its sh block");
+    let dir = tempfile::tempdir().unwrap();
+    let mut ports = Ports::default();
+    let mut nodes = Vec::new();
+    let mut status_args = None;
+    for (program, args) in readme_commands(block, dir.path(), &mut ports) {
+        match program.as_str() {
+            "wharf" => {
+                let bin = env!("CARGO_BIN_EXE_wharf");
+                nodes.push(tokio::task::block_in_place(|| {
+                    crate::support::binary::Broker::start_exact(bin, &args)
+                }));
+            }
+            "wharfctl" => status_args = Some(args),
+            other => panic!("the README runs {other}"),
+        }
+    }
+    assert_eq!(nodes.len(), 3, "three nodes");
+    let status_args = status_args.expect("the README asks cluster_status");
+    // As the README says: node 1's status names its AMQP address and group 1's leader.
+    let began = now();
+    let (text, leader) = loop {
+        if let Some(text) = wharfctl(&status_args)
+            && let Some((1, groups)) = wharf_cluster::status::parse(&text)
+            && let Some(leader) = groups
+                .iter()
+                .find(|g| g.group == QUEUES)
+                .and_then(|g| g.leader)
+            && groups.iter().any(|g| g.group == 0)
+        {
+            break (text, leader);
+        }
+        assert!(
+            began.elapsed() < WAIT,
+            "no leader of group 1 in {status_args:?}: {:?}",
+            wharfctl(&status_args)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let amqp_1 = format!("127.0.0.1:{}", ports.of("5672"));
+    assert_eq!(
+        wharf_cluster::status::parse_amqp(&text).as_deref(),
+        Some(amqp_1.as_str()),
+        "{text}"
+    );
+    // The leader's AMQP address, from its own status.
+    let leader_cluster = format!("127.0.0.1:{}", ports.of(&(25671 + leader).to_string()));
+    let leader_text = wharfctl(&[
+        "cluster_status".to_owned(),
+        "--cluster".to_owned(),
+        leader_cluster,
+    ])
+    .expect("the leader's status");
+    let amqp = wharf_cluster::status::parse_amqp(&leader_text).expect("the leader's AMQP address");
+    assert_eq!(
+        amqp,
+        format!("127.0.0.1:{}", ports.of(&(5671 + leader).to_string()))
+    );
+    let (url, _conn, ch) = find_leader(&url_of(&amqp), "orders").await;
+    assert_eq!(url, url_of(&amqp));
+    publish_confirmed(&ch, "orders", b"order-1").await;
+}

@@ -128,11 +128,13 @@ pub fn parse(text: &str) -> Option<(NodeId, Vec<GroupStatus>)> {
     let mut groups = Vec::new();
     for line in lines {
         let words: Vec<&str> = line.split_whitespace().collect();
+        // Words are key and value pairs: a key is looked up among the keys only (the state
+        // `leader` is not the key `leader`).
         let field = |name: &str| {
             words
-                .iter()
-                .position(|w| *w == name)
-                .and_then(|i| words.get(i + 1))
+                .chunks(2)
+                .find(|pair| pair.first() == Some(&name))
+                .and_then(|pair| pair.get(1))
                 .copied()
         };
         let num = |name: &str| field(name).and_then(|v| v.parse::<u64>().ok());

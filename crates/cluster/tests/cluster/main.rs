@@ -15,6 +15,7 @@ mod expiry;
 mod records;
 mod replication;
 mod split;
+mod status;
 mod support;
 mod tcp;
 mod wire;
