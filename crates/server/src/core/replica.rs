@@ -37,7 +37,7 @@ const STEPPED_DOWN: &str = "this node stopped leading the quorum queues' group; 
      (classic queues are served here, quorum queues by the group's leader)";
 use super::member::{Replica, own_snapshot};
 use crate::convert::Close;
-use wharf_broker::{Command, Event, Snapshot};
+use wharf_broker::{BrokerError, Command, ErrorKind, Event, Snapshot};
 use wharf_cluster::{QueueGroup, Role};
 use wharf_protocol::reply_code;
 use wharf_store::Ticket;
@@ -229,17 +229,37 @@ impl Core {
     /// S-CLU-11: a member that does not lead refuses a command that needs a replicated queue,
     /// with 405 naming the leader (forwarding is not built).
     pub(super) fn follower_refusal(&self, conn: u64, cmd: &Command) -> Option<Close> {
-        let r = self.replica.as_ref().filter(|r| !r.leading)?;
         let vhost = &self.conns.get(&conn)?.vhost;
+        let text = self.refusal_text(vhost, cmd)?;
+        Some(Close::new(reply_code::RESOURCE_LOCKED, &text))
+    }
+
+    /// S-CLU-11 on the management path (the HTTP API, `wharfctl`): the same refusal for an
+    /// operator's command, named by its own vhost.
+    pub(super) fn admin_refusal(&self, cmd: &Command) -> Option<BrokerError> {
+        let vhost = match cmd {
+            Command::QueueDeclare(d) => &d.vhost,
+            Command::Publish(p) => &p.vhost,
+            Command::QueueBind { vhost, .. }
+            | Command::QueuePurge { vhost, .. }
+            | Command::MoveBack { vhost, .. }
+            | Command::QueueDelete { vhost, .. } => vhost,
+            _ => return None,
+        };
+        let text = self.refusal_text(vhost, cmd)?;
+        Some(BrokerError::new(ErrorKind::ResourceLocked, text))
+    }
+
+    /// The refusal of `cmd` on `vhost` by a member that does not lead, when it needs a
+    /// replicated queue (S-CLU-11, S-CLU-13).
+    fn refusal_text(&self, vhost: &str, cmd: &Command) -> Option<String> {
+        let r = self.replica.as_ref().filter(|r| !r.leading)?;
         let queue = r.group.needs_leader(vhost, cmd)?;
         let leader = r.group.leader_name();
         warn!(%vhost, %queue, %leader, "refused: a quorum queue led by another node");
-        Some(Close::new(
-            reply_code::RESOURCE_LOCKED,
-            &format!(
-                "quorum queue '{queue}' in vhost '{vhost}' is led by {leader}, not this node; \
-                 connect to its leader (forwarding between nodes is not supported yet)"
-            ),
+        Some(format!(
+            "quorum queue '{queue}' in vhost '{vhost}' is led by {leader}, not this node; \
+             connect to its leader (forwarding between nodes is not supported yet)"
         ))
     }
 }
