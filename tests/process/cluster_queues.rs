@@ -372,12 +372,13 @@ async fn s_clu_12_a_deposed_leader_serves_again_as_a_follower() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // The same process serves again, as a follower.
-    assert!(
-        c.output(leader).contains("serving as a follower"),
-        "{}",
-        c.output(leader)
-    );
+    // The same process serves again, as a follower (its log line read from its pipe, which
+    // may come after the client saw the close).
+    let began = now();
+    while !c.output(leader).contains("serving as a follower") {
+        assert!(began.elapsed() < WAIT, "{}", c.output(leader));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let back = connect(&c.url(leader)).await;
     let classic = within(20, back.create_channel()).await.unwrap();
     let m = within(
