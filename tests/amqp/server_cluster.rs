@@ -206,6 +206,27 @@ async fn s_clu_6_a_new_leader_has_every_confirmed_message_and_redelivers_the_una
              node; connect to its leader (forwarding between nodes is not supported yet)"
         )
     );
+    // S-CLU-11 on the management path: an operator's quorum queue declare on the follower is
+    // refused as a client's is, not taken as a queue of the follower's own.
+    let mut args = wharf_broker::FieldTable::default();
+    args.insert(
+        "x-queue-type",
+        wharf_broker::Value::LongStr(b"quorum".to_vec()),
+    );
+    let declare = wharf_broker::Command::QueueDeclare(wharf_broker::QueueDeclare {
+        vhost: "/".into(),
+        queue: "ops-qq".into(),
+        passive: false,
+        durable: true,
+        exclusive: false,
+        auto_delete: false,
+        arguments: args,
+        owner: None,
+    });
+    let server = cluster.nodes[&follower].server.as_ref().unwrap();
+    let err = within(server.admin(declare)).await.unwrap_err();
+    assert_eq!(err.kind, wharf_broker::ErrorKind::ResourceLocked, "{err:?}");
+    assert!(err.text.contains("'ops-qq'"), "{}", err.text);
     // S-CLU-10: the follower's own classic queues work as on a single node.
     let fch = fconn.create_channel().await.unwrap();
     within(fch.confirm_select(ConfirmSelectOptions::default()))

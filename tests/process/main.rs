@@ -14,6 +14,7 @@ mod big_message;
 mod big_message_crash;
 mod cluster_members;
 mod cluster_nodes;
+mod cluster_queues;
 mod crash_torture;
 mod damaged_tail;
 mod disk_full;

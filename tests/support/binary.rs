@@ -92,9 +92,25 @@ impl Broker {
 
     /// As [`Broker::start_bin`], with more command-line arguments.
     pub fn start_with_args(bin: &str, dir: &Path, extra: &[&str]) -> Broker {
-        let mut child = command(bin, dir)
-            .args(["--log", "info"])
-            .args(extra)
+        let mut cmd = command(bin, dir);
+        cmd.args(["--log", "info"]).args(extra);
+        Self::spawn(cmd, &dir.display().to_string())
+    }
+
+    /// `bin` with exactly `args` (a command line as a person types it: no port, directory
+    /// or log level added), without colours or a configuration file from the environment;
+    /// waits for its start line.
+    pub fn start_exact(bin: &str, args: &[String]) -> Broker {
+        let mut cmd = Command::new(bin);
+        cmd.args(args)
+            .env("NO_COLOR", "1")
+            .env_remove("WHARF_CONFIG");
+        Self::spawn(cmd, &args.join(" "))
+    }
+
+    /// Spawns `cmd` (`what`, for a failure's message) and waits for its start line.
+    fn spawn(mut cmd: Command, what: &str) -> Broker {
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -128,8 +144,7 @@ impl Broker {
             let _ = child.kill();
             let _ = child.wait();
             panic!(
-                "wharf did not start on {}; its output:\n{}",
-                dir.display(),
+                "wharf did not start ({what}); its output:\n{}",
                 lines.lock().unwrap().join("\n")
             );
         };

@@ -15,6 +15,8 @@
 //! - `leader`: [`take_over`], a new leader's live broker; [`leader_now`]; [`adopt`], a
 //!   take-over into a server's live broker.
 //! - `group`: [`QueueGroup`], the handle a server replicates its quorum queues through.
+//! - `leaders`: [`LeaderAddrs`], where the clients of a group's leader connect, learned by
+//!   [`learn_leader_addresses`].
 //! - `split`: [`Replicated`], which events of a batch go to the group, which stay local.
 //! - `net`: the cluster link between nodes (openraft's RPCs over TCP; a public namespace).
 //! - `incarnation`: a node's member id and the member file recording it (a public namespace).
@@ -30,6 +32,7 @@
 mod group;
 pub mod incarnation;
 mod leader;
+mod leaders;
 mod log_store;
 mod members;
 pub mod net;
@@ -43,8 +46,9 @@ pub mod status;
 pub mod testing;
 mod types;
 
-pub use group::{Commit, Metrics, ProposeError, QueueGroup, Role, needs_leader};
+pub use group::{Commit, Metrics, ProposeError, QUEUE_GROUP, QueueGroup, Role, needs_leader};
 pub use leader::{Adopted, adopt, leader_now, take_over};
+pub use leaders::{LeaderAddrs, learn_leader_addresses};
 pub use log_store::{OpenError, WalLogReader, WalLogStore};
 pub use node::{
     GroupHandle, METADATA_GROUP, Node, NodeConfig, NodeError, Timing, remote_add_member,

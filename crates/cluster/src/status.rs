@@ -3,7 +3,7 @@
 //! person reads it and a test parses it:
 //!
 //! ```text
-//! node 1 127.0.0.1:7001 member 1
+//! node 1 127.0.0.1:7001 member 1 amqp 127.0.0.1:5672
 //! group 0 state leader term 3 leader 1 last_log 12 applied 12 members 1,2,3 learners - in_sync 1,2,3
 //! ```
 //!
@@ -12,7 +12,9 @@
 //! settled). `members` are the group's voters, `learners` the members catching up before they
 //! vote.
 //! `in_sync` (the members whose log matches the leader's last entry) is known on the leader
-//! only; elsewhere it is `-`, as is `leader` while no leader is known.
+//! only; elsewhere it is `-`, as is `leader` while no leader is known. `amqp` is the address
+//! the node's AMQP clients connect to, once its server listens (absent before): a follower
+//! names its leader's in a refusal (S-CLU-13).
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -90,14 +92,25 @@ fn opt(v: Option<u64>) -> String {
     v.map_or_else(|| "-".into(), |v| v.to_string())
 }
 
-/// The status text of node `me` (its seed slot), member `member`, at `addr` running `groups`.
-pub fn render(me: NodeId, member: NodeId, addr: &str, groups: &[GroupStatus]) -> String {
+/// The status text of node `me` (its seed slot), member `member`, at `addr` (its AMQP clients
+/// at `amqp`) running `groups`.
+pub fn render(
+    me: NodeId,
+    member: NodeId,
+    addr: &str,
+    amqp: Option<&str>,
+    groups: &[GroupStatus],
+) -> String {
     let member = if member == 0 {
         "-".into()
     } else {
         member.to_string()
     };
-    let mut out = format!("node {me} {addr} member {member}\n");
+    let mut out = format!("node {me} {addr} member {member}");
+    if let Some(amqp) = amqp {
+        let _ = write!(out, " amqp {amqp}");
+    }
+    out.push('\n');
     for g in groups {
         let _ = writeln!(
             out,
@@ -116,6 +129,13 @@ pub fn render(me: NodeId, member: NodeId, addr: &str, groups: &[GroupStatus]) ->
     out
 }
 
+/// The AMQP address on the node line of [`render`]'s text, if the node named one.
+pub fn parse_amqp(text: &str) -> Option<String> {
+    let head: Vec<&str> = text.lines().next()?.split_whitespace().collect();
+    let i = head.iter().position(|w| *w == "amqp")?;
+    head.get(i + 1).map(|a| (*a).to_owned())
+}
+
 /// Parses [`render`]'s text back: the node id and its groups (unknown words are skipped, so
 /// a newer node's extra fields do not break an older reader).
 pub fn parse(text: &str) -> Option<(NodeId, Vec<GroupStatus>)> {
@@ -128,11 +148,13 @@ pub fn parse(text: &str) -> Option<(NodeId, Vec<GroupStatus>)> {
     let mut groups = Vec::new();
     for line in lines {
         let words: Vec<&str> = line.split_whitespace().collect();
+        // Words are key and value pairs: a key is looked up among the keys only (the state
+        // `leader` is not the key `leader`).
         let field = |name: &str| {
             words
-                .iter()
-                .position(|w| *w == name)
-                .and_then(|i| words.get(i + 1))
+                .chunks(2)
+                .find(|pair| pair.first() == Some(&name))
+                .and_then(|pair| pair.get(1))
                 .copied()
         };
         let num = |name: &str| field(name).and_then(|v| v.parse::<u64>().ok());

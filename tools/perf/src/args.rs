@@ -230,6 +230,9 @@ usage: wharf-perf [run] [options]
        wharf-perf recovery --broker PATH --broker-arg ARG... [options]
        wharf-perf scale --broker-cmd \"PATH ARGS\" --uri URI [--queues N] [--connections N] ...
            many durable queues and connections: memory per object, start-up (`scale --help`)
+       wharf-perf failover --uri URI --pid PID --uri URI --pid PID ... [options]
+           a quorum queue's leader SIGKILLed under a publisher: time to its first confirm on
+           the new leader (`failover --help`)
        wharf-perf sink [--listen 127.0.0.1:5680] [--size BYTES]
            a null broker that confirms and delivers without storing: the generator's ceiling
 

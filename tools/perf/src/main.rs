@@ -21,6 +21,7 @@ mod broker_proc;
 mod client;
 mod clock;
 mod cpu;
+mod failover;
 mod histogram;
 mod pacing;
 mod recovery;
@@ -70,6 +71,22 @@ fn main() -> Result<()> {
         let config = rpc::parse(argv.get(1..).unwrap_or_default())?;
         let json = config.json;
         let report = runtime(None)?.block_on(rpc::rpc(config))?;
+        if json {
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            print!("{}", report.to_text());
+        }
+        return Ok(());
+    }
+    // `failover` parses its own options too (`failover.rs`).
+    if argv.first().map(String::as_str) == Some("failover") {
+        if argv.iter().any(|a| a == "--help" || a == "-h") {
+            print!("{}", failover::USAGE);
+            return Ok(());
+        }
+        let config = failover::parse(argv.get(1..).unwrap_or_default())?;
+        let json = config.json;
+        let report = runtime(None)?.block_on(until_interrupted(failover::failover(config)))?;
         if json {
             println!("{}", serde_json::to_string(&report)?);
         } else {

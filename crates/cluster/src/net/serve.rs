@@ -37,6 +37,7 @@ pub type Admin =
 pub struct Groups {
     me: NodeId,
     addr: String,
+    amqp: Arc<RwLock<Option<String>>>,
     rafts: Arc<RwLock<BTreeMap<u64, Raft>>>,
     /// This node's member id, [`wire::ANY_MEMBER`] until its incarnation is settled.
     member: Arc<AtomicU64>,
@@ -49,6 +50,7 @@ impl Groups {
         Groups {
             me,
             addr,
+            amqp: Arc::default(),
             rafts: Arc::default(),
             member: Arc::new(AtomicU64::new(wire::ANY_MEMBER)),
             admin: Arc::default(),
@@ -78,7 +80,20 @@ impl Groups {
             .iter()
             .map(|(g, raft)| status::group_status(*g, raft))
             .collect();
-        status::render(self.me, self.member(), &self.addr, &groups)
+        let amqp = self
+            .amqp
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        status::render(self.me, self.member(), &self.addr, amqp.as_deref(), &groups)
+    }
+
+    /// Names `amqp`, where the node's AMQP clients connect, in its status from now on.
+    pub fn set_amqp(&self, amqp: String) {
+        *self
+            .amqp
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(amqp);
     }
 
     /// Requests for `group` go to `raft` from now on.

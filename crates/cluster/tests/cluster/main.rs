@@ -16,6 +16,7 @@ mod members;
 mod records;
 mod replication;
 mod split;
+mod status;
 mod support;
 mod tcp;
 mod wire;

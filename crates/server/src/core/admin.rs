@@ -16,7 +16,10 @@ use wharf_store::Store;
 impl Core {
     pub(super) fn admin(&mut self, req: AdminRequest) {
         match req {
-            AdminRequest::Command { cmd, done } => match self.broker.handle(*cmd, self.now()) {
+            AdminRequest::Command { cmd, done } => match self
+                .admin_refusal(&cmd)
+                .map_or_else(|| self.broker.handle(*cmd, self.now()), Err)
+            {
                 Ok(mut out) => {
                     let reply = std::mem::take(&mut out.reply);
                     let durable = !out.events.is_empty();

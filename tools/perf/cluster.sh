@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Quorum-queue figures of a 3-node wharf cluster on loopback (issue #17): persistent 1 KiB
+# publishes with confirms to a quorum queue from 1 and 16 publishers, publish and consume with
+# acks, then failover: the leader SIGKILLed by its pid while a publisher with confirms runs,
+# and the time from the kill to the first confirm on the new leader, found by the publisher
+# itself (`wharf-perf failover`). Prints wharf-perf's reports; claims nothing by itself: run it
+# on a quiet machine.
+#
+#   tools/perf/cluster.sh [--base-port 5800] [--time 10] [--size 1024] [--window 64]
+#       [--bin-dir target/release] [--dir DIR] [--json]
+#
+# It starts its own three nodes (release build unless --bin-dir names other binaries), on
+# 127.0.0.1 ports BASE+1..3 (AMQP), BASE+11..13 (management), BASE+21..23 (Prometheus) and
+# BASE+31..33 (cluster), data under DIR (a temporary directory by default, removed at the
+# end), and stops them at the end by the pids it got when it started them, never by name.
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+base=5800
+time_s=10
+size=1024
+window=64
+bin_dir=""
+dir=""
+json=""
+
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --base-port) base="$2"; shift 2 ;;
+    --time) time_s="$2"; shift 2 ;;
+    --size) size="$2"; shift 2 ;;
+    --window) window="$2"; shift 2 ;;
+    --bin-dir) bin_dir="$2"; shift 2 ;;
+    --dir) dir="$2"; shift 2 ;;
+    --json) json="--json"; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "unknown option $1" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
+if [ -z "$bin_dir" ]; then
+  (cd "$root" && cargo build --release -q -p wharf -p wharf-perf)
+  bin_dir="${CARGO_TARGET_DIR:-$root/target}/release"
+fi
+for b in wharf wharfctl wharf-perf; do
+  [ -x "$bin_dir/$b" ] || { echo "no $b binary in $bin_dir" >&2; exit 1; }
+done
+keep_dir=1
+if [ -z "$dir" ]; then
+  dir="$(mktemp -d)"
+  keep_dir=0
+fi
+
+pids=()
+stop_nodes() {
+  for pid in "${pids[@]}"; do
+    [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null || true
+  done
+  for pid in "${pids[@]}"; do
+    [ -n "$pid" ] && wait "$pid" 2>/dev/null || true
+  done
+  [ "$keep_dir" = 1 ] || rm -rf "$dir"
+}
+trap stop_nodes EXIT
+
+seeds="127.0.0.1:$((base + 31)),127.0.0.1:$((base + 32)),127.0.0.1:$((base + 33))"
+for i in 1 2 3; do
+  "$bin_dir/wharf" --bind 127.0.0.1 --port $((base + i)) --mgmt-port $((base + 10 + i)) \
+    --prometheus-port $((base + 20 + i)) --data-dir "$dir/n$i" \
+    --cluster-listen "127.0.0.1:$((base + 30 + i))" --cluster-seeds "$seeds" --log warn \
+    > "$dir/n$i.log" 2>&1 &
+  pids[i]=$!
+done
+uri() { echo "amqp://guest:guest@127.0.0.1:$((base + $1))/%2f"; }
+
+# leader: group 1's leader (the quorum queues' group) as node 1 sees it.
+leader() {
+  "$bin_dir/wharfctl" cluster_status --cluster "127.0.0.1:$((base + 31))" 2>/dev/null |
+    awk '$1 == "group" && $2 == "1" { for (i = 1; i < NF; i += 2) if ($i == "leader") print $(i + 1) }'
+}
+lead=""
+for _ in $(seq 300); do
+  lead="$(leader || true)"
+  case "$lead" in [123]) break ;; esac
+  sleep 0.1
+done
+case "$lead" in [123]) ;; *) echo "no leader of group 1 within 30 s; logs in $dir" >&2; keep_dir=1; exit 1 ;; esac
+echo "group 1 led by node $lead ($(uri "$lead"), pid ${pids[$lead]})" >&2
+
+perf="$bin_dir/wharf-perf"
+queue=(--durable --queue-arg x-queue-type=quorum --queue wharf-perf-cluster)
+for x in 1 16; do
+  echo "== $x publisher(s), persistent $size B, confirms $window, quorum queue" >&2
+  "$perf" --uri "$(uri "$lead")" -x "$x" -y 0 -s "$size" -f -c "$window" "${queue[@]}" \
+    -z "$time_s" --purge-before --purge-after --broker-pid "${pids[$lead]}" $json
+done
+echo "== 1 publisher and 1 consumer (acks), persistent $size B, quorum queue" >&2
+"$perf" --uri "$(uri "$lead")" -x 1 -y 1 -s "$size" -f -c "$window" -q 256 "${queue[@]}" \
+  -z "$time_s" --purge-before --purge-after --broker-pid "${pids[$lead]}" $json
+
+echo "== failover: SIGKILL of the leader while a publisher with confirms runs" >&2
+"$perf" failover --uri "$(uri 1)" --pid "${pids[1]}" --uri "$(uri 2)" --pid "${pids[2]}" \
+  --uri "$(uri 3)" --pid "${pids[3]}" --size "$size" --warmup 3 $json
