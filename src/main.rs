@@ -4,7 +4,9 @@
 //! process exits once everything acknowledged is durable). `anyhow` lives here, at the edge.
 //! `--test-mode` and `--test-clock` (the fixture for tests in other languages) are
 //! `test_mode.rs`. With `--cluster-listen` and `--cluster-seeds` a cluster node
-//! (`wharf_cluster::Node`) runs beside the server; it does not carry the server's queues yet.
+//! (`wharf_cluster::Node`) runs beside the server, and the server's quorum queues are
+//! replicated through the node's queue group (`wharf_cluster::QUEUE_GROUP`, handed to the
+//! server as `ServerConfig::cluster`; DESIGN "Replication", S-CLU-10).
 
 mod test_mode;
 
@@ -171,6 +173,9 @@ async fn run(config: Config, test: &test_mode::TestArgs, salvage: bool) -> anyho
     // Handlers first: a SIGTERM right after the start line must stop gracefully, not kill.
     let signalled = signals()?;
     let node = start_cluster(&config).await?;
+    if let Some((_, group)) = &node {
+        server_config.cluster = Some(group.clone());
+    }
     let server = Server::start(server_config)
         .await
         .with_context(|| format!("starting wharf with data in {}", config.data_dir.display()))?;
@@ -184,16 +189,19 @@ async fn run(config: Config, test: &test_mode::TestArgs, salvage: bool) -> anyho
     }
     tracing::info!("shutting down");
     server.shutdown().await.context("shutting down")?;
-    if let Some(node) = node {
+    if let Some((node, _)) = node {
         node.shutdown().await;
     }
     tracing::info!("stopped; everything acknowledged is durable");
     Ok(())
 }
 
-/// Starts the cluster node when `cluster_listen` and `cluster_seeds` are set: its groups live
-/// under `<data dir>/raft`.
-async fn start_cluster(config: &Config) -> anyhow::Result<Option<wharf_cluster::Node>> {
+/// Starts the cluster node when `cluster_listen` and `cluster_seeds` are set, and opens its
+/// queue group (`QUEUE_GROUP`), the one that carries the server's quorum queues: its groups
+/// live under `<data dir>/raft`.
+async fn start_cluster(
+    config: &Config,
+) -> anyhow::Result<Option<(wharf_cluster::Node, wharf_cluster::QueueGroup)>> {
     let (Some(listen), Some(seeds)) = (&config.cluster_listen, &config.cluster_seeds) else {
         return Ok(None);
     };
@@ -207,7 +215,19 @@ async fn start_cluster(config: &Config) -> anyhow::Result<Option<wharf_cluster::
         .await
         .context("starting the cluster node")?;
     tracing::info!(node = node.id(), listen = %node.addr(), "cluster node listening");
-    Ok(Some(node))
+    let handle = match node.group(wharf_cluster::QUEUE_GROUP).await {
+        Ok(h) => h,
+        Err(e) => {
+            node.shutdown().await;
+            return Err(e).context("opening the quorum queues' group");
+        }
+    };
+    let group = wharf_cluster::QueueGroup {
+        node: handle.node,
+        raft: handle.raft,
+        machine: handle.machine,
+    };
+    Ok(Some((node, group)))
 }
 
 /// Installs the SIGINT and SIGTERM handlers now; the future ends at the first signal.

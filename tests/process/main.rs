@@ -16,6 +16,7 @@ mod big_message;
 mod big_message_crash;
 mod cluster_jepsen_checker;
 mod cluster_nodes;
+mod cluster_queues;
 mod crash_torture;
 mod damaged_tail;
 mod disk_full;

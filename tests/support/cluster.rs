@@ -139,6 +139,11 @@ impl Cluster {
         self.paused[slot(id)] = false;
     }
 
+    /// Node `id`'s AMQP URL (default user and vhost); it must be running.
+    pub fn url(&self, id: u64) -> String {
+        self.nodes[slot(id)].as_ref().expect("node running").url()
+    }
+
     /// The proxy, to partition, delay and drop.
     pub fn proxy(&self) -> &Proxy {
         &self.proxy

@@ -10,6 +10,12 @@ use crate::split::is_quorum;
 use crate::state_machine::QueueStateMachine;
 use crate::types::{NodeId, Proposal, Raft};
 
+/// The id of the group that carries every quorum queue of a cluster (DESIGN "Replication",
+/// "The server in a group"): the `wharf` binary opens it on its node beside the metadata group
+/// ([`crate::METADATA_GROUP`], 0) and hands it to its server. Its directory is
+/// `<data dir>/raft/group-1`. Fixed until queues get groups of their own.
+pub const QUEUE_GROUP: u64 = 1;
+
 /// A member's Raft metrics, as [`QueueGroup::metrics`] watches them.
 pub type Metrics = RaftMetrics<NodeId, openraft::BasicNode>;
 

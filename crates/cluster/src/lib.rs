@@ -38,7 +38,7 @@ pub mod status;
 pub mod testing;
 mod types;
 
-pub use group::{Commit, Metrics, ProposeError, QueueGroup, Role, needs_leader};
+pub use group::{Commit, Metrics, ProposeError, QUEUE_GROUP, QueueGroup, Role, needs_leader};
 pub use leader::{Adopted, adopt, leader_now, take_over};
 pub use log_store::{OpenError, WalLogReader, WalLogStore};
 pub use node::{GroupHandle, METADATA_GROUP, Node, NodeConfig, NodeError, Timing, remote_status};
