@@ -144,6 +144,23 @@ impl Cluster {
         self.nodes[slot(id)].as_ref().expect("node running").url()
     }
 
+    /// Whether node `id` is paused (SIGSTOP sent, no SIGCONT yet).
+    pub fn is_paused(&self, id: u64) -> bool {
+        self.paused[slot(id)]
+    }
+
+    /// Whether node `id` was started and its process has ended without our SIGKILL.
+    pub fn exited(&mut self, id: u64) -> bool {
+        self.nodes[slot(id)]
+            .as_mut()
+            .is_some_and(Broker::has_exited)
+    }
+
+    /// Whether node `id` was started, not killed, and its process still runs.
+    pub fn is_running(&mut self, id: u64) -> bool {
+        self.nodes[slot(id)].is_some() && !self.exited(id)
+    }
+
     /// The proxy, to partition, delay and drop.
     pub fn proxy(&self) -> &Proxy {
         &self.proxy

@@ -179,10 +179,9 @@ impl fmt::Display for Report {
     }
 }
 
-/// A delivery: where in the history, on which connection, with which flag.
+/// A delivery: where in the history, with which flag.
 struct Delivery {
     at: usize,
-    conn: u64,
     redelivered: bool,
 }
 
@@ -226,7 +225,6 @@ impl Facts {
                             .or_default()
                             .push(Delivery {
                                 at: i,
-                                conn: *conn,
                                 redelivered: *redelivered,
                             });
                         f.in_order.push((i, *conn, *queue, msg, *redelivered));
