@@ -19,6 +19,12 @@
 //! (every operation with its time) is written to a temporary directory kept on failure, whose
 //! path the failure prints.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
