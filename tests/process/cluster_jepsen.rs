@@ -99,6 +99,28 @@ async fn declare_queues(ctx: &Ctx, c: &Cluster, leader: u64) {
     );
 }
 
+/// Writes the history and keeps its directory when the test fails, wherever it fails after
+/// the run started (a node that does not restart, clients that do not stop, the checker).
+struct KeepOnFailure {
+    ctx: Arc<Ctx>,
+    dir: Option<tempfile::TempDir>,
+    seed: u64,
+}
+
+impl Drop for KeepOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking()
+            && let Some(dir) = self.dir.take()
+        {
+            let path = dir.keep().join("history.txt");
+            match self.ctx.history.write(&path) {
+                Ok(()) => eprintln!("jepsen: seed {}: history in {}", self.seed, path.display()),
+                Err(e) => eprintln!("jepsen: writing {}: {e}", path.display()),
+            }
+        }
+    }
+}
+
 /// Waits until no delivery was recorded for `quiet`, at most `within`.
 async fn until_quiet(ctx: &Ctx, quiet: Duration, within: Duration) {
     let start = now();
@@ -161,6 +183,11 @@ async fn s_clu_30_confirmed_messages_survive_kills_pauses_and_partitions() {
         stop_publishing: AtomicBool::new(false),
         stop_consuming: AtomicBool::new(false),
     });
+    let _keep = KeepOnFailure {
+        ctx: ctx.clone(),
+        dir: Some(dir),
+        seed,
+    };
     declare_queues(&ctx, &c, leader).await;
 
     let publishers: Vec<_> = (0..PUBLISHERS)
@@ -190,7 +217,6 @@ async fn s_clu_30_confirmed_messages_survive_kills_pauses_and_partitions() {
     join(consumers, Duration::from_secs(30)).await;
     let drained = client::drain(&ctx, 5).await;
 
-    ctx.history.write(&history_path).unwrap();
     let report = check(&ctx.history.events());
     eprintln!("jepsen: {report}");
     let mut problems: Vec<String> = report.violations.iter().map(ToString::to_string).collect();
@@ -200,17 +226,15 @@ async fn s_clu_30_confirmed_messages_survive_kills_pauses_and_partitions() {
     if report.confirmed == 0 {
         problems.push("no publish was confirmed: the cluster never served".into());
     }
-    if !problems.is_empty() {
-        let kept = dir.keep();
-        let shown: Vec<&str> = problems.iter().take(30).map(String::as_str).collect();
-        panic!(
-            "jepsen: seed {seed}: {} problems (first {} below); history in {}\n{}",
-            problems.len(),
-            shown.len(),
-            kept.join("history.txt").display(),
-            shown.join("\n")
-        );
-    }
+    let shown: Vec<&str> = problems.iter().take(30).map(String::as_str).collect();
+    assert!(
+        problems.is_empty(),
+        "jepsen: seed {seed}: {} problems (first {} below); history in {}\n{}",
+        problems.len(),
+        shown.len(),
+        history_path.display(),
+        shown.join("\n")
+    );
 }
 
 /// The schedule is a function of the seed, and keeps to the rules: a minority at a time for
