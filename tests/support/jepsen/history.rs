@@ -147,6 +147,11 @@ impl History {
         });
     }
 
+    /// How many events were recorded so far.
+    pub fn count(&self) -> usize {
+        self.events.lock().unwrap().len()
+    }
+
     /// Everything recorded so far.
     pub fn events(&self) -> Vec<Event> {
         self.events.lock().unwrap().clone()
