@@ -173,14 +173,17 @@ async fn run(config: Config, test: &test_mode::TestArgs, salvage: bool) -> anyho
     // Handlers first: a SIGTERM right after the start line must stop gracefully, not kill.
     let signalled = signals()?;
     let node = start_cluster(&config).await?;
-    if let Some((_, group)) = &node {
-        server_config.cluster = Some(group.clone());
+    if let Some(cluster) = &node {
+        server_config.cluster = Some(cluster.group.clone());
     }
     let server = Server::start(server_config)
         .await
         .with_context(|| format!("starting wharf with data in {}", config.data_dir.display()))?;
     if test.test_mode {
         test_mode::announce(&server, &config.data_dir);
+    }
+    if let Some(cluster) = &node {
+        cluster.advertise(server.local_addr());
     }
     tokio::select! {
         r = signalled => r?,
@@ -189,19 +192,41 @@ async fn run(config: Config, test: &test_mode::TestArgs, salvage: bool) -> anyho
     }
     tracing::info!("shutting down");
     server.shutdown().await.context("shutting down")?;
-    if let Some((node, _)) = node {
-        node.shutdown().await;
+    if let Some(cluster) = node {
+        cluster.shutdown().await;
     }
     tracing::info!("stopped; everything acknowledged is durable");
     Ok(())
 }
 
+/// The cluster node of a clustered `wharf`, its queue group, and the task that learns where
+/// the group's leaders take AMQP clients (S-CLU-13).
+struct Cluster {
+    node: wharf_cluster::Node,
+    group: wharf_cluster::QueueGroup,
+    learner: tokio::task::JoinHandle<()>,
+}
+
+impl Cluster {
+    /// Names the server's AMQP address `amqp` in the node's status, where the other nodes
+    /// learn it. A wildcard address (`0.0.0.0`, `::`) is named by the cluster listener's IP.
+    fn advertise(&self, mut amqp: std::net::SocketAddr) {
+        if amqp.ip().is_unspecified() {
+            amqp.set_ip(self.node.addr().ip());
+        }
+        self.node.advertise_amqp(amqp);
+    }
+
+    async fn shutdown(self) {
+        self.learner.abort();
+        self.node.shutdown().await;
+    }
+}
+
 /// Starts the cluster node when `cluster_listen` and `cluster_seeds` are set, and opens its
 /// queue group (`QUEUE_GROUP`), the one that carries the server's quorum queues: its groups
 /// live under `<data dir>/raft`.
-async fn start_cluster(
-    config: &Config,
-) -> anyhow::Result<Option<(wharf_cluster::Node, wharf_cluster::QueueGroup)>> {
+async fn start_cluster(config: &Config) -> anyhow::Result<Option<Cluster>> {
     let (Some(listen), Some(seeds)) = (&config.cluster_listen, &config.cluster_seeds) else {
         return Ok(None);
     };
@@ -226,8 +251,14 @@ async fn start_cluster(
         node: handle.node,
         raft: handle.raft,
         machine: handle.machine,
+        leaders: wharf_cluster::LeaderAddrs::default(),
     };
-    Ok(Some((node, group)))
+    let learner = wharf_cluster::learn_leader_addresses(&group);
+    Ok(Some(Cluster {
+        node,
+        group,
+        learner,
+    }))
 }
 
 /// Installs the SIGINT and SIGTERM handlers now; the future ends at the first signal.

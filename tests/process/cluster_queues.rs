@@ -12,7 +12,11 @@
 
 use std::time::Duration;
 
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+use futures_lite::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, BasicQosOptions,
+    ConfirmSelectOptions, QueueDeclareOptions,
+};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
@@ -49,26 +53,59 @@ async fn connect(url: &str) -> Connection {
     .unwrap()
 }
 
-/// Declares the quorum queue `queue` on node `id`, the group's leader, and returns a
-/// confirm-mode channel on it. The node's server takes over a moment after its Raft leads (its
-/// term's first entry applied); until then it refuses with 405 (S-CLU-11), and the declare is
-/// retried on a new channel.
-async fn declare_on_leader(c: &Cluster, id: u64, queue: &str) -> (Connection, Channel) {
-    let conn = connect(&c.url(id)).await;
-    let start = now();
+/// The AMQP URL of the default user and vhost at `addr`.
+fn url_of(addr: &str) -> String {
+    format!("amqp://guest:guest@{addr}/%2f")
+}
+
+/// The leader's AMQP address named in a follower's refusal (S-CLU-13): `... is led by node 2
+/// at 127.0.0.1:5673, not this node; ...`.
+fn named_leader(text: &str) -> Option<String> {
+    let rest = text.split(" at ").nth(1)?;
+    Some(rest.split(',').next()?.to_owned())
+}
+
+/// Finds the leader as a client does, starting at `start`: declares the quorum queue `queue`
+/// there; a follower refuses with 405 naming the leader's address (S-CLU-11, S-CLU-13),
+/// which is tried next; a node not serving yet (an election, a take-over under way) is asked
+/// again. Returns the leader's URL and a confirm-mode channel on it with the queue declared.
+async fn find_leader(start: &str, queue: &str) -> (String, Connection, Channel) {
+    let began = now();
+    let mut url = start.to_owned();
+    let mut last = String::new();
     loop {
+        assert!(
+            began.elapsed() < WAIT,
+            "no leader found from {start} within {WAIT:?}; last: {last}"
+        );
+        let Ok(Ok(conn)) = tokio::time::timeout(
+            Duration::from_secs(5),
+            Connection::connect(&url, ConnectionProperties::default()),
+        )
+        .await
+        else {
+            // A leader named before it died: start over.
+            last = format!("{url} did not answer");
+            url = start.to_owned();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
         let ch = within(20, conn.create_channel()).await.unwrap();
         match within(20, ch.queue_declare(queue.into(), durable(), quorum())).await {
             Ok(_) => {
                 within(20, ch.confirm_select(ConfirmSelectOptions::default()))
                     .await
                     .unwrap();
-                return (conn, ch);
+                return (url, conn, ch);
             }
-            Err(e) if reply_code(&e) == Some(405) && start.elapsed() < WAIT => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+            Err(e) if reply_code(&e) == Some(405) => {
+                last = reply_text(&e);
+                if let Some(addr) = named_leader(&last) {
+                    url = url_of(&addr);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            Err(e) => panic!("declaring {queue} on node {id}: {e}\n{}", c.output(id)),
+            Err(e) => panic!("declaring {queue} at {url}: {e}"),
         }
     }
 }
@@ -100,6 +137,65 @@ async fn applied_everywhere(c: &Cluster, nodes: &[u64], index: u64) {
     }
 }
 
+/// Polls node `id` (a follower) until it refuses the quorum queue `queue` with 405 naming
+/// the leader at `leader_url` (S-CLU-11, S-CLU-13): its committed state knows the queue and it
+/// learned who leads and where.
+async fn refuses_naming(c: &Cluster, id: u64, queue: &str, leader_url: &str) {
+    let conn = connect(&c.url(id)).await;
+    let began = now();
+    loop {
+        let ch = within(20, conn.create_channel()).await.unwrap();
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..durable()
+        };
+        let err = within(
+            20,
+            ch.queue_declare(queue.into(), passive, FieldTable::default()),
+        )
+        .await
+        .expect_err("a follower serves a quorum queue");
+        assert_eq!(reply_code(&err), Some(405), "{err}");
+        let text = reply_text(&err);
+        if named_leader(&text).map(|a| url_of(&a)).as_deref() == Some(leader_url) {
+            return;
+        }
+        assert!(
+            began.elapsed() < WAIT,
+            "node {id} does not name the leader {leader_url}: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Takes every message of `queue` with `basic.get`, acks them all, and checks with a last
+/// `get-empty` that the acks committed (it is released only after them, S-CLU-1). Returns
+/// (body, redelivered) in the order got.
+async fn drain(ch: &Channel, queue: &str) -> Vec<(String, bool)> {
+    let mut got = Vec::new();
+    let mut last_tag = None;
+    while let Some(m) = within(20, ch.basic_get(queue.into(), BasicGetOptions::default()))
+        .await
+        .unwrap()
+    {
+        got.push((
+            String::from_utf8(m.delivery.data.clone()).unwrap(),
+            m.delivery.redelivered,
+        ));
+        last_tag = Some(m.delivery.delivery_tag);
+    }
+    if let Some(tag) = last_tag {
+        within(20, ch.basic_ack(tag, BasicAckOptions { multiple: true }))
+            .await
+            .unwrap();
+        let empty = within(20, ch.basic_get(queue.into(), BasicGetOptions::default()))
+            .await
+            .unwrap();
+        assert!(empty.is_none(), "{queue} drained");
+    }
+    got
+}
+
 /// S-CLU-1, S-CLU-10, S-CLU-11: three `wharf` processes form the queue group by themselves;
 /// a quorum queue declared on its leader takes confirmed publishes, which every follower
 /// commits and applies; a follower, whose committed state knows the queue, refuses it with 405
@@ -108,7 +204,8 @@ async fn applied_everywhere(c: &Cluster, nodes: &[u64], index: u64) {
 async fn s_clu_10_a_quorum_queue_on_the_leader_is_committed_on_every_node() {
     let c = Cluster::start(3).await;
     let (leader, _) = c.leader(QUEUES, &[], 0, WAIT).await;
-    let (_conn, ch) = declare_on_leader(&c, leader, "qq").await;
+    let (url, _conn, ch) = find_leader(&c.url(leader), "qq").await;
+    assert_eq!(url, c.url(leader));
     for i in 0..10 {
         publish_confirmed(&ch, "qq", format!("m{i}").as_bytes()).await;
     }
@@ -118,20 +215,186 @@ async fn s_clu_10_a_quorum_queue_on_the_leader_is_committed_on_every_node() {
     let followers: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
     applied_everywhere(&c, &followers, last).await;
     for &id in &followers {
-        let conn = connect(&c.url(id)).await;
-        let ch = within(20, conn.create_channel()).await.unwrap();
-        let passive = QueueDeclareOptions {
-            passive: true,
-            ..durable()
-        };
-        let err = within(
-            20,
-            ch.queue_declare("qq".into(), passive, FieldTable::default()),
-        )
-        .await
-        .unwrap_err();
-        assert_eq!(reply_code(&err), Some(405), "{err}");
-        let text = reply_text(&err);
-        assert!(text.contains(&format!("node {leader}")), "{text}");
+        refuses_naming(&c, id, "qq", &url).await;
     }
+}
+
+fn bodies(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}{i}")).collect()
+}
+
+/// S-CLU-2, S-CLU-6, S-CLU-9, S-CLU-13: 50 messages confirmed by the leader, two of them
+/// acked and five delivered unacked to a consumer on it; SIGKILL of the leader (by its pid):
+/// another node leads, a client that starts at a surviving node finds it through the 405's
+/// address, and gets every confirmed message not acked exactly once, the five unacked ones
+/// redelivered and no other. The killed node restarted on its directory catches up with the
+/// new leader's log and names it when refusing the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_clu_2_a_quorum_queue_survives_the_sigkill_of_its_leader() {
+    let mut c = Cluster::start(3).await;
+    let (leader, view) = c.leader(QUEUES, &[], 0, WAIT).await;
+    let (_url, conn, ch) = find_leader(&c.url(leader), "qq").await;
+    let sent = bodies("m", 50);
+    for body in &sent {
+        publish_confirmed(&ch, "qq", body.as_bytes()).await;
+    }
+    // A consumer with 5 unacked at most: it gets m0..m4, acks m0 and m1; m5 and m6 come only
+    // once those acks committed (S-CLU-1). m2..m6 are then delivered and unacked.
+    let consumer_ch = within(20, conn.create_channel()).await.unwrap();
+    within(20, consumer_ch.basic_qos(5, BasicQosOptions::default()))
+        .await
+        .unwrap();
+    let mut consumer = within(
+        20,
+        consumer_ch.basic_consume(
+            "qq".into(),
+            "c".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        ),
+    )
+    .await
+    .unwrap();
+    for (i, body) in sent.iter().enumerate().take(7) {
+        let d = within(20, consumer.next()).await.unwrap().unwrap();
+        assert_eq!(String::from_utf8_lossy(&d.data), *body);
+        if i < 2 {
+            within(20, d.ack(BasicAckOptions::default())).await.unwrap();
+        }
+    }
+
+    c.kill(leader);
+    let (next, _) = c.leader(QUEUES, &[leader], view.term, WAIT).await;
+    let survivor = (1..=3).find(|id| *id != leader).unwrap();
+    let (url, _conn2, ch2) = find_leader(&c.url(survivor), "qq").await;
+    assert_eq!(url, c.url(next), "the client found the new leader");
+    let got = drain(&ch2, "qq").await;
+    let number = |b: &str| b[1..].parse::<usize>().unwrap();
+    let mut got_sorted: Vec<&str> = got.iter().map(|(b, _)| b.as_str()).collect();
+    got_sorted.sort_by_key(|b| number(b));
+    let expected: Vec<&str> = sent[2..].iter().map(String::as_str).collect();
+    assert_eq!(
+        got_sorted, expected,
+        "every confirmed message not acked, once"
+    );
+    for (body, redelivered) in &got {
+        assert_eq!(
+            *redelivered,
+            number(body) < 7,
+            "{body}: redelivered exactly when it had been delivered"
+        );
+    }
+
+    // The killed node comes back on its directory and catches up.
+    c.start_node(leader);
+    let target = c.view(next, QUEUES).unwrap().last_log.unwrap();
+    applied_everywhere(&c, &[leader], target).await;
+    refuses_naming(&c, leader, "qq", &c.url(next)).await;
+}
+
+/// S-CLU-2, S-CLU-9: the SIGKILL of a follower changes nothing for the leader's clients: the
+/// same connection keeps publishing with confirms (the leader and the other follower are a
+/// majority) and consuming; the follower restarted catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_clu_9_a_followers_sigkill_changes_nothing_for_the_leaders_clients() {
+    let mut c = Cluster::start(3).await;
+    let (leader, _) = c.leader(QUEUES, &[], 0, WAIT).await;
+    let (_url, _conn, ch) = find_leader(&c.url(leader), "qq").await;
+    let before = bodies("a", 10);
+    for body in &before {
+        publish_confirmed(&ch, "qq", body.as_bytes()).await;
+    }
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    c.kill(follower);
+    let after = bodies("b", 10);
+    for body in &after {
+        publish_confirmed(&ch, "qq", body.as_bytes()).await;
+    }
+    let got: Vec<String> = drain(&ch, "qq").await.into_iter().map(|(b, _)| b).collect();
+    let expected: Vec<String> = before.into_iter().chain(after).collect();
+    assert_eq!(got, expected, "every message, in publish order");
+    c.start_node(follower);
+    let target = c.view(leader, QUEUES).unwrap().last_log.unwrap();
+    applied_everywhere(&c, &[follower], target).await;
+}
+
+/// S-CLU-3, S-CLU-12: the leader cut off from both others (its process running) is replaced;
+/// what it is asked meanwhile is never confirmed. Healed, it follows the new leader without a
+/// restart: its connections are closed with 320, and a new connection finds its classic queue
+/// (its own log) served again, the quorum queue refused naming the new leader, whose log the
+/// old leader catches up with; the message published to it while cut off is nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_clu_12_a_deposed_leader_serves_again_as_a_follower() {
+    let c = Cluster::start(3).await;
+    let (leader, view) = c.leader(QUEUES, &[], 0, WAIT).await;
+    let (_url, conn, ch) = find_leader(&c.url(leader), "qq").await;
+    within(
+        20,
+        ch.queue_declare("cq".into(), durable(), FieldTable::default()),
+    )
+    .await
+    .unwrap();
+    publish_confirmed(&ch, "qq", b"before").await;
+    publish_confirmed(&ch, "cq", b"classic").await;
+
+    c.proxy().partition(&[leader], c.size());
+    let (next, _) = c.leader(QUEUES, &[leader], view.term, WAIT).await;
+    // Cut off, the old leader cannot commit: this publish is never confirmed.
+    let lost = within(
+        20,
+        ch.basic_publish(
+            "".into(),
+            "qq".into(),
+            BasicPublishOptions::default(),
+            b"lost",
+            BasicProperties::default().with_delivery_mode(2),
+        ),
+    )
+    .await
+    .unwrap();
+    let survivor = (1..=3).find(|id| *id != leader).unwrap();
+    let (url, _conn2, ch2) = find_leader(&c.url(survivor), "qq").await;
+    assert_eq!(url, c.url(next));
+    publish_confirmed(&ch2, "qq", b"after").await;
+
+    c.proxy().heal();
+    // The old leader's connection is closed (320), the unconfirmed publish with it.
+    let confirmed = tokio::time::timeout(WAIT, lost).await.expect("settled");
+    assert!(
+        !matches!(confirmed, Ok(ref c) if c.is_ack()),
+        "a publish the old leader could not commit was confirmed: {confirmed:?}"
+    );
+    let began = now();
+    while conn.status().connected() {
+        assert!(
+            began.elapsed() < WAIT,
+            "the old leader's connection stays open"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The same process serves again, as a follower.
+    assert!(
+        c.output(leader).contains("serving as a follower"),
+        "{}",
+        c.output(leader)
+    );
+    let back = connect(&c.url(leader)).await;
+    let classic = within(20, back.create_channel()).await.unwrap();
+    let m = within(
+        20,
+        classic.basic_get("cq".into(), BasicGetOptions::default()),
+    )
+    .await
+    .unwrap()
+    .expect("the classic queue's message");
+    assert_eq!(m.delivery.data, b"classic");
+    refuses_naming(&c, leader, "qq", &c.url(next)).await;
+    let target = c.view(next, QUEUES).unwrap().last_log.unwrap();
+    applied_everywhere(&c, &[leader], target).await;
+    let got: Vec<String> = drain(&ch2, "qq")
+        .await
+        .into_iter()
+        .map(|(b, _)| b)
+        .collect();
+    assert_eq!(got, ["before", "after"]);
 }

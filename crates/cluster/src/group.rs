@@ -6,6 +6,7 @@
 use openraft::{RaftMetrics, ServerState};
 use wharf_broker::{Broker, Command, QueueKind};
 
+use crate::leaders::LeaderAddrs;
 use crate::split::is_quorum;
 use crate::state_machine::QueueStateMachine;
 use crate::types::{NodeId, Proposal, Raft};
@@ -39,6 +40,9 @@ pub struct QueueGroup {
     pub raft: Raft,
     /// The group's committed state on this member.
     pub machine: QueueStateMachine,
+    /// The AMQP addresses of the group's leaders, as this member learns them
+    /// (`learn_leader_addresses`, S-CLU-13); empty where nobody learns them.
+    pub leaders: LeaderAddrs,
 }
 
 impl std::fmt::Debug for QueueGroup {
@@ -101,6 +105,19 @@ impl QueueGroup {
                 Err(e) => Err(ProposeError(e.to_string())),
             }
         }))
+    }
+
+    /// Who leads, for a refusal (S-CLU-11, S-CLU-13): `node 2 at 127.0.0.1:5673` when
+    /// the leader's AMQP address is known, `node 2` when not, `no node yet` during an
+    /// election.
+    pub fn leader_name(&self) -> String {
+        match self.role() {
+            Role::Follower(Some(id)) => match self.leaders.get(id) {
+                Some(amqp) => format!("node {id} at {amqp}"),
+                None => format!("node {id}"),
+            },
+            _ => "no node yet".to_owned(),
+        }
     }
 
     /// This member's role now.

@@ -15,6 +15,8 @@
 //! - `leader`: [`take_over`], a new leader's live broker; [`leader_now`]; [`adopt`], a
 //!   take-over into a server's live broker.
 //! - `group`: [`QueueGroup`], the handle a server replicates its quorum queues through.
+//! - `leaders`: [`LeaderAddrs`], where the clients of a group's leader connect, learned by
+//!   [`learn_leader_addresses`].
 //! - `split`: [`Replicated`], which events of a batch go to the group, which stay local.
 //! - `net`: the cluster link between nodes (openraft's RPCs over TCP; a public namespace).
 //! - `node`: [`Node`], a process's cluster node: listener, peers, groups, formation.
@@ -26,6 +28,7 @@
 
 mod group;
 mod leader;
+mod leaders;
 mod log_store;
 pub mod net;
 mod node;
@@ -40,6 +43,7 @@ mod types;
 
 pub use group::{Commit, Metrics, ProposeError, QUEUE_GROUP, QueueGroup, Role, needs_leader};
 pub use leader::{Adopted, adopt, leader_now, take_over};
+pub use leaders::{LeaderAddrs, learn_leader_addresses};
 pub use log_store::{OpenError, WalLogReader, WalLogStore};
 pub use node::{GroupHandle, METADATA_GROUP, Node, NodeConfig, NodeError, Timing, remote_status};
 pub use split::{Replicated, Split, is_quorum, shared_definitions};

@@ -362,6 +362,12 @@ impl Node {
         Ok(handle)
     }
 
+    /// Names `amqp`, the address this node's AMQP clients connect to, in its status, where
+    /// the other nodes learn it (S-CLU-13).
+    pub fn advertise_amqp(&self, amqp: SocketAddr) {
+        self.inner.groups.set_amqp(amqp.to_string());
+    }
+
     /// This node's view of every group it runs.
     pub fn status(&self) -> Vec<GroupStatus> {
         self.inner

@@ -81,6 +81,11 @@ impl Replicated {
         self.queues.len()
     }
 
+    /// The replicated queues, as (vhost, name).
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.queues.iter().map(|(v, q)| (v.as_str(), q.as_str()))
+    }
+
     /// No queue is replicated.
     pub fn is_empty(&self) -> bool {
         self.queues.is_empty()

@@ -3,12 +3,14 @@
 //! person reads it and a test parses it:
 //!
 //! ```text
-//! node 1 127.0.0.1:7001
+//! node 1 127.0.0.1:7001 amqp 127.0.0.1:5672
 //! group 0 state leader term 3 leader 1 last_log 12 applied 12 members 1,2,3 in_sync 1,2,3
 //! ```
 //!
 //! `in_sync` (the members whose log matches the leader's last entry) is known on the leader
-//! only; elsewhere it is `-`, as is `leader` while no leader is known.
+//! only; elsewhere it is `-`, as is `leader` while no leader is known. `amqp` is the address
+//! the node's AMQP clients connect to, once its server listens (absent before): a follower
+//! names its leader's in a refusal (S-CLU-13).
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -83,9 +85,13 @@ fn opt(v: Option<u64>) -> String {
     v.map_or_else(|| "-".into(), |v| v.to_string())
 }
 
-/// The status text of node `me` at `addr` running `groups`.
-pub fn render(me: NodeId, addr: &str, groups: &[GroupStatus]) -> String {
-    let mut out = format!("node {me} {addr}\n");
+/// The status text of node `me` at `addr` (its AMQP clients at `amqp`) running `groups`.
+pub fn render(me: NodeId, addr: &str, amqp: Option<&str>, groups: &[GroupStatus]) -> String {
+    let mut out = format!("node {me} {addr}");
+    if let Some(amqp) = amqp {
+        let _ = write!(out, " amqp {amqp}");
+    }
+    out.push('\n');
     for g in groups {
         let _ = writeln!(
             out,
@@ -101,6 +107,13 @@ pub fn render(me: NodeId, addr: &str, groups: &[GroupStatus]) -> String {
         );
     }
     out
+}
+
+/// The AMQP address on the node line of [`render`]'s text, if the node named one.
+pub fn parse_amqp(text: &str) -> Option<String> {
+    let head: Vec<&str> = text.lines().next()?.split_whitespace().collect();
+    let i = head.iter().position(|w| *w == "amqp")?;
+    head.get(i + 1).map(|a| (*a).to_owned())
 }
 
 /// Parses [`render`]'s text back: the node id and its groups (unknown words are skipped, so

@@ -214,6 +214,7 @@ pub async fn start_member(
         .map_err(|e| e.to_string())?;
     router.add(id, raft.clone());
     Ok(crate::QueueGroup {
+        leaders: crate::LeaderAddrs::default(),
         node: id,
         raft,
         machine,

@@ -29,6 +29,7 @@ const OUTBOX_FRAMES: usize = 1024;
 pub struct Groups {
     me: NodeId,
     addr: String,
+    amqp: Arc<RwLock<Option<String>>>,
     rafts: Arc<RwLock<BTreeMap<u64, Raft>>>,
 }
 
@@ -38,6 +39,7 @@ impl Groups {
         Groups {
             me,
             addr,
+            amqp: Arc::default(),
             rafts: Arc::default(),
         }
     }
@@ -49,7 +51,20 @@ impl Groups {
             .iter()
             .map(|(g, raft)| status::group_status(*g, raft))
             .collect();
-        status::render(self.me, &self.addr, &groups)
+        let amqp = self
+            .amqp
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        status::render(self.me, &self.addr, amqp.as_deref(), &groups)
+    }
+
+    /// Names `amqp`, where the node's AMQP clients connect, in its status from now on.
+    pub fn set_amqp(&self, amqp: String) {
+        *self
+            .amqp
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(amqp);
     }
 
     /// Requests for `group` go to `raft` from now on.

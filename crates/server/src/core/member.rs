@@ -43,6 +43,9 @@ pub(super) struct Replica {
     pub(super) passed: watch::Receiver<Result<Ticket, String>>,
     /// Why the member must stop serving, once known.
     pub(super) failure: Option<String>,
+    /// The term in which this member last stepped down (S-CLU-12): it takes over again only
+    /// in a later term.
+    pub(super) deposed_term: u64,
 }
 
 /// What woke the broker task on the group's side.
@@ -55,9 +58,21 @@ pub(super) enum Wake {
 
 impl Replica {
     pub(super) fn new(group: QueueGroup) -> Replica {
+        Replica::start(group, 0, 0)
+    }
+
+    /// A follower's state after this member stopped leading (S-CLU-12): new proposer and
+    /// waiter tasks (the old ones end with the old state), gate tickets going on from the last
+    /// one issued, every gate issued so far counted as passed: their frames were discarded with
+    /// the connections, never released.
+    pub(super) fn after(&self) -> Replica {
+        Replica::start(self.group.clone(), self.gate, self.gated_store)
+    }
+
+    fn start(group: QueueGroup, gate: Ticket, gated_store: Ticket) -> Replica {
         let (to_proposer, from_core) = mpsc::unbounded_channel();
         let (to_waiter, from_proposer) = mpsc::unbounded_channel();
-        let (passed_tx, passed) = watch::channel(Ok(0));
+        let (passed_tx, passed) = watch::channel(Ok(gate));
         tokio::spawn(proposer(group.clone(), from_core, to_waiter));
         tokio::spawn(gate_waiter(from_proposer, passed_tx));
         Replica {
@@ -68,11 +83,12 @@ impl Replica {
             replicated: Replicated::default(),
             split: Split::default(),
             local_only: Vec::new(),
-            gate: 0,
-            gated_store: 0,
+            gate,
+            gated_store,
             to_proposer,
             passed,
             failure: None,
+            deposed_term: 0,
         }
     }
 

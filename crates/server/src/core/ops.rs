@@ -70,6 +70,12 @@ impl Core {
     /// will ever be durable, so it is dropped, and every connection gets only its 541 close
     /// (fail-stop, STYLE 3.3).
     pub(super) fn fail_all(&mut self, why: &str) {
+        self.close_all_now(&Close::new(reply_code::INTERNAL_ERROR, why));
+    }
+
+    /// Closes every connection with `close`, discarding every frame not released yet: only
+    /// the closes go out, at once.
+    pub(super) fn close_all_now(&mut self, close: &Close) {
         for (_, outbox) in self.held.drain().chain(self.dropped_dirty.drain(..)) {
             outbox.discard_unreleased();
             outbox.flush();
@@ -80,8 +86,7 @@ impl Core {
                 c.ack_run = None;
                 c.outbox.discard_unreleased();
             }
-            let close = Close::new(reply_code::INTERNAL_ERROR, why);
-            self.close_connection(conn, &close, MethodId::NONE);
+            self.close_connection(conn, close, MethodId::NONE);
         }
         for (_, outbox) in self.dropped_dirty.drain(..) {
             // Nothing is held any more: the close is released at once.

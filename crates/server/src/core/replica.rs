@@ -19,19 +19,25 @@
 //! the highest logged `now` (S-CLU-5).
 //!
 //! **Following.** The member serves its classic queues; a command that needs a replicated
-//! queue (as the group's committed state knows it) is refused with 405 naming the leader
-//! (S-CLU-11): forwarding is not built.
+//! queue (as the group's committed state knows it) is refused with 405 naming the leader and
+//! its AMQP address when known (S-CLU-11, S-CLU-13): forwarding is not built.
 //!
-//! **Losing the lead.** A member that stops leading, or whose proposal does not commit, stops
-//! its broker task as a failed log does (541 to every connection): what it decided past the
-//! commit index is never shown, and its live broker, ahead of the group, is not reused.
+//! **Losing the lead.** A member that stops leading, or whose proposal does not commit, steps
+//! down and serves on as a follower (S-CLU-12): every connection closed with 320, what it
+//! decided past the commit index never shown, the replicated queues dropped from its live
+//! broker, which keeps what its own log holds. Only a stopped Raft or a failed take-over stops
+//! the broker task (541 to every connection, as a failed log does).
 
 use tracing::{error, info, warn};
 
 use super::Core;
+
+/// The text of the 320 close a member that stopped leading sends every connection (S-CLU-12).
+const STEPPED_DOWN: &str = "this node stopped leading the quorum queues' group; reconnect \
+     (classic queues are served here, quorum queues by the group's leader)";
 use super::member::{Replica, own_snapshot};
 use crate::convert::Close;
-use wharf_broker::{Command, Snapshot};
+use wharf_broker::{Command, Event, Snapshot};
 use wharf_cluster::{QueueGroup, Role};
 use wharf_protocol::reply_code;
 use wharf_store::Ticket;
@@ -43,14 +49,18 @@ impl Core {
         self.replica = Some(Replica::new(group));
     }
 
-    /// Why the broker task must stop serving, if the group says so: a gate failed (an entry
-    /// did not commit), or the member stopped leading.
-    pub(super) fn replica_failure(&self) -> Option<String> {
+    /// Why the broker task must stop serving, if the group says so: the group's Raft or the
+    /// gate's tasks stopped, or taking over failed. A gate that failed (an entry did not
+    /// commit: this member lost the lead) is not a reason: the member steps down and serves
+    /// as a follower (S-CLU-12).
+    pub(super) fn replica_failure(&mut self) -> Option<String> {
         let r = self.replica.as_ref()?;
         if let Some(f) = &r.failure {
             return Some(f.clone());
         }
-        r.passed.borrow().as_ref().err().cloned()
+        let failed = r.passed.borrow().as_ref().err().cloned()?;
+        self.step_down(&failed);
+        None
     }
 
     /// The watermark of passed gates, in a group.
@@ -75,16 +85,74 @@ impl Core {
         let Some(r) = self.replica.as_mut() else {
             return;
         };
-        let role = Role::of(r.group.node, &r.metrics.borrow_and_update());
+        let (role, term) = {
+            let m = r.metrics.borrow_and_update();
+            (Role::of(r.group.node, &m), m.current_term)
+        };
         match (r.leading, role) {
-            (false, Role::Leader) => self.take_over(),
+            // Not again in the term it stepped down in: entries it proposed then may still
+            // commit after the committed state it would adopt.
+            (false, Role::Leader) if term > r.deposed_term => self.take_over(),
             (true, Role::Follower(leader)) => {
-                r.failure = Some(format!(
-                    "this member stopped leading the quorum queues' group (leader now: {leader:?})"
-                ));
+                self.step_down(&format!("the group's leader is now {leader:?}"));
             }
             _ => {}
         }
+    }
+
+    /// S-CLU-12: this member stopped leading (or an entry it proposed did not commit): it
+    /// serves on as a follower, without a restart. Its live broker is ahead of the group's
+    /// commit index, so nothing of what it decided for the group is shown or kept: every
+    /// connection is closed with 320 (frames not released yet are dropped, as after a failed
+    /// log), the closes' events for its classic queues go to its own log (their unacked
+    /// messages back, as any closed connection's) while the group's are dropped (they never
+    /// commit, S-CLU-3), and the replicated queues leave the live broker, which keeps its
+    /// classic queues and definitions: exactly what its own log holds. New gate tasks take
+    /// over from the old ones; management answers waiting at a gate that will not pass are
+    /// dropped.
+    fn step_down(&mut self, why: &str) {
+        let Some(r) = self.replica.as_ref() else {
+            return;
+        };
+        if !r.leading {
+            return;
+        }
+        let term = r.metrics.borrow().current_term;
+        let passed = r.passed();
+        warn!(
+            node = r.group.node,
+            reason = why,
+            "stopped leading the quorum queues' group: closing every connection, serving as a follower"
+        );
+        self.close_all_now(&Close::new(reply_code::CONNECTION_FORCED, STEPPED_DOWN));
+        let Some(r) = self.replica.as_mut() else {
+            return;
+        };
+        let events = std::mem::take(&mut self.events);
+        r.split.local.append(&mut r.local_only);
+        r.replicated.split(events, &mut r.split);
+        std::mem::swap(&mut self.events, &mut r.split.local);
+        let gone: Vec<Event> = r
+            .replicated
+            .iter()
+            .map(|(vhost, queue)| Event::QueueDeleted {
+                vhost: vhost.to_owned(),
+                queue: queue.to_owned(),
+            })
+            .collect();
+        let mut follower = r.after();
+        follower.deposed_term = term;
+        *r = follower;
+        for event in &gone {
+            if let Err(e) = self.broker.apply(event) {
+                error!(error = %e, ?event, "dropping a replicated queue from the live broker");
+            }
+        }
+        self.admin_waiting.retain(|(t, _)| *t <= passed);
+        info!(
+            queues = gone.len(),
+            "serving as a follower of the quorum queues' group"
+        );
     }
 
     fn take_over(&mut self) {
@@ -164,10 +232,7 @@ impl Core {
         let r = self.replica.as_ref().filter(|r| !r.leading)?;
         let vhost = &self.conns.get(&conn)?.vhost;
         let queue = r.group.needs_leader(vhost, cmd)?;
-        let leader = match Role::of(r.group.node, &r.metrics.borrow()) {
-            Role::Follower(Some(id)) => format!("node {id}"),
-            _ => "no node yet".to_owned(),
-        };
+        let leader = r.group.leader_name();
         warn!(%vhost, %queue, %leader, "refused: a quorum queue led by another node");
         Some(Close::new(
             reply_code::RESOURCE_LOCKED,
