@@ -115,9 +115,9 @@ fn start(c: &mut Cluster, ctx: &Ctx, id: u64) {
 }
 
 /// Heals everything: the proxy's cuts, paused nodes resumed, killed nodes restarted; and a
-/// node whose process ended by itself restarted too. **wharf today:** a leader that loses the
-/// group stops and its process exits (S-CLU-12: it does not come back as a follower by
-/// itself), so a deposed leader is restarted here, as an operator's supervisor would.
+/// node whose process ended by itself is restarted too, its last warnings recorded. No node
+/// should end by itself (a deposed leader serves on as a follower, S-CLU-12); if one does,
+/// the history says so and the run goes on, as an operator's supervisor would restart it.
 pub fn heal(c: &mut Cluster, ctx: &Ctx) {
     c.proxy().heal();
     for id in 1..=c.size() {
