@@ -101,9 +101,11 @@ async fn declare_queues(ctx: &Ctx, c: &Cluster, leader: u64) {
 
 /// Writes the history and keeps its directory when the test fails, wherever it fails after
 /// the run started (a node that does not restart, clients that do not stop, the checker).
+/// The nodes' data directories are copied beside it (`nodes/`), for `wharf-inspect`.
 struct KeepOnFailure {
     ctx: Arc<Ctx>,
     dir: Option<tempfile::TempDir>,
+    nodes: std::path::PathBuf,
     seed: u64,
 }
 
@@ -112,11 +114,21 @@ impl Drop for KeepOnFailure {
         if std::thread::panicking()
             && let Some(dir) = self.dir.take()
         {
-            let path = dir.keep().join("history.txt");
+            let kept = dir.keep();
+            let path = kept.join("history.txt");
             match self.ctx.history.write(&path) {
                 Ok(()) => eprintln!("jepsen: seed {}: history in {}", self.seed, path.display()),
                 Err(e) => eprintln!("jepsen: writing {}: {e}", path.display()),
             }
+            let copied = std::process::Command::new("cp")
+                .arg("-a")
+                .arg(&self.nodes)
+                .arg(kept.join("nodes"))
+                .status();
+            eprintln!(
+                "jepsen: the nodes' data directories copied to {}/nodes: {copied:?}",
+                kept.display()
+            );
         }
     }
 }
@@ -182,6 +194,7 @@ async fn s_clu_30_confirmed_messages_survive_kills_pauses_and_partitions() {
     let _keep = KeepOnFailure {
         ctx: ctx.clone(),
         dir: Some(dir),
+        nodes: c.dir().to_owned(),
         seed,
     };
     declare_queues(&ctx, &c, leader).await;

@@ -86,6 +86,11 @@ impl Cluster {
         self.nodes.len() as u64
     }
 
+    /// The directory holding every node's data directory (`node-<id>`).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
     fn dir_of(&self, id: u64) -> PathBuf {
         self.dir.path().join(format!("node-{id}"))
     }
