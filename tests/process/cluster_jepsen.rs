@@ -17,7 +17,15 @@
 //! The schedule of faults comes from a seed (printed; `WHARF_JEPSEN_SEED` repeats it); the
 //! faults last `WHARF_JEPSEN_SECS` seconds (40 by default; the long run is 1800). The history
 //! (every operation with its time) is written to a temporary directory kept on failure, whose
-//! path the failure prints.
+//! path the failure prints, with a copy of the nodes' data directories.
+//!
+//! **Known failure (found by this test, not fixed here):** a node that led, was deposed
+//! without a restart (S-CLU-12) and later leads again can propose an entry no member can
+//! apply (`event does not fit the state: message ids out of order`): the members' Raft stops,
+//! their processes exit, and a restarted one cannot start (re-applying the committed entry
+//! fails). Seen in 2 of 6 runs since that S-CLU-12 change (seeds 4911642383279489003 and
+//! 4822982676570311289; a seed fixes the schedule, not the timing), in none of 3 before it
+//! (when a deposed leader's process exited and was restarted).
 
 #![allow(
     clippy::unwrap_used,
