@@ -7,11 +7,15 @@
 //! names keep their file as a prefix (`cargo test --test process <name>::`). Depends only on
 //! wharf's public API, the test clients and the shared helpers under tests/.
 
+#[path = "../support/jepsen/mod.rs"]
+mod jepsen;
 #[path = "../support/mod.rs"]
 mod support;
 
 mod big_message;
 mod big_message_crash;
+mod cluster_jepsen;
+mod cluster_jepsen_checker;
 mod cluster_members;
 mod cluster_nodes;
 mod cluster_queues;

@@ -164,6 +164,11 @@ impl Broker {
         self.child.id()
     }
 
+    /// Whether the process has ended (of itself, or by a signal not sent through `kill`).
+    pub fn has_exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
     /// The AMQP URL of the default user and vhost.
     pub fn url(&self) -> String {
         format!("amqp://guest:guest@{}/%2f", self.addr)

@@ -86,6 +86,11 @@ impl Cluster {
         self.nodes.len() as u64
     }
 
+    /// The directory holding every node's data directory (`node-<id>`).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
     fn dir_of(&self, id: u64) -> PathBuf {
         self.dir.path().join(format!("node-{id}"))
     }
@@ -159,6 +164,23 @@ impl Cluster {
     /// Node `id`'s AMQP URL (default user and vhost); it must be running.
     pub fn url(&self, id: u64) -> String {
         self.nodes[slot(id)].as_ref().expect("node running").url()
+    }
+
+    /// Whether node `id` is paused (SIGSTOP sent, no SIGCONT yet).
+    pub fn is_paused(&self, id: u64) -> bool {
+        self.paused[slot(id)]
+    }
+
+    /// Whether node `id` was started and its process has ended without our SIGKILL.
+    pub fn exited(&mut self, id: u64) -> bool {
+        self.nodes[slot(id)]
+            .as_mut()
+            .is_some_and(Broker::has_exited)
+    }
+
+    /// Whether node `id` was started, not killed, and its process still runs.
+    pub fn is_running(&mut self, id: u64) -> bool {
+        self.nodes[slot(id)].is_some() && !self.exited(id)
     }
 
     /// The proxy, to partition, delay and drop.
