@@ -474,8 +474,11 @@ impl Monitor {
             }
             self.alarms.set(AlarmSource::Disk, disk_on);
         }
-        if wal_full && !low {
-            // Space is back by our measure: let the paused log try now, not at its next retry.
+        if wal_full {
+            // The paused log tries again at every check: at once when space is back by our
+            // measure, and on a log whose writer runs inline (the simulation), which has no
+            // retry period of its own, this is its retry (as a writer thread retries every
+            // `DISK_FULL_RETRY` whatever statvfs says: the free-space limit is not the log's).
             self.wal.retry_now();
         }
         let mem_was = self.alarms.is_on(AlarmSource::Memory);
