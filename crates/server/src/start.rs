@@ -91,7 +91,7 @@ impl Server {
             next_id: Arc::new(AtomicU64::new(1)),
             heartbeat_secs: config.heartbeat_secs,
             alive,
-            alarm: alarms.subscribe(),
+            alarm: alarms.watch(),
             limits: connection::ConnLimits::from_config(&config),
             open_connections: Arc::default(),
             spooler,
