@@ -41,6 +41,8 @@ struct SlowState {
     /// A stall takes up to this many ms.
     stall_ms_max: u64,
     owed_ms: u64,
+    /// When (clock ms) the time taken so far has passed.
+    busy_until_ms: u64,
     ios: u64,
     stalls: u64,
 }
@@ -57,6 +59,7 @@ impl Slowness {
                 stall_one_in: stall_one_in.max(1),
                 stall_ms_max: stall_ms_max.max(1),
                 owed_ms: 0,
+                busy_until_ms: 0,
                 ios: 0,
                 stalls: 0,
             }),
@@ -87,9 +90,20 @@ impl Slowness {
         s.owed_ms += ms;
     }
 
-    /// The virtual time the I/O since the last call took, in ms (and nothing is owed after).
-    pub fn take_owed_ms(&self) -> u64 {
-        std::mem::take(&mut self.state().owed_ms)
+    /// The virtual time the I/O since the last call took, in ms, to be slept from `now_ms`
+    /// (nothing is owed after).
+    pub fn take_owed_ms(&self, now_ms: u64) -> u64 {
+        let mut s = self.state();
+        let ms = std::mem::take(&mut s.owed_ms);
+        s.busy_until_ms = s.busy_until_ms.max(now_ms + ms);
+        ms
+    }
+
+    /// When (clock ms) the time of the I/O paid so far has passed: until then a batch may
+    /// wait for its fsync.
+    #[must_use]
+    pub fn busy_until_ms(&self) -> u64 {
+        self.state().busy_until_ms
     }
 
     /// I/Os that took time, and stalls among them, so far.

@@ -43,7 +43,7 @@ mod rng;
 pub mod srv;
 mod world;
 
-pub use disk::{Disk, Fence};
+pub use disk::{Disk, Fence, Slowness};
 pub use model::{Model, Place};
 pub use net::Network;
 pub use node::{Logged, Node, NodeConfig, Output};

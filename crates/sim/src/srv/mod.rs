@@ -175,6 +175,20 @@ impl ServerWorld {
             stats: Stats::default(),
         };
         world.disk.sim().set_capacity(world.room.volume_bytes);
+        // A third of the seeds run on a slow disk: fsyncs of up to 1..20 ms, one in 20..220
+        // stalling for up to 0.1..3 s more.
+        if world.rng.chance(333) {
+            let seed = world.rng.next_u64();
+            let sync_ms_max = 1 + world.rng.below(20);
+            let stall_one_in = 20 + world.rng.below(200);
+            let stall_ms_max = 100 + world.rng.below(2900);
+            world.disk.set_slow(crate::disk::Slowness::new(
+                seed,
+                sync_ms_max,
+                stall_one_in,
+                stall_ms_max,
+            ));
+        }
         world.boot()?;
         Ok(world)
     }
@@ -392,6 +406,17 @@ impl ServerWorld {
                 self.receive(i, e)?;
             }
             if !arrived {
+                // A slow disk: a batch may still wait for its fsync; time passes until then.
+                let now = self.now();
+                let busy_until = self.disk.slow().map_or(0, |s| s.busy_until_ms());
+                // (At `busy_until` itself the waiter may not have run yet: one round past it.)
+                if now <= busy_until {
+                    let p = self.process()?;
+                    p.block_on(async {
+                        tokio::time::sleep(Duration::from_millis(busy_until - now)).await;
+                    });
+                    continue;
+                }
                 return Ok(());
             }
         }
@@ -583,11 +608,12 @@ impl ServerWorld {
                 .sim()
                 .available_bytes(std::path::Path::new(process::DATA_DIR));
             eprintln!(
-                "OBSERVE now {now} free {free:?} alarm {:?} room {:?} gets {} held {}",
+                "OBSERVE now {now} free {free:?} alarm {:?} room {:?} gets {} held {} busy {:?}",
                 self.process()?.server().blocked_reason(),
                 self.room,
                 self.gets_waiting,
-                self.consumer_held.len()
+                self.consumer_held.len(),
+                self.disk.slow().map(|s| s.busy_until_ms()),
             );
         }
         let in_flight = if self.log_may_be_paused(now)? {
@@ -739,6 +765,11 @@ impl ServerWorld {
         self.restart(false, true)?;
         self.trace(self.ledger.len() as u64);
         self.trace(self.ledger.confirmed_held() as u64);
+        if let Some(slow) = self.disk.slow() {
+            (self.stats.slow_ios, self.stats.stalls) = slow.counts();
+            self.trace(self.stats.slow_ios);
+            self.trace(self.stats.stalls);
+        }
         if let Some(p) = self.process.take() {
             let clients = std::mem::take(&mut self.clients);
             for c in clients {

@@ -14,10 +14,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use wharf_clock::Clock;
-use wharf_server::{ResourceProbe, Server, ServerConfig, ServerHandle};
+use wharf_server::{IoLatency, ResourceProbe, Server, ServerConfig, ServerHandle};
 use wharf_wal::{SimStorage, Storage};
 
-use crate::disk::{Disk, Fence};
+use crate::disk::{Disk, Fence, Slowness};
 
 /// The data directory on the simulated disk.
 pub const DATA_DIR: &str = "/sim/data";
@@ -95,6 +95,19 @@ impl ResourceProbe for SimProbe {
     }
 }
 
+/// The slow disk's time, as the server's durability waiter pays it.
+#[derive(Debug)]
+struct SlowDisk {
+    slow: Arc<Slowness>,
+    clock: Arc<SimClock>,
+}
+
+impl IoLatency for SlowDisk {
+    fn take(&self) -> Duration {
+        Duration::from_millis(self.slow.take_owed_ms(self.clock.now_ms()))
+    }
+}
+
 /// One server process.
 pub struct Process {
     runtime: tokio::runtime::Runtime,
@@ -145,6 +158,12 @@ impl Process {
         config.inline_store = true;
         config.clock = Arc::clone(clock) as Arc<dyn Clock>;
         config.resource_probe = Some(Arc::new(SimProbe(disk.sim().clone())));
+        config.inline_store_latency = disk.slow().map(|slow| {
+            Arc::new(SlowDisk {
+                slow: Arc::clone(slow),
+                clock: Arc::clone(clock),
+            }) as Arc<dyn IoLatency>
+        });
         config.disk_free_limit_bytes = cfg.disk_free_limit_bytes;
         config.consumer_timeout_ms = None;
         config.message_memory_bytes = cfg.message_memory_bytes;

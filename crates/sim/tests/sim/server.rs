@@ -53,6 +53,8 @@ fn server_s_dur_3_s_ttl_4_s_dlx_7_every_seed_matches_the_model() {
                 ("clean restarts", total.clean_restarts),
                 ("full disks", total.disk_full),
                 ("blocked publishers", total.blocked),
+                ("slow I/Os", total.slow_ios),
+                ("slow disk stalls", total.stalls),
             ],
         );
     }
