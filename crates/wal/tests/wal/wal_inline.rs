@@ -135,19 +135,25 @@ fn an_injected_sync_failure_hits_the_same_records_every_time() {
     assert_eq!(outcome(9).1, recs, "the same power loss for the same seed");
 }
 
-#[test]
-fn a_full_disk_is_returned_to_the_waiter_and_the_next_wait_retries() {
-    let sim = SimStorage::new(3);
-    let (wal, _) = open(&sim);
+/// A log with one durable record, then a disk with no room for a second segment and 20
+/// records of 4000 bytes appended (they need one): the log, its appender, the last Lsn.
+fn full_after_first(sim: &SimStorage, config: &WalConfig) -> (Wal, wharf_wal::Appender, Lsn) {
+    let (wal, _) = open_with(sim, config);
     let appender = wal.appender();
     appender.append_durable(1, b"first").unwrap();
-    // No room for a second segment.
     sim.set_capacity(Some(sim.used_bytes() + 1024));
     let big = vec![7u8; 4000];
     let mut last = Lsn(0);
     for _ in 0..20 {
         last = appender.append(1, &big).unwrap().lsn;
     }
+    (wal, appender, last)
+}
+
+#[test]
+fn a_full_disk_is_returned_to_the_waiter_and_the_next_wait_retries() {
+    let sim = SimStorage::new(3);
+    let (wal, appender, last) = full_after_first(&sim, &config());
     let err = appender.wait_durable(last).unwrap_err();
     assert!(err.is_disk_full(), "{err}");
     assert!(appender.disk_full());
@@ -183,15 +189,8 @@ fn s_disk_2_a_full_disk_keeps_the_future_waiting_until_retry_now() {
         pending_bytes_max: 64 * 1024,
         ..config()
     };
-    let (wal, _) = open_with(&sim, &small);
-    let appender = wal.appender();
-    appender.append_durable(1, b"first").unwrap();
-    sim.set_capacity(Some(sim.used_bytes() + 1024));
+    let (wal, appender, mut last) = full_after_first(&sim, &small);
     let big = vec![7u8; 4000];
-    let mut last = Lsn(0);
-    for _ in 0..20 {
-        last = appender.append(1, &big).unwrap().lsn;
-    }
     let flag = Arc::new(Flag(AtomicBool::new(false)));
     let waker = std::task::Waker::from(Arc::clone(&flag));
     let mut cx = std::task::Context::from_waker(&waker);
