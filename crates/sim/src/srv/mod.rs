@@ -47,7 +47,6 @@ use wharf_wal::Storage;
 pub use client::{Client, Incoming};
 pub use ledger::{Holder, InFlight, Ledger, Queues};
 pub use process::{Process, ProcessConfig, SimClock};
-use room::Room;
 
 use crate::disk::Disk;
 use crate::model::{
@@ -69,6 +68,10 @@ const PREFETCH: u16 = 4;
 /// Virtual time a settling round lets pass (ms).
 const ROUND_MS: u64 = 1;
 
+/// Two of the resource monitor's checks (`RESOURCE_CHECK_INTERVAL`, a second): by then a log
+/// paused on a full disk was retried.
+const RETRY_MS: u64 = 2_000;
+
 /// A publisher in confirm mode: sequence numbers not confirmed yet, to keys.
 #[derive(Debug, Default)]
 struct Publisher {
@@ -76,6 +79,19 @@ struct Publisher {
     unconfirmed: BTreeMap<u64, u64>,
     /// Told `connection.blocked` (and not `unblocked` since).
     blocked: bool,
+}
+
+/// The simulated disk's room: a volume of the seed's size, or another writer's files
+/// filling it for a few steps.
+#[derive(Debug, Default)]
+struct Room {
+    /// The volume's capacity (`None`: unlimited).
+    volume_bytes: Option<u64>,
+    /// Steps left while another writer fills the disk (0: none).
+    filled_steps: u32,
+    /// Until when (virtual ms) the log may still be paused after the disk was filled (its
+    /// retry is the resource monitor's next check).
+    tight_until_ms: u64,
 }
 
 /// A policy change sent through the management path, waiting for its answer.
@@ -145,11 +161,11 @@ impl ServerWorld {
         if rng.chance(333) {
             let segment = config.segment_bytes;
             // Room at the start for the first segment, the next one's reservation (S-DISK-1),
-            // the limit and its hysteresis, and one to three segments more.
+            // the limit and its hysteresis (a tenth: more than the alarm's 5 %), and one to three
+            // segments more.
             let limit = segment / 4 + rng.below(2 * segment);
             config.disk_free_limit_bytes = limit;
-            let start =
-                2 * segment + limit + limit / 100 * wharf_base::limits::ALARM_HYSTERESIS_PERCENT;
+            let start = 2 * segment + limit + limit / 10;
             room.volume_bytes = Some(start + segment + rng.below(2 * segment));
         } else if rng.chance(500) {
             config.disk_free_limit_bytes = rng.below(4 * config.segment_bytes);
@@ -531,8 +547,7 @@ impl ServerWorld {
             self.room.filled_steps -= 1;
             if self.room.filled_steps == 0 {
                 // The log, if it paused, retries at the resource monitor's next check.
-                let retry_ms = 2 * wharf_base::limits::RESOURCE_CHECK_INTERVAL.as_millis();
-                self.room.tight_until_ms = self.now() + u64::try_from(retry_ms).unwrap_or(0);
+                self.room.tight_until_ms = self.now() + RETRY_MS;
                 self.unfill_disk();
             }
         }

@@ -18,19 +18,6 @@ const RESUME_MS_MAX: u64 = 30_000;
 /// Rounds of a virtual second the end of a run may take to drain every queue.
 const DRAIN_ROUNDS_MAX: u64 = 600;
 
-/// The simulated disk's room: a volume of the seed's size, or another writer's files
-/// filling it for a few steps.
-#[derive(Debug, Default)]
-pub(super) struct Room {
-    /// The volume's capacity (`None`: unlimited).
-    pub(super) volume_bytes: Option<u64>,
-    /// Steps left while another writer fills the disk (0: none).
-    pub(super) filled_steps: u32,
-    /// Until when (virtual ms) the log may still be paused after the disk was filled (its
-    /// retry is the resource monitor's next check).
-    pub(super) tight_until_ms: u64,
-}
-
 impl ServerWorld {
     /// Another writer fills the disk to within a few KiB for a few steps (S-DISK-1..4): the
     /// log may meet a full disk with the alarm off, and must pause, not fail.
