@@ -25,7 +25,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tracing::{info, warn};
 
 use wharf_base::limits;
@@ -197,6 +197,8 @@ pub struct Samples {
 pub struct Alarms {
     sources: Mutex<Sources>,
     reason: watch::Sender<Option<String>>,
+    /// Notified at every change of the reason (see [`AlarmWatch::cleared`]).
+    changed: Arc<Notify>,
 }
 
 impl Default for Alarms {
@@ -204,14 +206,50 @@ impl Default for Alarms {
         Alarms {
             sources: Mutex::new(Sources::default()),
             reason: watch::channel(None).0,
+            changed: Arc::new(Notify::new()),
+        }
+    }
+}
+
+/// A connection's view of the alarms: the reason now, and a wait for every alarm to clear
+/// that wakes its waiters in the order they began to wait. (A `watch` receiver's wake order
+/// follows a per-thread random choice inside tokio, and the order in which blocked
+/// publishers resume is the order of their messages in a queue: a simulated run must not
+/// depend on a thread's state.)
+#[derive(Debug, Clone)]
+pub struct AlarmWatch {
+    reason: watch::Receiver<Option<String>>,
+    changed: Arc<Notify>,
+}
+
+impl AlarmWatch {
+    /// The blocking reason now (`Some` while any alarm is on).
+    pub fn reason(&self) -> Option<String> {
+        self.reason.borrow().clone()
+    }
+
+    /// Returns once no alarm is on.
+    pub async fn cleared(&self) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            // Registered before the reason is read: a change after the read wakes it.
+            notified.as_mut().enable();
+            if self.reason.borrow().is_none() {
+                return;
+            }
+            notified.await;
         }
     }
 }
 
 impl Alarms {
-    /// The blocking reason as it changes: `Some` while any alarm is on.
-    pub fn subscribe(&self) -> watch::Receiver<Option<String>> {
-        self.reason.subscribe()
+    /// A connection's view of the alarms.
+    pub fn watch(&self) -> AlarmWatch {
+        AlarmWatch {
+            reason: self.reason.subscribe(),
+            changed: Arc::clone(&self.changed),
+        }
     }
 
     /// The blocking reason now.
@@ -278,11 +316,14 @@ impl Alarms {
         let mut s = self.sources.lock().unwrap_or_else(PoisonError::into_inner);
         change(&mut s);
         let reason = combined_reason(&s);
-        self.reason.send_if_modified(|current| {
+        let changed = self.reason.send_if_modified(|current| {
             let changed = *current != reason;
             *current = reason;
             changed
         });
+        if changed {
+            self.changed.notify_waiters();
+        }
     }
 }
 
@@ -474,8 +515,11 @@ impl Monitor {
             }
             self.alarms.set(AlarmSource::Disk, disk_on);
         }
-        if wal_full && !low {
-            // Space is back by our measure: let the paused log try now, not at its next retry.
+        if wal_full {
+            // The paused log tries again at every check: at once when space is back by our
+            // measure, and on a log whose writer runs inline (the simulation), which has no
+            // retry period of its own, this is its retry (as a writer thread retries every
+            // `DISK_FULL_RETRY` whatever statvfs says: the free-space limit is not the log's).
             self.wal.retry_now();
         }
         let mem_was = self.alarms.is_on(AlarmSource::Memory);
@@ -566,10 +610,10 @@ mod tests {
     #[test]
     fn reasons_combine_and_clear() {
         let alarms = Alarms::default();
-        let rx = alarms.subscribe();
+        let watch = alarms.watch();
         assert_eq!(alarms.reason(), None);
         alarms.set(AlarmSource::Disk, true);
-        assert_eq!(rx.borrow().as_deref(), Some("low on disk"));
+        assert_eq!(watch.reason().as_deref(), Some("low on disk"));
         alarms.set(AlarmSource::Memory, true);
         assert_eq!(
             alarms.reason().as_deref(),
@@ -579,6 +623,39 @@ mod tests {
         assert_eq!(alarms.reason().as_deref(), Some("low on memory"));
         alarms.set(AlarmSource::Memory, false);
         assert_eq!(alarms.reason(), None);
+    }
+
+    /// S-DISK-2: blocked publishers resume when every alarm clears, in the order they began
+    /// to wait (not in an order drawn per thread), and not while another alarm is still on.
+    #[test]
+    fn s_disk_2_waiters_resume_once_every_alarm_clears_in_the_order_they_waited() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let alarms = Arc::new(Alarms::default());
+            alarms.watch().cleared().await; // none on: at once
+            alarms.set(AlarmSource::Disk, true);
+            alarms.set(AlarmSource::Memory, true);
+            let order = Arc::new(Mutex::new(Vec::new()));
+            let mut tasks = Vec::new();
+            for i in 0..8 {
+                let (watch, order) = (alarms.watch(), Arc::clone(&order));
+                tasks.push(tokio::spawn(async move {
+                    watch.cleared().await;
+                    order.lock().unwrap().push(i);
+                }));
+                tokio::task::yield_now().await;
+            }
+            alarms.set(AlarmSource::Disk, false);
+            tokio::task::yield_now().await;
+            assert!(order.lock().unwrap().is_empty(), "memory is still on");
+            alarms.set(AlarmSource::Memory, false);
+            for t in tasks {
+                t.await.unwrap();
+            }
+            assert_eq!(*order.lock().unwrap(), (0..8).collect::<Vec<_>>());
+        });
     }
 
     #[derive(Debug)]

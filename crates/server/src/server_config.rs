@@ -100,10 +100,21 @@ pub struct ServerConfig {
     /// thread and does the same I/O in the same order every time. Default false (production:
     /// a writer thread, a checkpoint thread, the store opened and closed off the runtime).
     pub inline_store: bool,
+    /// With `inline_store`: the virtual time the store's I/O took (the simulation's slow
+    /// disk), slept by the durability waiter before it reports a batch durable, so that
+    /// frames and confirms wait for a slow fsync while the broker task goes on batching.
+    /// `None` (the default, and production): no wait.
+    pub inline_store_latency: Option<Arc<dyn IoLatency>>,
     /// Membership of the Raft group that replicates quorum queues (DESIGN "Replication",
     /// S-CLU-10): this node's handle on the group, built by whoever starts the node. `None`
     /// (the default): a single node, whose quorum queues live in its own log.
     pub cluster: Option<wharf_cluster::QueueGroup>,
+}
+
+/// What the store's I/O cost in time since last asked (`ServerConfig::inline_store_latency`).
+pub trait IoLatency: Send + Sync + std::fmt::Debug {
+    /// The time taken since the last call.
+    fn take(&self) -> std::time::Duration;
 }
 
 impl ServerConfig {
@@ -141,6 +152,7 @@ impl ServerConfig {
             clock_control: None,
             storage_segment_bytes: None,
             inline_store: false,
+            inline_store_latency: None,
             cluster: None,
         }
     }

@@ -91,7 +91,7 @@ impl Server {
             next_id: Arc::new(AtomicU64::new(1)),
             heartbeat_secs: config.heartbeat_secs,
             alive,
-            alarm: alarms.subscribe(),
+            alarm: alarms.watch(),
             limits: connection::ConnLimits::from_config(&config),
             open_connections: Arc::default(),
             spooler,
@@ -217,6 +217,7 @@ fn broker_task(
     core.set_registry(registry.clone());
     core.set_message_memory_bytes(config.message_memory_bytes);
     core.set_inline_store(config.inline_store);
+    core.set_io_latency(config.inline_store_latency.clone());
     core.log_startup(events)?;
     if let Some(group) = config.cluster.clone() {
         core.set_replica(group);

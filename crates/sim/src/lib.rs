@@ -15,9 +15,10 @@
 //!   outboxes, periodic checkpoints) on the same simulated disk, in a current-thread tokio
 //!   runtime with paused time, its store run inline (`ServerConfig::inline_store`), reached by
 //!   simulated AMQP clients speaking real frames through the socket-free door
-//!   (`ServerHandle::connect_in_memory`, S-NET-2), with crashes, power losses and failing
-//!   fsyncs and writes, checked against a black-box model ([`srv::Ledger`]) of what the
-//!   clients saw and the queues a management query shows.
+//!   (`ServerHandle::connect_in_memory`, S-NET-2), with crashes, power losses, failing
+//!   fsyncs and writes, a full disk (the server's own disk alarm reads the simulated disk's
+//!   free space) and a slow disk, checked against a black-box model ([`srv::Ledger`]) of
+//!   what the clients saw and the queues a management query shows.
 //!
 //! The network is a seam in both ([`Network`]; the door's stream in `srv`) where a simulated
 //! network for the cluster work plugs in.
@@ -42,7 +43,7 @@ mod rng;
 pub mod srv;
 mod world;
 
-pub use disk::{Disk, Fence};
+pub use disk::{Disk, Fence, Slowness};
 pub use model::{Model, Place};
 pub use net::Network;
 pub use node::{Logged, Node, NodeConfig, Output};
@@ -86,6 +87,13 @@ pub struct Stats {
     pub fail_stops: u64,
     /// Full-disk episodes.
     pub disk_full: u64,
+    /// Publishers told `connection.blocked` (the whole server).
+    pub blocked: u64,
+    /// Fsyncs and writes that took virtual time, and long stalls among them (the whole
+    /// server's slow disk).
+    pub slow_ios: u64,
+    /// Long stalls of the slow disk.
+    pub stalls: u64,
     /// Clean stops and starts.
     pub clean_restarts: u64,
     /// Recoveries checked against the model.

@@ -326,18 +326,8 @@ impl World {
 
     /// S-DISK-4: a checkpoint that failed for want of space left no partial file.
     fn check_no_partial_checkpoint(&self) -> Result<(), Violation> {
-        let names = self.disk.sim().list(std::path::Path::new(DATA_DIR));
-        let names = names.map_err(|e| Violation(format!("listing the data directory: {e}")))?;
-        if let Some(tmp) = names.iter().find(|n| {
-            std::path::Path::new(n)
-                .extension()
-                .is_some_and(|e| e == "tmp")
-        }) {
-            return Err(Violation(format!(
-                "partial checkpoint {tmp} left on a full disk (S-DISK-4)"
-            )));
-        }
-        Ok(())
+        self.disk
+            .check_no_partial_checkpoint(std::path::Path::new(DATA_DIR))
     }
 
     fn receive(&mut self, out: Output) -> Result<(), Violation> {

@@ -68,7 +68,7 @@ pub struct ConnCtx {
     /// every connection has flushed its close.
     pub alive: mpsc::Sender<()>,
     /// The resource alarm's reason while one is on (see `alarm`).
-    pub alarm: watch::Receiver<Option<String>>,
+    pub alarm: crate::alarm::AlarmWatch,
     /// The configured limits.
     pub limits: ConnLimits,
     /// Connections open now (past `connection.open`), against `limits.connection_max`.
@@ -393,8 +393,7 @@ impl Reader {
         if !self.ops.iter().any(|op| matches!(op.op, Op::Publish(_))) {
             return;
         }
-        let mut alarm = self.ctx.alarm.clone();
-        let Some(reason) = alarm.borrow_and_update().clone() else {
+        let Some(reason) = self.ctx.alarm.reason() else {
             return;
         };
         info!(%reason, "publisher blocked by a resource alarm");
@@ -407,21 +406,16 @@ impl Reader {
             self.outbox
                 .send(|b| protocol::encode_method(b, ChannelId(0), &blocked));
         }
-        loop {
-            tokio::select! {
-                biased;
-                changed = alarm.changed() => {
-                    if changed.is_err() || alarm.borrow_and_update().is_none() {
-                        break;
-                    }
-                }
-                () = self.outbox.closing() => {
-                    // The server closes this connection (shutdown): what was held was never
-                    // confirmed, and now never will be.
-                    self.ops.clear();
-                    self.phase = Phase::Closing;
-                    return;
-                }
+        let alarm = self.ctx.alarm.clone();
+        tokio::select! {
+            biased;
+            () = alarm.cleared() => {}
+            () = self.outbox.closing() => {
+                // The server closes this connection (shutdown): what was held was never
+                // confirmed, and now never will be.
+                self.ops.clear();
+                self.phase = Phase::Closing;
+                return;
             }
         }
         self.outbox.set_blocked(false);

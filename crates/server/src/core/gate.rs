@@ -63,6 +63,7 @@ impl Core {
             message_memory_bytes: wharf_base::limits::MESSAGE_MEMORY_BYTES,
             timings,
             inline_store: false,
+            io_latency: None,
             replica: None,
         }
     }
@@ -314,7 +315,17 @@ impl Core {
             && ticket > self.waited_ticket
             && let Some(store) = self.store.as_ref()
         {
-            let fut: DurableFuture = Box::pin(store.durable(ticket));
+            let durable = store.durable(ticket);
+            let fut: DurableFuture = match self.io_latency.clone() {
+                None => Box::pin(durable),
+                // A slow disk (the simulation): the batch is durable once its I/O's time
+                // passed; the waiter, which takes batches in order, sleeps it meanwhile.
+                Some(latency) => Box::pin(async move {
+                    durable.await?;
+                    tokio::time::sleep(latency.take()).await;
+                    Ok(())
+                }),
+            };
             self.waited_ticket = ticket;
             if self.to_waiter.try_send((ticket, fut)).is_err() {
                 warn!("durability waiter is behind; frames wait for the next batch");

@@ -232,6 +232,8 @@ pub struct Core {
     /// Close the store on this task's thread, not the blocking pool
     /// (`ServerConfig::inline_store`).
     inline_store: bool,
+    /// What the inline store's I/O took (`ServerConfig::inline_store_latency`).
+    io_latency: Option<Arc<dyn crate::server_config::IoLatency>>,
     /// Membership of the group replicating quorum queues, in a cluster (`replica.rs`).
     replica: Option<member::Replica>,
 }
@@ -260,5 +262,10 @@ impl Core {
     /// Closes the store on this task's thread at the end (`ServerConfig::inline_store`).
     pub fn set_inline_store(&mut self, inline: bool) {
         self.inline_store = inline;
+    }
+
+    /// The inline store's I/O takes this time (`ServerConfig::inline_store_latency`).
+    pub fn set_io_latency(&mut self, latency: Option<Arc<dyn crate::server_config::IoLatency>>) {
+        self.io_latency = latency;
     }
 }

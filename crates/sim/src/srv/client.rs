@@ -44,6 +44,9 @@ pub enum Incoming {
     },
     /// `basic.get-empty`.
     GetEmpty,
+    /// `connection.blocked` (`true`) or `connection.unblocked` (`false`): a resource alarm
+    /// holds (or no longer holds) this connection's publishes (S-DISK-2).
+    Blocked(bool),
     /// Any other reply (`qos-ok`, `declare-ok`, ...), by name.
     Reply(String),
     /// `channel.close` from the server.
@@ -89,6 +92,7 @@ impl Client {
         protocol::encode_protocol_header(&mut c.out);
         let mut capabilities = FieldTable::default();
         capabilities.insert("publisher_confirms".into(), AMQPValue::Boolean(true));
+        capabilities.insert("connection.blocked".into(), AMQPValue::Boolean(true));
         let mut props = FieldTable::default();
         props.insert("capabilities".into(), AMQPValue::FieldTable(capabilities));
         props.insert(
@@ -300,6 +304,10 @@ impl Client {
                             c.reply_code,
                             c.reply_text.to_string(),
                         ));
+                    }
+                    connection::AMQPMethod::Blocked(_) => events.push(Incoming::Blocked(true)),
+                    connection::AMQPMethod::Unblocked(_) => {
+                        events.push(Incoming::Blocked(false));
                     }
                     // start, tune, open-ok: the pipelined handshake needs no answer.
                     other => {

@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 
 use crate::Violation;
-use crate::model::{DEAD, Place, TTL, TTL_QUEUE_MS, body_of, key_of};
+use crate::model::{DEAD, Place, TTL, TTL_QUEUE_MS, WORK, body_of, key_of};
 
 /// Who holds an unacknowledged delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +35,13 @@ pub enum Holder {
 #[derive(Debug, Clone)]
 pub struct Entry {
     queue: &'static str,
+    /// When its publish was sent: it was enqueued no earlier.
     enqueued_ms: u64,
+    /// When it was known enqueued at the latest (its confirm, the first management query
+    /// showing it, or the end of the process that took it): a publish held by a resource
+    /// alarm (S-DISK-2) or behind a slow disk is enqueued later than sent, so its TTL runs
+    /// from a time the model knows only within these bounds.
+    enqueued_by_ms: Option<u64>,
     own_ttl_ms: Option<u64>,
     /// Places it went through, oldest first; the first is `Gone` (before its publish).
     places: Vec<Place>,
@@ -51,6 +57,9 @@ pub struct Entry {
 impl Entry {
     fn latest(&self) -> Place {
         self.places.last().copied().unwrap_or(Place::Gone)
+    }
+    fn enqueued_by(&mut self, ms: u64) {
+        self.enqueued_by_ms = Some(self.enqueued_by_ms.map_or(ms, |b| b.min(ms)));
     }
     fn go(&mut self, place: Place) {
         if self.latest() != place {
@@ -70,6 +79,15 @@ pub struct Queues {
     pub lease_exists: bool,
     /// The `message-ttl` of the policy on `ttl`, if set.
     pub policy_ttl_ms: Option<u64>,
+}
+
+/// Deliveries that may be on their way to a client, by queue (see [`Ledger::check_queues`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct InFlight {
+    /// To the consumer of `work` (at most its free prefetch).
+    pub work: usize,
+    /// To the `basic.get` client of `dead` (at most its unanswered gets).
+    pub dead: usize,
 }
 
 /// The reference model.
@@ -107,6 +125,7 @@ impl Ledger {
             Entry {
                 queue,
                 enqueued_ms: now_ms,
+                enqueued_by_ms: None,
                 own_ttl_ms: own,
                 places: vec![Place::Gone, Place::Origin],
                 durable: 0,
@@ -117,11 +136,20 @@ impl Ledger {
         );
     }
 
-    /// Its publisher got the confirm of `key`: the publish is durable.
-    pub fn confirmed(&mut self, key: u64) {
+    /// Its publisher got the confirm of `key` at `now_ms`: the publish is durable, and was
+    /// enqueued by then.
+    pub fn confirmed(&mut self, key: u64, now_ms: u64) {
         if let Some(e) = self.entries.get_mut(&key) {
             e.confirmed = true;
             e.durable = e.durable.max(1);
+            e.enqueued_by(now_ms);
+        }
+    }
+
+    /// The process ended at `now_ms`: whatever it enqueued, it enqueued by then.
+    pub fn process_ended(&mut self, now_ms: u64) {
+        for e in self.entries.values_mut() {
+            e.enqueued_by(now_ms);
         }
     }
 
@@ -148,18 +176,33 @@ impl Ledger {
     }
 
     /// When `key` dies in its own queue (S-TTL-3/4/11: the lowest TTL that applies, from its
-    /// enqueue time; a policy applies to queued messages too).
-    fn deadline(&self, e: &Entry) -> Option<u64> {
+    /// enqueue time; a policy applies to queued messages too), as bounds: not before the
+    /// first, by the second (`None`: not known yet when it was enqueued).
+    fn deadline(&self, e: &Entry) -> Option<(u64, Option<u64>)> {
         let queue_ttl =
             (e.queue == TTL).then(|| self.policy().map_or(TTL_QUEUE_MS, |p| p.min(TTL_QUEUE_MS)));
         let ttl = [queue_ttl, e.own_ttl_ms].into_iter().flatten().min()?;
-        Some(e.enqueued_ms + ttl)
+        Some((e.enqueued_ms + ttl, e.enqueued_by_ms.map(|b| b + ttl)))
     }
 
-    /// Everything the clients asked before now is durable (a barrier's reply arrived).
+    /// Whether `e` may be dead by `now_ms` (its earliest deadline passed).
+    fn may_be_due(&self, e: &Entry, now_ms: u64) -> bool {
+        self.deadline(e).is_some_and(|(lo, _)| lo <= now_ms)
+    }
+
+    /// Whether `e` must be dead by `now_ms` (its latest deadline passed).
+    fn must_be_due(&self, e: &Entry, now_ms: u64) -> bool {
+        self.deadline(e)
+            .is_some_and(|(_, hi)| hi.is_some_and(|hi| hi <= now_ms))
+    }
+
+    /// Everything the clients asked before now is durable (a barrier's reply arrived),
+    /// except a publish not known enqueued: a resource alarm may hold it unread (S-DISK-2).
     pub fn all_durable(&mut self) {
         for e in self.entries.values_mut() {
-            e.durable = e.places.len() - 1;
+            if e.enqueued_by_ms.is_some() {
+                e.durable = e.places.len() - 1;
+            }
         }
     }
 
@@ -221,16 +264,24 @@ impl Ledger {
         }
     }
 
-    /// The timers fired up to `now_ms` (the run let time pass): every ready message past its
-    /// deadline went to `dead` (both queues dead-letter there).
-    pub fn expire(&mut self, now_ms: u64) {
+    /// The timers fired up to `now_ms` (the run let time pass), and `q` shows the queues now:
+    /// every message shown was enqueued by now; every ready message past its latest deadline
+    /// went to `dead` (both queues dead-letter there), and one past its earliest deadline
+    /// only may be there (seen there, it went).
+    pub fn expire(&mut self, now_ms: u64, q: &Queues) {
+        for key in q.ready.values().flatten() {
+            if let Some(e) = self.entries.get_mut(key) {
+                e.enqueued_by(now_ms);
+            }
+        }
+        let in_dead = |key: &u64| q.ready.get(DEAD).is_some_and(|keys| keys.contains(key));
         let due: Vec<u64> = self
             .entries
             .iter()
-            .filter(|(_, e)| {
+            .filter(|(key, e)| {
                 e.latest() == Place::Origin
                     && e.holder.is_none()
-                    && self.deadline(e).is_some_and(|d| d <= now_ms)
+                    && (self.must_be_due(e, now_ms) || (self.may_be_due(e, now_ms) && in_dead(key)))
             })
             .map(|(k, _)| *k)
             .collect();
@@ -242,11 +293,19 @@ impl Ledger {
     }
 
     /// Checks the broker's ready messages at `now_ms` against the model: each message ready
-    /// exactly where the model puts it, nothing else.
+    /// exactly where the model puts it, nothing else; but up to `in_flight` messages may be
+    /// missing from `work` and `dead` (a delivery or `get-ok` on its way: while the log is
+    /// paused on a full disk, the frame waits for it).
     ///
     /// # Errors
     /// The first message out of place.
-    pub fn check_queues(&self, q: &Queues, now_ms: u64) -> Result<(), Violation> {
+    pub fn check_queues(
+        &self,
+        q: &Queues,
+        now_ms: u64,
+        in_flight: InFlight,
+    ) -> Result<(), Violation> {
+        let mut in_flight = in_flight;
         let mut seen: BTreeMap<u64, &'static str> = BTreeMap::new();
         for (&queue, keys) in &q.ready {
             for &key in keys {
@@ -264,7 +323,17 @@ impl Ledger {
                 _ => None,
             };
             let found = seen.remove(key);
-            if found != expected {
+            // A publish not yet known enqueued may still be on its way: held with its
+            // connection by a resource alarm (S-DISK-2), unread.
+            let on_its_way = found.is_none() && e.enqueued_by_ms.is_none();
+            let delivering = found.is_none()
+                && match expected {
+                    Some(WORK) => in_flight.work.checked_sub(1).map(|n| in_flight.work = n),
+                    Some(DEAD) => in_flight.dead.checked_sub(1).map(|n| in_flight.dead = n),
+                    _ => None,
+                }
+                .is_some();
+            if found != expected && !on_its_way && !delivering {
                 let deadline = self.deadline(e);
                 return violation(format!(
                     "key {key} of {} (enqueued {}, deadline {deadline:?}) ready in {found:?} at \
@@ -340,8 +409,10 @@ impl Ledger {
             let deadline = self.deadline(e);
             // Unacked deliveries came back; what died while it was down went to `dead`.
             let mut may: Vec<Place> = e.places.get(e.durable..).unwrap_or_default().to_vec();
-            if may.contains(&Place::Origin) && deadline.is_some_and(|d| d <= now_ms) {
-                may.retain(|p| *p != Place::Origin);
+            if may.contains(&Place::Origin) && self.may_be_due(e, now_ms) {
+                if self.must_be_due(e, now_ms) {
+                    may.retain(|p| *p != Place::Origin);
+                }
                 if !may.contains(&Place::Dead) {
                     may.push(Place::Dead);
                 }

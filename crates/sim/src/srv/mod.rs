@@ -2,8 +2,10 @@
 //! (connections, channels, the broker task, group commit, publisher confirms, outboxes) with
 //! the real store and log on the simulated disk, in a current-thread tokio runtime with paused
 //! time, driven by simulated AMQP clients speaking real frames through the server's
-//! socket-free door (S-NET-2), with crashes, power losses and failing fsyncs and writes, and
-//! checked against a reference model ([`Ledger`]) at every step.
+//! socket-free door (S-NET-2), with crashes, power losses, failing fsyncs and writes, a full
+//! disk (S-DISK-1..4: a small volume the run's own messages fill, another writer filling it
+//! for a few steps; the server's resource monitor reads the simulated disk's free space) and
+//! a slow disk, and checked against a reference model ([`Ledger`]) at every step.
 //!
 //! What makes a run a function of its seed: every choice comes from the seed's [`Rng`]; the
 //! server runs its store inline (`ServerConfig::inline_store`: no writer thread, no
@@ -22,11 +24,14 @@
 //! - `process`: [`Process`], one server lifetime (runtime, server, fence), and [`SimClock`].
 //! - `client`: [`Client`], a scripted AMQP client over the door.
 //! - `ledger`: [`Ledger`], the reference model.
+//! - `room`: the disk's room (a small volume, another writer filling it) and the liveness
+//!   checks of a full disk.
 //! - this file: [`ServerWorld`], one run: steps, faults, restarts, checks.
 
 mod client;
 mod ledger;
 mod process;
+mod room;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,9 +42,10 @@ use tokio::sync::oneshot;
 use wharf_broker::{BrokerError, Reply};
 use wharf_clock::Clock;
 use wharf_server::{AdminQuery, AdminRequest, AdminView};
+use wharf_wal::Storage;
 
 pub use client::{Client, Incoming};
-pub use ledger::{Holder, Ledger, Queues};
+pub use ledger::{Holder, InFlight, Ledger, Queues};
 pub use process::{Process, ProcessConfig, SimClock};
 
 use crate::disk::Disk;
@@ -62,11 +68,30 @@ const PREFETCH: u16 = 4;
 /// Virtual time a settling round lets pass (ms).
 const ROUND_MS: u64 = 1;
 
+/// Two of the resource monitor's checks (`RESOURCE_CHECK_INTERVAL`, a second): by then a log
+/// paused on a full disk was retried.
+const RETRY_MS: u64 = 2_000;
+
 /// A publisher in confirm mode: sequence numbers not confirmed yet, to keys.
 #[derive(Debug, Default)]
 struct Publisher {
     next_seq: u64,
     unconfirmed: BTreeMap<u64, u64>,
+    /// Told `connection.blocked` (and not `unblocked` since).
+    blocked: bool,
+}
+
+/// The simulated disk's room: a volume of the seed's size, or another writer's files
+/// filling it for a few steps.
+#[derive(Debug, Default)]
+struct Room {
+    /// The volume's capacity (`None`: unlimited).
+    volume_bytes: Option<u64>,
+    /// Steps left while another writer fills the disk (0: none).
+    filled_steps: u32,
+    /// Until when (virtual ms) the log may still be paused after the disk was filled (its
+    /// retry is the resource monitor's next check).
+    tight_until_ms: u64,
 }
 
 /// A policy change sent through the management path, waiting for its answer.
@@ -91,6 +116,11 @@ pub struct ServerWorld {
     policy_waiting: Vec<PolicyWait>,
     /// A `qos-ok` barrier is on its way to the administrator.
     barrier: bool,
+    room: Room,
+    /// Since when the consumer had room while `work` had ready messages.
+    starved_since_ms: Option<u64>,
+    /// `basic.get`s sent and not answered yet.
+    gets_waiting: usize,
     /// The run's statistics and trace hash.
     pub stats: Stats,
 }
@@ -119,11 +149,27 @@ impl ServerWorld {
     /// A violation while starting.
     pub fn new(seed: u64) -> Result<Self, Violation> {
         let mut rng = Rng::new(seed);
-        let config = ProcessConfig {
+        let mut config = ProcessConfig {
             message_memory_bytes: rng.below(16 * 1024),
             segment_bytes: (16 * 1024) << rng.below(3),
             checkpoint_log_bytes_min: (8 * 1024) << rng.below(4),
+            disk_free_limit_bytes: 0,
         };
+        let mut room = Room::default();
+        // A third of the seeds run on a small volume that their own messages fill (S-DISK-1):
+        // the alarm's limit, the segments in use and a little more.
+        if rng.chance(333) {
+            let segment = config.segment_bytes;
+            // Room at the start for the first segment, the next one's reservation (S-DISK-1),
+            // the limit and its hysteresis (a tenth: more than the alarm's 5 %), and one to three
+            // segments more.
+            let limit = segment / 4 + rng.below(2 * segment);
+            config.disk_free_limit_bytes = limit;
+            let start = 2 * segment + limit + limit / 10;
+            room.volume_bytes = Some(start + segment + rng.below(2 * segment));
+        } else if rng.chance(500) {
+            config.disk_free_limit_bytes = rng.below(4 * config.segment_bytes);
+        }
         let mut world = ServerWorld {
             disk: Disk::new(rng.next_u64()),
             rng,
@@ -139,8 +185,26 @@ impl ServerWorld {
             fault_armed: false,
             policy_waiting: Vec::new(),
             barrier: false,
+            room,
+            starved_since_ms: None,
+            gets_waiting: 0,
             stats: Stats::default(),
         };
+        world.disk.sim().set_capacity(world.room.volume_bytes);
+        // A third of the seeds run on a slow disk: fsyncs of up to 1..20 ms, one in 20..220
+        // stalling for up to 0.1..3 s more.
+        if world.rng.chance(333) {
+            let seed = world.rng.next_u64();
+            let sync_ms_max = 1 + world.rng.below(20);
+            let stall_one_in = 20 + world.rng.below(200);
+            let stall_ms_max = 100 + world.rng.below(2900);
+            world.disk.set_slow(crate::disk::Slowness::new(
+                seed,
+                sync_ms_max,
+                stall_one_in,
+                stall_ms_max,
+            ));
+        }
         world.boot()?;
         Ok(world)
     }
@@ -179,7 +243,12 @@ impl ServerWorld {
         self.stats.steps += 1;
         let roll = self.rng.below(100);
         if debug() {
-            eprintln!("STEP {} roll {roll} now {}", self.stats.steps, self.now());
+            eprintln!(
+                "STEP {} roll {roll} now {} trace {}",
+                self.stats.steps,
+                self.now(),
+                self.stats.trace
+            );
         }
         self.trace(roll);
         match roll {
@@ -197,6 +266,7 @@ impl ServerWorld {
             86..89 => self.arm_fault(true),
             89..90 => self.arm_fault(false),
             90..92 => return self.restart(false, true),
+            92..94 => self.fill_disk(),
             _ => {
                 let dt = 1 + self.rng.below(300);
                 self.advance(dt)?;
@@ -239,7 +309,7 @@ impl ServerWorld {
 
     fn getter_acts(&mut self) {
         if self.getter_held.len() < 3 && self.rng.chance(600) {
-            self.clients[GETTER].get(DEAD);
+            self.get();
             return;
         }
         if self.getter_held.is_empty() {
@@ -253,6 +323,11 @@ impl ServerWorld {
             n => Some(n == 3),
         };
         self.settle_delivery(GETTER, tag, key, requeue);
+    }
+
+    fn get(&mut self) {
+        self.gets_waiting += 1;
+        self.clients[GETTER].get(DEAD);
     }
 
     /// The client acks delivery `tag` of `key` (`None`), or rejects it with or without
@@ -347,6 +422,17 @@ impl ServerWorld {
                 self.receive(i, e)?;
             }
             if !arrived {
+                // A slow disk: a batch may still wait for its fsync; time passes until then.
+                let now = self.now();
+                let busy_until = self.disk.slow().map_or(0, |s| s.busy_until_ms());
+                // (At `busy_until` itself the waiter may not have run yet: one round past it.)
+                if now <= busy_until {
+                    let p = self.process()?;
+                    p.block_on(async {
+                        tokio::time::sleep(Duration::from_millis(busy_until - now)).await;
+                    });
+                    continue;
+                }
                 return Ok(());
             }
         }
@@ -379,10 +465,11 @@ impl ServerWorld {
                         "client {client}: confirm {tag} (multiple {multiple}) of nothing unconfirmed"
                     )));
                 }
+                let now = self.now();
                 for seq in seqs {
                     if let Some(key) = self.publishers[p].unconfirmed.remove(&seq) {
                         self.stats.confirmed += 1;
-                        self.ledger.confirmed(key);
+                        self.ledger.confirmed(key, now);
                     }
                 }
             }
@@ -399,6 +486,7 @@ impl ServerWorld {
                         .delivered(Holder::Consumer(tag), redelivered, &body)?;
                     self.consumer_held.push((tag, key));
                 } else if client == GETTER {
+                    self.gets_waiting = self.gets_waiting.saturating_sub(1);
                     let key = self
                         .ledger
                         .delivered(Holder::Getter(tag), redelivered, &body)?;
@@ -407,7 +495,21 @@ impl ServerWorld {
                     return Err(Violation(format!("client {client} got a message")));
                 }
             }
-            Incoming::GetEmpty => {}
+            Incoming::GetEmpty => self.gets_waiting = self.gets_waiting.saturating_sub(1),
+            Incoming::Blocked(on) => {
+                let Some(p) = PUBLISHERS.iter().position(|&c| c == client) else {
+                    return Err(Violation(format!(
+                        "client {client}, which never published, told blocked {on} (S-DISK-2)"
+                    )));
+                };
+                if self.publishers[p].blocked == on {
+                    return Err(Violation(format!(
+                        "client {client}: told blocked {on} twice"
+                    )));
+                }
+                self.publishers[p].blocked = on;
+                self.stats.blocked += u64::from(on);
+            }
             Incoming::Reply(name) => {
                 if client == ADMIN && self.barrier && name.contains("QosOk") {
                     self.barrier = false;
@@ -436,6 +538,18 @@ impl ServerWorld {
         self.settle()?;
         if self.fail_stopped()? {
             return Ok(());
+        }
+        if self.room.filled_steps > 0 || self.room.volume_bytes.is_some() {
+            self.disk
+                .check_no_partial_checkpoint(std::path::Path::new(process::DATA_DIR))?;
+        }
+        if self.room.filled_steps > 0 {
+            self.room.filled_steps -= 1;
+            if self.room.filled_steps == 0 {
+                // The log, if it paused, retries at the resource monitor's next check.
+                self.room.tight_until_ms = self.now() + RETRY_MS;
+                self.unfill_disk();
+            }
         }
         self.answers();
         self.observe()?;
@@ -497,13 +611,36 @@ impl ServerWorld {
     /// Judges the server's queues against the model now.
     fn observe(&mut self) -> Result<(), Violation> {
         let now = self.now();
-        self.ledger.expire(now);
         let Some(q) = self.queues()? else {
             return Err(Violation("the broker task is gone, not stopped".into()));
         };
+        self.ledger.expire(now, &q);
         self.trace(now);
         self.trace_str(&format!("{q:?}"));
-        self.ledger.check_queues(&q, now)
+        if debug() {
+            let free = self
+                .disk
+                .sim()
+                .available_bytes(std::path::Path::new(process::DATA_DIR));
+            eprintln!(
+                "OBSERVE now {now} free {free:?} alarm {:?} room {:?} gets {} held {} busy {:?}",
+                self.process()?.server().blocked_reason(),
+                self.room,
+                self.gets_waiting,
+                self.consumer_held.len(),
+                self.disk.slow().map(|s| s.busy_until_ms()),
+            );
+        }
+        let in_flight = if self.log_may_be_paused(now)? {
+            InFlight {
+                work: usize::from(PREFETCH).saturating_sub(self.consumer_held.len()),
+                dead: self.gets_waiting,
+            }
+        } else {
+            InFlight::default()
+        };
+        self.ledger.check_queues(&q, now, in_flight)?;
+        self.check_consumer_progress(&q, now)
     }
 
     /// Whether the log failed and the server stopped (fail-stop): then it restarts, with a
@@ -526,6 +663,8 @@ impl ServerWorld {
     /// The process ends (a crash, a power loss on top, or a clean stop) and starts again
     /// through recovery, which is checked against the model before any client connects.
     fn restart(&mut self, power_loss: bool, clean: bool) -> Result<(), Violation> {
+        // Whatever the process took, it took by now (S-TTL: the clock of its enqueues).
+        self.ledger.process_ended(self.now());
         let Some(process) = self.process.take() else {
             return Err(Violation("restart without a running server".into()));
         };
@@ -538,9 +677,18 @@ impl ServerWorld {
             for c in clients {
                 process.block_on(c.hang_up());
             }
+            // A stop on a full disk gives up what it could not write (never confirmed).
+            let full = self
+                .disk
+                .sim()
+                .available_bytes(std::path::Path::new(process::DATA_DIR));
+            let full = full
+                .ok()
+                .flatten()
+                .is_some_and(|free| free < self.config.segment_bytes);
             match process.stop() {
                 Ok(()) => {}
-                Err(_) if self.fault_armed => self.stats.fail_stops += 1,
+                Err(_) if self.fault_armed || full => self.stats.fail_stops += 1,
                 Err(e) => return Err(Violation(format!("clean stop failed: {e}"))),
             }
         } else {
@@ -552,10 +700,14 @@ impl ServerWorld {
         self.disk.process_ended(power_loss);
         self.fault_armed = false;
         self.barrier = false;
+        self.starved_since_ms = None;
+        self.gets_waiting = 0;
+        self.unfill_disk();
         self.policy_waiting.clear();
         for p in &mut self.publishers {
             p.next_seq = 1;
             p.unconfirmed.clear();
+            p.blocked = false;
         }
         self.consumer_held.clear();
         self.getter_held.clear();
@@ -622,9 +774,17 @@ impl ServerWorld {
     pub fn finish(mut self) -> Result<Stats, Violation> {
         self.advance(10_000)?;
         self.end_step()?;
+        if self.room.volume_bytes.is_some() || self.publishers.iter().any(|p| p.blocked) {
+            self.drain()?;
+        }
         self.restart(false, true)?;
         self.trace(self.ledger.len() as u64);
         self.trace(self.ledger.confirmed_held() as u64);
+        if let Some(slow) = self.disk.slow() {
+            (self.stats.slow_ios, self.stats.stalls) = slow.counts();
+            self.trace(self.stats.slow_ios);
+            self.trace(self.stats.stalls);
+        }
         if let Some(p) = self.process.take() {
             let clients = std::mem::take(&mut self.clients);
             for c in clients {

@@ -2,18 +2,22 @@
 //! its own current-thread tokio runtime with paused time (so time moves only when every task
 //! is idle, by exactly what the run asks), the store run inline
 //! (`ServerConfig::inline_store`), a [`SimClock`] that reads the runtime's time, and a resource
-//! probe that never raises an alarm. A crash fences the disk and drops the runtime with every
+//! probe that reads the simulated disk's free space (so the server's own monitor raises and
+//! clears the disk alarm). A crash fences the disk and drops the runtime with every
 //! task on it, as a killed process loses its threads; what it wrote stays on the disk.
 
 use std::fmt;
 use std::future::Future;
 use std::io;
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use wharf_clock::Clock;
-use wharf_server::{ResourceProbe, Server, ServerConfig, ServerHandle};
+use wharf_server::{IoLatency, ResourceProbe, Server, ServerConfig, ServerHandle};
+use wharf_wal::{SimStorage, Storage};
 
-use crate::disk::{Disk, Fence};
+use crate::disk::{Disk, Fence, Slowness};
 
 /// The data directory on the simulated disk.
 pub const DATA_DIR: &str = "/sim/data";
@@ -72,17 +76,35 @@ impl Clock for SimClock {
     }
 }
 
-/// A machine with room and memory to spare: the alarms stay off (the simulation's full disk
-/// is the store's own, `SimStorage::set_capacity`).
+/// The simulated machine as the resource monitor sees it: free disk space is what the
+/// simulated disk has left (`SimStorage::set_capacity`; plenty when unlimited), memory is
+/// never short. So the disk alarm (S-DISK-1) is raised and cleared by the server's own
+/// monitor, from the same numbers the log's allocations meet.
 #[derive(Debug)]
-struct Plenty;
+struct SimProbe(SimStorage);
 
-impl ResourceProbe for Plenty {
+impl ResourceProbe for SimProbe {
     fn disk_free_bytes(&self) -> io::Result<u64> {
-        Ok(u64::MAX / 4)
+        Ok(self
+            .0
+            .available_bytes(Path::new(DATA_DIR))?
+            .unwrap_or(u64::MAX / 4))
     }
     fn memory_used_bytes(&self) -> io::Result<u64> {
         Ok(0)
+    }
+}
+
+/// The slow disk's time, as the server's durability waiter pays it.
+#[derive(Debug)]
+struct SlowDisk {
+    slow: Arc<Slowness>,
+    clock: Arc<SimClock>,
+}
+
+impl IoLatency for SlowDisk {
+    fn take(&self) -> Duration {
+        Duration::from_millis(self.slow.take_owed_ms(self.clock.now_ms()))
     }
 }
 
@@ -109,7 +131,14 @@ pub struct ProcessConfig {
     pub segment_bytes: u64,
     /// The periodic checkpoint's threshold of log.
     pub checkpoint_log_bytes_min: u64,
+    /// The disk alarm's limit of free space (0: never on for want of space; a log paused on
+    /// a full disk raises it still).
+    pub disk_free_limit_bytes: u64,
 }
+
+/// Virtual time a start may take (recovery, the startup batch made durable) before the run
+/// calls it wedged.
+const START_MS_MAX: u64 = 60_000;
 
 impl Process {
     /// Starts the server on `disk` (recovery through the real path) in a fresh runtime.
@@ -128,23 +157,38 @@ impl Process {
         config.storage_segment_bytes = Some(cfg.segment_bytes);
         config.inline_store = true;
         config.clock = Arc::clone(clock) as Arc<dyn Clock>;
-        config.resource_probe = Some(Arc::new(Plenty));
-        config.disk_free_limit_bytes = 0;
+        config.resource_probe = Some(Arc::new(SimProbe(disk.sim().clone())));
+        config.inline_store_latency = disk.slow().map(|slow| {
+            Arc::new(SlowDisk {
+                slow: Arc::clone(slow),
+                clock: Arc::clone(clock),
+            }) as Arc<dyn IoLatency>
+        });
+        config.disk_free_limit_bytes = cfg.disk_free_limit_bytes;
         config.consumer_timeout_ms = None;
         config.message_memory_bytes = cfg.message_memory_bytes;
         config.checkpoint_log_bytes_min = cfg.checkpoint_log_bytes_min;
         let started = runtime.block_on(async {
             clock.start();
-            Server::start(config).await
+            tokio::time::timeout(Duration::from_millis(START_MS_MAX), Server::start(config)).await
         });
         match started {
-            Ok(handle) => Ok(Process {
+            Err(_) => {
+                // Dropped with the runtime: a start that never finished.
+                runtime.block_on(async { clock.stop() });
+                fence.crash();
+                drop(runtime);
+                Err(format!(
+                    "the start took more than {START_MS_MAX} ms (wedged)"
+                ))
+            }
+            Ok(Ok(handle)) => Ok(Process {
                 runtime,
                 handle: Some(handle),
                 fence,
                 clock: Arc::clone(clock),
             }),
-            Err(e) => {
+            Ok(Err(e)) => {
                 runtime.block_on(async { clock.stop() });
                 fence.crash();
                 drop(runtime);

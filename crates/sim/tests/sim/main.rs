@@ -60,6 +60,9 @@ fn add(total: &mut Stats, s: &Stats) {
     total.write_faults += s.write_faults;
     total.fail_stops += s.fail_stops;
     total.disk_full += s.disk_full;
+    total.blocked += s.blocked;
+    total.slow_ios += s.slow_ios;
+    total.stalls += s.stalls;
     total.clean_restarts += s.clean_restarts;
     total.recoveries += s.recoveries;
 }

@@ -1,6 +1,7 @@
 //! The whole server under deterministic simulation (`wharf_sim::srv`): the real server,
 //! store and log on the simulated disk, in a paused-time runtime, reached by AMQP clients
-//! speaking real frames, with crashes, power losses and failing fsyncs and writes, each run
+//! speaking real frames, with crashes, power losses, failing fsyncs and writes, a full disk
+//! (a small volume the run fills, another writer filling it) and a slow disk, each run
 //! checked against the reference model (`wharf_sim::srv::Ledger`).
 //!
 //! - `WHARF_SIM_SERVER_SEEDS=100000` runs that many seeds (default 200, CI);
@@ -24,7 +25,9 @@ fn seeds() -> Vec<u64> {
 /// Every seed of the whole server matches the model: confirmed messages never lost (S-DUR-3),
 /// never delivered twice unless flagged (S-DUR-4), expired on time (S-TTL-4, S-TTL-11,
 /// S-DUR-5), dead-lettered exactly once (S-DLX-7), through crashes, power losses, failing
-/// fsyncs and writes (fail-stop) and clean restarts.
+/// fsyncs and writes (fail-stop) and clean restarts; and on a full disk publishers are
+/// blocked, never failed, consumers are never starved, no partial checkpoint is left, and
+/// once the queues are drained the publishers resume by themselves (S-DISK-1..4).
 #[test]
 fn server_s_dur_3_s_ttl_4_s_dlx_7_every_seed_matches_the_model() {
     let seeds = seeds();
@@ -48,6 +51,10 @@ fn server_s_dur_3_s_ttl_4_s_dlx_7_every_seed_matches_the_model() {
                 ("power losses", total.power_losses),
                 ("fail-stops", total.fail_stops),
                 ("clean restarts", total.clean_restarts),
+                ("full disks", total.disk_full),
+                ("blocked publishers", total.blocked),
+                ("slow I/Os", total.slow_ios),
+                ("slow disk stalls", total.stalls),
             ],
         );
     }

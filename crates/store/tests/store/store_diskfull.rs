@@ -150,3 +150,38 @@ fn s_disk_4_a_checkpoint_whose_sync_fails_removes_its_partial_file_at_once() {
         .unwrap()
         .unwrap();
 }
+
+/// S-DISK-3 (found by the whole-server simulation): a queue drained on a disk left with less
+/// room than a segment. The checkpoint that would give the drained segments back cannot leave
+/// the log room for one more segment, but the log has no room for one anyway (its acks go
+/// into the segment already reserved), so it is written: waiting for it to "fit" waited for
+/// good, and the disk alarm stayed on with every queue empty.
+#[test]
+fn s_disk_3_a_drained_log_with_no_room_for_a_segment_still_checkpoints_and_frees_it() {
+    let sim = SimStorage::new(44);
+    let (mut store, mut live) = filled(&sim, 150);
+    for _ in 0..150 {
+        let events = live.apply(&Op::Get { q: 0, no_ack: true });
+        let ticket = log(&store, &events).unwrap();
+        store.wait_durable(ticket).unwrap();
+    }
+    store.set_checkpoint_trigger(CheckpointTrigger {
+        space_floor_bytes: 1 << 30,
+        ..CheckpointTrigger::default()
+    });
+    sim.set_capacity(Some(sim.used_bytes() + SEGMENT_BYTES / 4));
+    let before = sim.used_bytes();
+    assert!(
+        store.maybe_checkpoint(&live.broker),
+        "the checkpoint that frees the drained segments was deferred"
+    );
+    store.wait_checkpoint().unwrap().unwrap();
+    assert!(
+        sim.used_bytes() + SEGMENT_BYTES <= before,
+        "{} used before, {} after: {:?}",
+        before,
+        sim.used_bytes(),
+        files(&sim)
+    );
+    assert_eq!(LogHealth::of(&store).demand_bytes(), SEGMENT_BYTES);
+}

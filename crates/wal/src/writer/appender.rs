@@ -94,12 +94,19 @@ impl Appender {
                 break;
             }
             if shared.inline {
-                // No thread will empty it: write what is pending now, on this thread.
+                // No thread will empty it: write what is pending now, on this thread. On a
+                // full disk the record is taken over the bound (a writer thread's caller
+                // would wait for space; here nothing else could make it, and the caller
+                // must not wedge): memory, not the disk, holds it until a retry.
                 let last = Lsn(pending.next_lsn.0.saturating_sub(1));
                 drop(pending);
-                shared.step_inline(last)?;
+                let stepped = shared.step_inline(last);
                 pending = lock(&shared.pending);
-                continue;
+                match stepped {
+                    Ok(()) => continue,
+                    Err(err) if err.is_disk_full() => break,
+                    Err(err) => return Err(err),
+                }
             }
             pending = shared
                 .space
@@ -225,8 +232,16 @@ impl Appender {
     }
 
     /// Asks a writer paused on a full disk to retry now (say, once the server saw free space
-    /// come back) instead of at the end of its retry period. Does nothing otherwise.
+    /// come back) instead of at the end of its retry period. Does nothing otherwise. With an
+    /// inline writer, which has no retry period, this is the retry: every [`Durable`] future
+    /// waiting is woken, and the first one polled steps the writer again.
     pub fn retry_now(&self) {
+        if self.shared.inline {
+            if self.disk_full() {
+                self.shared.durability.wake_all();
+            }
+            return;
+        }
         let _guard = lock(&self.shared.pending);
         self.shared.retry.notify_all();
     }
@@ -299,8 +314,16 @@ impl Future for Durable {
                 break;
             }
             drop(state);
-            if let Err(err) = this.shared.step_inline(this.lsn) {
-                return Poll::Ready(Err(err));
+            match this.shared.step_inline(this.lsn) {
+                Ok(()) => {}
+                // A full disk: the future waits, as a waiter of a writer thread waits while
+                // it is paused, until a retry ([`Appender::retry_now`] wakes it and its poll
+                // steps the writer again).
+                Err(err) if err.is_disk_full() => {
+                    state = lock(&this.shared.durability.state);
+                    break;
+                }
+                Err(err) => return Poll::Ready(Err(err)),
             }
             state = lock(&this.shared.durability.state);
         }

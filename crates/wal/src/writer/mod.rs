@@ -191,6 +191,13 @@ impl Durability {
         ready.into_values().for_each(Waker::wake);
     }
 
+    /// Wakes every async waiter without changing anything (an inline writer's retry on a
+    /// full disk, [`crate::Appender::retry_now`]).
+    pub(crate) fn wake_all(&self) {
+        let all = std::mem::take(&mut lock(&self.state).wakers);
+        all.into_values().for_each(Waker::wake);
+    }
+
     fn finish(&self, failed: Option<WalError>) {
         let mut state = lock(&self.state);
         if state.failed.is_none() {

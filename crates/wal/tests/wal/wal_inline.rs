@@ -29,11 +29,15 @@ fn config() -> WalConfig {
 }
 
 fn open(sim: &SimStorage) -> (Wal, Vec<Vec<u8>>) {
+    open_with(sim, &config())
+}
+
+fn open_with(sim: &SimStorage, config: &WalConfig) -> (Wal, Vec<Vec<u8>>) {
     let mut recs = Vec::new();
     let (wal, _) = Wal::open(
         &dir(),
         Arc::new(sim.clone()),
-        &config(),
+        config,
         &mut |r: RecordRef<'_>| {
             recs.push(r.payload.to_vec());
             Ok(())
@@ -131,19 +135,25 @@ fn an_injected_sync_failure_hits_the_same_records_every_time() {
     assert_eq!(outcome(9).1, recs, "the same power loss for the same seed");
 }
 
-#[test]
-fn a_full_disk_is_returned_to_the_waiter_and_the_next_wait_retries() {
-    let sim = SimStorage::new(3);
-    let (wal, _) = open(&sim);
+/// A log with one durable record, then a disk with no room for a second segment and 20
+/// records of 4000 bytes appended (they need one): the log, its appender, the last Lsn.
+fn full_after_first(sim: &SimStorage, config: &WalConfig) -> (Wal, wharf_wal::Appender, Lsn) {
+    let (wal, _) = open_with(sim, config);
     let appender = wal.appender();
     appender.append_durable(1, b"first").unwrap();
-    // No room for a second segment.
     sim.set_capacity(Some(sim.used_bytes() + 1024));
     let big = vec![7u8; 4000];
     let mut last = Lsn(0);
     for _ in 0..20 {
         last = appender.append(1, &big).unwrap().lsn;
     }
+    (wal, appender, last)
+}
+
+#[test]
+fn a_full_disk_is_returned_to_the_waiter_and_the_next_wait_retries() {
+    let sim = SimStorage::new(3);
+    let (wal, appender, last) = full_after_first(&sim, &config());
     let err = appender.wait_durable(last).unwrap_err();
     assert!(err.is_disk_full(), "{err}");
     assert!(appender.disk_full());
@@ -155,4 +165,57 @@ fn a_full_disk_is_returned_to_the_waiter_and_the_next_wait_retries() {
     wal.close().unwrap();
     let (_, recs) = open(&sim);
     assert_eq!(recs.len(), 21);
+}
+
+/// A waker that records whether it was woken.
+struct Flag(std::sync::atomic::AtomicBool);
+
+impl std::task::Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// S-DUR-3, S-DISK-2: an async waiter of an inline log does not fail on a full disk (the
+/// server would stop on it); it waits, as a waiter of a paused writer thread does, and
+/// `retry_now` (the resource monitor's nudge) wakes it to try again. Appends past the pending
+/// bound are taken meanwhile (no caller wedges), and everything is written once space is back.
+#[test]
+fn s_disk_2_a_full_disk_keeps_the_future_waiting_until_retry_now() {
+    use std::future::Future;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let sim = SimStorage::new(4);
+    let small = WalConfig {
+        pending_bytes_max: 64 * 1024,
+        ..config()
+    };
+    let (wal, appender, mut last) = full_after_first(&sim, &small);
+    let big = vec![7u8; 4000];
+    let flag = Arc::new(Flag(AtomicBool::new(false)));
+    let waker = std::task::Waker::from(Arc::clone(&flag));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut durable = std::pin::pin!(appender.durable(last));
+    assert!(durable.as_mut().poll(&mut cx).is_pending());
+    assert!(appender.disk_full());
+    assert!(appender.failure().is_none(), "a full disk is not latched");
+    // Ten times what the pending buffer holds: taken, not refused, not blocking.
+    for _ in 0..160 {
+        last = appender.append(1, &big).unwrap().lsn;
+    }
+    appender.retry_now();
+    assert!(flag.0.swap(false, Ordering::SeqCst), "retry_now wakes it");
+    assert!(durable.as_mut().poll(&mut cx).is_pending(), "still full");
+    sim.set_capacity(None);
+    appender.retry_now();
+    assert!(flag.0.swap(false, Ordering::SeqCst));
+    assert!(matches!(
+        durable.as_mut().poll(&mut cx),
+        std::task::Poll::Ready(Ok(()))
+    ));
+    assert!(!appender.disk_full());
+    appender.wait_durable(last).unwrap();
+    drop(appender);
+    wal.close().unwrap();
+    let (_, recs) = open(&sim);
+    assert_eq!(recs.len(), 181);
 }
