@@ -253,7 +253,7 @@ async fn start_cluster(config: &Config) -> anyhow::Result<Option<Cluster>> {
         machine: handle.machine,
         leaders: wharf_cluster::LeaderAddrs::default(),
     };
-    let learner = wharf_cluster::learn_leader_addresses(&group);
+    let learner = group.learn_leader_addresses();
     Ok(Some(Cluster {
         node,
         group,

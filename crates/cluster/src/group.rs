@@ -41,7 +41,7 @@ pub struct QueueGroup {
     /// The group's committed state on this member.
     pub machine: QueueStateMachine,
     /// The AMQP addresses of the group's leaders, as this member learns them
-    /// (`learn_leader_addresses`, S-CLU-13); empty where nobody learns them.
+    /// (`QueueGroup::learn_leader_addresses`, S-CLU-13); empty where nobody learns them.
     pub leaders: LeaderAddrs,
 }
 
@@ -118,6 +118,13 @@ impl QueueGroup {
             },
             _ => "no node yet".to_owned(),
         }
+    }
+
+    /// Keeps `self.leaders` up to date (S-CLU-13): each time another member becomes the
+    /// leader this member knows of, asks it for its status and records the AMQP address it
+    /// names. The task ends when the group's Raft stops.
+    pub fn learn_leader_addresses(&self) -> tokio::task::JoinHandle<()> {
+        crate::leaders::learn(self.node, self.metrics(), self.leaders.clone())
     }
 
     /// This member's role now.

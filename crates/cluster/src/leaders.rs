@@ -10,10 +10,12 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::group::QueueGroup;
 use crate::node::remote_status;
 use crate::status;
 use crate::types::NodeId;
+
+/// A member's view of its group, as openraft publishes it.
+type Metrics = openraft::RaftMetrics<NodeId, openraft::BasicNode>;
 
 /// How long a member waits before asking a leader that did not answer again.
 const RETRY: Duration = Duration::from_millis(300);
@@ -40,13 +42,14 @@ impl LeaderAddrs {
     }
 }
 
-/// Keeps `group.leaders` up to date: each time another member becomes the leader this member
-/// knows of, asks it for its status and records the AMQP address it names (retried until it
-/// answers or the leader changes). Ends when the group's Raft stops.
-pub fn learn_leader_addresses(group: &QueueGroup) -> JoinHandle<()> {
-    let mut metrics = group.metrics();
-    let me = group.node;
-    let addrs = group.leaders.clone();
+/// Keeps `addrs` up to date for member `me`: each time another member becomes the leader
+/// `metrics` show, asks it for its status and records the AMQP address it names (retried until
+/// it answers or the leader changes). Ends when the group's Raft stops.
+pub(crate) fn learn(
+    me: NodeId,
+    mut metrics: tokio::sync::watch::Receiver<Metrics>,
+    addrs: LeaderAddrs,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut learned: Option<NodeId> = None;
         loop {

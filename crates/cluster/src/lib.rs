@@ -16,7 +16,7 @@
 //!   take-over into a server's live broker.
 //! - `group`: [`QueueGroup`], the handle a server replicates its quorum queues through.
 //! - `leaders`: [`LeaderAddrs`], where the clients of a group's leader connect, learned by
-//!   [`learn_leader_addresses`].
+//!   [`QueueGroup::learn_leader_addresses`].
 //! - `split`: [`Replicated`], which events of a batch go to the group, which stay local.
 //! - `net`: the cluster link between nodes (openraft's RPCs over TCP; a public namespace).
 //! - `incarnation`: a node's member id and the member file recording it (a public namespace).
@@ -48,7 +48,7 @@ mod types;
 
 pub use group::{Commit, Metrics, ProposeError, QUEUE_GROUP, QueueGroup, Role, needs_leader};
 pub use leader::{Adopted, adopt, leader_now, take_over};
-pub use leaders::{LeaderAddrs, learn_leader_addresses};
+pub use leaders::LeaderAddrs;
 pub use log_store::{OpenError, WalLogReader, WalLogStore};
 pub use node::{
     GroupHandle, METADATA_GROUP, Node, NodeConfig, NodeError, Timing, remote_add_member,

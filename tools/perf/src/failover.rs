@@ -236,11 +236,11 @@ pub async fn failover(config: FailoverConfig) -> Result<FailoverReport> {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
-)]
 mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        reason = "test code: a failed unwrap is a failed test"
+    )]
     use super::*;
 
     fn argv(text: &str) -> Vec<String> {
