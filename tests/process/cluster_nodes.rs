@@ -130,9 +130,7 @@ async fn a_group_forms_over_slow_and_lossy_links() {
         c.proxy().delay(a, b, 20);
         c.proxy().drop_one_in(a, b, 20);
     }
-    for id in 1..=3 {
-        c.start_node(id);
-    }
+    c.start_all();
     let (leader, _) = c.leader(META, &[], 0, Duration::from_secs(20)).await;
     all_in_sync(&c, leader, "every member in sync").await;
     assert!(c.proxy().dropped() > 0, "the drops broke connections");

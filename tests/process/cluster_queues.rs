@@ -495,15 +495,19 @@ async fn readme_three_nodes_on_one_machine() {
         match program.as_str() {
             "wharf" => {
                 let bin = env!("CARGO_BIN_EXE_wharf");
-                nodes.push(tokio::task::block_in_place(|| {
-                    crate::support::binary::Broker::start_exact(bin, &args)
-                }));
+                // Started together, as in three terminals: a new cluster's nodes wait for
+                // each other before they serve (S-CLU-20).
+                nodes.push(crate::support::binary::Broker::launch_exact(bin, &args));
             }
             "wharfctl" => status_args = Some(args),
             other => panic!("the README runs {other}"),
         }
     }
     assert_eq!(nodes.len(), 3, "three nodes");
+    let nodes: Vec<_> = nodes
+        .into_iter()
+        .map(|n| tokio::task::block_in_place(|| n.wait()))
+        .collect();
     let status_args = status_args.expect("the README asks cluster_status");
     // As the README says: node 1's status names its AMQP address and group 1's leader.
     let began = now();

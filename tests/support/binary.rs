@@ -92,24 +92,36 @@ impl Broker {
 
     /// As [`Broker::start_bin`], with more command-line arguments.
     pub fn start_with_args(bin: &str, dir: &Path, extra: &[&str]) -> Broker {
+        Self::launch_with_args(bin, dir, extra).wait()
+    }
+
+    /// As [`Broker::start_with_args`], without waiting for the start line: a new cluster's
+    /// nodes start together, each waiting for the others before it serves (S-CLU-20).
+    pub fn launch_with_args(bin: &str, dir: &Path, extra: &[&str]) -> Starting {
         let mut cmd = command(bin, dir);
         cmd.args(["--log", "info"]).args(extra);
-        Self::spawn(cmd, &dir.display().to_string())
+        Self::launch(cmd, &dir.display().to_string())
     }
 
     /// `bin` with exactly `args` (a command line as a person types it: no port, directory
     /// or log level added), without colours or a configuration file from the environment;
     /// waits for its start line.
     pub fn start_exact(bin: &str, args: &[String]) -> Broker {
+        Self::launch_exact(bin, args).wait()
+    }
+
+    /// As [`Broker::start_exact`], without waiting for the start line.
+    pub fn launch_exact(bin: &str, args: &[String]) -> Starting {
         let mut cmd = Command::new(bin);
         cmd.args(args)
             .env("NO_COLOR", "1")
             .env_remove("WHARF_CONFIG");
-        Self::spawn(cmd, &args.join(" "))
+        Self::launch(cmd, &args.join(" "))
     }
 
-    /// Spawns `cmd` (`what`, for a failure's message) and waits for its start line.
-    fn spawn(mut cmd: Command, what: &str) -> Broker {
+    /// Spawns `cmd` (`what`, for a failure's message); [`Starting::wait`] waits for its start
+    /// line.
+    fn launch(mut cmd: Command, what: &str) -> Starting {
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -140,6 +152,32 @@ impl Broker {
                 }
             });
         }
+        Starting {
+            child,
+            lines,
+            started,
+            what: what.to_owned(),
+        }
+    }
+}
+
+/// A spawned broker whose start line has not been read yet.
+pub struct Starting {
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+    started: mpsc::Receiver<String>,
+    what: String,
+}
+
+impl Starting {
+    /// Waits for the start line (panics with the output when it does not come).
+    pub fn wait(self) -> Broker {
+        let Starting {
+            mut child,
+            lines,
+            started,
+            what,
+        } = self;
         let Ok(start_line) = started.recv_timeout(START_WAIT) else {
             let _ = child.kill();
             let _ = child.wait();
@@ -158,7 +196,9 @@ impl Broker {
             lines,
         }
     }
+}
 
+impl Broker {
     /// The process id we spawned.
     pub fn pid(&self) -> u32 {
         self.child.id()

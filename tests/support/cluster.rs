@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use wharf_cluster::status::{self, GroupStatus};
 
-use super::binary::Broker;
+use super::binary::{Broker, Starting};
 use super::proxy::Proxy;
 
 /// Real time: the nodes are processes on real sockets and timers; waits on them are
@@ -51,13 +51,22 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts `n` nodes behind the proxy and waits for each one's start line.
+    /// Starts `n` nodes behind the proxy, all at once (a new cluster's nodes wait for each
+    /// other before they serve, S-CLU-20), and waits for each one's start line.
     pub async fn start(n: usize) -> Cluster {
         let mut c = Cluster::prepare(n).await;
-        for id in 1..=n as u64 {
-            c.start_node(id);
-        }
+        c.start_all();
         c
+    }
+
+    /// Starts every node at once (a new cluster's nodes wait for each other before they
+    /// serve, S-CLU-20) and waits for each one's start line.
+    pub fn start_all(&mut self) {
+        let starting: Vec<_> = (1..=self.size()).map(|id| self.launch_node(id)).collect();
+        for (i, s) in starting.into_iter().enumerate() {
+            self.nodes[i] = Some(tokio::task::block_in_place(|| s.wait()));
+            self.paused[i] = false;
+        }
     }
 
     /// The proxy and the nodes' addresses and directories, no node started yet (to set faults
@@ -98,6 +107,14 @@ impl Cluster {
     /// Starts node `id` (again) on its directory and cluster port.
     pub fn start_node(&mut self, id: u64) {
         let i = slot(id);
+        let starting = self.launch_node(id);
+        self.nodes[i] = Some(tokio::task::block_in_place(|| starting.wait()));
+        self.paused[i] = false;
+    }
+
+    /// Spawns node `id` on its directory and cluster port, without waiting for its start.
+    fn launch_node(&self, id: u64) -> Starting {
+        let i = slot(id);
         assert!(self.nodes[i].is_none(), "node {id} is running");
         let args = [
             "--cluster-listen".to_owned(),
@@ -109,11 +126,7 @@ impl Cluster {
         ];
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let dir = self.dir_of(id);
-        let broker = tokio::task::block_in_place(|| {
-            Broker::start_with_args(env!("CARGO_BIN_EXE_wharf"), &dir, &args)
-        });
-        self.nodes[i] = Some(broker);
-        self.paused[i] = false;
+        Broker::launch_with_args(env!("CARGO_BIN_EXE_wharf"), &dir, &args)
     }
 
     /// Deletes node `id`'s data directory (the node stopped): it restarts as a member that
