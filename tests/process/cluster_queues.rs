@@ -504,7 +504,8 @@ async fn readme_three_nodes_on_one_machine() {
         }
     }
     assert_eq!(nodes.len(), 3, "three nodes");
-    let nodes: Vec<_> = nodes
+    // Held to the end: a Broker dropped is killed.
+    let _running: Vec<_> = nodes
         .into_iter()
         .map(|n| tokio::task::block_in_place(|| n.wait()))
         .collect();

@@ -153,7 +153,7 @@ impl Broker {
             });
         }
         Starting {
-            child,
+            child: Some(child),
             lines,
             started,
             what: what.to_owned(),
@@ -163,7 +163,8 @@ impl Broker {
 
 /// A spawned broker whose start line has not been read yet.
 pub struct Starting {
-    child: Child,
+    /// Taken by [`Starting::wait`]; killed by the drop otherwise.
+    child: Option<Child>,
     lines: Arc<Mutex<Vec<String>>>,
     started: mpsc::Receiver<String>,
     what: String,
@@ -171,13 +172,9 @@ pub struct Starting {
 
 impl Starting {
     /// Waits for the start line (panics with the output when it does not come).
-    pub fn wait(self) -> Broker {
-        let Starting {
-            mut child,
-            lines,
-            started,
-            what,
-        } = self;
+    pub fn wait(mut self) -> Broker {
+        let mut child = self.child.take().expect("waited once");
+        let (lines, started, what) = (self.lines.clone(), &self.started, self.what.clone());
         let Ok(start_line) = started.recv_timeout(START_WAIT) else {
             let _ = child.kill();
             let _ = child.wait();
@@ -254,6 +251,16 @@ impl Broker {
             .unwrap();
         let ch = conn.create_channel().await.unwrap();
         (conn, ch)
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        // Never waited for (a failed test): kill our own child, by its pid.
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
