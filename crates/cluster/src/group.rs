@@ -57,7 +57,8 @@ impl std::fmt::Debug for QueueGroup {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     /// This member leads, and has applied every entry committed before its term (its own
-    /// term's first entry is applied): its committed state is complete, it may take over.
+    /// term's first entry is applied): it serves; it may take over once its whole log is
+    /// applied ([`Role::may_take_over`]).
     Leader,
     /// Another member leads, or nobody yet (`None`).
     Follower(Option<NodeId>),
@@ -78,6 +79,18 @@ impl Role {
         } else {
             Role::Follower(metrics.current_leader.filter(|l| *l != node))
         }
+    }
+
+    /// Whether member `node` may take over now (S-CLU-12): it leads ([`Role::Leader`]) and has
+    /// applied every entry of its own log. A member that has not taken over proposes nothing,
+    /// so whatever its log holds past its applied index was appended before: by a leader of an
+    /// earlier term (its term's first entry comes after it), or by this member itself leading
+    /// this same term before a restart (openraft resumes a committed vote of its own without a
+    /// new first entry). Such entries commit in this term; a committed state adopted before
+    /// they apply would decide events (message ids) that collide with theirs.
+    pub fn may_take_over(node: NodeId, metrics: &RaftMetrics<NodeId, openraft::BasicNode>) -> bool {
+        Role::of(node, metrics) == Role::Leader
+            && metrics.last_applied.map(|l| l.index) >= metrics.last_log_index
     }
 }
 
@@ -165,5 +178,49 @@ pub fn needs_leader(committed: &Broker, vhost: &str, cmd: &Command) -> Option<St
             .into_iter()
             .find(|q| replicated(q)),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, LogId, RaftMetrics, ServerState};
+
+    use super::Role;
+
+    /// Member 2 leading term 14, its log ending at `last_log`, applied up to `applied`.
+    fn leading(applied: u64, last_log: u64) -> RaftMetrics<u64, openraft::BasicNode> {
+        let mut m = RaftMetrics::new_initial(2);
+        m.state = ServerState::Leader;
+        m.current_leader = Some(2);
+        m.current_term = 14;
+        m.last_log_index = Some(last_log);
+        m.last_applied = Some(LogId::new(CommittedLeaderId::new(14, 2), applied));
+        m
+    }
+
+    /// S-CLU-12: the failure the Jepsen-style test found (issue #17): member 2 led term 14,
+    /// appended entries 20268..=20272 with only 20267 known committed, was restarted, and
+    /// resumed leading term 14 with those entries unapplied. It leads, its applied entry is of
+    /// its term, yet it must not take over until it applied them; then it may.
+    #[test]
+    fn a_leader_takes_over_only_once_its_whole_log_is_applied() {
+        let resumed = leading(20267, 20272);
+        assert_eq!(Role::of(2, &resumed), Role::Leader);
+        assert!(!Role::may_take_over(2, &resumed));
+        assert!(Role::may_take_over(2, &leading(20272, 20272)));
+    }
+
+    /// S-CLU-12: a member elected in a new term, its term's first entry appended and not yet
+    /// applied, neither serves nor takes over; a member that does not lead never takes over.
+    #[test]
+    fn neither_a_new_leader_before_its_first_entry_nor_a_follower_takes_over() {
+        let mut elected = leading(20036, 20037);
+        elected.last_applied = Some(LogId::new(CommittedLeaderId::new(7, 2), 20036));
+        assert_eq!(Role::of(2, &elected), Role::Follower(None));
+        assert!(!Role::may_take_over(2, &elected));
+        let mut follower = leading(20272, 20272);
+        follower.state = ServerState::Follower;
+        follower.current_leader = Some(3);
+        assert!(!Role::may_take_over(2, &follower));
     }
 }

@@ -4,6 +4,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::{mpsc, watch};
 
@@ -40,6 +42,8 @@ pub(super) struct Replica {
     pub(super) gate: Ticket,
     gated_store: Ticket,
     to_proposer: mpsc::UnboundedSender<Gated>,
+    /// Set when this state is replaced at a step-down: its proposer submits nothing more.
+    retired: Arc<AtomicBool>,
     pub(super) passed: watch::Receiver<Result<Ticket, String>>,
     /// Why the member must stop serving, once known.
     pub(super) failure: Option<String>,
@@ -64,8 +68,12 @@ impl Replica {
     /// A follower's state after this member stopped leading (S-CLU-12): new proposer and
     /// waiter tasks (the old ones end with the old state), gate tickets going on from the last
     /// one issued, every gate issued so far counted as passed: their frames were discarded with
-    /// the connections, never released.
+    /// the connections, never released. The old proposer is retired: what it still holds was
+    /// decided under the lost lead and is never submitted, not even once this member leads
+    /// again (a submit already under way when it is retired is Raft's to refuse: this member
+    /// no longer leads that term).
     pub(super) fn after(&self) -> Replica {
+        self.retired.store(true, Ordering::Release);
         Replica::start(self.group.clone(), self.gate, self.gated_store)
     }
 
@@ -73,7 +81,13 @@ impl Replica {
         let (to_proposer, from_core) = mpsc::unbounded_channel();
         let (to_waiter, from_proposer) = mpsc::unbounded_channel();
         let (passed_tx, passed) = watch::channel(Ok(gate));
-        tokio::spawn(proposer(group.clone(), from_core, to_waiter));
+        let retired = Arc::new(AtomicBool::new(false));
+        tokio::spawn(proposer(
+            group.clone(),
+            Arc::clone(&retired),
+            from_core,
+            to_waiter,
+        ));
         tokio::spawn(gate_waiter(from_proposer, passed_tx));
         Replica {
             metrics: group.metrics(),
@@ -86,6 +100,7 @@ impl Replica {
             gate,
             gated_store,
             to_proposer,
+            retired,
             passed,
             failure: None,
             deposed_term: 0,
@@ -130,13 +145,18 @@ impl Replica {
     }
 }
 
-/// Submits the gated batches' entries in order and hands each commit to the waiter.
+/// Submits the gated batches' entries in order and hands each commit to the waiter; ends,
+/// submitting nothing more, once `retired` (the member stepped down).
 async fn proposer(
     group: QueueGroup,
+    retired: Arc<AtomicBool>,
     mut from_core: mpsc::UnboundedReceiver<Gated>,
     to_waiter: mpsc::UnboundedSender<Waiting>,
 ) {
     while let Some(gated) = from_core.recv().await {
+        if retired.load(Ordering::Acquire) {
+            return;
+        }
         let commit = match gated.proposal {
             Some(p) => Some(match group.submit(p).await {
                 Ok(commit) => commit,

@@ -12,8 +12,8 @@
 //! everything before it passed (S-CLU-1). Proposals are submitted in batch order by one
 //! proposer task and awaited by one waiter task, so entries pipeline.
 //!
-//! **Taking over.** When the member's metrics show it leads with its term's first entry
-//! applied, its live broker adopts the group's committed state as a restarted single node
+//! **Taking over.** When the member's metrics show it leads with every entry of its own log
+//! applied (`Role::may_take_over`), its live broker adopts the group's committed state as a restarted single node
 //! recovers (`wharf_cluster::adopt`, S-CLU-6); its first entry carries the member's own
 //! definitions and the events of that recovery (S-CLU-12). Its clock never decides earlier than
 //! the highest logged `now` (S-CLU-5).
@@ -85,14 +85,20 @@ impl Core {
         let Some(r) = self.replica.as_mut() else {
             return;
         };
-        let (role, term) = {
+        let (role, ready, term) = {
             let m = r.metrics.borrow_and_update();
-            (Role::of(r.group.node, &m), m.current_term)
+            let node = r.group.node;
+            (
+                Role::of(node, &m),
+                Role::may_take_over(node, &m),
+                m.current_term,
+            )
         };
         match (r.leading, role) {
-            // Not again in the term it stepped down in: entries it proposed then may still
-            // commit after the committed state it would adopt.
-            (false, Role::Leader) if term > r.deposed_term => self.take_over(),
+            // Only with its whole log applied (entries it appended leading this term before a
+            // restart commit first), and not again in the term it stepped down in: entries it
+            // proposed then may still commit after the committed state it would adopt.
+            (false, Role::Leader) if ready && term > r.deposed_term => self.take_over(),
             (true, Role::Follower(leader)) => {
                 self.step_down(&format!("the group's leader is now {leader:?}"));
             }
