@@ -7,16 +7,23 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use wharf_cluster::incarnation::slot_of;
+
 use crate::support::cluster::{Cluster, now};
 
 /// The metadata group.
 const META: u64 = 0;
 
-/// Waits until node `leader` sees nodes 1, 2 and 3 in sync with its log.
+/// Waits until node `leader` sees nodes 1, 2 and 3 in sync with its log, each by one member
+/// id: the founding one, or a new incarnation's (a seed that answered after the group formed
+/// joins as a new member, S-CLU-20), which names the same seed slot.
 async fn all_in_sync(c: &Cluster, leader: u64, what: &str) {
     let all: BTreeSet<u64> = [1, 2, 3].into();
     c.until(leader, META, what, Duration::from_secs(20), |v| {
-        v.in_sync.as_ref() == Some(&all)
+        v.in_sync.as_ref().is_some_and(|ids| {
+            ids.len() == all.len()
+                && ids.iter().map(|id| slot_of(*id)).collect::<BTreeSet<_>>() == all
+        })
     })
     .await;
 }

@@ -62,10 +62,11 @@ impl Cluster {
     /// Starts every node at once (a new cluster's nodes wait for each other before they
     /// serve, S-CLU-20) and waits for each one's start line.
     pub fn start_all(&mut self) {
-        let starting: Vec<_> = (1..=self.size()).map(|id| self.launch_node(id)).collect();
-        for (i, s) in starting.into_iter().enumerate() {
-            self.nodes[i] = Some(tokio::task::block_in_place(|| s.wait()));
-            self.paused[i] = false;
+        let starting: Vec<_> = (1..=self.size())
+            .map(|id| (id, self.launch_node(id)))
+            .collect();
+        for (id, s) in starting {
+            self.started(id, s);
         }
     }
 
@@ -106,8 +107,13 @@ impl Cluster {
 
     /// Starts node `id` (again) on its directory and cluster port.
     pub fn start_node(&mut self, id: u64) {
-        let i = slot(id);
         let starting = self.launch_node(id);
+        self.started(id, starting);
+    }
+
+    /// Waits for node `id`'s start line and keeps it as running.
+    fn started(&mut self, id: u64, starting: Starting) {
+        let i = slot(id);
         self.nodes[i] = Some(tokio::task::block_in_place(|| starting.wait()));
         self.paused[i] = false;
     }
