@@ -175,15 +175,17 @@ async fn run(config: Config, test: &test_mode::TestArgs, salvage: bool) -> anyho
     let node = start_cluster(&config).await?;
     if let Some(cluster) = &node {
         server_config.cluster = Some(cluster.group.clone());
+        // Named before the start line, so a `cluster_status` run after it finds it.
+        let advertiser = cluster.node.clone();
+        server_config.on_listening = Some(wharf_server::ListeningHook(std::sync::Arc::new(
+            move |amqp| advertise(&advertiser, amqp),
+        )));
     }
     let server = Server::start(server_config)
         .await
         .with_context(|| format!("starting wharf with data in {}", config.data_dir.display()))?;
     if test.test_mode {
         test_mode::announce(&server, &config.data_dir);
-    }
-    if let Some(cluster) = &node {
-        cluster.advertise(server.local_addr());
     }
     tokio::select! {
         r = signalled => r?,
@@ -207,16 +209,16 @@ struct Cluster {
     learner: tokio::task::JoinHandle<()>,
 }
 
-impl Cluster {
-    /// Names the server's AMQP address `amqp` in the node's status, where the other nodes
-    /// learn it. A wildcard address (`0.0.0.0`, `::`) is named by the cluster listener's IP.
-    fn advertise(&self, mut amqp: std::net::SocketAddr) {
-        if amqp.ip().is_unspecified() {
-            amqp.set_ip(self.node.addr().ip());
-        }
-        self.node.advertise_amqp(amqp);
+/// Names the server's AMQP address `amqp` in `node`'s status, where the other nodes learn
+/// it. A wildcard address (`0.0.0.0`, `::`) is named by the cluster listener's IP.
+fn advertise(node: &wharf_cluster::Node, mut amqp: std::net::SocketAddr) {
+    if amqp.ip().is_unspecified() {
+        amqp.set_ip(node.addr().ip());
     }
+    node.advertise_amqp(amqp);
+}
 
+impl Cluster {
     async fn shutdown(self) {
         self.learner.abort();
         self.node.shutdown().await;

@@ -109,6 +109,21 @@ pub struct ServerConfig {
     /// S-CLU-10): this node's handle on the group, built by whoever starts the node. `None`
     /// (the default): a single node, whose quorum queues live in its own log.
     pub cluster: Option<wharf_cluster::QueueGroup>,
+    /// Told the first AMQP address once it is bound and before the start line ("wharf
+    /// listening") is logged, so whoever reads the start line finds the address already
+    /// published (a cluster node names it in its status, S-CLU-13). `None`: nobody is told.
+    pub on_listening: Option<ListeningHook>,
+}
+
+/// A callback given the server's AMQP address before its start line
+/// (`ServerConfig::on_listening`).
+#[derive(Clone)]
+pub struct ListeningHook(pub Arc<dyn Fn(std::net::SocketAddr) + Send + Sync>);
+
+impl std::fmt::Debug for ListeningHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ListeningHook")
+    }
 }
 
 /// What the store's I/O cost in time since last asked (`ServerConfig::inline_store_latency`).
@@ -154,6 +169,7 @@ impl ServerConfig {
             inline_store: false,
             inline_store_latency: None,
             cluster: None,
+            on_listening: None,
         }
     }
 }

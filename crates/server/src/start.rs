@@ -74,6 +74,9 @@ impl Server {
 
         let (listeners, addrs, tls_listener) = bind_amqp(&config).await?;
         let local_addr = addrs[0];
+        if let Some(hook) = &config.on_listening {
+            (hook.0)(local_addr);
+        }
         log_listening(
             &config,
             (&addrs, tls_listener.as_ref().map(|(_, a, _)| *a)),
