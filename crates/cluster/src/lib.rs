@@ -57,6 +57,6 @@ pub use node::{
 pub use split::{Replicated, Split, is_quorum, shared_definitions};
 pub use state_machine::{Machine, MachineOpenError, MachineSnapshotBuilder, QueueStateMachine};
 pub use types::{
-    Applied, Entry, LogId, Membership, NodeId, Proposal, Raft, StorageError, StoredMembership,
+    Applied, Entry, LogId, Membership, NodeId, Origin, Proposal, Raft, StorageError, StoredMembership,
     TypeConfig, Vote,
 };

@@ -114,6 +114,7 @@ fn entries() -> Vec<Entry> {
             payload: EntryPayload::Normal(Proposal {
                 now_ms: 7,
                 events: vec![Event::VhostAdded { vhost: "v".into() }],
+                origin: None,
             }),
         },
     ]
