@@ -228,7 +228,7 @@ pub(crate) fn count_u32(n: usize, what: &'static str) -> Result<u32, RecordEncod
     u32::try_from(n).map_err(|_| RecordEncodeError::TooLong { what })
 }
 
-fn put_payload(
+pub(crate) fn put_payload(
     out: &mut Vec<u8>,
     payload: &EntryPayload<crate::TypeConfig>,
 ) -> Result<(), RecordEncodeError> {
@@ -430,7 +430,9 @@ pub fn decode(kind: u8, payload: &[u8]) -> Result<RaftRecord, RecordDecodeError>
     Ok(record)
 }
 
-fn decode_payload(d: &mut Dec<'_>) -> Result<EntryPayload<crate::TypeConfig>, RecordDecodeError> {
+pub(crate) fn decode_payload(
+    d: &mut Dec<'_>,
+) -> Result<EntryPayload<crate::TypeConfig>, RecordDecodeError> {
     match d.u8("entry tag")? {
         TAG_BLANK => Ok(EntryPayload::Blank),
         tag @ (TAG_NORMAL | TAG_NORMAL_ORIGIN) => {

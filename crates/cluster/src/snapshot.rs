@@ -55,8 +55,8 @@ pub fn encode(
     out.extend_from_slice(&SNAPSHOT_MAGIC);
     le::put_u16(&mut out, SNAPSHOT_VERSION);
     le::put_u64(&mut out, now_ms);
-    let count = u32::try_from(sessions.len())
-        .map_err(|_| SnapshotError::Header("too many sessions"))?;
+    let count =
+        u32::try_from(sessions.len()).map_err(|_| SnapshotError::Header("too many sessions"))?;
     le::put_u32(&mut out, count);
     for (session, seq) in sessions {
         le::put_u64(&mut out, *session);
@@ -142,15 +142,18 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, SnapshotError> {
 fn decode_sessions(bytes: &[u8]) -> Result<(Sessions, &[u8]), SnapshotError> {
     let short = SnapshotError::Header("sessions cut short");
     let count = le::u32_at(bytes, 0).ok_or(SnapshotError::Header("no session count"))?;
-    let mut rest = bytes.get(4..).ok_or(SnapshotError::Header("no session count"))?;
+    let mut rest = bytes
+        .get(4..)
+        .ok_or(SnapshotError::Header("no session count"))?;
     let mut sessions = Sessions::new();
     for _ in 0..count {
-        let (session, seq) = match (le::u64_at(rest, 0), le::u64_at(rest, 8)) {
-            (Some(session), Some(seq)) => (session, seq),
-            _ => return Err(short),
+        let (Some(session), Some(seq)) = (le::u64_at(rest, 0), le::u64_at(rest, 8)) else {
+            return Err(short);
         };
         sessions.insert(session, seq);
-        rest = rest.get(16..).ok_or(SnapshotError::Header("sessions cut short"))?;
+        rest = rest
+            .get(16..)
+            .ok_or(SnapshotError::Header("sessions cut short"))?;
     }
     Ok((sessions, rest))
 }

@@ -26,9 +26,7 @@ use wharf_wal::Storage;
 
 use crate::snapshot::{self, Sessions, SnapshotError};
 use crate::snapshot_file::{self, SnapshotFileError};
-use crate::types::{
-    Applied, Entry, LogId, Origin, StorageError, StoredMembership, TypeConfig,
-};
+use crate::types::{Applied, Entry, LogId, Origin, StorageError, StoredMembership, TypeConfig};
 
 /// The committed state of a group, shared between openraft's state machine task and readers
 /// (the leader's take-over, tests, management).

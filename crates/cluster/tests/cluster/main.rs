@@ -12,6 +12,7 @@
 mod commands;
 mod durability;
 mod expiry;
+mod forward;
 mod members;
 mod records;
 mod replication;

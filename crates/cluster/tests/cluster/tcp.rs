@@ -193,6 +193,55 @@ async fn s_clu_8_three_nodes_form_a_group_and_survive_the_leaders_loss() {
     }
 }
 
+/// S-CLU-50: on the TCP link, a node that does not lead the metadata group proposes through
+/// its leader; the entry commits on every node, and the proposing node gets its log id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_clu_50_a_follower_node_proposes_over_the_link() {
+    let _guard = HangGuard::new("s_clu_50_a_follower_node_proposes_over_the_link");
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (ls, seeds) = listeners(3).await;
+    let mut nodes: Vec<Option<Node>> = Vec::new();
+    for (l, d) in ls.into_iter().zip(&dirs) {
+        nodes.push(Some(start(l, &seeds, d.path()).await));
+    }
+    opened(&nodes).await;
+    until("a leader", Duration::from_secs(5), || {
+        leader_of(&nodes).is_some()
+    })
+    .await;
+    let leader = leader_of(&nodes).unwrap();
+    let follower = nodes
+        .iter()
+        .flatten()
+        .find(|n| n.id() != leader)
+        .unwrap()
+        .clone();
+    let (p, _) = LiveBroker::new().batch(vec![declare_quorum("q", None)], 1_000);
+    let log_id = follower
+        .propose(METADATA_GROUP, p.now_ms, p.events, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(log_id.leader_id.node_id, leader);
+    until(
+        "the entry applied on every node",
+        Duration::from_secs(5),
+        || {
+            nodes
+                .iter()
+                .flatten()
+                .all(|n| metadata(n).applied >= Some(log_id.index))
+        },
+    )
+    .await;
+    for n in nodes.iter().flatten() {
+        let h = n.group(METADATA_GROUP).await.unwrap();
+        assert_eq!(h.machine.with(|m| m.broker().queue_names("/")), ["q"]);
+    }
+    for n in nodes.iter().flatten() {
+        n.shutdown().await;
+    }
+}
+
 /// Reads frames until the peer closes; `true` when it closed (EOF or reset) within 2 s.
 async fn closes(stream: &mut TcpStream) -> bool {
     let mut buf = [0u8; 1024];
