@@ -17,6 +17,8 @@
 //! - `group`: [`QueueGroup`], the handle a server replicates its quorum queues through.
 //! - `leaders`: [`LeaderAddrs`], where the clients of a group's leader connect, learned by
 //!   [`QueueGroup::learn_leader_addresses`].
+//! - `definitions`: [`reconcile`], the events that bring a live broker's cluster-wide
+//!   definitions to the metadata group's committed ones (S-CLU-51).
 //! - `forward`: [`Proposer`], a member proposing through the group's leader ([`Forward`]),
 //!   each proposal applied once (S-CLU-50).
 //! - `split`: [`Replicated`], which events of a batch go to the group, which stay local.
@@ -28,9 +30,12 @@
 //! - `status`: what `wharfctl cluster_status` shows (a public namespace).
 //! - `testing`: an in-memory network for members in one process (a public namespace).
 //!
-//! **Not built yet:** forwarding, the metadata group carrying definitions, and a group per
-//! queue: a server replicates every quorum queue through one group (`QueueGroup`).
+//! **Not built yet:** forwarding of clients' work, the server proposing its definitions to the
+//! metadata group and converging on it (`forward` and `definitions` are the parts built), and
+//! a group per queue: a server replicates every quorum queue through one group
+//! (`QueueGroup`).
 
+mod definitions;
 mod forward;
 mod group;
 pub mod incarnation;
@@ -49,6 +54,7 @@ pub mod status;
 pub mod testing;
 mod types;
 
+pub use definitions::reconcile;
 pub use forward::{Forward, ForwardError, NotCommitted, Proposer, RETRY_EVERY, lead, session_id};
 pub use group::{Commit, Metrics, ProposeError, QUEUE_GROUP, QueueGroup, Role, needs_leader};
 pub use leader::{Adopted, adopt, leader_now, take_over};

@@ -10,6 +10,7 @@
 )]
 
 mod commands;
+mod definitions;
 mod durability;
 mod expiry;
 mod forward;
