@@ -90,6 +90,23 @@ pub async fn until(what: &str, within: Duration, mut cond: impl FnMut() -> bool)
     }
 }
 
+/// Starts three nodes on `dirs` and waits until the metadata group has a leader: the nodes,
+/// the seeds, the leader's id.
+async fn three_nodes(dirs: &[tempfile::TempDir]) -> (Vec<Option<Node>>, String, u64) {
+    let (ls, seeds) = listeners(3).await;
+    let mut nodes: Vec<Option<Node>> = Vec::new();
+    for (l, d) in ls.into_iter().zip(dirs) {
+        nodes.push(Some(start(l, &seeds, d.path()).await));
+    }
+    opened(&nodes).await;
+    until("a leader", Duration::from_secs(5), || {
+        leader_of(&nodes).is_some()
+    })
+    .await;
+    let leader = leader_of(&nodes).unwrap();
+    (nodes, seeds, leader)
+}
+
 fn leader_of(nodes: &[Option<Node>]) -> Option<u64> {
     nodes
         .iter()
@@ -110,18 +127,8 @@ fn leader_of(nodes: &[Option<Node>]) -> Option<u64> {
 async fn s_clu_8_three_nodes_form_a_group_and_survive_the_leaders_loss() {
     let _guard = HangGuard::new("s_clu_8_three_nodes_form_a_group_and_survive_the_leaders_loss");
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let (ls, seeds) = listeners(3).await;
+    let (mut nodes, seeds, leader) = three_nodes(&dirs).await;
     let addrs: Vec<String> = seeds.split(',').map(str::to_owned).collect();
-    let mut nodes: Vec<Option<Node>> = Vec::new();
-    for (l, d) in ls.into_iter().zip(&dirs) {
-        nodes.push(Some(start(l, &seeds, d.path()).await));
-    }
-    opened(&nodes).await;
-    until("a leader", Duration::from_secs(5), || {
-        leader_of(&nodes).is_some()
-    })
-    .await;
-    let leader = leader_of(&nodes).unwrap();
     let all: BTreeSet<u64> = [1, 2, 3].into();
     assert_eq!(metadata(nodes[0].as_ref().unwrap()).members, all);
 
@@ -199,17 +206,7 @@ async fn s_clu_8_three_nodes_form_a_group_and_survive_the_leaders_loss() {
 async fn s_clu_50_a_follower_node_proposes_over_the_link() {
     let _guard = HangGuard::new("s_clu_50_a_follower_node_proposes_over_the_link");
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let (ls, seeds) = listeners(3).await;
-    let mut nodes: Vec<Option<Node>> = Vec::new();
-    for (l, d) in ls.into_iter().zip(&dirs) {
-        nodes.push(Some(start(l, &seeds, d.path()).await));
-    }
-    opened(&nodes).await;
-    until("a leader", Duration::from_secs(5), || {
-        leader_of(&nodes).is_some()
-    })
-    .await;
-    let leader = leader_of(&nodes).unwrap();
+    let (nodes, _, leader) = three_nodes(&dirs).await;
     let follower = nodes
         .iter()
         .flatten()
