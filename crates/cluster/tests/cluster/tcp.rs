@@ -107,6 +107,21 @@ async fn three_nodes(dirs: &[tempfile::TempDir]) -> (Vec<Option<Node>>, String, 
     (nodes, seeds, leader)
 }
 
+/// Waits until every running node applied the metadata group's entry at `index`.
+async fn applied_everywhere(nodes: &[Option<Node>], index: u64) {
+    until(
+        "the entry applied on every node",
+        Duration::from_secs(5),
+        || {
+            nodes
+                .iter()
+                .flatten()
+                .all(|n| metadata(n).applied >= Some(index))
+        },
+    )
+    .await;
+}
+
 fn leader_of(nodes: &[Option<Node>]) -> Option<u64> {
     nodes
         .iter()
@@ -137,17 +152,7 @@ async fn s_clu_8_three_nodes_form_a_group_and_survive_the_leaders_loss() {
     let mut live = LiveBroker::new();
     let (p, _) = live.batch(vec![declare_quorum("q", None)], 1_000);
     let index = group.raft.client_write(p).await.unwrap().log_id.index;
-    until(
-        "the entry applied on every node",
-        Duration::from_secs(5),
-        || {
-            nodes
-                .iter()
-                .flatten()
-                .all(|n| metadata(n).applied >= Some(index))
-        },
-    )
-    .await;
+    applied_everywhere(&nodes, index).await;
     let committed = group.machine.with(wharf_cluster::Machine::durable_state);
     for n in nodes.iter().flatten() {
         let h = n.group(METADATA_GROUP).await.unwrap();
@@ -219,17 +224,7 @@ async fn s_clu_50_a_follower_node_proposes_over_the_link() {
         .await
         .unwrap();
     assert_eq!(log_id.leader_id.node_id, leader);
-    until(
-        "the entry applied on every node",
-        Duration::from_secs(5),
-        || {
-            nodes
-                .iter()
-                .flatten()
-                .all(|n| metadata(n).applied >= Some(log_id.index))
-        },
-    )
-    .await;
+    applied_everywhere(&nodes, log_id.index).await;
     for n in nodes.iter().flatten() {
         let h = n.group(METADATA_GROUP).await.unwrap();
         assert_eq!(h.machine.with(|m| m.broker().queue_names("/")), ["q"]);
