@@ -4,8 +4,12 @@
 
 use std::collections::BTreeSet;
 
+use std::time::Duration;
 use wharf_broker::{ApplyTo, Broker, DestName, Event, ExchangeKind, FieldTable, PolicySpec};
-use wharf_cluster::{reconcile, shared_definitions};
+
+use wharf_cluster::{Proposer, reconcile, shared_definitions};
+
+use crate::support::{Cluster, GROUP, HangGuard};
 
 fn exchange(vhost: &str, name: &str, kind: ExchangeKind) -> Event {
     Event::ExchangeDeclared {
@@ -182,4 +186,72 @@ fn s_clu_51_a_vhost_deleted_in_the_group_goes() {
     apply_all(&mut live, &events);
     assert!(live.vhost_names().is_empty());
     assert_eq!(shared(&live), shared(&committed));
+}
+
+/// S-CLU-50, S-CLU-51 together, on the in-memory network (the group standing for the metadata
+/// group): node 2, a follower, makes definitions on its live broker and proposes them through
+/// the leader; node 1 converges on the committed state; node 3, cut off meanwhile while the
+/// leader snapshotted and purged its log, catches up from the snapshot and, with a live broker
+/// as empty as a wiped node's, converges too, knowing node 2's proposal applied.
+#[tokio::test(start_paused = true)]
+async fn s_clu_51_definitions_made_on_a_follower_reach_every_node() {
+    let _guard = HangGuard::new("s_clu_51_definitions_made_on_a_follower_reach_every_node");
+    let c = Cluster::start(3).await;
+    c.settle(1).await;
+    c.isolate(3);
+    let made = [
+        Event::VhostAdded { vhost: "v".into() },
+        exchange("v", "x", ExchangeKind::Topic),
+        exchange("v", "y", ExchangeKind::Fanout),
+        bind("v", "x", DestName::Exchange("y".into()), "a.#"),
+        policy("v", "ttl", r#"{"message-ttl":1000}"#),
+        user("ann", "hash-2"),
+        permission("ann", "v"),
+    ];
+    let live2 = broker(&made);
+    let proposer = Proposer::new(2, GROUP, c.raft(2).clone(), 0x0202);
+    let committed_at = proposer
+        .propose(
+            &c.router.forward(2),
+            1_000,
+            made.to_vec(),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+    c.wait_applied(1, committed_at.index).await;
+
+    let mut live1 = Broker::new();
+    let events = c.members[&1]
+        .machine
+        .with(|m| reconcile(m.broker(), &live1));
+    apply_all(&mut live1, &events);
+    assert_eq!(shared(&live1), shared(&live2));
+
+    let last = c.last_index(1);
+    c.raft(1).trigger().snapshot().await.unwrap();
+    c.until(1, "its snapshot", |m| {
+        m.snapshot.map(|s| s.index) == Some(last)
+    })
+    .await;
+    c.raft(1).trigger().purge_log(last).await.unwrap();
+    c.until(1, "its purge", |m| m.purged.map(|p| p.index) == Some(last))
+        .await;
+    c.heal(3);
+    c.raft(1).trigger().heartbeat().await.unwrap();
+    c.wait_applied(3, last).await;
+    let installed = c.raft(3).metrics().borrow().snapshot.map(|s| s.index);
+    assert_eq!(
+        installed,
+        Some(last),
+        "member 3 caught up from the snapshot"
+    );
+    let mut live3 = Broker::new();
+    let events = c.members[&3]
+        .machine
+        .with(|m| reconcile(m.broker(), &live3));
+    apply_all(&mut live3, &events);
+    assert_eq!(shared(&live3), shared(&live2));
+    let seq = c.members[&3].machine.with(|m| m.session_seq(0x0202));
+    assert_eq!(seq, Some(1), "the session came with the snapshot");
 }
