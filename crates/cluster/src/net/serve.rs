@@ -177,7 +177,12 @@ async fn serve_conn(stream: TcpStream, groups: Groups) -> String {
         Ok(Some(frame)) => match wire::split(&frame) {
             Ok((h, body)) if h.kind == Kind::Hello => match wire::decode_hello(body) {
                 Ok(node) => node,
-                Err(e) => return format!("bad hello: {e}"),
+                Err(e) => {
+                    // Another build's node (an older or newer link version) or a stranger:
+                    // said at warn, so a half-upgraded cluster is plain in the log.
+                    tracing::warn!(error = %e, "cluster link: refused a connection's hello");
+                    return format!("bad hello: {e}");
+                }
             },
             Ok((h, _)) => return format!("a {:?} frame before hello", h.kind),
             Err(e) => return e.to_string(),
