@@ -205,8 +205,9 @@ async fn s_clu_8_three_nodes_form_a_group_and_survive_the_leaders_loss() {
     }
 }
 
-/// S-CLU-50: on the TCP link, a node that does not lead the metadata group proposes through
-/// its leader; the entry commits on every node, and the proposing node gets its log id.
+/// S-CLU-50: on the TCP link, a node that does not lead the metadata group answers a
+/// proposal sent to it `NotLeader` naming the leader, and proposes through its leader; the
+/// entry commits on every node, and the proposing node gets its log id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s_clu_50_a_follower_node_proposes_over_the_link() {
     let _guard = HangGuard::new("s_clu_50_a_follower_node_proposes_over_the_link");
@@ -219,6 +220,31 @@ async fn s_clu_50_a_follower_node_proposes_over_the_link() {
         .unwrap()
         .clone();
     let (p, _) = LiveBroker::new().batch(vec![declare_quorum("q", None)], 1_000);
+    // Asked directly, the follower answers that it does not lead, naming the leader.
+    let body = wire::propose(&wharf_cluster::Proposal {
+        origin: Some(wharf_cluster::Origin { session: 9, seq: 1 }),
+        ..p.clone()
+    })
+    .unwrap();
+    let asked = wharf_cluster::net::Peers::new(0)
+        .call(
+            &follower.addr().to_string(),
+            Kind::Propose,
+            METADATA_GROUP,
+            wire::ANY_MEMBER,
+            &body,
+        )
+        .await;
+    assert!(
+        matches!(
+            &asked,
+            Err(wharf_cluster::net::CallError::Failed {
+                failure: wire::Failure::NotLeader(Some(l)),
+                ..
+            }) if *l == leader
+        ),
+        "{asked:?}"
+    );
     let log_id = follower
         .propose(METADATA_GROUP, p.now_ms, p.events, Duration::from_secs(10))
         .await
