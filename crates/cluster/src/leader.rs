@@ -25,7 +25,12 @@ pub fn leader_now(clock_ms: u64, logged_ms: u64) -> u64 {
 /// whose content is not in memory).
 pub fn take_over(machine: &Machine, clock_ms: u64) -> Result<(Broker, Outcome), SnapshotError> {
     let index = machine.last_applied().map_or(0, |l| l.index);
-    let bytes = snapshot::encode(machine.broker(), index, machine.now_ms())?;
+    let bytes = snapshot::encode(
+        machine.broker(),
+        index,
+        machine.now_ms(),
+        &snapshot::Sessions::new(),
+    )?;
     let mut live = snapshot::decode(&bytes)?.broker;
     let outcome = live.recovered(leader_now(clock_ms, machine.now_ms()));
     Ok((live, outcome))

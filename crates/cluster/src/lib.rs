@@ -17,6 +17,10 @@
 //! - `group`: [`QueueGroup`], the handle a server replicates its quorum queues through.
 //! - `leaders`: [`LeaderAddrs`], where the clients of a group's leader connect, learned by
 //!   [`QueueGroup::learn_leader_addresses`].
+//! - `definitions`: [`reconcile`], the events that bring a live broker's cluster-wide
+//!   definitions to the metadata group's committed ones (S-CLU-51).
+//! - `forward`: [`Proposer`], a member proposing through the group's leader ([`Forward`]),
+//!   each proposal applied once (S-CLU-50).
 //! - `split`: [`Replicated`], which events of a batch go to the group, which stay local.
 //! - `net`: the cluster link between nodes (openraft's RPCs over TCP; a public namespace).
 //! - `incarnation`: a node's member id and the member file recording it (a public namespace).
@@ -26,9 +30,13 @@
 //! - `status`: what `wharfctl cluster_status` shows (a public namespace).
 //! - `testing`: an in-memory network for members in one process (a public namespace).
 //!
-//! **Not built yet:** forwarding, the metadata group carrying definitions, and a group per
-//! queue: a server replicates every quorum queue through one group (`QueueGroup`).
+//! **Not built yet:** forwarding of clients' work, the server proposing its definitions to the
+//! metadata group and converging on it (`forward` and `definitions` are the parts built), and
+//! a group per queue: a server replicates every quorum queue through one group
+//! (`QueueGroup`).
 
+mod definitions;
+mod forward;
 mod group;
 pub mod incarnation;
 mod leader;
@@ -46,6 +54,8 @@ pub mod status;
 pub mod testing;
 mod types;
 
+pub use definitions::reconcile;
+pub use forward::{Forward, ForwardError, NotCommitted, Proposer, RETRY_EVERY, lead, session_id};
 pub use group::{Commit, Metrics, ProposeError, QUEUE_GROUP, QueueGroup, Role, needs_leader};
 pub use leader::{Adopted, adopt, leader_now, take_over};
 pub use leaders::LeaderAddrs;
@@ -57,6 +67,6 @@ pub use node::{
 pub use split::{Replicated, Split, is_quorum, shared_definitions};
 pub use state_machine::{Machine, MachineOpenError, MachineSnapshotBuilder, QueueStateMachine};
 pub use types::{
-    Applied, Entry, LogId, Membership, NodeId, Proposal, Raft, StorageError, StoredMembership,
-    TypeConfig, Vote,
+    Applied, Entry, LogId, Membership, NodeId, Origin, Proposal, Raft, StorageError,
+    StoredMembership, TypeConfig, Vote,
 };

@@ -34,14 +34,15 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use wharf_wal::{FileStorage, Storage, WalConfig};
 
+use crate::forward::{ForwardError, NotCommitted, Proposer, session_id};
 use crate::incarnation::{self, MemberFileError};
 use crate::log_store::{OpenError, WalLogStore};
 use crate::members;
 use crate::net::wire::{self, ANY_MEMBER, Failure, Header, Kind};
-use crate::net::{CallError, Groups, Peers, TcpNetwork, has_state, serve};
+use crate::net::{CallError, Groups, LinkForward, Peers, TcpNetwork, has_state, serve};
 use crate::state_machine::{MachineOpenError, QueueStateMachine};
 use crate::status::{self, GroupStatus};
-use crate::types::{NodeId, Raft};
+use crate::types::{LogId, NodeId, Raft};
 
 /// The metadata group's id.
 pub const METADATA_GROUP: u64 = 0;
@@ -247,6 +248,8 @@ struct Inner {
     changing: Mutex<BTreeMap<u64, Arc<tokio::sync::Mutex<()>>>>,
     /// This node's member id once settled ([`ANY_MEMBER`] before).
     member: watch::Sender<NodeId>,
+    /// This node's proposer of each group it proposed to (S-CLU-50).
+    proposers: Mutex<BTreeMap<u64, Arc<Proposer>>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -298,6 +301,7 @@ impl Node {
                 handles: tokio::sync::Mutex::new(BTreeMap::new()),
                 changing: Mutex::new(BTreeMap::new()),
                 member: watch::Sender::new(ANY_MEMBER),
+                proposers: Mutex::new(BTreeMap::new()),
                 tasks: Mutex::new(vec![server]),
             }),
         };
@@ -538,6 +542,40 @@ impl Node {
         ));
         lock(&self.inner.tasks).extend([former, keeper]);
         Ok(handle)
+    }
+
+    /// Proposes `events`, decided at `now_ms`, to `group` through its leader (S-CLU-50: on
+    /// this node when it leads, over the cluster link otherwise), and waits until the entry
+    /// commits: its log id. Tries again against each new leader for at most `wait`; applies
+    /// once however many copies commit.
+    ///
+    /// # Errors
+    /// [`NotCommitted`]: the group is not open on this node, refused the proposal, or did not
+    /// commit it within `wait`.
+    pub async fn propose(
+        &self,
+        group: u64,
+        now_ms: u64,
+        events: Vec<wharf_broker::Event>,
+        wait: Duration,
+    ) -> Result<LogId, NotCommitted> {
+        let handle = self.inner.handles.lock().await.get(&group).cloned();
+        let Some(handle) = handle else {
+            return Err(NotCommitted {
+                group,
+                why: ForwardError::Refused(format!("group {group} is not open on this node")),
+            });
+        };
+        let proposer = Arc::clone(lock(&self.inner.proposers).entry(group).or_insert_with(|| {
+            Arc::new(Proposer::new(
+                handle.node,
+                group,
+                handle.raft.clone(),
+                session_id(handle.node),
+            ))
+        }));
+        let forward = LinkForward::new(handle.raft.clone(), Arc::clone(&self.inner.peers));
+        proposer.propose(&forward, now_ms, events, wait).await
     }
 
     /// Names `amqp`, the address this node's AMQP clients connect to, in its status, where

@@ -17,11 +17,11 @@ use openraft::{BasicNode, CommittedLeaderId, EntryPayload};
 use wharf_store::codec::{self, StoreRecord};
 use wharf_wal::le;
 
-use crate::types::{Entry, LogId, Membership, NodeId, Proposal, Vote};
+use crate::types::{Entry, LogId, Membership, NodeId, Origin, Proposal, Vote};
 
 /// The Raft record format this build writes and the newest it reads (a `Format` record at
 /// every open says which version follows).
-pub const RAFT_FORMAT_VERSION: u16 = 2;
+pub const RAFT_FORMAT_VERSION: u16 = 3;
 
 /// The WAL kind byte of each Raft record. Part of the format: never reuse or renumber one.
 /// They sit apart from the store's kinds (`0x01`-`0x3F`), so one WAL can hold both.
@@ -62,6 +62,8 @@ impl RaftKind {
 const TAG_BLANK: u8 = 0;
 const TAG_NORMAL: u8 = 1;
 const TAG_MEMBERSHIP: u8 = 2;
+/// A normal entry with its origin (a forwarded proposal, S-CLU-50), since format 3.
+const TAG_NORMAL_ORIGIN: u8 = 3;
 
 /// One Raft record, decoded. Every record names the group it belongs to.
 #[derive(Debug, Clone, PartialEq)]
@@ -226,14 +228,21 @@ pub(crate) fn count_u32(n: usize, what: &'static str) -> Result<u32, RecordEncod
     u32::try_from(n).map_err(|_| RecordEncodeError::TooLong { what })
 }
 
-fn put_payload(
+pub(crate) fn put_payload(
     out: &mut Vec<u8>,
     payload: &EntryPayload<crate::TypeConfig>,
 ) -> Result<(), RecordEncodeError> {
     match payload {
         EntryPayload::Blank => out.push(TAG_BLANK),
         EntryPayload::Normal(p) => {
-            out.push(TAG_NORMAL);
+            match p.origin {
+                None => out.push(TAG_NORMAL),
+                Some(o) => {
+                    out.push(TAG_NORMAL_ORIGIN);
+                    le::put_u64(out, o.session);
+                    le::put_u64(out, o.seq);
+                }
+            }
             le::put_u64(out, p.now_ms);
             le::put_u32(out, count_u32(p.events.len(), "event count")?);
             let mut body = Vec::new();
@@ -421,10 +430,20 @@ pub fn decode(kind: u8, payload: &[u8]) -> Result<RaftRecord, RecordDecodeError>
     Ok(record)
 }
 
-fn decode_payload(d: &mut Dec<'_>) -> Result<EntryPayload<crate::TypeConfig>, RecordDecodeError> {
+pub(crate) fn decode_payload(
+    d: &mut Dec<'_>,
+) -> Result<EntryPayload<crate::TypeConfig>, RecordDecodeError> {
     match d.u8("entry tag")? {
         TAG_BLANK => Ok(EntryPayload::Blank),
-        TAG_NORMAL => {
+        tag @ (TAG_NORMAL | TAG_NORMAL_ORIGIN) => {
+            let origin = if tag == TAG_NORMAL_ORIGIN {
+                Some(Origin {
+                    session: d.u64("origin session")?,
+                    seq: d.u64("origin seq")?,
+                })
+            } else {
+                None
+            };
             let now_ms = d.u64("now")?;
             let count = d.u32("event count")?;
             let mut events = Vec::new();
@@ -449,7 +468,11 @@ fn decode_payload(d: &mut Dec<'_>) -> Result<EntryPayload<crate::TypeConfig>, Re
                     }
                 }
             }
-            Ok(EntryPayload::Normal(Proposal { now_ms, events }))
+            Ok(EntryPayload::Normal(Proposal {
+                now_ms,
+                events,
+                origin,
+            }))
         }
         TAG_MEMBERSHIP => Ok(EntryPayload::Membership(decode_membership(d)?)),
         _ => Err(d.err("unknown entry tag")),

@@ -1,9 +1,11 @@
 //! A group's snapshot: wharf's checkpoint bytes of the committed broker, behind a small
-//! header with the highest `now` applied (storage-format.md, "Raft snapshots"). A lagging or
+//! header with the highest `now` applied and, since version 2, the highest proposal applied
+//! of each proposer session (S-CLU-50) (storage-format.md, "Raft snapshots"). A lagging or
 //! new member installs one into a fresh broker through the checkpoint reader, which checks
 //! every byte (S-CLU-4).
 #![warn(clippy::indexing_slicing)]
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -14,10 +16,13 @@ use wharf_wal::{Lsn, SimStorage, le};
 
 /// The snapshot header's magic bytes (`wharfsnp`), then a version.
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"wharfsnp";
-/// The snapshot format this build writes and reads.
-pub const SNAPSHOT_VERSION: u16 = 1;
-/// Magic, version (u16), highest applied `now` (u64).
+/// The snapshot format this build writes (it reads version 1 too: no sessions).
+pub const SNAPSHOT_VERSION: u16 = 2;
+/// Magic, version (u16), highest applied `now` (u64); then, since version 2, the sessions.
 pub const SNAPSHOT_HEADER_BYTES: usize = 8 + 2 + 8;
+
+/// The highest `seq` applied of each proposer session (S-CLU-50), by session.
+pub type Sessions = BTreeMap<u64, u64>;
 
 /// Why snapshot bytes could not be made or read back.
 #[derive(Debug, thiserror::Error)]
@@ -33,17 +38,30 @@ pub enum SnapshotError {
     Refused(#[from] wharf_broker::BrokerError),
 }
 
-/// Encodes the committed broker as snapshot bytes: the header, then a checkpoint covering
-/// `index` (the checkpoint's Lsn field holds the group's log index).
+/// Encodes the committed broker as snapshot bytes: the header, the sessions (`count u32`,
+/// then `session u64`, `seq u64` each), then a checkpoint covering `index` (the checkpoint's
+/// Lsn field holds the group's log index).
 ///
 /// # Errors
 /// The checkpoint encoder's errors.
-pub fn encode(broker: &Broker, index: u64, now_ms: u64) -> Result<Vec<u8>, SnapshotError> {
+pub fn encode(
+    broker: &Broker,
+    index: u64,
+    now_ms: u64,
+    sessions: &Sessions,
+) -> Result<Vec<u8>, SnapshotError> {
     let body = checkpoint::encode_to_vec(&broker.snapshot(), Lsn(index))?;
-    let mut out = Vec::with_capacity(SNAPSHOT_HEADER_BYTES + body.len());
+    let mut out = Vec::with_capacity(SNAPSHOT_HEADER_BYTES + 4 + 16 * sessions.len() + body.len());
     out.extend_from_slice(&SNAPSHOT_MAGIC);
     le::put_u16(&mut out, SNAPSHOT_VERSION);
     le::put_u64(&mut out, now_ms);
+    let count =
+        u32::try_from(sessions.len()).map_err(|_| SnapshotError::Header("too many sessions"))?;
+    le::put_u32(&mut out, count);
+    for (session, seq) in sessions {
+        le::put_u64(&mut out, *session);
+        le::put_u64(&mut out, *seq);
+    }
     out.extend_from_slice(&body);
     Ok(out)
 }
@@ -55,6 +73,8 @@ pub struct Decoded {
     pub broker: Broker,
     /// Highest applied `now`.
     pub now_ms: u64,
+    /// The highest `seq` applied of each proposer session (empty in a version-1 snapshot).
+    pub sessions: Sessions,
 }
 
 /// Decodes snapshot bytes into a fresh broker, checking the header and every checkpoint
@@ -69,10 +89,16 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, SnapshotError> {
     if head.get(..8) != Some(&SNAPSHOT_MAGIC[..]) {
         return Err(SnapshotError::Header("bad magic"));
     }
-    if le::u16_at(head, 8) != Some(SNAPSHOT_VERSION) {
+    let version = le::u16_at(head, 8);
+    if !matches!(version, Some(1 | SNAPSHOT_VERSION)) {
         return Err(SnapshotError::Header("unknown version"));
     }
     let now_ms = le::u64_at(head, 10).ok_or(SnapshotError::Header("no now"))?;
+    let (sessions, body) = if version == Some(1) {
+        (Sessions::new(), body)
+    } else {
+        decode_sessions(body)?
+    };
     // The checkpoint reader reads through the `Storage` trait; an in-memory disk holding the
     // received bytes lets the same checked reader do it, with no second parser.
     let disk = SimStorage::new(0);
@@ -105,5 +131,29 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, SnapshotError> {
         return Err(e.into());
     }
     broker.restore_next_message_id(header.next_message_id);
-    Ok(Decoded { broker, now_ms })
+    Ok(Decoded {
+        broker,
+        now_ms,
+        sessions,
+    })
+}
+
+/// The sessions at the start of `bytes`, and what follows them.
+fn decode_sessions(bytes: &[u8]) -> Result<(Sessions, &[u8]), SnapshotError> {
+    let short = SnapshotError::Header("sessions cut short");
+    let count = le::u32_at(bytes, 0).ok_or(SnapshotError::Header("no session count"))?;
+    let mut rest = bytes
+        .get(4..)
+        .ok_or(SnapshotError::Header("no session count"))?;
+    let mut sessions = Sessions::new();
+    for _ in 0..count {
+        let (Some(session), Some(seq)) = (le::u64_at(rest, 0), le::u64_at(rest, 8)) else {
+            return Err(short);
+        };
+        sessions.insert(session, seq);
+        rest = rest
+            .get(16..)
+            .ok_or(SnapshotError::Header("sessions cut short"))?;
+    }
+    Ok((sessions, rest))
 }

@@ -24,9 +24,9 @@ use openraft::{EntryPayload, RaftSnapshotBuilder, StorageIOError};
 use wharf_broker::{Broker, DurableState};
 use wharf_wal::Storage;
 
-use crate::snapshot::{self, SnapshotError};
+use crate::snapshot::{self, Sessions, SnapshotError};
 use crate::snapshot_file::{self, SnapshotFileError};
-use crate::types::{Applied, Entry, LogId, StorageError, StoredMembership, TypeConfig};
+use crate::types::{Applied, Entry, LogId, Origin, StorageError, StoredMembership, TypeConfig};
 
 /// The committed state of a group, shared between openraft's state machine task and readers
 /// (the leader's take-over, tests, management).
@@ -35,6 +35,8 @@ pub struct Machine {
     last_applied: Option<LogId>,
     membership: StoredMembership,
     now_ms: u64,
+    /// The highest forwarded proposal applied of each proposer session (S-CLU-50).
+    sessions: Sessions,
     snapshot: Option<StoredSnapshot>,
     snapshots_built: u64,
     disk: Option<SnapshotDisk>,
@@ -72,6 +74,7 @@ impl Machine {
             last_applied: None,
             membership: StoredMembership::default(),
             now_ms: 0,
+            sessions: Sessions::new(),
             snapshot: None,
             snapshots_built: 0,
             disk,
@@ -86,6 +89,11 @@ impl Machine {
     /// The highest `now` carried by an applied entry (0 before any).
     pub fn now_ms(&self) -> u64 {
         self.now_ms
+    }
+
+    /// The highest `seq` applied of proposer `session` (S-CLU-50).
+    pub fn session_seq(&self, session: u64) -> Option<u64> {
+        self.sessions.get(&session).copied()
     }
 
     /// The last applied log id.
@@ -123,7 +131,13 @@ impl Machine {
         let index = entry.log_id.index;
         let events = match &entry.payload {
             EntryPayload::Blank => 0,
+            // A forwarded proposal applied already (a retry that committed twice) is skipped:
+            // it applies once (S-CLU-50).
+            EntryPayload::Normal(p) if p.origin.is_some_and(|o| self.applied_origin(o)) => 0,
             EntryPayload::Normal(p) => {
+                if let Some(o) = p.origin {
+                    self.sessions.insert(o.session, o.seq);
+                }
                 for event in &p.events {
                     // A committed event the broker refuses means the members' brokers have
                     // diverged: a bug, reported as a state machine failure (openraft stops).
@@ -141,6 +155,12 @@ impl Machine {
         };
         self.last_applied = Some(entry.log_id);
         Ok(Applied { index, events })
+    }
+
+    fn applied_origin(&self, origin: Origin) -> bool {
+        self.sessions
+            .get(&origin.session)
+            .is_some_and(|seq| *seq >= origin.seq)
     }
 }
 
@@ -191,6 +211,7 @@ impl QueueStateMachine {
             machine.last_applied = meta.last_log_id;
             machine.membership = meta.last_membership.clone();
             machine.now_ms = decoded.now_ms;
+            machine.sessions = decoded.sessions;
             machine.snapshot = Some(StoredSnapshot { meta, bytes });
         }
         Ok(QueueStateMachine::from_machine(machine))
@@ -217,7 +238,7 @@ impl RaftSnapshotBuilder<TypeConfig> for MachineSnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let mut m = lock(&self.machine);
         let index = m.last_applied.map_or(0, |l| l.index);
-        let bytes = snapshot::encode(&m.broker, index, m.now_ms)
+        let bytes = snapshot::encode(&m.broker, index, m.now_ms, &m.sessions)
             .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
         m.snapshots_built += 1;
         let snapshot_id = format!("{index}-{}", m.snapshots_built);
@@ -276,6 +297,7 @@ impl RaftStateMachine<TypeConfig> for QueueStateMachine {
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         m.broker = decoded.broker;
         m.now_ms = m.now_ms.max(decoded.now_ms);
+        m.sessions = decoded.sessions;
         m.last_applied = meta.last_log_id;
         m.membership = meta.last_membership.clone();
         Ok(())

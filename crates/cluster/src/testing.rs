@@ -98,6 +98,43 @@ impl Router {
     }
 }
 
+/// Member `from`'s way to its leader on a [`Router`] (S-CLU-50): the leader's side runs
+/// directly ([`crate::lead`]); a member cut off, or gone, is unreachable.
+pub struct RouterForward {
+    from: NodeId,
+    router: Arc<Router>,
+}
+
+impl Router {
+    /// Member `from`'s [`crate::Forward`] on this network.
+    pub fn forward(self: &Arc<Self>, from: NodeId) -> RouterForward {
+        RouterForward {
+            from,
+            router: Arc::clone(self),
+        }
+    }
+}
+
+impl crate::Forward for RouterForward {
+    async fn forward(
+        &self,
+        leader: NodeId,
+        _group: u64,
+        proposal: &crate::Proposal,
+    ) -> Result<crate::LogId, crate::ForwardError> {
+        let raft = self
+            .router
+            .target(self.from, leader)
+            .map_err(|e| crate::ForwardError::Unreachable(e.to_string()))?;
+        let answer = self.router.call(crate::lead(&raft, proposal.clone())).await;
+        // The answer crosses the same network: a member cut off meanwhile does not hear it.
+        self.router
+            .target(self.from, leader)
+            .map_err(|e| crate::ForwardError::Unreachable(e.to_string()))?;
+        answer
+    }
+}
+
 /// One member's connections.
 pub struct Net {
     from: NodeId,

@@ -44,6 +44,22 @@ pub struct Proposal {
     pub now_ms: u64,
     /// The events, in the order the leader's broker produced them.
     pub events: Vec<Event>,
+    /// Who proposed it, when a member handed it to the leader (`forward.rs`): an entry whose
+    /// origin was applied already is skipped, so a retried proposal applies once (S-CLU-50).
+    /// `None` for the leader's own proposals.
+    pub origin: Option<Origin>,
+}
+
+/// A forwarded proposal's identity, chosen by its proposer (S-CLU-50): the proposer's
+/// `session` (unique per proposer process) and the proposal's `seq` within it, from 1, one
+/// proposal at a time. A group applies an entry of a session only when its `seq` is above the
+/// highest it applied of that session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin {
+    /// The proposer's session.
+    pub session: u64,
+    /// The proposal's number in the session.
+    pub seq: u64,
 }
 
 /// What applying one committed entry returned to the proposer.

@@ -31,8 +31,69 @@ pub use client::{CONNECT_TIMEOUT, CallError, Peers};
 pub use frames::read_frame;
 pub use serve::{Admin, Groups, IN_FLIGHT_MAX, has_state, serve};
 
-use crate::types::{NodeId, TypeConfig};
+use crate::forward::{Forward, ForwardError};
+use crate::types::{LogId, NodeId, Proposal, TypeConfig};
 use wire::{Failure, Kind};
+
+/// [`Forward`] over the cluster link: a proposal goes to the leader's cluster address, as the
+/// group's membership on this node names it (S-CLU-50).
+pub struct LinkForward {
+    raft: crate::types::Raft,
+    peers: Arc<Peers>,
+}
+
+impl LinkForward {
+    /// Forwarding for `raft`'s group through `peers`.
+    pub fn new(raft: crate::types::Raft, peers: Arc<Peers>) -> LinkForward {
+        LinkForward { raft, peers }
+    }
+}
+
+impl Forward for LinkForward {
+    async fn forward(
+        &self,
+        leader: NodeId,
+        group: u64,
+        proposal: &Proposal,
+    ) -> Result<LogId, ForwardError> {
+        let addr = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            m.membership_config
+                .membership()
+                .get_node(&leader)
+                .map(|n| n.addr.clone())
+        };
+        let Some(addr) = addr else {
+            return Err(ForwardError::NotLeader(None));
+        };
+        let body = wire::propose(proposal).map_err(|e| ForwardError::Refused(e.to_string()))?;
+        let call = self
+            .peers
+            .call(&addr, Kind::Propose, group, wire::ANY_MEMBER, &body);
+        match call.await {
+            Ok(reply) => wire::decode_propose_response(&reply)
+                .map_err(|e| ForwardError::Unreachable(format!("leader {leader}: {e}"))),
+            Err(CallError::Failed {
+                failure: Failure::NotLeader(l),
+                ..
+            }) => Err(ForwardError::NotLeader(l)),
+            // The leader's group not open (yet) or stopped: another leader may come.
+            Err(CallError::Failed {
+                failure: Failure::NoGroup | Failure::Stopped,
+                ..
+            }) => Err(ForwardError::NotLeader(None)),
+            Err(CallError::Failed {
+                failure: Failure::Refused(why),
+                ..
+            }) => Err(ForwardError::Refused(why)),
+            Err(CallError::Failed { failure, .. }) => Err(ForwardError::Refused(format!(
+                "leader {leader}: {failure:?}"
+            ))),
+            Err(e @ CallError::Unreachable { .. }) => Err(ForwardError::Unreachable(e.to_string())),
+        }
+    }
+}
 
 /// How long openraft waits before it calls an unreachable peer again.
 pub const RETRY_AFTER: Duration = Duration::from_millis(100);

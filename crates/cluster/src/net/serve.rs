@@ -19,6 +19,7 @@ use tokio::task::JoinSet;
 
 use super::frames::{read_frame, write_frames};
 use super::wire::{self, Failure, Header, Kind};
+use crate::forward::{self, ForwardError};
 use crate::status;
 use crate::types::{NodeId, Raft};
 
@@ -176,7 +177,12 @@ async fn serve_conn(stream: TcpStream, groups: Groups) -> String {
         Ok(Some(frame)) => match wire::split(&frame) {
             Ok((h, body)) if h.kind == Kind::Hello => match wire::decode_hello(body) {
                 Ok(node) => node,
-                Err(e) => return format!("bad hello: {e}"),
+                Err(e) => {
+                    // Another build's node (an older or newer link version) or a stranger:
+                    // said at warn, so a half-upgraded cluster is plain in the log.
+                    tracing::warn!(error = %e, "cluster link: refused a connection's hello");
+                    return format!("bad hello: {e}");
+                }
             },
             Ok((h, _)) => return format!("a {:?} frame before hello", h.kind),
             Err(e) => return e.to_string(),
@@ -235,6 +241,7 @@ async fn answer(header: Header, body: &[u8], groups: &Groups) -> Vec<u8> {
                 None => wire::failed(&Failure::NoGroup),
             };
         }
+        Kind::Propose => return propose(raft, body).await,
         _ => {}
     }
     // A Raft request for another incarnation of this node (its directory was wiped since), or
@@ -279,7 +286,29 @@ async fn answer(header: Header, body: &[u8], groups: &Groups) -> Vec<u8> {
         | Kind::Status
         | Kind::Probe
         | Kind::AddMember
-        | Kind::RemoveMember => wire::failed(&Failure::BadRequest),
+        | Kind::RemoveMember
+        | Kind::Propose => wire::failed(&Failure::BadRequest),
+    }
+}
+
+/// Answers a `Propose` (S-CLU-50): on the group's leader, once the entry committed.
+async fn propose(raft: Option<Raft>, body: &[u8]) -> Vec<u8> {
+    let Some(raft) = raft else {
+        return wire::failed(&Failure::NoGroup);
+    };
+    let proposal = match wire::decode_propose(body) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(error = %e, "cluster link: a proposal that does not decode");
+            return wire::failed(&Failure::BadRequest);
+        }
+    };
+    match forward::lead(&raft, proposal).await {
+        Ok(log_id) => wire::ok(&wire::propose_response(&log_id)),
+        Err(ForwardError::NotLeader(leader)) => wire::failed(&Failure::NotLeader(leader)),
+        Err(ForwardError::Refused(why) | ForwardError::Unreachable(why)) => {
+            wire::failed(&Failure::Refused(why))
+        }
     }
 }
 

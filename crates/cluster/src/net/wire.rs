@@ -6,22 +6,22 @@
 //! allocate, trailing bytes refused) and never panics (S-ERR-2).
 #![warn(clippy::indexing_slicing)]
 
-use openraft::SnapshotSegmentId;
 use openraft::error::{InstallSnapshotError, SnapshotMismatch};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
+use openraft::{EntryPayload, SnapshotSegmentId};
 use wharf_wal::le;
 
 use crate::record::{self, Dec, RecordDecodeError, RecordEncodeError};
 use crate::snapshot_file::{self, Meta};
-use crate::types::{Entry, NodeId, TypeConfig};
+use crate::types::{Entry, LogId, NodeId, Proposal, TypeConfig};
 
 /// The first bytes a connecting member sends (then the version and its node id).
 pub const HELLO_MAGIC: [u8; 8] = *b"wharfnet";
 /// The link's version this build speaks.
-pub const WIRE_VERSION: u16 = 2;
+pub const WIRE_VERSION: u16 = 3;
 /// The largest frame accepted (the length field's value), checked before a byte of the body
 /// is read: room for one entry as large as the largest record, twice over.
 pub const FRAME_BYTES_MAX: usize = 2 * wharf_base::limits::RECORD_PAYLOAD_BYTES_MAX;
@@ -56,6 +56,8 @@ pub enum Kind {
     AddMember = 0x15,
     /// Remove a voter by member id (`wharfctl remove_member`).
     RemoveMember = 0x16,
+    /// A proposal a member hands to the group's leader (S-CLU-50, `forward.rs`).
+    Propose = 0x17,
     /// A reply (the request's id; status byte, then the body).
     Reply = 0x80,
 }
@@ -72,6 +74,7 @@ impl Kind {
             Kind::Status,
             Kind::AddMember,
             Kind::RemoveMember,
+            Kind::Propose,
             Kind::Reply,
         ]
         .into_iter()
@@ -96,8 +99,10 @@ pub enum Failure {
     BadRequest,
     /// A Raft request for another incarnation of the receiver (DESIGN "A wiped member").
     WrongMember,
-    /// A membership change refused, and why.
+    /// A membership change or a proposal refused, and why.
     Refused(String),
+    /// A proposal sent to a member that does not lead the group; the leader it knows.
+    NotLeader(Option<NodeId>),
 }
 
 const FAIL_NO_GROUP: u8 = 1;
@@ -106,6 +111,7 @@ const FAIL_SNAPSHOT_MISMATCH: u8 = 3;
 const FAIL_BAD_REQUEST: u8 = 4;
 const FAIL_WRONG_MEMBER: u8 = 5;
 const FAIL_REFUSED: u8 = 6;
+const FAIL_NOT_LEADER: u8 = 7;
 
 /// A frame's header, decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,8 +191,16 @@ pub fn decode_hello(body: &[u8]) -> Result<NodeId, RecordDecodeError> {
     if d.bytes(8, "magic")? != HELLO_MAGIC {
         return Err(d.err("not a wharf cluster link (magic)"));
     }
-    if d.u16("version")? != WIRE_VERSION {
-        return Err(d.err("another cluster link version"));
+    let version = d.u16("version")?;
+    if version < WIRE_VERSION {
+        return Err(d.err(
+            "an older cluster link version (a node of an older build): upgrade the cluster whole",
+        ));
+    }
+    if version > WIRE_VERSION {
+        return Err(d.err(
+            "a newer cluster link version (a node of a newer build): upgrade the cluster whole",
+        ));
     }
     let node = d.u64("node id")?;
     d.end()?;
@@ -482,6 +496,48 @@ pub fn decode_remove_member(body: &[u8]) -> Result<(u8, NodeId), RecordDecodeErr
     Ok((hops, member))
 }
 
+/// A `Propose` body: the proposal, as a normal entry's tag and body (with its origin).
+///
+/// # Errors
+/// An event that does not encode.
+pub fn propose(proposal: &Proposal) -> Result<Vec<u8>, RecordEncodeError> {
+    let mut out = Vec::new();
+    record::put_payload(&mut out, &EntryPayload::Normal(proposal.clone()))?;
+    Ok(out)
+}
+
+/// Decodes a `Propose` body: a normal entry's payload carrying an origin.
+///
+/// # Errors
+/// A body that does not decode, another kind of entry, or one without an origin.
+pub fn decode_propose(body: &[u8]) -> Result<Proposal, RecordDecodeError> {
+    let d = &mut Dec::new(Kind::Propose as u8, body);
+    let payload = record::decode_payload(d)?;
+    d.end()?;
+    match payload {
+        EntryPayload::Normal(p) if p.origin.is_some() => Ok(p),
+        _ => Err(d.err("a proposal without its origin")),
+    }
+}
+
+/// A `Propose` reply body: the log id the entry committed at.
+pub fn propose_response(log_id: &LogId) -> Vec<u8> {
+    let mut out = Vec::new();
+    record::put_log_id(&mut out, log_id);
+    out
+}
+
+/// Decodes a `Propose` reply body.
+///
+/// # Errors
+/// A body that does not decode.
+pub fn decode_propose_response(body: &[u8]) -> Result<LogId, RecordDecodeError> {
+    let d = &mut Dec::new(Kind::Reply as u8, body);
+    let log_id = d.log_id()?;
+    d.end()?;
+    Ok(log_id)
+}
+
 /// A successful reply's body: the status, then `body`.
 pub fn ok(body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 + body.len());
@@ -498,6 +554,10 @@ pub fn failed(failure: &Failure) -> Vec<u8> {
         Failure::Stopped => out.push(FAIL_STOPPED),
         Failure::BadRequest => out.push(FAIL_BAD_REQUEST),
         Failure::WrongMember => out.push(FAIL_WRONG_MEMBER),
+        Failure::NotLeader(leader) => {
+            out.push(FAIL_NOT_LEADER);
+            le::put_u64(&mut out, leader.unwrap_or(ANY_MEMBER));
+        }
         Failure::Refused(why) => {
             out.push(FAIL_REFUSED);
             let why = why.as_bytes();
@@ -536,6 +596,10 @@ pub fn decode_reply(body: &[u8]) -> Result<Result<&[u8], Failure>, RecordDecodeE
                 FAIL_STOPPED => Failure::Stopped,
                 FAIL_BAD_REQUEST => Failure::BadRequest,
                 FAIL_WRONG_MEMBER => Failure::WrongMember,
+                FAIL_NOT_LEADER => {
+                    let leader = d.u64("leader")?;
+                    Failure::NotLeader((leader != ANY_MEMBER).then_some(leader))
+                }
                 FAIL_REFUSED => {
                     let len = usize::from(d.u16("reason length")?);
                     let why = d.bytes(len, "reason")?;

@@ -82,6 +82,7 @@ async fn s_clu_6_a_new_leader_expires_the_same_messages_at_the_same_times() {
     let mut proposal = wharf_cluster::Proposal {
         now_ms: clock2.now_ms(),
         events: recovered.events,
+        origin: None,
     };
     let mut seen = Vec::new();
     while let Some(deadline) = next.broker.next_deadline() {

@@ -10,8 +10,10 @@
 )]
 
 mod commands;
+mod definitions;
 mod durability;
 mod expiry;
+mod forward;
 mod members;
 mod records;
 mod replication;

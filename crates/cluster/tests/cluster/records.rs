@@ -10,7 +10,7 @@ use openraft::{BasicNode, CommittedLeaderId, EntryPayload, RaftLogReader};
 use wharf_broker::{Broker, Event};
 use wharf_cluster::record::{self, RAFT_FORMAT_VERSION, RaftRecord};
 use wharf_cluster::snapshot;
-use wharf_cluster::{Entry, LogId, Membership, Proposal, Vote};
+use wharf_cluster::{Entry, LogId, Membership, Origin, Proposal, Vote};
 
 use crate::commands::{declare_quorum, publish};
 use crate::support::{Cluster, GROUP, HangGuard, LiveBroker, open_log};
@@ -81,6 +81,18 @@ fn raft_records_match_the_documented_bytes() {
         payload: EntryPayload::Normal(Proposal {
             now_ms: 1_000,
             events: vec![Event::VhostAdded { vhost: "v".into() }],
+            origin: None,
+        }),
+    };
+    let forwarded = Entry {
+        log_id: log_id(2, 3, 6),
+        payload: EntryPayload::Normal(Proposal {
+            now_ms: 1_000,
+            events: vec![Event::VhostAdded { vhost: "v".into() }],
+            origin: Some(Origin {
+                session: 0x0a0b,
+                seq: 4,
+            }),
         }),
     };
     let nodes: BTreeMap<u64, BasicNode> = [(1, BasicNode { addr: "a".into() })].into();
@@ -94,7 +106,7 @@ fn raft_records_match_the_documented_bytes() {
                 group: GROUP,
                 version: RAFT_FORMAT_VERSION,
             },
-            "0700000000000000 0200",
+            "0700000000000000 0300",
         ),
         (
             RaftRecord::Vote { group: GROUP, vote },
@@ -107,6 +119,14 @@ fn raft_records_match_the_documented_bytes() {
             },
             "0700000000000000 0200000000000000 0300000000000000 0500000000000000 \
              01 e803000000000000 01000000 10 03000000 010076",
+        ),
+        (
+            RaftRecord::Entry {
+                group: GROUP,
+                entry: forwarded,
+            },
+            "0700000000000000 0200000000000000 0300000000000000 0600000000000000 \
+             03 0b0a000000000000 0400000000000000 e803000000000000 01000000 10 03000000 010076",
         ),
         (
             RaftRecord::Entry {
@@ -168,6 +188,10 @@ fn raft_record_decoder_refuses_damage_without_panicking() {
                     queue: "q".into(),
                 },
             ],
+            origin: Some(Origin {
+                session: 0x0102,
+                seq: 3,
+            }),
         }),
     };
     let (kind, payload) = record::encode(&RaftRecord::Entry { group: 1, entry }).unwrap();
@@ -203,10 +227,23 @@ fn raft_snapshot_is_a_header_and_a_checkpoint() {
     for e in &p.events {
         committed.apply(e).unwrap();
     }
-    let bytes = snapshot::encode(&committed, 5, 1_000).unwrap();
-    assert_eq!(hex(&bytes[..18]), "7768617266736e700100e803000000000000");
+    let sessions = snapshot::Sessions::from([(0x0a0b, 4)]);
+    let bytes = snapshot::encode(&committed, 5, 1_000, &sessions).unwrap();
+    assert_eq!(
+        hex(&bytes[..38]),
+        "7768617266736e700200e803000000000000 01000000 0b0a000000000000 0400000000000000"
+            .replace(' ', "")
+    );
     let back = snapshot::decode(&bytes).unwrap();
     assert_eq!(back.now_ms, 1_000);
+    assert_eq!(back.sessions, sessions);
+    // A version-1 snapshot (no sessions) still reads.
+    let mut v1 = bytes[..18].to_vec();
+    v1[8] = 1;
+    v1.extend_from_slice(&bytes[38..]);
+    let old = snapshot::decode(&v1).unwrap();
+    assert!(old.sessions.is_empty());
+    assert_eq!(old.broker.durable_state(), committed.durable_state());
     assert_eq!(back.broker.durable_state(), committed.durable_state());
 
     let mut bad_magic = bytes.clone();

@@ -160,6 +160,7 @@ async fn s_clu_12_a_take_over_keeps_the_members_own_queues() {
         payload: EntryPayload::Normal(Proposal {
             now_ms: T0,
             events: split.replicated,
+            origin: None,
         }),
     };
     machine.apply(vec![entry]).await.unwrap();

@@ -293,6 +293,13 @@ impl LiveBroker {
             events.extend(out.events.iter().cloned());
             outcomes.push(out);
         }
-        (Proposal { now_ms, events }, outcomes)
+        (
+            Proposal {
+                now_ms,
+                events,
+                origin: None,
+            },
+            outcomes,
+        )
     }
 }

@@ -90,6 +90,38 @@ pub async fn until(what: &str, within: Duration, mut cond: impl FnMut() -> bool)
     }
 }
 
+/// Starts three nodes on `dirs` and waits until the metadata group has a leader: the nodes,
+/// the seeds, the leader's id.
+async fn three_nodes(dirs: &[tempfile::TempDir]) -> (Vec<Option<Node>>, String, u64) {
+    let (ls, seeds) = listeners(3).await;
+    let mut nodes: Vec<Option<Node>> = Vec::new();
+    for (l, d) in ls.into_iter().zip(dirs) {
+        nodes.push(Some(start(l, &seeds, d.path()).await));
+    }
+    opened(&nodes).await;
+    until("a leader", Duration::from_secs(5), || {
+        leader_of(&nodes).is_some()
+    })
+    .await;
+    let leader = leader_of(&nodes).unwrap();
+    (nodes, seeds, leader)
+}
+
+/// Waits until every running node applied the metadata group's entry at `index`.
+async fn applied_everywhere(nodes: &[Option<Node>], index: u64) {
+    until(
+        "the entry applied on every node",
+        Duration::from_secs(5),
+        || {
+            nodes
+                .iter()
+                .flatten()
+                .all(|n| metadata(n).applied >= Some(index))
+        },
+    )
+    .await;
+}
+
 fn leader_of(nodes: &[Option<Node>]) -> Option<u64> {
     nodes
         .iter()
@@ -110,18 +142,8 @@ fn leader_of(nodes: &[Option<Node>]) -> Option<u64> {
 async fn s_clu_8_three_nodes_form_a_group_and_survive_the_leaders_loss() {
     let _guard = HangGuard::new("s_clu_8_three_nodes_form_a_group_and_survive_the_leaders_loss");
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let (ls, seeds) = listeners(3).await;
+    let (mut nodes, seeds, leader) = three_nodes(&dirs).await;
     let addrs: Vec<String> = seeds.split(',').map(str::to_owned).collect();
-    let mut nodes: Vec<Option<Node>> = Vec::new();
-    for (l, d) in ls.into_iter().zip(&dirs) {
-        nodes.push(Some(start(l, &seeds, d.path()).await));
-    }
-    opened(&nodes).await;
-    until("a leader", Duration::from_secs(5), || {
-        leader_of(&nodes).is_some()
-    })
-    .await;
-    let leader = leader_of(&nodes).unwrap();
     let all: BTreeSet<u64> = [1, 2, 3].into();
     assert_eq!(metadata(nodes[0].as_ref().unwrap()).members, all);
 
@@ -130,17 +152,7 @@ async fn s_clu_8_three_nodes_form_a_group_and_survive_the_leaders_loss() {
     let mut live = LiveBroker::new();
     let (p, _) = live.batch(vec![declare_quorum("q", None)], 1_000);
     let index = group.raft.client_write(p).await.unwrap().log_id.index;
-    until(
-        "the entry applied on every node",
-        Duration::from_secs(5),
-        || {
-            nodes
-                .iter()
-                .flatten()
-                .all(|n| metadata(n).applied >= Some(index))
-        },
-    )
-    .await;
+    applied_everywhere(&nodes, index).await;
     let committed = group.machine.with(wharf_cluster::Machine::durable_state);
     for n in nodes.iter().flatten() {
         let h = n.group(METADATA_GROUP).await.unwrap();
@@ -188,6 +200,61 @@ async fn s_clu_8_three_nodes_form_a_group_and_survive_the_leaders_loss() {
     assert_eq!(id, new_leader);
     assert_eq!(groups[0].state, "leader");
     back.shutdown().await;
+    for n in nodes.iter().flatten() {
+        n.shutdown().await;
+    }
+}
+
+/// S-CLU-50: on the TCP link, a node that does not lead the metadata group answers a
+/// proposal sent to it `NotLeader` naming the leader, and proposes through its leader; the
+/// entry commits on every node, and the proposing node gets its log id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_clu_50_a_follower_node_proposes_over_the_link() {
+    let _guard = HangGuard::new("s_clu_50_a_follower_node_proposes_over_the_link");
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (nodes, _, leader) = three_nodes(&dirs).await;
+    let follower = nodes
+        .iter()
+        .flatten()
+        .find(|n| n.id() != leader)
+        .unwrap()
+        .clone();
+    let (p, _) = LiveBroker::new().batch(vec![declare_quorum("q", None)], 1_000);
+    // Asked directly, the follower answers that it does not lead, naming the leader.
+    let body = wire::propose(&wharf_cluster::Proposal {
+        origin: Some(wharf_cluster::Origin { session: 9, seq: 1 }),
+        ..p.clone()
+    })
+    .unwrap();
+    let asked = wharf_cluster::net::Peers::new(0)
+        .call(
+            &follower.addr().to_string(),
+            Kind::Propose,
+            METADATA_GROUP,
+            wire::ANY_MEMBER,
+            &body,
+        )
+        .await;
+    assert!(
+        matches!(
+            &asked,
+            Err(wharf_cluster::net::CallError::Failed {
+                failure: wire::Failure::NotLeader(Some(l)),
+                ..
+            }) if *l == leader
+        ),
+        "{asked:?}"
+    );
+    let log_id = follower
+        .propose(METADATA_GROUP, p.now_ms, p.events, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(log_id.leader_id.node_id, leader);
+    applied_everywhere(&nodes, log_id.index).await;
+    for n in nodes.iter().flatten() {
+        let h = n.group(METADATA_GROUP).await.unwrap();
+        assert_eq!(h.machine.with(|m| m.broker().queue_names("/")), ["q"]);
+    }
     for n in nodes.iter().flatten() {
         n.shutdown().await;
     }

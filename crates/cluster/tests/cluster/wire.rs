@@ -13,7 +13,7 @@ use openraft::storage::SnapshotMeta;
 use openraft::{BasicNode, CommittedLeaderId, EntryPayload, SnapshotSegmentId};
 use wharf_broker::Event;
 use wharf_cluster::net::wire::{self, Failure, Kind};
-use wharf_cluster::{Entry, LogId, Membership, Proposal, StoredMembership, Vote};
+use wharf_cluster::{Entry, LogId, Membership, Origin, Proposal, StoredMembership, Vote};
 
 fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
@@ -34,7 +34,7 @@ fn cluster_link_frames_match_the_documented_bytes() {
     let hello = wire::frame(Kind::Hello, 0, 0, wire::ANY_MEMBER, &wire::hello(2)).unwrap();
     assert_eq!(
         hex(&hello),
-        "2b000000 01 0000000000000000 0000000000000000 0000000000000000 77686172666e6574 0200 0200000000000000"
+        "2b000000 01 0000000000000000 0000000000000000 0000000000000000 77686172666e6574 0300 0200000000000000"
             .replace(' ', "")
     );
     let (header, body) = wire::split(&hello[4..]).unwrap();
@@ -43,6 +43,38 @@ fn cluster_link_frames_match_the_documented_bytes() {
         (Kind::Hello, 0, 0, 0)
     );
     assert_eq!(wire::decode_hello(body).unwrap(), 2);
+    // A node of another build is refused at its hello, saying which side is older.
+    for (version, says) in [(2u16, "older"), (4, "newer")] {
+        let mut other = wire::hello(2);
+        other[8..10].copy_from_slice(&version.to_le_bytes());
+        let refused = wire::decode_hello(&other).unwrap_err().to_string();
+        assert!(refused.contains(says), "{refused}");
+    }
+    // S-CLU-50: a proposal handed to the leader, and the leader's answer.
+    let proposal = Proposal {
+        now_ms: 1_000,
+        events: vec![Event::VhostAdded { vhost: "v".into() }],
+        origin: Some(Origin {
+            session: 0x0a0b,
+            seq: 4,
+        }),
+    };
+    let body = wire::propose(&proposal).unwrap();
+    assert_eq!(
+        hex(&body),
+        "03 0b0a000000000000 0400000000000000 e803000000000000 01000000 10 03000000 010076"
+            .replace(' ', "")
+    );
+    assert_eq!(wire::decode_propose(&body).unwrap(), proposal);
+    let committed = wire::propose_response(&log_id(2, 3, 6));
+    assert_eq!(
+        hex(&committed),
+        "0200000000000000 0300000000000000 0600000000000000".replace(' ', "")
+    );
+    assert_eq!(
+        hex(&wire::failed(&Failure::NotLeader(Some(3)))),
+        "01 07 0300000000000000".replace(' ', "")
+    );
     let to_member = wire::frame(Kind::Vote, 5, 1, 3, &[]).unwrap();
     assert_eq!(
         hex(&to_member),
@@ -114,6 +146,7 @@ fn entries() -> Vec<Entry> {
             payload: EntryPayload::Normal(Proposal {
                 now_ms: 7,
                 events: vec![Event::VhostAdded { vhost: "v".into() }],
+                origin: None,
             }),
         },
     ]
@@ -221,6 +254,8 @@ fn cluster_link_messages_round_trip_and_refuse_damage() {
         Failure::BadRequest,
         Failure::WrongMember,
         Failure::Refused("a membership change is in flight".into()),
+        Failure::NotLeader(Some(3)),
+        Failure::NotLeader(None),
         mismatch,
     ] {
         let body = wire::failed(&failure);
@@ -230,4 +265,32 @@ fn cluster_link_messages_round_trip_and_refuse_damage() {
     assert_eq!(wire::decode_reply(&ok).unwrap(), Ok(&b"x"[..]));
     assert!(wire::split(&[0x77; 24]).is_err(), "shorter than a header");
     assert!(wire::split(&[0x77; 25]).is_err(), "an unknown kind");
+}
+
+/// S-CLU-50: a `Propose` body and its answer decode back to themselves and refuse damage; a
+/// proposal without its origin is refused.
+#[test]
+fn propose_messages_round_trip_and_refuse_damage() {
+    let forwarded = Proposal {
+        now_ms: 5,
+        events: vec![Event::VhostAdded { vhost: "v".into() }],
+        origin: Some(Origin { session: 9, seq: 1 }),
+    };
+    let body = wire::propose(&forwarded).unwrap();
+    refuses_damage(&body, wire::decode_propose);
+    let no_origin = wire::propose(&Proposal {
+        origin: None,
+        ..forwarded
+    })
+    .unwrap();
+    assert!(
+        wire::decode_propose(&no_origin).is_err(),
+        "a proposal must carry its origin"
+    );
+    let body = wire::propose_response(&log_id(2, 3, 6));
+    assert_eq!(
+        wire::decode_propose_response(&body).unwrap(),
+        log_id(2, 3, 6)
+    );
+    refuses_damage(&body, wire::decode_propose_response);
 }

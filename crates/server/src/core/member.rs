@@ -134,6 +134,7 @@ impl Replica {
                 proposal: (!proposal.is_empty()).then_some(Proposal {
                     now_ms,
                     events: proposal,
+                    origin: None,
                 }),
             };
             self.gated_store = store_ticket;
