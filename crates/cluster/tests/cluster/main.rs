@@ -19,4 +19,5 @@ mod split;
 mod status;
 mod support;
 mod tcp;
+mod void;
 mod wire;
