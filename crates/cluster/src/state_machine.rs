@@ -84,7 +84,7 @@ impl Machine {
             snapshots_built: 0,
             disk,
             group: 0,
-            voids: Voids::new(History::Memory(Default::default())),
+            voids: Voids::new(History::Memory(std::collections::BTreeMap::new())),
         }
     }
 

@@ -20,4 +20,5 @@ mod status;
 mod support;
 mod tcp;
 mod void;
+mod void_prop;
 mod wire;
