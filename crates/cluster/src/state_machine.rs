@@ -131,6 +131,17 @@ impl Machine {
         Ok(())
     }
 
+    /// Starts from snapshot `bytes` (with its `meta`).
+    fn restore(&mut self, meta: snapshot_file::Meta, bytes: Vec<u8>) -> Result<(), SnapshotError> {
+        let decoded = snapshot::decode(&bytes)?;
+        self.broker = decoded.broker;
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        self.now_ms = decoded.now_ms;
+        self.snapshot = Some(StoredSnapshot { meta, bytes });
+        Ok(())
+    }
+
     /// The committed durable state, for comparisons.
     pub fn durable_state(&self) -> DurableState {
         self.broker.durable_state()
@@ -243,14 +254,35 @@ impl QueueStateMachine {
             dir: dir.to_path_buf(),
         }));
         if let Some((meta, bytes)) = found {
-            let decoded = snapshot::decode(&bytes)?;
-            machine.broker = decoded.broker;
-            machine.last_applied = meta.last_log_id;
-            machine.membership = meta.last_membership.clone();
-            machine.now_ms = decoded.now_ms;
-            machine.snapshot = Some(StoredSnapshot { meta, bytes });
+            machine.restore(meta, bytes)?;
         }
         Ok(QueueStateMachine::from_machine(machine))
+    }
+
+    /// A state machine holding snapshot `bytes` (with its `meta`), kept in memory only: what a
+    /// member's snapshot file says, for a reader of a data directory (`wharf-inspect raft`).
+    ///
+    /// # Errors
+    /// The snapshot does not decode.
+    pub fn restored(
+        meta: snapshot_file::Meta,
+        bytes: Vec<u8>,
+    ) -> Result<QueueStateMachine, SnapshotError> {
+        let mut machine = Machine::empty(None);
+        machine.restore(meta, bytes)?;
+        Ok(QueueStateMachine::from_machine(machine))
+    }
+
+    /// Applies committed `entries` in order, as openraft's apply does (S-CLU-2, S-CLU-60).
+    ///
+    /// # Errors
+    /// An entry was voided and the state before it could not be rebuilt.
+    pub fn apply_entries(
+        &self,
+        entries: impl IntoIterator<Item = Entry>,
+    ) -> Result<Vec<Applied>, StorageError> {
+        let mut m = lock(&self.machine);
+        entries.into_iter().map(|e| m.apply_entry(&e)).collect()
     }
 
     /// Rebuilds from group `group`'s log `log` when an entry is voided (S-CLU-60), instead of
@@ -318,8 +350,7 @@ impl RaftStateMachine<TypeConfig> for QueueStateMachine {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let mut m = lock(&self.machine);
-        entries.into_iter().map(|e| m.apply_entry(&e)).collect()
+        self.apply_entries(entries)
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
