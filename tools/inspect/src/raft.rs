@@ -21,7 +21,7 @@ use wharf_wal::{FileStorage, RecoveryMode};
 
 use crate::commands::{Ctx, Exit};
 use crate::render::{self, BodyMode};
-use crate::scan::Fatal;
+use crate::scan::{Fatal, Finding};
 
 /// One group's directory, as found under `DIR/raft`.
 struct GroupDir {
@@ -129,7 +129,7 @@ struct Log {
 }
 
 fn group(ctx: &Ctx<'_>, g: &GroupDir, body: BodyMode, out: &mut dyn Write) -> Result<u32, Fatal> {
-    let mut bad: Vec<Map<String, Json>> = Vec::new();
+    let mut bad: Vec<Finding> = Vec::new();
     let (lines, log) = read_log(g, &mut bad);
     let (machine, snapshot_line) = read_snapshot(g, &mut bad);
 
@@ -144,15 +144,20 @@ fn group(ctx: &Ctx<'_>, g: &GroupDir, body: BodyMode, out: &mut dyn Write) -> Re
     let mut voided: BTreeMap<u64, bool> = BTreeMap::new();
     match machine.apply_entries(to_apply) {
         Ok(applied) => voided.extend(applied.iter().map(|a| (a.index, a.voided))),
-        Err(e) => bad.push(object(json!({ "what": "problem", "group": g.id, "problem": format!("replaying the committed entries: {e}") }))),
+        Err(e) => bad.push(problem(
+            &g.path,
+            None,
+            format!("replaying the committed entries: {e}"),
+        )),
     }
 
-    let problems = u32::try_from(bad.len()).unwrap_or(u32::MAX);
+    let errors = bad.iter().filter(|b| b.severity == "error").count();
+    let problems = u32::try_from(errors).unwrap_or(u32::MAX);
     for (lsn, rec) in &lines {
         emit(ctx, out, record_line(g.id, *lsn, rec, &log, &voided, body))?;
     }
-    for b in bad {
-        emit(ctx, out, b)?;
+    for b in &bad {
+        emit(ctx, out, problem_line(g.id, b))?;
     }
     if let Some(line) = snapshot_line {
         emit(ctx, out, line)?;
@@ -253,21 +258,46 @@ fn event_name(e: &wharf_broker::Event) -> String {
 
 /// The group's log records of group `g` in Lsn order, and the log they leave; records that do
 /// not decode go to `bad`.
-fn read_log(g: &GroupDir, bad: &mut Vec<Map<String, Json>>) -> (Vec<(u64, RaftRecord)>, Log) {
+fn read_log(g: &GroupDir, bad: &mut Vec<Finding>) -> (Vec<(u64, RaftRecord)>, Log) {
     let mut lines: Vec<(u64, RaftRecord)> = Vec::new();
+    let log_dir = g.path.join("log");
+    let mut undecoded = Vec::new();
     let mut visit =
         |r: wharf_wal::RecordRef<'_>| -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             match record::decode(r.kind, r.payload) {
-            Ok(rec) if rec.group() == g.id => lines.push((r.lsn.0, rec)),
-            Ok(_) => {}
-            Err(e) => bad.push(object(json!({ "what": "problem", "group": g.id, "lsn": r.lsn.0, "problem": e.to_string() }))),
-        }
+                Ok(rec) if rec.group() == g.id => lines.push((r.lsn.0, rec)),
+                Ok(_) => {}
+                Err(e) => undecoded.push(problem(&log_dir, Some(r.lsn.0), e.to_string())),
+            }
             Ok(())
         };
-    let log_dir = g.path.join("log");
-    if let Err(e) = wharf_wal::scan(&FileStorage, &log_dir, RecoveryMode::Salvage, &mut visit) {
-        bad.push(object(json!({ "what": "problem", "group": g.id, "problem": format!("{}: {e}", log_dir.display()) })));
+    match wharf_wal::scan(&FileStorage, &log_dir, RecoveryMode::Salvage, &mut visit) {
+        Ok(report) => {
+            for loss in &report.salvaged {
+                bad.push(Finding {
+                    offset: loss.offset,
+                    what: format!(
+                        "{} damaged bytes skipped ({}); Lsns {}..{} lost",
+                        loss.bytes, loss.reason, loss.lsns.start.0, loss.lsns.end.0
+                    ),
+                    ..problem(&loss.path, None, String::new())
+                });
+            }
+            if let Some(t) = &report.torn_tail {
+                bad.push(Finding {
+                    offset: t.offset,
+                    severity: "warning",
+                    what: format!(
+                        "a torn tail of {} bytes ({}): a member's restart cuts it",
+                        t.bytes, t.reason
+                    ),
+                    ..problem(&t.path, None, String::new())
+                });
+            }
+        }
+        Err(e) => bad.push(problem(&log_dir, None, e.to_string())),
     }
+    bad.append(&mut undecoded);
     let mut log = Log::default();
     for (_, rec) in &lines {
         match rec {
@@ -298,7 +328,7 @@ fn read_log(g: &GroupDir, bad: &mut Vec<Map<String, Json>>) -> (Vec<(u64, RaftRe
 /// its summary line; a damaged file goes to `bad`.
 fn read_snapshot(
     g: &GroupDir,
-    bad: &mut Vec<Map<String, Json>>,
+    bad: &mut Vec<Finding>,
 ) -> (QueueStateMachine, Option<Map<String, Json>>) {
     let snap_path = g.path.join("snapshot").join(SNAPSHOT_FILE_NAME);
     let mut machine = QueueStateMachine::new();
@@ -324,7 +354,7 @@ fn read_snapshot(
                         line.insert("now_ms".into(), json!(now_ms));
                     }
                     Err(e) => {
-                        bad.push(object(json!({ "what": "problem", "group": g.id, "file": snap_path.display().to_string(), "problem": e.to_string() })));
+                        bad.push(problem(&snap_path, None, e.to_string()));
                     }
                 }
                 if let Ok(m) = QueueStateMachine::restored(meta, bytes) {
@@ -333,10 +363,54 @@ fn read_snapshot(
                 snapshot_line = Some(line);
             }
             Err(e) => {
-                bad.push(object(json!({ "what": "problem", "group": g.id, "file": snap_path.display().to_string(), "problem": e.to_string() })));
+                bad.push(problem(&snap_path, None, e.to_string()));
             }
         }
     }
 
     (machine, snapshot_line)
+}
+
+/// An error found in file `file` (at Lsn `lsn` when its frame was intact).
+fn problem(file: &Path, lsn: Option<u64>, what: String) -> Finding {
+    Finding {
+        segment: 0,
+        offset: 0,
+        file: file.display().to_string(),
+        lsn,
+        severity: "error",
+        what,
+    }
+}
+
+/// A problem as an output line of group `group`.
+fn problem_line(group: u64, f: &Finding) -> Map<String, Json> {
+    object(json!({
+        "what": "problem", "group": group, "file": f.file, "offset": f.offset, "lsn": f.lsn,
+        "severity": f.severity, "problem": f.what,
+    }))
+}
+
+/// What `verify` adds for a cluster member (nothing for a directory without `DIR/raft`):
+/// every damaged frame, undecodable record and damaged snapshot or member file of its groups.
+///
+/// # Errors
+/// `DIR/raft` cannot be listed.
+pub fn findings(dir: &Path) -> Result<Vec<Finding>, Fatal> {
+    let raft = dir.join("raft");
+    if !raft.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut bad = Vec::new();
+    let member = raft.join(incarnation::MEMBER_FILE_NAME);
+    if let Ok(bytes) = std::fs::read(&member)
+        && let Err(e) = incarnation::decode(&bytes)
+    {
+        bad.push(problem(&member, None, e.to_string()));
+    }
+    for g in groups(&raft, None)? {
+        let _ = read_log(&g, &mut bad);
+        let _ = read_snapshot(&g, &mut bad);
+    }
+    Ok(bad)
 }

@@ -243,3 +243,38 @@ async fn raft_lists_a_members_log_snapshot_and_voided_entries() {
     let (_, other) = inspect(&["--json", "raft", dir, "--group", "2"]);
     assert_eq!(other.lines().count(), 1, "only the member line: {other}");
 }
+
+/// A damaged snapshot file is a problem of `raft` (named; exit 1) and of `verify`'s part.
+#[tokio::test]
+async fn raft_names_a_damaged_snapshot_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_member(tmp.path()).await;
+    let dir = tmp.path().to_str().unwrap();
+    assert!(
+        wharf_inspect::raft::findings(tmp.path())
+            .unwrap()
+            .is_empty()
+    );
+    let snap = tmp.path().join("raft/group-1/snapshot/snapshot.raft");
+    let mut bytes = std::fs::read(&snap).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xFF;
+    std::fs::write(&snap, bytes).unwrap();
+    let (code, out) = inspect(&["--json", "raft", dir]);
+    assert_eq!(code, 1, "{out}");
+    let problems: Vec<Json> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Json>(l).unwrap())
+        .filter(|l| l["what"] == "problem")
+        .collect();
+    assert_eq!(problems.len(), 1, "{out}");
+    assert!(
+        problems[0]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("snapshot.raft"),
+        "{out}"
+    );
+    let found = wharf_inspect::raft::findings(tmp.path()).unwrap();
+    assert_eq!(found.len(), 1, "verify's part: {found:?}");
+}
