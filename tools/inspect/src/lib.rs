@@ -266,7 +266,7 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<i32, scan::Fatal> {
             trace::trace(&ctx(cli, dir), &sel, *body, out)
         }
         Cmd::Queues { dir, now } => commands::queues(&ctx(cli, dir), now_or_clock(*now), out),
-        Cmd::Raft { dir, group, body } => raft::raft(&ctx(cli, dir), *group, *body, out),
+        Cmd::Raft { dir, group, body } => raft::raft(dir, cli.json, *group, *body, out),
         Cmd::Export {
             dir,
             queue,

@@ -19,7 +19,6 @@ use wharf_cluster::snapshot_file::{self, SNAPSHOT_FILE_NAME};
 use wharf_cluster::{Entry, LogId, QueueStateMachine, incarnation, snapshot};
 use wharf_wal::{FileStorage, RecoveryMode};
 
-use crate::commands::{Ctx, Exit};
 use crate::render::{self, BodyMode};
 use crate::scan::{Fatal, Finding};
 
@@ -52,8 +51,8 @@ fn log_id_json(l: Option<LogId>) -> Json {
 }
 
 /// Prints `v` as a JSON line, or as `WHAT key=value ...` text.
-fn emit(ctx: &Ctx<'_>, out: &mut dyn Write, v: Map<String, Json>) -> Result<(), Fatal> {
-    let written = if ctx.json {
+fn emit(json: bool, out: &mut dyn Write, v: Map<String, Json>) -> Result<(), Fatal> {
+    let written = if json {
         writeln!(out, "{}", Json::Object(v))
     } else {
         let what = v
@@ -79,8 +78,14 @@ fn object(v: Json) -> Map<String, Json> {
 ///
 /// # Errors
 /// `DIR/raft` is missing or unreadable, or the output failed.
-pub fn raft(ctx: &Ctx<'_>, only: Option<u64>, body: BodyMode, out: &mut dyn Write) -> Exit {
-    let dir = ctx.dir.join("raft");
+pub fn raft(
+    data: &Path,
+    json: bool,
+    only: Option<u64>,
+    body: BodyMode,
+    out: &mut dyn Write,
+) -> Result<i32, Fatal> {
+    let dir = data.join("raft");
     if !dir.is_dir() {
         return Err(Fatal(format!(
             "{}: no Raft directory (not a cluster member's data directory)",
@@ -92,14 +97,14 @@ pub fn raft(ctx: &Ctx<'_>, only: Option<u64>, body: BodyMode, out: &mut dyn Writ
     match std::fs::read(&member) {
         Ok(bytes) => match incarnation::decode(&bytes) {
             Ok((id, slot)) => emit(
-                ctx,
+                json,
                 out,
                 object(json!({ "what": "member", "id": id, "slot": slot })),
             )?,
             Err(e) => {
                 problems += 1;
                 emit(
-                    ctx,
+                    json,
                     out,
                     object(
                         json!({ "what": "problem", "file": member.display().to_string(), "problem": e.to_string() }),
@@ -108,13 +113,13 @@ pub fn raft(ctx: &Ctx<'_>, only: Option<u64>, body: BodyMode, out: &mut dyn Writ
             }
         },
         Err(_) => emit(
-            ctx,
+            json,
             out,
             object(json!({ "what": "member", "id": null, "note": "no member file" })),
         )?,
     }
     for g in groups(&dir, only)? {
-        problems += group(ctx, &g, body, out)?;
+        problems += group(json, &g, body, out)?;
     }
     Ok(i32::from(problems > 0))
 }
@@ -128,7 +133,7 @@ struct Log {
     last_purged: Option<LogId>,
 }
 
-fn group(ctx: &Ctx<'_>, g: &GroupDir, body: BodyMode, out: &mut dyn Write) -> Result<u32, Fatal> {
+fn group(json: bool, g: &GroupDir, body: BodyMode, out: &mut dyn Write) -> Result<u32, Fatal> {
     let mut bad: Vec<Finding> = Vec::new();
     let (lines, log) = read_log(g, &mut bad);
     let (machine, snapshot_line) = read_snapshot(g, &mut bad);
@@ -154,13 +159,13 @@ fn group(ctx: &Ctx<'_>, g: &GroupDir, body: BodyMode, out: &mut dyn Write) -> Re
     let errors = bad.iter().filter(|b| b.severity == "error").count();
     let problems = u32::try_from(errors).unwrap_or(u32::MAX);
     for (lsn, rec) in &lines {
-        emit(ctx, out, record_line(g.id, *lsn, rec, &log, &voided, body))?;
+        emit(json, out, record_line(g.id, *lsn, rec, &log, &voided, body))?;
     }
     for b in &bad {
-        emit(ctx, out, problem_line(g.id, b))?;
+        emit(json, out, problem_line(g.id, b))?;
     }
     if let Some(line) = snapshot_line {
-        emit(ctx, out, line)?;
+        emit(json, out, line)?;
     }
     let voided_list: Vec<u64> = voided
         .iter()
@@ -174,7 +179,7 @@ fn group(ctx: &Ctx<'_>, g: &GroupDir, body: BodyMode, out: &mut dyn Write) -> Re
         "first_index": log.entries.keys().next(), "last_index": log.entries.keys().next_back(),
         "voided": voided_list,
     });
-    emit(ctx, out, object(summary))?;
+    emit(json, out, object(summary))?;
     Ok(problems)
 }
 

@@ -27,6 +27,12 @@
 //! decided past the commit index never shown, the replicated queues dropped from its live
 //! broker, which keeps what its own log holds. Only a stopped Raft or a failed take-over stops
 //! the broker task (541 to every connection, as a failed log does).
+//!
+//! **A voided entry.** When an entry it proposed committed but was voided (its events did not
+//! fit the committed state, S-CLU-60), the member still leads but its live broker has diverged:
+//! it steps down the same way, closing every connection with 541 instead of 320 (no confirm for
+//! the entry), and takes over again in the same term, from the committed state, once its old
+//! gate waiter has seen every commit it was handed resolve (`Replica::predecessor`).
 
 use tracing::{error, info, warn};
 
