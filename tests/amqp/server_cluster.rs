@@ -306,3 +306,105 @@ async fn s_clu_6_a_new_leader_expires_at_the_same_deadlines() {
     assert_eq!(cluster.committed(follower, "qq"), Some(Vec::new()));
     cluster.shutdown().await;
 }
+
+/// S-CLU-60: the leader's live broker drifts from the committed state (the test commits the
+/// deletion of quorum queue `qq` through the group's propose API, behind the broker's back), so
+/// the next publish into `qq` is decided into a queue the committed state lacks: every member
+/// voids that entry; the publisher gets no confirm (its connection closes with 541); the leader
+/// takes over again from the committed state, so clients see what it says (`qq` gone, `kept`
+/// with its message), and the group goes on confirming.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_clu_60_a_leaders_voided_entry_is_never_confirmed_and_its_live_broker_is_rebuilt() {
+    let cluster = Cluster::start(3).await;
+    let (conn, ch) = quorum_channel(&cluster, 1, None).await;
+    within(ch.queue_declare("kept".into(), durable(), quorum(None)))
+        .await
+        .unwrap();
+    publish_confirmed(&ch, "qq", "m0").await;
+    publish_confirmed(&ch, "kept", "k0").await;
+
+    let group = &cluster.nodes[&1].group;
+    let behind_its_back = wharf_cluster::Proposal {
+        now_ms: T0_MS,
+        events: vec![wharf_broker::Event::QueueDeleted {
+            vhost: "/".into(),
+            queue: "qq".into(),
+        }],
+    };
+    let deleted_at = within(group.submit(behind_its_back).await.unwrap())
+        .await
+        .unwrap();
+
+    let mut events = conn.events_listener();
+    let confirm = within(ch.basic_publish(
+        "".into(),
+        "qq".into(),
+        BasicPublishOptions::default(),
+        b"lost",
+        BasicProperties::default().with_delivery_mode(2),
+    ))
+    .await;
+    let confirmed = match confirm {
+        Ok(c) => within(c).await.is_ok_and(|c| c.is_ack()),
+        Err(_) => false,
+    };
+    assert!(!confirmed, "a message of a voided entry is never confirmed");
+    let err = loop {
+        if let lapin::Event::Error(e) = within(events.next()).await.unwrap() {
+            break e;
+        }
+    };
+    assert_eq!(reply_code(&err), Some(541), "{err:?}");
+    assert!(reply_text(&err).contains("voided"), "{err:?}");
+
+    // The voided entry is `deleted_at + 1`; the take-over's first entry comes after it.
+    let metrics = group.metrics();
+    within(async {
+        let mut m = metrics;
+        m.wait_for(|m| m.last_applied.is_some_and(|l| l.index >= deleted_at + 2))
+            .await
+            .unwrap();
+    })
+    .await;
+    for id in [2, 3] {
+        cluster.wait_applied(id, 1).await;
+    }
+    for id in 1..=3 {
+        let voided = cluster.nodes[&id]
+            .group
+            .machine
+            .with(wharf_cluster::Machine::voided);
+        assert_eq!(voided, 1, "member {id} voided the entry");
+        assert_eq!(cluster.committed(id, "qq"), None, "member {id}");
+        assert_eq!(
+            cluster.committed(id, "kept"),
+            Some(vec![("k0".to_owned(), false)]),
+            "member {id}"
+        );
+    }
+
+    let (_conn, ch) = cluster.channel(1).await;
+    let gone = within(ch.queue_declare(
+        "qq".into(),
+        QueueDeclareOptions {
+            passive: true,
+            ..QueueDeclareOptions::default()
+        },
+        FieldTable::default(),
+    ))
+    .await
+    .unwrap_err();
+    assert_eq!(reply_code(&gone), Some(404), "{}", reply_text(&gone));
+    let (_conn, ch) = cluster.channel(1).await;
+    within(ch.confirm_select(ConfirmSelectOptions::default()))
+        .await
+        .unwrap();
+    assert_eq!(ready_count(&ch, "kept").await, 1);
+    publish_confirmed(&ch, "kept", "k1").await;
+    cluster.wait_applied(2, 1).await;
+    assert_eq!(
+        cluster.committed(2, "kept"),
+        Some(vec![("k0".to_owned(), false), ("k1".to_owned(), false)])
+    );
+    cluster.shutdown().await;
+}

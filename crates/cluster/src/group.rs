@@ -21,15 +21,25 @@ pub const QUEUE_GROUP: u64 = 1;
 pub type Metrics = RaftMetrics<NodeId, openraft::BasicNode>;
 
 /// A proposal's commit to come: its log index once committed by a majority and applied here
-/// (S-CLU-1), or why it never will be (this member stopped leading, the group stopped).
+/// (S-CLU-1), or why it never will be (this member stopped leading, the group stopped), or
+/// that it committed as nothing (voided, S-CLU-60).
 pub type Commit = std::pin::Pin<
     Box<dyn std::future::Future<Output = Result<u64, ProposeError>> + Send + 'static>,
 >;
 
-/// A proposal that will not commit through this member.
+/// A proposal that will not commit through this member, or that committed as nothing.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("the quorum queues' group did not take the proposal: {0}")]
-pub struct ProposeError(pub String);
+pub enum ProposeError {
+    /// The group did not take it (this member stopped leading, the group stopped).
+    #[error("the quorum queues' group did not take the proposal: {0}")]
+    NotTaken(String),
+    /// It committed at this index but its events did not fit the committed state: every
+    /// member voided it (S-CLU-60). The proposer's live broker applied them: it has diverged.
+    #[error(
+        "entry {0} of the quorum queues' group was voided: its events do not fit the committed state"
+    )]
+    Voided(u64),
+}
 
 /// One member's handle on the group that carries the quorum queues (S-CLU-10).
 #[derive(Clone)]
@@ -110,12 +120,15 @@ impl QueueGroup {
             .raft
             .client_write_ff(proposal)
             .await
-            .map_err(|e| ProposeError(e.to_string()))?;
+            .map_err(|e| ProposeError::NotTaken(e.to_string()))?;
         Ok(Box::pin(async move {
             match rx.await {
+                Ok(Ok(written)) if written.data.voided => {
+                    Err(ProposeError::Voided(written.log_id.index))
+                }
                 Ok(Ok(written)) => Ok(written.log_id.index),
-                Ok(Err(e)) => Err(ProposeError(e.to_string())),
-                Err(e) => Err(ProposeError(e.to_string())),
+                Ok(Err(e)) => Err(ProposeError::NotTaken(e.to_string())),
+                Err(e) => Err(ProposeError::NotTaken(e.to_string())),
             }
         }))
     }

@@ -10,6 +10,7 @@
 //! - `record`: the Raft records in the WAL, byte for byte (a public namespace).
 //! - `log_store`: [`WalLogStore`], openraft's log storage on the WAL; [`WalLogReader`].
 //! - `state_machine`: [`QueueStateMachine`], the committed broker of a group; [`Machine`].
+//! - `void`: voiding a committed entry that does not fit the committed state (S-CLU-60).
 //! - `snapshot`: a group's snapshot as checkpoint bytes (a public namespace).
 //! - `snapshot_file`: a member's current snapshot on disk (a public namespace).
 //! - `leader`: [`take_over`], a new leader's live broker; [`leader_now`]; [`adopt`], a
@@ -53,6 +54,7 @@ mod state_machine;
 pub mod status;
 pub mod testing;
 mod types;
+mod void;
 
 pub use definitions::reconcile;
 pub use forward::{Forward, ForwardError, NotCommitted, Proposer, RETRY_EVERY, lead, session_id};

@@ -299,6 +299,18 @@ async fn flusher(appender: Appender, mut pending: mpsc::Receiver<Pending>) {
     }
 }
 
+impl WalLogReader {
+    /// The entries held in `range` of indexes, read at once (the log keeps what it holds in
+    /// memory): a state machine rebuilding its broker reads them while it holds its own lock.
+    pub fn entries(&self, range: std::ops::Range<u64>) -> Vec<Entry> {
+        lock(&self.log)
+            .entries
+            .range(range)
+            .map(|(_, e)| e.clone())
+            .collect()
+    }
+}
+
 impl RaftLogReader<TypeConfig> for WalLogReader {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
         &mut self,

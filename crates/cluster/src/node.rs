@@ -513,7 +513,8 @@ impl Node {
         )
         .map_err(|source| NodeError::Log { group, source })?;
         let machine = QueueStateMachine::open(storage, &dir.join("snapshot"))
-            .map_err(|source| NodeError::Snapshot { group, source })?;
+            .map_err(|source| NodeError::Snapshot { group, source })?
+            .with_log(group, log.reader());
         let network = TcpNetwork::new(member, group, Arc::clone(&self.inner.peers));
         let raft = Raft::new(member, config.raft_config()?, network, log, machine.clone())
             .await

@@ -9,6 +9,9 @@
 //! it, and starts from that file: so the log openraft purges behind a snapshot is never
 //! needed again, and a restarted member holds its committed state at once (S-CLU-7).
 //! [`QueueStateMachine::new`] keeps everything in memory (tests of the replication alone).
+//!
+//! An entry whose events do not fit the committed state is voided: none of its events stays
+//! applied, on every member alike, and the group goes on (S-CLU-60, `void.rs`).
 
 #![expect(
     clippy::result_large_err,
@@ -24,9 +27,11 @@ use openraft::{EntryPayload, RaftSnapshotBuilder, StorageIOError};
 use wharf_broker::{Broker, DurableState};
 use wharf_wal::Storage;
 
+use crate::log_store::WalLogReader;
 use crate::snapshot::{self, Sessions, SnapshotError};
 use crate::snapshot_file::{self, SnapshotFileError};
 use crate::types::{Applied, Entry, LogId, Origin, StorageError, StoredMembership, TypeConfig};
+use crate::void::{History, Voids, apply_events};
 
 /// The committed state of a group, shared between openraft's state machine task and readers
 /// (the leader's take-over, tests, management).
@@ -40,6 +45,9 @@ pub struct Machine {
     snapshot: Option<StoredSnapshot>,
     snapshots_built: u64,
     disk: Option<SnapshotDisk>,
+    /// The group's id, for the log lines (0 until a log is attached).
+    group: u64,
+    voids: Voids,
 }
 
 /// Where a state machine keeps its snapshot file.
@@ -78,7 +86,15 @@ impl Machine {
             snapshot: None,
             snapshots_built: 0,
             disk,
+            group: 0,
+            voids: Voids::new(History::Memory(std::collections::BTreeMap::new())),
         }
+    }
+
+    /// How many committed entries this machine voided since it started, its replay of its log
+    /// at the start included (S-CLU-60).
+    pub fn voided(&self) -> u64 {
+        self.voids.total
     }
 
     /// The committed broker.
@@ -119,6 +135,19 @@ impl Machine {
             meta: meta.clone(),
             bytes,
         });
+        self.voids.snapshot_at(meta.last_log_id.map(|l| l.index));
+        Ok(())
+    }
+
+    /// Starts from snapshot `bytes` (with its `meta`).
+    fn restore(&mut self, meta: snapshot_file::Meta, bytes: Vec<u8>) -> Result<(), SnapshotError> {
+        let decoded = snapshot::decode(&bytes)?;
+        self.broker = decoded.broker;
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        self.now_ms = decoded.now_ms;
+        self.sessions = decoded.sessions;
+        self.snapshot = Some(StoredSnapshot { meta, bytes });
         Ok(())
     }
 
@@ -129,24 +158,33 @@ impl Machine {
 
     fn apply_entry(&mut self, entry: &Entry) -> Result<Applied, StorageError> {
         let index = entry.log_id.index;
+        let mut voided = false;
         let events = match &entry.payload {
             EntryPayload::Blank => 0,
             // A forwarded proposal applied already (a retry that committed twice) is skipped:
             // it applies once (S-CLU-50).
-            EntryPayload::Normal(p) if p.origin.is_some_and(|o| self.applied_origin(o)) => 0,
+            // A rebuild (S-CLU-60) skips it too.
+            EntryPayload::Normal(p) if p.origin.is_some_and(|o| self.applied_origin(o)) => {
+                self.voids.skipped(index);
+                0
+            }
             EntryPayload::Normal(p) => {
                 if let Some(o) = p.origin {
                     self.sessions.insert(o.session, o.seq);
                 }
-                for event in &p.events {
-                    // A committed event the broker refuses means the members' brokers have
-                    // diverged: a bug, reported as a state machine failure (openraft stops).
-                    self.broker
-                        .apply(event)
-                        .map_err(|e| StorageIOError::apply(entry.log_id, &e))?;
-                }
+                // Its `now` was logged all the same: time never runs back (S-CLU-5).
                 self.now_ms = self.now_ms.max(p.now_ms);
-                p.events.len()
+                match apply_events(&mut self.broker, &p.events) {
+                    Ok(()) => {
+                        self.voids.applied(index, &p.events);
+                        p.events.len()
+                    }
+                    Err(refused) => {
+                        self.void(entry.log_id, &refused)?;
+                        voided = true;
+                        0
+                    }
+                }
             }
             EntryPayload::Membership(m) => {
                 self.membership = StoredMembership::new(Some(entry.log_id), m.clone());
@@ -154,7 +192,42 @@ impl Machine {
             }
         };
         self.last_applied = Some(entry.log_id);
-        Ok(Applied { index, events })
+        Ok(Applied {
+            index,
+            events,
+            voided,
+        })
+    }
+
+    /// S-CLU-60: entry `log_id` does not fit the committed state (`refused`): the broker goes
+    /// back to what it was before the entry, the entry counts as voided.
+    ///
+    /// # Errors
+    /// The broker before the entry cannot be rebuilt: the state is unknown, openraft stops.
+    fn void(
+        &mut self,
+        log_id: LogId,
+        refused: &wharf_broker::BrokerError,
+    ) -> Result<(), StorageError> {
+        let base = self
+            .snapshot
+            .as_ref()
+            .map(|s| (s.bytes.as_slice(), s.meta.last_log_id.map(|l| l.index)));
+        let rebuilt = self
+            .voids
+            .rebuild(base, log_id.index)
+            .map_err(|e| StorageIOError::apply(log_id, &e))?;
+        self.broker = rebuilt;
+        self.voids.voided(log_id.index);
+        tracing::error!(
+            group = self.group,
+            log_id = %log_id,
+            error = %refused,
+            voided = self.voids.total,
+            "voided a committed entry: its events do not fit the committed state; none of them \
+             applied, on every member alike (S-CLU-60)"
+        );
+        Ok(())
     }
 
     fn applied_origin(&self, origin: Origin) -> bool {
@@ -206,15 +279,48 @@ impl QueueStateMachine {
             dir: dir.to_path_buf(),
         }));
         if let Some((meta, bytes)) = found {
-            let decoded = snapshot::decode(&bytes)?;
-            machine.broker = decoded.broker;
-            machine.last_applied = meta.last_log_id;
-            machine.membership = meta.last_membership.clone();
-            machine.now_ms = decoded.now_ms;
-            machine.sessions = decoded.sessions;
-            machine.snapshot = Some(StoredSnapshot { meta, bytes });
+            machine.restore(meta, bytes)?;
         }
         Ok(QueueStateMachine::from_machine(machine))
+    }
+
+    /// A state machine holding snapshot `bytes` (with its `meta`), kept in memory only: what a
+    /// member's snapshot file says, for a reader of a data directory (`wharf-inspect raft`).
+    ///
+    /// # Errors
+    /// The snapshot does not decode.
+    pub fn restored(
+        meta: snapshot_file::Meta,
+        bytes: Vec<u8>,
+    ) -> Result<QueueStateMachine, SnapshotError> {
+        let mut machine = Machine::empty(None);
+        machine.restore(meta, bytes)?;
+        Ok(QueueStateMachine::from_machine(machine))
+    }
+
+    /// Applies committed `entries` in order, as openraft's apply does (S-CLU-2, S-CLU-60).
+    ///
+    /// # Errors
+    /// An entry was voided and the state before it could not be rebuilt.
+    pub fn apply_entries(
+        &self,
+        entries: impl IntoIterator<Item = Entry>,
+    ) -> Result<Vec<Applied>, StorageError> {
+        let mut m = lock(&self.machine);
+        entries.into_iter().map(|e| m.apply_entry(&e)).collect()
+    }
+
+    /// Rebuilds from group `group`'s log `log` when an entry is voided (S-CLU-60), instead of
+    /// keeping the events applied since the snapshot in memory. Every member started on a log
+    /// attaches it, before its Raft starts.
+    #[must_use]
+    pub fn with_log(self, group: u64, log: WalLogReader) -> QueueStateMachine {
+        {
+            let mut m = lock(&self.machine);
+            m.group = group;
+            m.voids.attach_log(log);
+        }
+        self
     }
 
     fn from_machine(machine: Machine) -> QueueStateMachine {
@@ -269,8 +375,7 @@ impl RaftStateMachine<TypeConfig> for QueueStateMachine {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let mut m = lock(&self.machine);
-        entries.into_iter().map(|e| m.apply_entry(&e)).collect()
+        self.apply_entries(entries)
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {

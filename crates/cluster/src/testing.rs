@@ -245,7 +245,7 @@ pub async fn start_member(
 ) -> Result<crate::QueueGroup, String> {
     let store = crate::WalLogStore::open(dir, storage, &wharf_wal::WalConfig::default(), group_id)
         .map_err(|e| e.to_string())?;
-    let machine = crate::QueueStateMachine::new();
+    let machine = crate::QueueStateMachine::new().with_log(group_id, store.reader());
     let raft = Raft::new(id, config, router.net(id), store, machine.clone())
         .await
         .map_err(|e| e.to_string())?;

@@ -67,6 +67,9 @@ pub struct Origin {
 pub struct Applied {
     /// The entry's log index.
     pub index: u64,
-    /// Events applied (0 for blank and membership entries).
+    /// Events applied (0 for blank and membership entries, and for a voided entry).
     pub events: usize,
+    /// The entry's events did not fit the committed state: none of them applied, on any
+    /// member (S-CLU-60).
+    pub voided: bool,
 }

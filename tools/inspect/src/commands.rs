@@ -384,6 +384,8 @@ pub fn verify(ctx: &Ctx<'_>, all: bool, out: &mut dyn Write) -> Exit {
     let mut findings = outcome.findings;
     findings.extend(replay.findings.iter().cloned());
     findings.sort();
+    // A cluster member's Raft logs and files after its own log's (`raft`).
+    findings.extend(crate::raft::findings(ctx.dir)?);
     let shown: Vec<&Finding> = if all {
         findings.iter().collect()
     } else {

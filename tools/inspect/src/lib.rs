@@ -1,17 +1,21 @@
 //! `wharf-inspect`: offline inspection of a wharf data directory (summary, verify, dump,
-//! trace, queues, export). It reads the log through the same `wal` scan and `store` codec
+//! trace, queues, export, raft). It reads the log through the same `wal` scan and `store` codec
 //! that recovery uses, and replays it into a `Broker` with `Broker::apply`, as recovery does:
 //! there is no second parser. It opens files read-only and never writes to the directory.
-//! Uses `wal`, `store` and `broker`; never `server` or tokio.
+//! Uses `wal`, `store` and `broker`, and `cluster`'s decoders for a member's Raft state; never
+//! `server`, and never starts a tokio runtime (openraft links tokio in).
 //!
 //! # Layout
 //! - `scan`: the directory checks and the read-only recovery scan with decoding.
 //! - `state`: the replay into a broker, with counters and consistency checks.
 //! - `render`: records as JSON; bodies as text, hex or base64.
 //! - `commands`, `trace`: the commands.
+//! - `raft`: a cluster member's Raft log, votes and snapshot (`raft`), through `wharf-cluster`'s
+//!   decoders.
 //! - `workload`: scripted workloads through the library (tests, `gen-bench-log`).
 
 pub mod commands;
+pub mod raft;
 pub mod render;
 pub mod scan;
 pub mod state;
@@ -123,6 +127,19 @@ pub enum Cmd {
         /// "Now" for recovery's expiry, ms since the epoch (default: the wall clock).
         #[arg(long)]
         now: Option<u64>,
+    },
+    /// A cluster member's Raft state under DIR/raft: its member file, each group's log records
+    /// (votes, committed marks, truncations, purges, entries with their decoded events and
+    /// whether a committed entry was voided), its snapshot file.
+    Raft {
+        /// The data directory.
+        dir: PathBuf,
+        /// Only this group.
+        #[arg(long)]
+        group: Option<u64>,
+        /// How bodies are shown.
+        #[arg(long, value_enum, default_value = "auto")]
+        body: BodyMode,
     },
     /// A queue's live messages as JSON lines (bodies in base64), in queue order.
     Export {
@@ -249,6 +266,7 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> Result<i32, scan::Fatal> {
             trace::trace(&ctx(cli, dir), &sel, *body, out)
         }
         Cmd::Queues { dir, now } => commands::queues(&ctx(cli, dir), now_or_clock(*now), out),
+        Cmd::Raft { dir, group, body } => raft::raft(dir, cli.json, *group, *body, out),
         Cmd::Export {
             dir,
             queue,

@@ -21,4 +21,6 @@ mod split;
 mod status;
 mod support;
 mod tcp;
+mod void;
+mod void_prop;
 mod wire;

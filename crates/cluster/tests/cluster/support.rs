@@ -119,7 +119,7 @@ pub fn open_machine(disk: &SimStorage) -> QueueStateMachine {
 async fn start_member(router: &Arc<Router>, id: u64, disk: SimStorage) -> Member {
     let store = open_log(&disk);
     let log = store.reader();
-    let machine = open_machine(&disk);
+    let machine = open_machine(&disk).with_log(GROUP, store.reader());
     let net = router.net(id);
     let raft = busy(Raft::new(id, config(), net, store, machine.clone()))
         .await

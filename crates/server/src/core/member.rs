@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 
 use wharf_broker::{Broker, Event, Snapshot};
-use wharf_cluster::{Commit, Metrics, Proposal, QueueGroup, Replicated, Split};
+use wharf_cluster::{Commit, Metrics, Proposal, ProposeError, QueueGroup, Replicated, Split};
 use wharf_store::{Store, StoreError, Ticket};
 
 /// A store durability future the broker task waits on.
@@ -25,6 +26,15 @@ struct Gated {
 
 /// What the proposer hands the waiter: the gate, and what it waits for.
 type Waiting = (Ticket, Option<DurableFuture>, Option<Commit>);
+
+/// Why a gate will not pass.
+#[derive(Debug, Clone)]
+pub(super) struct GateFailure {
+    pub(super) why: String,
+    /// The gate's entry committed but was voided (S-CLU-60): this member still leads, and its
+    /// live broker applied events the committed state did not take.
+    pub(super) voided: bool,
+}
 
 /// The broker task's membership state.
 pub(super) struct Replica {
@@ -44,7 +54,13 @@ pub(super) struct Replica {
     to_proposer: mpsc::UnboundedSender<Gated>,
     /// Set when this state is replaced at a step-down: its proposer submits nothing more.
     retired: Arc<AtomicBool>,
-    pub(super) passed: watch::Receiver<Result<Ticket, String>>,
+    pub(super) passed: watch::Receiver<Result<Ticket, GateFailure>>,
+    /// This state's gate waiter; after a failure it ends once every commit it was handed has
+    /// resolved.
+    waiter: Option<JoinHandle<()>>,
+    /// The waiter of the state this one replaced, until it ended: while it runs, entries the
+    /// member proposed before stepping down may still commit, so it does not take over (S-CLU-12).
+    pub(super) predecessor: Option<JoinHandle<()>>,
     /// Why the member must stop serving, once known.
     pub(super) failure: Option<String>,
     /// The term in which this member last stepped down (S-CLU-12): it takes over again only
@@ -72,9 +88,11 @@ impl Replica {
     /// decided under the lost lead and is never submitted, not even once this member leads
     /// again (a submit already under way when it is retired is Raft's to refuse: this member
     /// no longer leads that term).
-    pub(super) fn after(&self) -> Replica {
+    pub(super) fn after(&mut self) -> Replica {
         self.retired.store(true, Ordering::Release);
-        Replica::start(self.group.clone(), self.gate, self.gated_store)
+        let mut next = Replica::start(self.group.clone(), self.gate, self.gated_store);
+        next.predecessor = self.waiter.take();
+        next
     }
 
     fn start(group: QueueGroup, gate: Ticket, gated_store: Ticket) -> Replica {
@@ -88,7 +106,7 @@ impl Replica {
             from_core,
             to_waiter,
         ));
-        tokio::spawn(gate_waiter(from_proposer, passed_tx));
+        let waiter = tokio::spawn(gate_waiter(from_proposer, passed_tx));
         Replica {
             metrics: group.metrics(),
             group,
@@ -102,6 +120,8 @@ impl Replica {
             to_proposer,
             retired,
             passed,
+            waiter: Some(waiter),
+            predecessor: None,
             failure: None,
             deposed_term: 0,
         }
@@ -175,22 +195,38 @@ async fn proposer(
 }
 
 /// Awaits each gate's store durability and commit, in order, and publishes the passed gate
-/// (or the first failure).
+/// (or the first failure). After a failure it awaits the commits still handed to it, ignoring
+/// them, and ends once the proposer has ended: then nothing the member proposed is in flight.
 async fn gate_waiter(
     mut from_proposer: mpsc::UnboundedReceiver<Waiting>,
-    passed: watch::Sender<Result<Ticket, String>>,
+    passed: watch::Sender<Result<Ticket, GateFailure>>,
 ) {
     while let Some((gate, durable, commit)) = from_proposer.recv().await {
+        let mut failed = None;
         if let Some(durable) = durable
             && let Err(e) = durable.await
         {
-            let _ = passed.send(Err(e.to_string()));
-            return;
+            failed = Some(GateFailure {
+                why: e.to_string(),
+                voided: false,
+            });
         }
-        if let Some(commit) = commit
+        if failed.is_none()
+            && let Some(commit) = commit
             && let Err(e) = commit.await
         {
-            let _ = passed.send(Err(e.to_string()));
+            failed = Some(GateFailure {
+                voided: matches!(e, ProposeError::Voided(_)),
+                why: e.to_string(),
+            });
+        }
+        if let Some(failed) = failed {
+            let _ = passed.send(Err(failed));
+            while let Some((_, _, commit)) = from_proposer.recv().await {
+                if let Some(commit) = commit {
+                    let _ = commit.await;
+                }
+            }
             return;
         }
         passed.send_modify(|p| {
@@ -233,7 +269,21 @@ pub(super) fn wake(
                     }
                     Wake::Role
                 }
+                () = predecessor_ended(r.predecessor.as_mut()) => {
+                    r.predecessor = None;
+                    Wake::Role
+                }
             }
         }),
+    }
+}
+
+/// Ends when the replaced state's waiter has ended; never without one.
+async fn predecessor_ended(waiter: Option<&mut JoinHandle<()>>) {
+    match waiter {
+        Some(w) => {
+            let _ = w.await;
+        }
+        None => std::future::pending().await,
     }
 }

@@ -27,6 +27,12 @@
 //! decided past the commit index never shown, the replicated queues dropped from its live
 //! broker, which keeps what its own log holds. Only a stopped Raft or a failed take-over stops
 //! the broker task (541 to every connection, as a failed log does).
+//!
+//! **A voided entry.** When an entry it proposed committed but was voided (its events did not
+//! fit the committed state, S-CLU-60), the member still leads but its live broker has diverged:
+//! it steps down the same way, closing every connection with 541 instead of 320 (no confirm for
+//! the entry), and takes over again in the same term, from the committed state, once its old
+//! gate waiter has seen every commit it was handed resolve (`Replica::predecessor`).
 
 use tracing::{error, info, warn};
 
@@ -35,6 +41,9 @@ use super::Core;
 /// The text of the 320 close a member that stopped leading sends every connection (S-CLU-12).
 const STEPPED_DOWN: &str = "this node stopped leading the quorum queues' group; reconnect \
      (classic queues are served here, quorum queues by the group's leader)";
+/// The text of the 541 close a leader whose entry was voided sends every connection (S-CLU-60).
+const VOIDED: &str = "an entry of the quorum queues' group did not fit its committed state \
+     and was voided; this node rebuilds its quorum queues from the committed state; reconnect";
 use super::member::{Replica, own_snapshot};
 use crate::convert::Close;
 use wharf_broker::{BrokerError, Command, ErrorKind, Event, Snapshot};
@@ -59,7 +68,21 @@ impl Core {
             return Some(f.clone());
         }
         let failed = r.passed.borrow().as_ref().err().cloned()?;
-        self.step_down(&failed);
+        if failed.voided {
+            // S-CLU-60: it still leads, but its live broker applied what the group voided.
+            error!(reason = %failed.why, "a proposal of this leader was voided: rebuilding from the committed state");
+            self.step_down(
+                &failed.why,
+                &Close::new(reply_code::INTERNAL_ERROR, VOIDED),
+                false,
+            );
+        } else {
+            self.step_down(
+                &failed.why,
+                &Close::new(reply_code::CONNECTION_FORCED, STEPPED_DOWN),
+                true,
+            );
+        }
         None
     }
 
@@ -98,9 +121,17 @@ impl Core {
             // Only with its whole log applied (entries it appended leading this term before a
             // restart commit first), and not again in the term it stepped down in: entries it
             // proposed then may still commit after the committed state it would adopt.
-            (false, Role::Leader) if ready && term > r.deposed_term => self.take_over(),
+            // And once nothing it proposed before it stepped down is in flight (S-CLU-60: a
+            // leader whose entry was voided takes over again in the same term).
+            (false, Role::Leader) if ready && term > r.deposed_term && r.predecessor.is_none() => {
+                self.take_over();
+            }
             (true, Role::Follower(leader)) => {
-                self.step_down(&format!("the group's leader is now {leader:?}"));
+                self.step_down(
+                    &format!("the group's leader is now {leader:?}"),
+                    &Close::new(reply_code::CONNECTION_FORCED, STEPPED_DOWN),
+                    true,
+                );
             }
             _ => {}
         }
@@ -116,7 +147,11 @@ impl Core {
     /// classic queues and definitions: exactly what its own log holds. New gate tasks take
     /// over from the old ones; management answers waiting at a gate that will not pass are
     /// dropped.
-    fn step_down(&mut self, why: &str) {
+    ///
+    /// A leader whose entry was voided (S-CLU-60) steps down the same way, with `close` saying
+    /// so, but not `deposed`: it takes over again in the same term, from the committed state,
+    /// once every entry it proposed before has committed or failed.
+    fn step_down(&mut self, why: &str, close: &Close, deposed: bool) {
         let Some(r) = self.replica.as_ref() else {
             return;
         };
@@ -130,7 +165,7 @@ impl Core {
             reason = why,
             "stopped leading the quorum queues' group: closing every connection, serving as a follower"
         );
-        self.close_all_now(&Close::new(reply_code::CONNECTION_FORCED, STEPPED_DOWN));
+        self.close_all_now(close);
         let Some(r) = self.replica.as_mut() else {
             return;
         };
@@ -147,7 +182,7 @@ impl Core {
             })
             .collect();
         let mut follower = r.after();
-        follower.deposed_term = term;
+        follower.deposed_term = if deposed { term } else { r.deposed_term };
         *r = follower;
         for event in &gone {
             if let Err(e) = self.broker.apply(event) {

@@ -18,6 +18,7 @@ mod corrupt;
 mod golden;
 mod priority;
 mod queues_agree;
+mod raft;
 mod timeline;
 mod timeline_index;
 mod usage;
