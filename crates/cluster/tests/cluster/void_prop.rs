@@ -50,6 +50,7 @@ fn entry(index: u64, events: Vec<Event>) -> Entry {
         payload: EntryPayload::Normal(Proposal {
             now_ms: 1_000 + index,
             events,
+            origin: None,
         }),
     }
 }

@@ -105,6 +105,7 @@ async fn write_member(data: &std::path::Path) -> (u64, u64, u64) {
                 .submit(Proposal {
                     now_ms: T0_MS,
                     events,
+                    origin: None,
                 })
                 .await
                 .unwrap();
