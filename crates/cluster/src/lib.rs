@@ -24,6 +24,9 @@
 //!   `remove_member`.
 //! - `node`: [`Node`], a process's cluster node: listener, peers, groups, formation.
 //! - `status`: what `wharfctl cluster_status` shows (a public namespace).
+//! - `peers`: the cluster's nodes as a member reaches them ([`Peers`]), and their names.
+//! - `view`: what a server shows of its cluster: running nodes, the group's Raft
+//!   figures and replication lag ([`GroupFigures`], [`NodeState`]).
 //! - `testing`: an in-memory network for members in one process (a public namespace).
 //!
 //! **Not built yet:** forwarding, the metadata group carrying definitions, and a group per
@@ -37,6 +40,7 @@ mod log_store;
 mod members;
 pub mod net;
 mod node;
+mod peers;
 pub mod record;
 pub mod snapshot;
 pub mod snapshot_file;
@@ -45,6 +49,7 @@ mod state_machine;
 pub mod status;
 pub mod testing;
 mod types;
+mod view;
 
 pub use group::{Commit, Metrics, ProposeError, QUEUE_GROUP, QueueGroup, Role, needs_leader};
 pub use leader::{Adopted, adopt, leader_now, take_over};
@@ -54,9 +59,11 @@ pub use node::{
     GroupHandle, METADATA_GROUP, Node, NodeConfig, NodeError, Timing, remote_add_member,
     remote_remove_member, remote_status,
 };
+pub use peers::{PROBE_WAIT, Peers, Pending, SeedPeers, SharedPeers, node_name};
 pub use split::{Replicated, Split, is_quorum, shared_definitions};
 pub use state_machine::{Machine, MachineOpenError, MachineSnapshotBuilder, QueueStateMachine};
 pub use types::{
     Applied, Entry, LogId, Membership, NodeId, Proposal, Raft, StorageError, StoredMembership,
     TypeConfig, Vote,
 };
+pub use view::{GroupFigures, NodeState, Replica};
