@@ -163,6 +163,20 @@ async fn s_clu_40_every_node_shows_the_cluster_and_the_quorum_queue_with_its_lea
             );
             assert!(r["members"][0]["lag"].is_null());
         }
+        // Its messages can be peeked at, from the committed state on a follower.
+        let peek =
+            serde_json::json!({"count": 5, "ackmode": "ack_requeue_true", "encoding": "auto"});
+        let (status, got) = cluster
+            .api_request(id, "POST", "/api/queues/%2F/qq/get", Some(peek))
+            .await;
+        assert_eq!(status, 200, "node {id}: {got}");
+        let payloads: Vec<&str> = got
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["payload"].as_str().unwrap())
+            .collect();
+        assert_eq!(payloads, ["m0", "m1"], "node {id}");
         // The listing shows it too, with the same fields.
         let (_, list) = cluster.api(id, "/api/queues/%2F").await;
         let listed = list

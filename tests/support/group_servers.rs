@@ -179,11 +179,22 @@ impl Cluster {
     /// `GET path` on node `id`'s management API as guest: the status and the body as JSON
     /// (`null` when it is not JSON).
     pub async fn api(&self, id: u64, path: &str) -> (u16, serde_json::Value) {
+        self.api_request(id, "GET", path, None).await
+    }
+
+    /// `method path` with `body` on node `id`'s management API as guest (as [`Cluster::api`]).
+    pub async fn api_request(
+        &self,
+        id: u64,
+        method: &'static str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
         let base = format!("http://{}", self.server(id).mgmt_addr().unwrap());
         let path = path.to_owned();
         let answer = tokio::task::spawn_blocking(move || {
             wharf_ctl::Client::new(&base, "guest", "guest")
-                .get(&path)
+                .request(method, &path, body.as_ref())
                 .unwrap()
         })
         .await

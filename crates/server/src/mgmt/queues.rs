@@ -450,25 +450,25 @@ pub(crate) async fn queue_get_messages(
         .and_then(|n| usize::try_from(n).ok());
     let out: Vec<JsonValue> = match ackmode.as_str() {
         "ack_requeue_true" | "reject_requeue_true" => {
-            let limit = count as usize;
-            api.query(move |view| {
-                let total = view.broker.queue(&vhost, &queue)?.ready;
-                // Reads back only the first `count` messages (the rest may be on disk).
-                let ready = view.broker.peek_messages(&vhost, &queue, limit);
-                Some(
-                    ready
-                        .into_iter()
-                        .take(limit)
-                        .enumerate()
-                        .map(|(i, (m, redelivered))| {
-                            let left = total.saturating_sub(i as u64 + 1);
-                            j::message(&m, redelivered, left, &encoding, truncate)
-                        })
-                        .collect(),
-                )
-            })
-            .await?
-            .ok_or(ApiError::NotFound)?
+            let peek = Peek {
+                vhost,
+                queue,
+                limit: count as usize,
+                encoding,
+                truncate,
+            };
+            let asked = peek.clone();
+            let live = api.query(move |view| asked.of(view.broker)).await?;
+            // A follower peeks at a quorum queue in the group's committed state (S-CLU-42).
+            let committed = || {
+                api.group()?.machine.with(|m| {
+                    let quorum = m.broker().queue_kind(&peek.vhost, &peek.queue);
+                    (quorum == Some(wharf_broker::QueueKind::Quorum))
+                        .then(|| peek.of(m.broker()))
+                        .flatten()
+                })
+            };
+            live.or_else(committed).ok_or(ApiError::NotFound)?
         }
         "ack_requeue_false" => api
             .take(vhost, queue, count)
@@ -491,6 +491,36 @@ pub(crate) async fn queue_get_messages(
         }
     };
     Ok(ok_json(JsonValue::Array(out)))
+}
+
+/// A peek at a queue's first ready messages ("get messages" with `ack_requeue_true`).
+#[derive(Clone)]
+struct Peek {
+    vhost: String,
+    queue: String,
+    limit: usize,
+    encoding: String,
+    truncate: Option<usize>,
+}
+
+impl Peek {
+    /// The messages as RabbitMQ's JSON, from `broker`; `None` when it has no such queue.
+    fn of(&self, broker: &wharf_broker::Broker) -> Option<Vec<JsonValue>> {
+        let total = broker.queue(&self.vhost, &self.queue)?.ready;
+        // Reads back only the first `limit` messages (the rest may be on disk).
+        let ready = broker.peek_messages(&self.vhost, &self.queue, self.limit);
+        Some(
+            ready
+                .into_iter()
+                .take(self.limit)
+                .enumerate()
+                .map(|(i, (m, redelivered))| {
+                    let left = total.saturating_sub(i as u64 + 1);
+                    j::message(&m, redelivered, left, &self.encoding, self.truncate)
+                })
+                .collect(),
+        )
+    }
 }
 
 #[cfg(test)]
