@@ -102,7 +102,7 @@ fn sample(text: &str, metric: &str, labels: &str) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// S-CLU-40, S-CLU-41, S-CLU-42: every node lists the three nodes running, names itself and
+/// S-CLU-40, S-CLU-41, S-CLU-42, S-CLU-45: every node lists the three nodes running, names itself and
 /// the cluster consistently; every node, a follower included, shows the quorum queue with
 /// RabbitMQ's `type`, `leader`, `members` and `online`, and its replication; only the leader
 /// knows its consumers and its followers' lag.
@@ -136,6 +136,11 @@ async fn s_clu_40_every_node_shows_the_cluster_and_the_quorum_queue_with_its_lea
         assert!(theirs.get("mem_used").is_none(), "{theirs}");
         assert_eq!(cluster.api(id, "/api/nodes/wharf-9@nowhere").await.0, 404);
     }
+    // S-CLU-45: with every voter running, stopping any one leaves a majority.
+    let (status, ok) = cluster
+        .api(1, "/api/health/checks/node-is-quorum-critical")
+        .await;
+    assert_eq!((status, &ok["status"]), (200, &Value::from("ok")), "{ok}");
     let members = vec![name(1), name(2), name(3)];
     for id in 1..=3 {
         let (status, q) = cluster.api(id, "/api/queues/%2F/qq").await;
