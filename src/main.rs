@@ -254,6 +254,9 @@ async fn start_cluster(config: &Config) -> anyhow::Result<Option<Cluster>> {
         raft: handle.raft,
         machine: handle.machine,
         leaders: wharf_cluster::LeaderAddrs::default(),
+        peers: std::sync::Arc::new(wharf_cluster::SeedPeers {
+            seeds: node.seeds(),
+        }),
     };
     let learner = group.learn_leader_addresses();
     Ok(Some(Cluster {

@@ -14,6 +14,7 @@ mod server_alarms;
 mod server_amqprs;
 mod server_basic;
 mod server_cluster;
+mod server_cluster_ops;
 mod server_config;
 mod server_consumers;
 mod server_door;

@@ -292,6 +292,123 @@ async fn s_clu_2_a_quorum_queue_survives_the_sigkill_of_its_leader() {
     refuses_naming(&c, leader, "qq", &c.url(next)).await;
 }
 
+/// `GET path` on `base` (as guest when `auth`): the status and the body.
+async fn http_get(base: String, path: &str, auth: bool) -> (u16, String) {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let client = if auth {
+            wharf_ctl::Client::new(&base, "guest", "guest")
+        } else {
+            wharf_ctl::Client::anonymous(&base)
+        };
+        client
+            .get(&path)
+            .map_or((0, String::new()), |a| (a.status, a.body))
+    })
+    .await
+    .unwrap()
+}
+
+/// Node `id`'s management API answer to `GET path`, as JSON (`null` when none).
+async fn api(c: &Cluster, id: u64, path: &str) -> serde_json::Value {
+    let (_, body) = http_get(c.http_base(id, false), path, true).await;
+    serde_json::from_str(&body).unwrap_or(serde_json::Value::Null)
+}
+
+/// The Raft term in node `id`'s aggregated Prometheus metrics.
+async fn raft_term(c: &Cluster, id: u64) -> Option<u64> {
+    let (_, text) = http_get(c.http_base(id, true), "/metrics", false).await;
+    text.lines()
+        .find_map(|l| l.strip_prefix("rabbitmq_raft_term_total "))
+        .and_then(|v| v.parse().ok())
+}
+
+/// `(name, running)` of every node node `id`'s `/api/nodes` lists.
+async fn nodes_seen(c: &Cluster, id: u64) -> Vec<(String, bool)> {
+    let nodes = api(c, id, "/api/nodes").await;
+    nodes
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|n| {
+                    let name = n["name"].as_str().unwrap_or_default().to_owned();
+                    (name, n["running"].as_bool().unwrap_or(false))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Polls `check` on node `id` until it holds; panics after [`WAIT`] naming `what`.
+async fn eventually<F, Fut>(id: u64, what: &str, check: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let began = now();
+    loop {
+        match check().await {
+            Ok(()) => return,
+            Err(last) if began.elapsed() > WAIT => panic!("node {id}: {what}; last: {last}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// S-CLU-40, S-CLU-41, S-CLU-43: each of three `wharf` processes lists the three nodes running
+/// in `/api/nodes` and shows the quorum queue led by the leader; after the leader's SIGKILL
+/// the survivors show it not running, the queue led by the new leader, and a higher Raft term
+/// in their metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_clu_40_the_api_and_metrics_show_the_nodes_and_a_leader_change() {
+    let mut c = Cluster::start(3).await;
+    let (leader, view) = c.leader(QUEUES, &[], 0, WAIT).await;
+    let (_url, _conn, ch) = find_leader(&c.url(leader), "ops").await;
+    publish_confirmed(&ch, "ops", b"m").await;
+    let name = |id: u64| format!("wharf-{id}@127.0.0.1");
+    for id in 1..=3 {
+        let all: Vec<(String, bool)> = (1..=3).map(|i| (name(i), true)).collect();
+        eventually(id, "three running nodes and the queue's leader", || async {
+            let seen = nodes_seen(&c, id).await;
+            let q = api(&c, id, "/api/queues/%2F/ops").await;
+            if seen != all
+                || q["leader"] != name(leader)
+                || q["online"].as_array().map(Vec::len) != Some(3)
+            {
+                return Err(format!("{seen:?} {q}"));
+            }
+            Ok(())
+        })
+        .await;
+    }
+    let term = raft_term(&c, leader).await.expect("the leader's term");
+    assert!(
+        term >= view.term,
+        "metrics term {term}, status term {}",
+        view.term
+    );
+
+    c.kill(leader);
+    let (next, _) = c.leader(QUEUES, &[leader], view.term, WAIT).await;
+    for id in (1..=3).filter(|id| *id != leader) {
+        let expected: Vec<(String, bool)> = (1..=3).map(|i| (name(i), i != leader)).collect();
+        eventually(
+            id,
+            "the killed leader not running, the new one leading",
+            || async {
+                let seen = nodes_seen(&c, id).await;
+                let q = api(&c, id, "/api/queues/%2F/ops").await;
+                let t = raft_term(&c, id).await;
+                if seen != expected || q["leader"] != name(next) || t <= Some(term) {
+                    return Err(format!("{seen:?} {t:?} {q}"));
+                }
+                Ok(())
+            },
+        )
+        .await;
+    }
+}
+
 /// S-CLU-2, S-CLU-9: the SIGKILL of a follower changes nothing for the leader's clients: the
 /// same connection keeps publishing with confirms (the leader and the other follower are a
 /// majority) and consuming; the follower restarted catches up.

@@ -185,6 +185,23 @@ impl Cluster {
         self.nodes[slot(id)].as_ref().expect("node running").url()
     }
 
+    /// Node `id`'s management API (`http://HOST:PORT`, from its log line), or with
+    /// `prometheus` its Prometheus listener; it must be running.
+    pub fn http_base(&self, id: u64, prometheus: bool) -> String {
+        let out = self.output(id);
+        let what = if prometheus {
+            "Prometheus metrics listening"
+        } else {
+            "management API listening addr"
+        };
+        let line = out
+            .lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("node {id} logs {what:?}:\n{out}"));
+        let addr = super::binary::field(line, "addr").expect("an address");
+        format!("http://{addr}")
+    }
+
     /// Whether node `id` is paused (SIGSTOP sent, no SIGCONT yet).
     pub fn is_paused(&self, id: u64) -> bool {
         self.paused[slot(id)]

@@ -84,6 +84,8 @@ impl Cluster {
             let mut config = ServerConfig::new("127.0.0.1:0", node.dir.path().join("data"));
             config.clock = Arc::new(node.clock.clone());
             config.cluster = Some(node.group.clone());
+            config.mgmt_bind = Some("127.0.0.1:0".to_owned());
+            config.prometheus_bind = Some("127.0.0.1:0".to_owned());
             node.server = Some(Server::start(config).await.unwrap());
         }
         cluster
@@ -172,6 +174,46 @@ impl Cluster {
                 .unwrap();
         let ch = conn.create_channel().await.unwrap();
         (conn, ch)
+    }
+
+    /// `GET path` on node `id`'s management API as guest: the status and the body as JSON
+    /// (`null` when it is not JSON).
+    pub async fn api(&self, id: u64, path: &str) -> (u16, serde_json::Value) {
+        self.api_request(id, "GET", path, None).await
+    }
+
+    /// `method path` with `body` on node `id`'s management API as guest (as [`Cluster::api`]).
+    pub async fn api_request(
+        &self,
+        id: u64,
+        method: &'static str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        let base = format!("http://{}", self.server(id).mgmt_addr().unwrap());
+        let path = path.to_owned();
+        let answer = tokio::task::spawn_blocking(move || {
+            wharf_ctl::Client::new(&base, "guest", "guest")
+                .request(method, &path, body.as_ref())
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        let json = serde_json::from_str(&answer.body).unwrap_or(serde_json::Value::Null);
+        (answer.status, json)
+    }
+
+    /// `GET path` on node `id`'s Prometheus listener: the text.
+    pub async fn metrics(&self, id: u64, path: &str) -> String {
+        let base = format!("http://{}", self.server(id).prometheus_addr().unwrap());
+        let asked = path.to_owned();
+        let answer = tokio::task::spawn_blocking(move || {
+            wharf_ctl::Client::anonymous(&base).get(&asked).unwrap()
+        })
+        .await
+        .unwrap();
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+        answer.body
     }
 
     /// Sets node `id`'s clock to `ms` and runs its timer step.

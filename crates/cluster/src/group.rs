@@ -53,6 +53,9 @@ pub struct QueueGroup {
     /// The AMQP addresses of the group's leaders, as this member learns them
     /// (`QueueGroup::learn_leader_addresses`, S-CLU-13); empty where nobody learns them.
     pub leaders: LeaderAddrs,
+    /// The cluster's nodes: their seeds and how to ask each for its status (`view.rs`,
+    /// S-CLU-40).
+    pub peers: crate::peers::SharedPeers,
 }
 
 impl std::fmt::Debug for QueueGroup {

@@ -29,6 +29,9 @@
 //!   `remove_member`.
 //! - `node`: [`Node`], a process's cluster node: listener, peers, groups, formation.
 //! - `status`: what `wharfctl cluster_status` shows (a public namespace).
+//! - `peers`: the cluster's nodes as a member reaches them ([`Peers`]), and their names.
+//! - `view`: what a server shows of its cluster: running nodes, the group's Raft
+//!   figures and replication lag ([`GroupFigures`], [`NodeState`]).
 //! - `testing`: an in-memory network for members in one process (a public namespace).
 //!
 //! **Not built yet:** forwarding of clients' work, the server proposing its definitions to the
@@ -46,6 +49,7 @@ mod log_store;
 mod members;
 pub mod net;
 mod node;
+mod peers;
 pub mod record;
 pub mod snapshot;
 pub mod snapshot_file;
@@ -54,6 +58,7 @@ mod state_machine;
 pub mod status;
 pub mod testing;
 mod types;
+mod view;
 mod void;
 
 pub use definitions::reconcile;
@@ -66,9 +71,11 @@ pub use node::{
     GroupHandle, METADATA_GROUP, Node, NodeConfig, NodeError, Timing, remote_add_member,
     remote_remove_member, remote_status,
 };
+pub use peers::{PROBE_WAIT, Peers, Pending, SeedPeers, SharedPeers, node_name};
 pub use split::{Replicated, Split, is_quorum, shared_definitions};
 pub use state_machine::{Machine, MachineOpenError, MachineSnapshotBuilder, QueueStateMachine};
 pub use types::{
     Applied, Entry, LogId, Membership, NodeId, Origin, Proposal, Raft, StorageError,
     StoredMembership, TypeConfig, Vote,
 };
+pub use view::{GroupFigures, NodeState, Replica};

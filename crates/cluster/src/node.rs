@@ -491,6 +491,12 @@ impl Node {
         self.inner.addr
     }
 
+    /// Every node's cluster address (the seeds), in order.
+    pub fn seeds(&self) -> Vec<String> {
+        let seeds = &self.inner.config.seeds;
+        seeds.iter().map(ToString::to_string).collect()
+    }
+
     /// Opens group `group` on this node (or returns it, already open), and forms it with the
     /// other seeds if nobody has yet. Call it with the same id on every node.
     ///

@@ -46,7 +46,8 @@ pub struct GroupStatus {
     pub in_sync: Option<BTreeSet<NodeId>>,
 }
 
-fn state_name(state: ServerState) -> &'static str {
+/// A role as the status text and the management API name it.
+pub(crate) fn state_name(state: ServerState) -> &'static str {
     match state {
         ServerState::Leader => "leader",
         ServerState::Follower => "follower",
@@ -134,6 +135,13 @@ pub fn parse_amqp(text: &str) -> Option<String> {
     let head: Vec<&str> = text.lines().next()?.split_whitespace().collect();
     let i = head.iter().position(|w| *w == "amqp")?;
     head.get(i + 1).map(|a| (*a).to_owned())
+}
+
+/// The member id on the node line of [`render`]'s text, once the node settled it.
+pub fn parse_member(text: &str) -> Option<NodeId> {
+    let head: Vec<&str> = text.lines().next()?.split_whitespace().collect();
+    let i = head.iter().position(|w| *w == "member")?;
+    head.get(i + 1)?.parse().ok()
 }
 
 /// Parses [`render`]'s text back: the node id and its groups (unknown words are skipped, so

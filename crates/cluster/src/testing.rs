@@ -21,6 +21,8 @@ use crate::types::{NodeId, Raft, TypeConfig};
 #[derive(Default)]
 pub struct Router {
     rafts: Mutex<BTreeMap<NodeId, Raft>>,
+    /// Every member ever added (stopped ones stay: they are nodes of the cluster).
+    seen: Mutex<BTreeSet<NodeId>>,
     cut: Mutex<BTreeSet<NodeId>>,
     /// Keep the runtime busy while an RPC runs (for tokio's paused clock, see [`busy`]).
     spin: bool,
@@ -56,6 +58,7 @@ impl Router {
 
     /// Makes member `id` reachable as `raft`.
     pub fn add(&self, id: NodeId, raft: Raft) {
+        locked(&self.seen).insert(id);
         locked(&self.rafts).insert(id, raft);
     }
 
@@ -132,6 +135,33 @@ impl crate::Forward for RouterForward {
             .target(self.from, leader)
             .map_err(|e| crate::ForwardError::Unreachable(e.to_string()))?;
         answer
+    }
+}
+
+/// The address [`initialize`] gives member `id` in the group's membership.
+pub fn member_addr(id: NodeId) -> String {
+    format!("member-{id}")
+}
+
+/// The router as the cluster's nodes (`view.rs`): member `id` is the seed of slot `id`
+/// ([`member_addr`]); one that is reachable (added, not stopped nor cut off) answers its status,
+/// rendered from its Raft as a node renders it (its view of group [`crate::QUEUE_GROUP`]).
+impl crate::peers::Peers for Router {
+    fn seeds(&self) -> Vec<String> {
+        let last = locked(&self.seen).iter().next_back().copied().unwrap_or(0);
+        (1..=last).map(member_addr).collect()
+    }
+
+    fn status<'a>(&'a self, addr: &'a str) -> crate::peers::Pending<'a, Option<String>> {
+        Box::pin(async move {
+            let id: NodeId = addr.strip_prefix("member-")?.parse().ok()?;
+            if self.is_cut(id) {
+                return None;
+            }
+            let raft = locked(&self.rafts).get(&id).cloned()?;
+            let group = crate::status::group_status(crate::QUEUE_GROUP, &raft);
+            Some(crate::status::render(id, id, addr, None, &[group]))
+        })
     }
 }
 
@@ -252,6 +282,7 @@ pub async fn start_member(
     router.add(id, raft.clone());
     Ok(crate::QueueGroup {
         leaders: crate::LeaderAddrs::default(),
+        peers: Arc::clone(router) as crate::peers::SharedPeers,
         node: id,
         raft,
         machine,
@@ -267,7 +298,7 @@ pub async fn initialize(member: &crate::QueueGroup, members: &[NodeId]) -> Resul
     let nodes: BTreeMap<NodeId, BasicNode> = members
         .iter()
         .map(|&id| {
-            let addr = format!("member-{id}");
+            let addr = member_addr(id);
             (id, BasicNode { addr })
         })
         .collect();

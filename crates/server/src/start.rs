@@ -109,7 +109,7 @@ impl Server {
         let door = connection::Door::new(ctx.clone());
         let accept_task = tokio::spawn(accept_loops(listeners, ctx, stop_rx.clone()));
         let (monitor, monitor_task) = start_monitor(&config, log_health, alarms.clone());
-        let metrics = metrics_source(&core_tx, &alarms, recovery_ms, started_at_ms);
+        let metrics = metrics_source(&config, &core_tx, &alarms, (recovery_ms, started_at_ms));
         let prometheus = start_prometheus(&config, &metrics, &stop_rx).await?;
         let (mgmt, mgmt_tls_addr) = start_mgmt(
             &config,
@@ -299,17 +299,24 @@ async fn start_prometheus(
     }
 }
 
-/// Where the metrics (and the management API's node figures) read.
+/// Where the metrics (and the management API's node figures) read: in a cluster, the node's
+/// and the cluster's names are the group's (S-CLU-40), and the group's Raft is read too.
 fn metrics_source(
+    config: &ServerConfig,
     core: &mpsc::Sender<CoreMsg>,
     alarms: &Arc<alarm::Alarms>,
-    recovery_ms: u64,
-    started_at_ms: u64,
+    (recovery_ms, started_at_ms): (u64, u64),
 ) -> metrics::MetricsSource {
+    let (node, cluster) = config.cluster.as_ref().map_or_else(
+        || (mgmt::NODE.to_owned(), mgmt::NODE.to_owned()),
+        |g| (g.node_name(), g.cluster_name()),
+    );
     metrics::MetricsSource {
         core: core.clone(),
         alarms: Some(alarms.clone()),
-        node: mgmt::NODE.to_owned(),
+        node,
+        cluster,
+        group: config.cluster.clone(),
         recovery_ms,
         started_at_ms,
     }

@@ -273,7 +273,8 @@ function overviewPage(root) {
     history.push({ t: Date.now(), stats, totals: ov.queue_totals || {}, wal: walFigures(metrics) });
     while (history.length > HISTORY) history.shift();
     $("#node-name").textContent = ov.node ? "on " + ov.node : "";
-    renderOverview(ov, nodes && nodes[0]);
+    // In a cluster /api/nodes lists every node (S-CLU-40): this one is named by the overview.
+    renderOverview(ov, nodes && nodes.find((n) => n.name === ov.node), nodes);
   });
 }
 
@@ -288,7 +289,19 @@ function walNow() {
   return { syncs, latencyMs: (1000 * (cur.fsyncSeconds - prev.fsyncSeconds)) / syncs, batch: (cur.records - prev.records) / syncs };
 }
 
-function renderOverview(ov, node) {
+// The cluster's nodes as /api/nodes lists them (S-CLU-40), with each node's own view of the
+// quorum queues' group; null for a single node.
+function clusterTable(nodes) {
+  if (!nodes || !nodes.some((n) => n.wharf_cluster)) return null;
+  return table("Cluster", ["Node", "Running", "AMQP address", "Raft role", { label: "Term", num: true }],
+    nodes.map((n) => {
+      const c = n.wharf_cluster || {};
+      const g = (c.raft_groups || []).find((x) => x.raft_group === 1) || {};
+      return [n.name, n.running ? "yes" : "no", c.amqp_address || "–", g.raft_state || "–", fmtNum(g.term)];
+    }));
+}
+
+function renderOverview(ov, node, nodes) {
   const t = ov.object_totals || {};
   const q = ov.queue_totals || {};
   const wal = walNow();
@@ -315,7 +328,7 @@ function renderOverview(ov, node) {
   $("#overview").replaceChildren(
     chart("chart-rates", "Message rates (per second)", RATE_SERIES, (p, k) => p.stats[k]),
     chart("chart-queued", "Queued messages", QUEUED_SERIES, (p, k) => p.totals[k]),
-    cards, listeners);
+    ...[cards, clusterTable(nodes), listeners].filter(Boolean));
 }
 
 // ---------- listings with server-side paging ----------
@@ -448,7 +461,8 @@ function queuePage(root, vhost, name) {
       ["Ready", fmtNum(q.messages_ready)], ["Unacked", fmtNum(q.messages_unacknowledged)], ["Total", fmtNum(q.messages)],
       ["Bytes", fmtBytes(q.message_bytes)], ["Consumers", fmtNum(q.consumers)], ["Policy", q.policy || "none"],
       ["Operator policy", q.operator_policy || "none"], ["Arguments", el("code", { text: JSON.stringify(q.arguments) })],
-    ]));
+    ].concat(q.members ? [["Leader", q.leader || "none known"], ["Members", q.members.join(", ")],
+      ["Online", (q.online || []).join(", ") || "none"]] : [])), replicationTable(q));
     const mine = consumers.filter((c) => c.queue && c.queue.name === name);
     $("#queue-consumers").replaceChildren(table("Consumers", ["Tag", "Channel", "Ack", "Exclusive", { label: "Prefetch", num: true }, "Active", "Activity"],
       mine.map((c) => [c.consumer_tag, c.channel_details ? c.channel_details.name : "", c.ack_required ? "manual" : "auto",
@@ -456,6 +470,16 @@ function queuePage(root, vhost, name) {
     $("#queue-bindings").replaceChildren(table("Bindings", ["From exchange", "Routing key", "Arguments"],
       bindings.map((b) => [b.source || "(default exchange)", b.routing_key, JSON.stringify(b.arguments || {})])));
   });
+}
+
+// A quorum queue's replication as this node's Raft sees it (S-CLU-41): each member's matched
+// index and lag, known on the leader only.
+function replicationTable(q) {
+  const r = q.wharf_replication;
+  if (!r) return "";
+  return table(`Replication (group ${r.raft_group}, term ${r.term}, this node ${r.raft_state}, commit index ${fmtNum(r.commit_index)})`,
+    ["Member", "Voter", { label: "Match index", num: true }, { label: "Lag (entries)", num: true }],
+    r.members.map((m) => [m.node, m.voter ? "yes" : "learner", fmtNum(m.match_index), fmtNum(m.lag)]));
 }
 
 function actions(vhost, name, base) {

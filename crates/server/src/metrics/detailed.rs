@@ -30,10 +30,12 @@ pub(crate) enum Family {
     ChannelExchange,
     /// Messages delivered, fetched, redelivered and acknowledged per channel.
     ChannelQueue,
+    /// The Raft figures of each quorum queue's group (`raft.rs`).
+    Ra,
 }
 
 /// `rabbitmq_prometheus`'s names of the families wharf fills.
-const FILLED: [(&str, Family); 11] = [
+const FILLED: [(&str, Family); 12] = [
     ("connection_churn_metrics", Family::ConnectionChurn),
     ("node_coarse_metrics", Family::NodeCoarse),
     ("node_metrics", Family::Node),
@@ -45,6 +47,7 @@ const FILLED: [(&str, Family); 11] = [
     ("channel_metrics", Family::Channel),
     ("channel_exchange_metrics", Family::ChannelExchange),
     ("channel_queue_metrics", Family::ChannelQueue),
+    ("ra_metrics", Family::Ra),
 ];
 
 /// `rabbitmq_prometheus`'s families wharf has no figures for (Erlang processes and Mnesia

@@ -13,6 +13,7 @@ use prometheus_client::metrics::MetricType;
 
 use super::detailed::{Detailed, Family};
 use super::objects;
+use super::raft::{self, RaftFigures};
 use super::sample::{Labels, Value, family};
 use super::snapshot::{QueueFigures, Snapshot};
 use super::timings::histogram;
@@ -32,8 +33,10 @@ pub(crate) enum Endpoint {
 /// Figures of the node measured outside the broker task.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NodeFigures {
-    /// The node's name (`rabbitmq_node`, `rabbitmq_cluster`).
+    /// The node's name (`rabbitmq_node`).
     pub(crate) node: String,
+    /// The cluster's name (`rabbitmq_cluster`).
+    pub(crate) cluster: String,
     /// The resource monitor's last samples (`None`: unknown, the family is left out).
     pub(crate) disk_free_bytes: Option<u64>,
     pub(crate) memory_used_bytes: Option<u64>,
@@ -55,6 +58,8 @@ pub(crate) struct Exposition {
     pub(crate) snapshot: Snapshot,
     pub(crate) node: NodeFigures,
     pub(crate) endpoint: Endpoint,
+    /// The quorum queues' group, on a member of one.
+    pub(crate) raft: Option<RaftFigures>,
 }
 
 /// The RabbitMQ version whose metrics wharf follows (`rabbitmq_build_info`).
@@ -484,7 +489,7 @@ impl Exposition {
         )?;
         let identity = vec![
             ("rabbitmq_node", self.node.node.clone()),
-            ("rabbitmq_cluster", self.node.node.clone()),
+            ("rabbitmq_cluster", self.node.cluster.clone()),
             ("rabbitmq_endpoint", endpoint.to_owned()),
         ];
         family(
@@ -520,6 +525,9 @@ impl Exposition {
             MetricType::Gauge,
             Value::Float(seconds(self.node.recovery_ms, 1e3)),
         )?;
+        if let Some(r) = &self.raft {
+            raft::lag(enc, r)?;
+        }
         super::timings::encode(enc, self.snapshot.sync.as_ref(), &self.snapshot.timings)
     }
 
@@ -533,6 +541,9 @@ impl Exposition {
         self.queues(enc, "rabbitmq_", &queue_metrics, per_object, &|_| true)?;
         let conns = &self.snapshot.conns;
         objects::connections_and_channels(enc, "rabbitmq_", conns, per_object, &|_| true)?;
+        if let Some(r) = &self.raft {
+            raft::ra_metrics(enc, "rabbitmq_", r, per_object, &|_| true)?;
+        }
         self.totals(enc)?;
         self.globals(enc)?;
         self.identity(
@@ -570,6 +581,10 @@ impl Exposition {
         self.queues(enc, prefix, &queue_metrics, true, &|q| d.in_vhost(&q.vhost))?;
         let conns = &self.snapshot.conns;
         objects::connections_and_channels(enc, prefix, conns, true, &|f| d.wants(f))?;
+        if let Some(r) = self.raft.as_ref().filter(|_| d.wants(Family::Ra)) {
+            raft::ra_metrics(enc, prefix, r, true, &|v| d.in_vhost(v))?;
+            raft::lag(enc, r)?;
+        }
         self.identity(enc, "detailed")
     }
 }

@@ -15,12 +15,14 @@
 //! - `timings.rs`: wharf's own histograms (the broker task's and the log writer's time).
 //! - `detailed.rs`: `/metrics/detailed`'s query.
 //! - `process.rs`: the process's file descriptors.
+//! - `raft.rs`: the quorum queues' Raft figures (`ra_metrics`) and replication lag.
 //! - `serve.rs`: the listener and its routes.
 
 mod detailed;
 mod families;
 mod objects;
 mod process;
+mod raft;
 mod sample;
 mod serve;
 mod snapshot;
@@ -52,6 +54,10 @@ pub struct MetricsSource {
     pub(crate) alarms: Option<Arc<Alarms>>,
     /// The node's name (`rabbitmq_node`).
     pub(crate) node: String,
+    /// The cluster's name (`rabbitmq_cluster`): the node's own without a cluster.
+    pub(crate) cluster: String,
+    /// The quorum queues' group this node is a member of (the `rabbitmq_raft_*` families).
+    pub(crate) group: Option<wharf_cluster::QueueGroup>,
     /// How long recovery took at start, ms.
     pub(crate) recovery_ms: u64,
     /// When the server started, ms since the epoch (the server's clock).
@@ -69,6 +75,7 @@ impl MetricsSource {
             .unwrap_or_default();
         NodeFigures {
             node: self.node.clone(),
+            cluster: self.cluster.clone(),
             disk_free_bytes: samples.disk_free_bytes,
             memory_used_bytes: samples.memory_used_bytes,
             memory_limit_bytes: samples.memory_limit_bytes,
@@ -99,11 +106,23 @@ impl MetricsSource {
             .await
             .ok()?;
         let snapshot = answer.await.ok()?;
+        let raft = match &self.group {
+            Some(group) => Some(raft::RaftFigures {
+                group: group.figures().await,
+                queues: if per_object {
+                    group.quorum_queues()
+                } else {
+                    Vec::new()
+                },
+            }),
+            None => None,
+        };
         let mut registry = Registry::default();
         registry.register_collector(Box::new(Exposition {
             snapshot,
             node: self.node_figures(),
             endpoint,
+            raft,
         }));
         let mut text = String::new();
         // Writing into a String cannot fail.

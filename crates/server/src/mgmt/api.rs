@@ -538,6 +538,16 @@ impl Api {
         &self.config
     }
 
+    /// This node's name (`wharf@localhost`, or its name in its cluster, S-CLU-40).
+    pub(crate) fn node_name(&self) -> &str {
+        &self.config.metrics.node
+    }
+
+    /// The quorum queues' group this node is a member of.
+    pub(crate) fn group(&self) -> Option<&wharf_cluster::QueueGroup> {
+        self.config.metrics.group.as_ref()
+    }
+
     /// Runs the broker task's timer step now (after the clock moved) and waits for it.
     pub(crate) async fn tick(&self) -> Result<(), ApiError> {
         let (done, answer) = oneshot::channel();

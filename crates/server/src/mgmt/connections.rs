@@ -45,7 +45,7 @@ pub(crate) async fn connections(
     let (conns, alarm_on) = visible_connections(&api, scope).await?;
     let list = conns
         .iter()
-        .map(|c| j::connection(c, server, alarm_on))
+        .map(|c| j::connection(c, server, alarm_on, api.node_name()))
         .collect();
     list_answer(list, &q)
 }
@@ -60,7 +60,12 @@ pub(crate) async fn connection_get(
         .iter()
         .find(|c| j::connection_name(c, server) == name)
         .ok_or(ApiError::NotFound)?;
-    Ok(ok_json(j::connection(found, server, alarm_on)))
+    Ok(ok_json(j::connection(
+        found,
+        server,
+        alarm_on,
+        api.node_name(),
+    )))
 }
 
 /// `DELETE /api/connections/{name}`: closes it with 320 `CONNECTION_FORCED` and the
@@ -137,7 +142,7 @@ pub(crate) async fn channels(
                 .get(&(c.id, ch.number))
                 .copied()
                 .unwrap_or_default();
-            let json = j::channel(c, ch, server, consumers, unacked);
+            let json = j::channel(c, ch, server, (consumers, unacked), api.node_name());
             let s = ch.stats;
             let named = vec![
                 ("publish", s.publish),

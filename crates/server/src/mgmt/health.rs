@@ -1,6 +1,6 @@
 //! What monitoring tools and probes ask: `/api/whoami`, RabbitMQ's health checks
-//! (`/api/health/checks/…`), `/api/aliveness-test/{vhost}`, and `/api/nodes` (one node:
-//! wharf is a single node). A failed check answers 503 with RabbitMQ's body (S-MGMT-5).
+//! (`/api/health/checks/…`), `/api/aliveness-test/{vhost}`, and `/api/nodes` (this node, and
+//! in a cluster every other, `cluster.rs`). A failed check answers 503 with RabbitMQ's body (S-MGMT-5).
 //! Handlers map the request to broker queries and commands; no rules here (STYLE 2.2).
 
 use axum::extract::Path;
@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value as JsonValue, json};
 
 use super::api::{ApiError, ApiResult, Authenticated, Monitor, Reader};
-use super::json::NODE;
+use super::cluster;
 use super::reply::ok_json;
 use wharf_broker::{Command, Properties, Publish, QueueDeclare};
 
@@ -44,7 +44,7 @@ pub(crate) async fn alarms(Authenticated(api, _): Authenticated) -> ApiResult {
     }
     let alarms: Vec<JsonValue> = on
         .iter()
-        .map(|resource| json!({ "node": NODE, "resource": resource }))
+        .map(|resource| json!({ "node": api.node_name(), "resource": resource }))
         .collect();
     Ok(failed(json!({
         "status": "failed",
@@ -83,11 +83,39 @@ pub(crate) async fn virtual_hosts(Authenticated(api, _): Authenticated) -> ApiRe
     Ok(ok_json(json!({ "status": "ok" })))
 }
 
+/// Passes on a single node; in a cluster fails, as RabbitMQ's, when stopping this node would
+/// leave the quorum queues' group without a majority of running voters, naming its quorum
+/// queues (S-CLU-45).
 pub(crate) async fn node_is_quorum_critical(Authenticated(api, _): Authenticated) -> ApiResult {
     api.query(|_| ()).await?;
-    Ok(ok_json(
-        json!({ "status": "ok", "reason": "single node cluster" }),
-    ))
+    let Some(group) = api.group() else {
+        return Ok(ok_json(
+            json!({ "status": "ok", "reason": "single node cluster" }),
+        ));
+    };
+    let sight = cluster::Sight::of(group, true).await;
+    if !sight.quorum_critical(api.node_name()) {
+        return Ok(ok_json(json!({ "status": "ok" })));
+    }
+    let leader = sight.figures.leader_name.clone();
+    let queues: Vec<JsonValue> = group
+        .quorum_queues()
+        .into_iter()
+        .map(|(vhost, name)| {
+            json!({
+                "name": name,
+                "readable_name": format!("queue '{name}' in vhost '{vhost}'"),
+                "node": leader,
+                "virtual_host": vhost,
+                "type": "quorum",
+            })
+        })
+        .collect();
+    Ok(failed(json!({
+        "status": "failed",
+        "reason": "There are quorum queues that would lose their quorum if the target node is shut down",
+        "queues": queues,
+    })))
 }
 
 /// RabbitMQ's aliveness test: declares the queue `aliveness-test` in the vhost, publishes a
@@ -147,7 +175,7 @@ async fn node_json(api: &super::api::Api) -> Result<JsonValue, ApiError> {
         .map(|t| json!({ "name": t, "enabled": true }))
         .collect();
     Ok(json!({
-        "name": NODE,
+        "name": api.node_name(),
         "type": "disc",
         "running": true,
         "being_drained": false,
@@ -169,13 +197,21 @@ async fn node_json(api: &super::api::Api) -> Result<JsonValue, ApiError> {
     }))
 }
 
+/// Every node: this one with its figures, and in a cluster every other with what wharf knows
+/// of it (S-CLU-40).
 pub(crate) async fn nodes(Monitor(api): Monitor) -> ApiResult {
-    Ok(ok_json(JsonValue::Array(vec![node_json(&api).await?])))
+    let own = node_json(&api).await?;
+    Ok(ok_json(JsonValue::Array(
+        cluster::nodes_json(&api, own).await?,
+    )))
 }
 
 pub(crate) async fn node(Path(name): Path<String>, Monitor(api): Monitor) -> ApiResult {
-    if name != NODE {
-        return Err(ApiError::NotFound);
-    }
-    Ok(ok_json(node_json(&api).await?))
+    let own = node_json(&api).await?;
+    cluster::nodes_json(&api, own)
+        .await?
+        .into_iter()
+        .find(|n| n.get("name").and_then(JsonValue::as_str) == Some(name.as_str()))
+        .map(ok_json)
+        .ok_or(ApiError::NotFound)
 }

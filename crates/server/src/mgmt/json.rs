@@ -13,8 +13,21 @@ use wharf_broker::{
     QueueInfo, QueueKind, Value,
 };
 
-/// The node name shown where RabbitMQ shows `rabbit@host`.
+/// The node name shown where RabbitMQ shows `rabbit@host`, for a node outside a cluster (a
+/// member of one is named by its slot and seed, `wharf_cluster::node_name`).
 pub const NODE: &str = "wharf@localhost";
+
+/// Where a queue listed by this node lives, as its JSON says: the node that serves it (a
+/// quorum queue's leader in a cluster; `None` while no leader is known: the field is left
+/// out), and whether its consumers are known here (a follower reads a quorum queue from the
+/// group's committed state, which holds no consumers: the field is left out, S-CLU-42).
+#[derive(Debug, Clone, Copy)]
+pub struct QueueSite<'a> {
+    /// The serving node's name.
+    pub node: Option<&'a str>,
+    /// Whether `consumers` is known here.
+    pub consumers_known: bool,
+}
 
 /// A field table as a JSON object (numbers, strings, booleans, nested tables and arrays).
 pub fn table_to_json(table: &FieldTable) -> Json {
@@ -103,10 +116,10 @@ pub fn apply_to_parse(s: &str) -> Option<ApplyTo> {
 
 /// A queue as `/api/queues` shows it; a quorum queue also shows what waits to be
 /// dead-lettered (`messages_dlx`, `message_bytes_dlx`: S-QQ-10), as RabbitMQ does.
-pub fn queue(q: &QueueInfo, effective: &Json) -> Json {
+pub fn queue(q: &QueueInfo, effective: &Json, site: QueueSite<'_>) -> Json {
     let mut map = Map::new();
     for key in QUEUE_FIELDS {
-        if let Some(v) = queue_field(q, key) {
+        if let Some(v) = queue_field(q, key, site) {
             map.insert(key.to_owned(), v);
         }
     }
@@ -142,7 +155,7 @@ pub const QUEUE_FIELDS: [&str; 19] = [
 
 /// Field `key` (one of [`QUEUE_FIELDS`]) of a queue's JSON; `None` when the JSON has no such
 /// field (`messages_dlx` of a classic queue, or a key not in the list).
-pub fn queue_field(q: &QueueInfo, key: &str) -> Option<Json> {
+pub fn queue_field(q: &QueueInfo, key: &str, site: QueueSite<'_>) -> Option<Json> {
     let quorum = q.kind == QueueKind::Quorum;
     Some(match key {
         "name" => json!(q.name),
@@ -150,7 +163,7 @@ pub fn queue_field(q: &QueueInfo, key: &str) -> Option<Json> {
         "durable" => json!(q.durable),
         "auto_delete" => json!(q.auto_delete),
         "exclusive" => json!(q.exclusive_owner.is_some()),
-        "node" => json!(NODE),
+        "node" => json!(site.node?),
         "state" => json!("running"),
         "type" => json!(q.kind.name()),
         "messages" => json!(q.ready.saturating_add(q.unacked)),
@@ -159,7 +172,7 @@ pub fn queue_field(q: &QueueInfo, key: &str) -> Option<Json> {
         "message_bytes" => json!(q.ready_bytes.saturating_add(q.unacked_bytes)),
         "message_bytes_ready" => json!(q.ready_bytes),
         "message_bytes_unacknowledged" => json!(q.unacked_bytes),
-        "consumers" => json!(q.consumers),
+        "consumers" if site.consumers_known => json!(q.consumers),
         "policy" => json!(q.policy),
         "operator_policy" => json!(q.operator_policy),
         "messages_dlx" if quorum => json!(q.dead_letter_held),
@@ -254,7 +267,12 @@ fn connection_state(c: &ConnectionInfo, alarm_on: bool) -> &'static str {
 
 /// A connection as `/api/connections` shows it, with its `client_properties` and, when the
 /// client named it, `user_provided_name`.
-pub fn connection(c: &ConnectionInfo, server: std::net::SocketAddr, alarm_on: bool) -> Json {
+pub fn connection(
+    c: &ConnectionInfo,
+    server: std::net::SocketAddr,
+    alarm_on: bool,
+    node: &str,
+) -> Json {
     let user_provided_name = c
         .client_properties
         .get("connection_name")
@@ -262,7 +280,7 @@ pub fn connection(c: &ConnectionInfo, server: std::net::SocketAddr, alarm_on: bo
         .map(str::to_owned);
     let mut out = json!({
         "name": connection_name(c, server),
-        "node": NODE,
+        "node": node,
         "vhost": c.vhost,
         "user": c.user,
         "peer_host": c.peer.ip().to_string(),
@@ -291,14 +309,14 @@ pub fn channel(
     c: &ConnectionInfo,
     ch: &ChannelInfo,
     server: std::net::SocketAddr,
-    consumers: usize,
-    unacked: u64,
+    (consumers, unacked): (usize, u64),
+    node: &str,
 ) -> Json {
     let conn_name = connection_name(c, server);
     json!({
         "name": format!("{conn_name} ({})", ch.number),
         "number": ch.number,
-        "node": NODE,
+        "node": node,
         "vhost": c.vhost,
         "user": c.user,
         "connection_details": {

@@ -17,6 +17,8 @@
 //!   to a listing (S-MGMT-2).
 //! - `rates.rs`: sampled `message_stats` rates (S-MGMT-6).
 //! - `health.rs`: `/api/whoami`, the health checks, the aliveness test and `/api/nodes`.
+//! - `cluster.rs`: what the API shows of the node's cluster (every node, a quorum queue's
+//!   leader, members and replication).
 //! - One file of handlers per resource: `overview.rs`, `clock.rs` (`--test-clock` only),
 //!   `vhosts.rs`, `queues.rs`, `exchanges.rs`, `bindings.rs`, `policies.rs` (user and
 //!   operator policies, one generic family), `connections.rs` (and channels, consumers),
@@ -42,6 +44,7 @@ mod api;
 mod bindings;
 mod browse;
 mod clock;
+mod cluster;
 mod connections;
 mod dead_letters;
 mod definitions;

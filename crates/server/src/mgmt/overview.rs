@@ -5,7 +5,6 @@
 use serde_json::{Value as JsonValue, json};
 
 use super::api::{ApiResult, Authenticated};
-use super::json::NODE;
 use super::rates::overview_counts;
 use super::reply::ok_json;
 
@@ -46,7 +45,7 @@ pub(crate) async fn overview(Authenticated(api, _): Authenticated) -> ApiResult 
         .iter()
         .map(|(protocol, addr)| {
             json!({
-                "node": NODE,
+                "node": api.node_name(),
                 "protocol": protocol,
                 "ip_address": addr.ip().to_string(),
                 "port": addr.port(),
@@ -59,8 +58,8 @@ pub(crate) async fn overview(Authenticated(api, _): Authenticated) -> ApiResult 
         "rabbitmq_version": "3.13.0",
         "product_name": "wharf",
         "product_version": env!("CARGO_PKG_VERSION"),
-        "cluster_name": NODE,
-        "node": NODE,
+        "cluster_name": api.config().metrics.cluster,
+        "node": api.node_name(),
         "rates_mode": "basic",
         "message_stats": message_stats,
         "exchange_types": exchange_types,

@@ -8,7 +8,8 @@ use serde_json::{Value as JsonValue, json};
 use std::collections::HashMap;
 
 use super::api::{Api, ApiError, ApiResult, Authenticated, AuthenticatedBody, Reader, Scope, Via};
-use super::json as j;
+use super::cluster::Sight;
+use super::json::{self as j, QueueSite};
 use super::page::{Known, ListQuery, Row};
 use super::rates::Counts;
 use super::reply::{
@@ -45,7 +46,11 @@ impl ParsedPolicies {
 /// A queue's JSON with its effective policy definition and effective message TTL, both
 /// resolved by the broker's own functions (`parse_policy`, `QueueSettings::effective`).
 /// Built outside the broker task: only the listings are copied out of it.
-pub(crate) fn queue_json(q: &QueueInfo, policies: &ParsedPolicies) -> JsonValue {
+pub(crate) fn queue_json(
+    q: &QueueInfo,
+    policies: &ParsedPolicies,
+    site: QueueSite<'_>,
+) -> JsonValue {
     let policy = policies.get(q.policy.as_ref(), false);
     let operator = policies.get(q.operator_policy.as_ref(), true);
     let from_policies = QueueSettings::effective(
@@ -55,7 +60,7 @@ pub(crate) fn queue_json(q: &QueueInfo, policies: &ParsedPolicies) -> JsonValue 
     );
     let args = parse_queue_args(&q.vhost, &q.name, &q.arguments).unwrap_or_default();
     let all = QueueSettings::effective(&args, policy.as_ref(), operator.as_ref());
-    let mut out = j::queue(q, &settings_json(&from_policies));
+    let mut out = j::queue(q, &settings_json(&from_policies), site);
     if let Some(map) = out.as_object_mut() {
         map.insert(
             "effective_message_ttl".to_owned(),
@@ -101,36 +106,118 @@ fn settings_json(s: &QueueSettings) -> JsonValue {
 }
 
 /// The queues of each vhost (all of them, or the one named `only`) with the vhost's
-/// policies, copied out of the broker task.
+/// policies, copied out of the broker task. In a cluster, the group's quorum queues the live
+/// broker does not hold (on a follower: all of them) come from the group's committed state,
+/// marked `true` (S-CLU-42).
 async fn queue_rows(
     api: &Api,
     vhosts: Vec<String>,
     only: Option<String>,
 ) -> Result<Rows, ApiError> {
-    api.query(move |view| {
-        let rows = vhosts
-            .iter()
-            .map(|v| {
-                // One queue is looked up, not found in a listing of every queue.
-                let queues = match &only {
-                    Some(name) => view.broker.queue(v, name).into_iter().collect(),
-                    None => view.broker.queues(v),
-                };
-                (queues, view.broker.policies(v))
-            })
-            .collect();
-        (view.now_ms, rows)
-    })
-    .await
+    let (one, names) = (only.clone(), vhosts.clone());
+    let (now_ms, mut rows): Rows = api
+        .query(move |view| {
+            let rows = vhosts
+                .iter()
+                .map(|v| {
+                    // One queue is looked up, not found in a listing of every queue.
+                    let queues = match &only {
+                        Some(name) => view.broker.queue(v, name).into_iter().collect(),
+                        None => view.broker.queues(v),
+                    };
+                    let queues = queues.into_iter().map(|q| (q, false)).collect();
+                    (queues, view.broker.policies(v))
+                })
+                .collect();
+            (view.now_ms, rows)
+        })
+        .await?;
+    if let Some(group) = api.group() {
+        group.machine.with(|m| {
+            let committed = m.broker();
+            for (vhost, (queues, _)) in names.iter().zip(&mut rows) {
+                add_committed(committed, vhost, one.as_deref(), queues);
+            }
+        });
+    }
+    Ok((now_ms, rows))
 }
 
-/// The broker clock's time of a listing, and each vhost's queues with its policies.
-type Rows = (u64, Vec<(Vec<QueueInfo>, Vec<PolicyInfo>)>);
+/// Adds to `queues` (of `vhost`) the quorum queues of the committed broker `committed` they
+/// lack (all, or the one named `only`).
+fn add_committed(
+    committed: &wharf_broker::Broker,
+    vhost: &str,
+    only: Option<&str>,
+    queues: &mut Vec<(QueueInfo, bool)>,
+) {
+    let listed = match only {
+        Some(name) => committed.queue(vhost, name).into_iter().collect(),
+        None => committed.queues(vhost),
+    };
+    for q in listed {
+        let quorum = q.kind == wharf_broker::QueueKind::Quorum;
+        if quorum && !queues.iter().any(|(l, _)| l.name == q.name) {
+            queues.push((q, true));
+        }
+    }
+}
+
+/// The broker clock's time of a listing, and each vhost's queues (each marked when it comes
+/// from the group's committed state) with its policies.
+type Rows = (u64, Vec<(Vec<(QueueInfo, bool)>, Vec<PolicyInfo>)>);
+
+/// Where a listing's queues live: this node, and in a cluster the group as the request sees
+/// it (asked once per listing).
+pub(crate) struct Place {
+    own: String,
+    sight: Option<Sight>,
+}
+
+impl Place {
+    /// The place of `rows`' queues: the group's sight when one of them is a quorum queue of a
+    /// cluster.
+    async fn of(api: &Api, rows: &Rows) -> Place {
+        let quorum = rows.1.iter().any(|(queues, _)| {
+            queues
+                .iter()
+                .any(|(q, _)| q.kind == wharf_broker::QueueKind::Quorum)
+        });
+        let sight = match api.group() {
+            Some(group) if quorum => Some(Sight::of(group, true).await),
+            _ => None,
+        };
+        Place {
+            own: api.node_name().to_owned(),
+            sight,
+        }
+    }
+
+    /// Where `q` lives (`committed`: read from the group's committed state).
+    fn site(&self, q: &QueueInfo, committed: bool) -> QueueSite<'_> {
+        match &self.sight {
+            Some(s) if q.kind == wharf_broker::QueueKind::Quorum => s.site(!committed),
+            _ => QueueSite {
+                node: Some(&self.own),
+                consumers_known: true,
+            },
+        }
+    }
+}
 
 /// A listed queue before it is JSON: what the broker said of it and its vhost's policies.
 struct QueueRow<'a> {
     info: QueueInfo,
     policies: &'a ParsedPolicies,
+    /// Read from the group's committed state.
+    committed: bool,
+    place: &'a Place,
+}
+
+impl QueueRow<'_> {
+    fn site(&self) -> QueueSite<'_> {
+        self.place.site(&self.info, self.committed)
+    }
 }
 
 impl Row for QueueRow<'_> {
@@ -140,7 +227,7 @@ impl Row for QueueRow<'_> {
 
     fn known_field(&self, key: &str) -> Known {
         if j::QUEUE_FIELDS.contains(&key) {
-            Known::Field(j::queue_field(&self.info, key))
+            Known::Field(j::queue_field(&self.info, key, self.site()))
         } else {
             Known::Unbuilt
         }
@@ -166,26 +253,48 @@ fn parsed_policies((_, rows): &Rows) -> Vec<ParsedPolicies> {
 }
 
 /// The listed queues as rows, in the listing's order.
-fn queue_rows_of(rows: Rows, parsed: &[ParsedPolicies]) -> Vec<QueueRow<'_>> {
+fn queue_rows_of<'a>(
+    rows: Rows,
+    parsed: &'a [ParsedPolicies],
+    place: &'a Place,
+) -> Vec<QueueRow<'a>> {
     rows.1
         .into_iter()
         .zip(parsed)
         .flat_map(|((queues, _), policies)| {
-            queues
-                .into_iter()
-                .map(move |info| QueueRow { info, policies })
+            queues.into_iter().map(move |(info, committed)| QueueRow {
+                info,
+                policies,
+                committed,
+                place,
+            })
         })
         .collect()
 }
 
-/// The queues as JSON, each with its sampled `message_stats` (S-MGMT-8).
+/// The queues as JSON, each with its sampled `message_stats` (S-MGMT-8; not for a queue read
+/// from the group's committed state, whose counts are not this node's) and, for a quorum
+/// queue of a cluster, its leader, members and replication (S-CLU-41).
 fn queues_json(api: &Api, now_ms: u64, rows: &[QueueRow<'_>]) -> Vec<JsonValue> {
     let mut list: Vec<JsonValue> = rows
         .iter()
-        .map(|r| queue_json(&r.info, r.policies))
+        .map(|r| queue_json(&r.info, r.policies, r.site()))
         .collect();
     let counts: Vec<_> = rows.iter().map(|r| queue_counts(&r.info)).collect();
     api.rates.attach(now_ms, &mut list, &counts);
+    for (item, row) in list.iter_mut().zip(rows) {
+        let Some(map) = item.as_object_mut() else {
+            continue;
+        };
+        if row.committed {
+            map.remove("message_stats");
+        }
+        if let Some(sight) = &row.place.sight
+            && row.info.kind == wharf_broker::QueueKind::Quorum
+        {
+            map.extend(sight.queue_fields());
+        }
+    }
     list
 }
 
@@ -200,7 +309,8 @@ async fn queue_list(
     let query = ListQuery::parse(q)?;
     let now_ms = rows.0;
     let parsed = parsed_policies(&rows);
-    let rows = queue_rows_of(rows, &parsed);
+    let place = Place::of(api, &rows).await;
+    let rows = queue_rows_of(rows, &parsed, &place);
     let counts: Vec<_> = rows.iter().map(|r| queue_counts(&r.info)).collect();
     api.rates.record(now_ms, &counts);
     let answer = query.apply_rows(rows, |page| queues_json(api, now_ms, &page))?;
@@ -226,7 +336,8 @@ async fn find_queue(api: &Api, vhost: String, name: String) -> Result<JsonValue,
     let rows = queue_rows(api, vec![vhost], Some(name)).await?;
     let now_ms = rows.0;
     let parsed = parsed_policies(&rows);
-    queues_json(api, now_ms, &queue_rows_of(rows, &parsed))
+    let place = Place::of(api, &rows).await;
+    queues_json(api, now_ms, &queue_rows_of(rows, &parsed, &place))
         .into_iter()
         .next()
         .ok_or(ApiError::NotFound)
@@ -339,25 +450,25 @@ pub(crate) async fn queue_get_messages(
         .and_then(|n| usize::try_from(n).ok());
     let out: Vec<JsonValue> = match ackmode.as_str() {
         "ack_requeue_true" | "reject_requeue_true" => {
-            let limit = count as usize;
-            api.query(move |view| {
-                let total = view.broker.queue(&vhost, &queue)?.ready;
-                // Reads back only the first `count` messages (the rest may be on disk).
-                let ready = view.broker.peek_messages(&vhost, &queue, limit);
-                Some(
-                    ready
-                        .into_iter()
-                        .take(limit)
-                        .enumerate()
-                        .map(|(i, (m, redelivered))| {
-                            let left = total.saturating_sub(i as u64 + 1);
-                            j::message(&m, redelivered, left, &encoding, truncate)
-                        })
-                        .collect(),
-                )
-            })
-            .await?
-            .ok_or(ApiError::NotFound)?
+            let peek = Peek {
+                vhost,
+                queue,
+                limit: count as usize,
+                encoding,
+                truncate,
+            };
+            let asked = peek.clone();
+            let live = api.query(move |view| asked.of(view.broker)).await?;
+            // A follower peeks at a quorum queue in the group's committed state (S-CLU-42).
+            let committed = || {
+                api.group()?.machine.with(|m| {
+                    let quorum = m.broker().queue_kind(&peek.vhost, &peek.queue);
+                    (quorum == Some(wharf_broker::QueueKind::Quorum))
+                        .then(|| peek.of(m.broker()))
+                        .flatten()
+                })
+            };
+            live.or_else(committed).ok_or(ApiError::NotFound)?
         }
         "ack_requeue_false" => api
             .take(vhost, queue, count)
@@ -380,6 +491,36 @@ pub(crate) async fn queue_get_messages(
         }
     };
     Ok(ok_json(JsonValue::Array(out)))
+}
+
+/// A peek at a queue's first ready messages ("get messages" with `ack_requeue_true`).
+#[derive(Clone)]
+struct Peek {
+    vhost: String,
+    queue: String,
+    limit: usize,
+    encoding: String,
+    truncate: Option<usize>,
+}
+
+impl Peek {
+    /// The messages as RabbitMQ's JSON, from `broker`; `None` when it has no such queue.
+    fn of(&self, broker: &wharf_broker::Broker) -> Option<Vec<JsonValue>> {
+        let total = broker.queue(&self.vhost, &self.queue)?.ready;
+        // Reads back only the first `limit` messages (the rest may be on disk).
+        let ready = broker.peek_messages(&self.vhost, &self.queue, self.limit);
+        Some(
+            ready
+                .into_iter()
+                .take(self.limit)
+                .enumerate()
+                .map(|(i, (m, redelivered))| {
+                    let left = total.saturating_sub(i as u64 + 1);
+                    j::message(&m, redelivered, left, &self.encoding, self.truncate)
+                })
+                .collect(),
+        )
+    }
 }
 
 #[cfg(test)]
@@ -417,15 +558,21 @@ mod tests {
     #[test]
     fn s_mgmt_2_a_queue_rows_known_fields_are_its_json_fields() {
         let policies = ParsedPolicies::new(&[]);
+        let place = Place {
+            own: j::NODE.to_owned(),
+            sight: None,
+        };
         for q in [
             info(QueueKind::Classic, None),
             info(QueueKind::Quorum, Some("p")),
         ] {
-            let built = queue_json(&q, &policies);
             let row = QueueRow {
                 info: q.clone(),
                 policies: &policies,
+                committed: false,
+                place: &place,
             };
+            let built = queue_json(&q, &policies, row.site());
             for key in j::QUEUE_FIELDS {
                 assert_eq!(
                     row.known_field(key),
