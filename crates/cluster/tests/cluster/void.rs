@@ -14,6 +14,7 @@ fn group(c: &Cluster, id: u64) -> QueueGroup {
         raft: c.raft(id).clone(),
         machine: c.members[&id].machine.clone(),
         leaders: LeaderAddrs::default(),
+        peers: std::sync::Arc::clone(&c.router) as wharf_cluster::SharedPeers,
     }
 }
 

@@ -73,6 +73,7 @@ async fn write_member(data: &std::path::Path) -> (u64, u64, u64) {
         raft: raft.clone(),
         machine,
         leaders: LeaderAddrs::default(),
+        peers: Arc::clone(&router) as wharf_cluster::SharedPeers,
     };
     initialize(&group, &[1]).await.unwrap();
     let mut metrics = group.metrics();
