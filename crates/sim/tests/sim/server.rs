@@ -76,3 +76,19 @@ fn server_a_seed_reproduces_its_run_exactly() {
         ],
     );
 }
+
+/// S-DISK-2, S-DISK-3 (seeds of a 10,000-seed run, issue 19): queues drained on a small
+/// volume left with a little more room than a segment, but less than a segment and the
+/// checkpoint together. The checkpoint that would give the drained segments back was
+/// deferred for good (it "took the room the log needs", though only while written), so
+/// nothing was reclaimed and the publishers stayed blocked with every queue empty. The store
+/// now counts what a checkpoint gives back once durable
+/// (`store_diskfull::s_disk_3_a_drained_log_checkpoints_when_what_it_frees_leaves_room_for_a_segment`).
+#[test]
+fn server_s_disk_3_seeds_drained_on_a_small_volume_unblock_their_publishers() {
+    for seed in [412, 935, 1961, 3024, 4288, 5598, 8127, 9477] {
+        if let Err(v) = run(seed, 150) {
+            panic!("{v}");
+        }
+    }
+}

@@ -6,7 +6,7 @@
 //! durable and readers use it. A failed checkpoint is logged and retried later, never
 //! fail-stop: the log still holds everything.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -18,7 +18,7 @@ use crate::checkpoint_trigger::{CheckpointDone, CheckpointTrigger};
 use crate::codec;
 use crate::error::StoreError;
 use crate::stored::{self, CheckpointView, StoredReader};
-use wharf_broker::{Broker, MessageRef, Snapshot, StoredMessage};
+use wharf_broker::{Broker, MessageRef, Snapshot, StoredAt, StoredMessage};
 use wharf_wal::{Appender, Lsn, Reclaimer, Storage};
 
 /// Under space pressure, free space is checked once per this fraction of a segment of log
@@ -61,9 +61,7 @@ impl Job {
             .segments_through(self.lsn)
             .map_err(StoreError::from)?;
         let moved = self.reader.relocations();
-        // Where each live message's record is now: where the newest checkpoint moved it, or
-        // where memory holds it.
-        let current = |m: &MessageRef| moved.get(&m.id().0).copied().or_else(|| held_at(m));
+        let current = |m: &MessageRef| located(&moved, m);
         let copies = if self.compact {
             let compaction = Compaction {
                 snapshot: &self.snapshot,
@@ -203,7 +201,7 @@ impl Store {
         if pressed && estimate >= since.saturating_add(self.checkpoints.live_bytes) {
             return false;
         }
-        if !self.fits(estimate) {
+        if !self.fits(estimate, &snapshot) {
             return false;
         }
         self.demand.set_checkpoint(estimate);
@@ -266,18 +264,24 @@ impl Store {
         deferred || self.available_bytes().is_some_and(|a| a < floor)
     }
 
-    /// Whether a checkpoint of `estimate` bytes leaves the log room for one more segment
-    /// (S-DISK-3: a checkpoint never takes the space the log's acks need), or fits while the
-    /// log has no room for one more segment anyway: then it takes nothing the log could use
-    /// (acks go into the segment already reserved), and only it can give segments back (else
-    /// a drained log on a nearly full disk kept its segments, and the disk alarm stayed on,
-    /// for good). When it does not fit, it is deferred: its size counts in the disk demand
-    /// (so the disk alarm blocks publishers) and it is tried again as acks shrink it.
-    fn fits(&mut self, estimate: u64) -> bool {
+    /// Whether a checkpoint of `estimate` bytes of `snapshot` leaves the log room for one
+    /// more segment once it is done (S-DISK-3: a checkpoint never takes the space the log's
+    /// acks need), counting what it gives back then ([`Store::freed_bytes`]: else a drained
+    /// log whose checkpoint would leave a few bytes less than a segment kept its segments,
+    /// and the disk alarm stayed on, for good); or fits while the log has no room for one
+    /// more segment anyway: then it takes nothing the log could use (acks go into the segment
+    /// already reserved), and only it can give segments back. When it does not fit, it is
+    /// deferred: its size counts in the disk demand (so the disk alarm blocks publishers) and
+    /// it is tried again as acks shrink it.
+    fn fits(&mut self, estimate: u64, snapshot: &Snapshot) -> bool {
         let available = self.available_bytes();
         let needed = estimate.saturating_add(self.segment_bytes);
-        let fits =
-            available.is_none_or(|a| a >= needed || (a < self.segment_bytes && a >= estimate));
+        let fits = available.is_none_or(|a| {
+            a >= needed
+                || a >= estimate
+                    && (a < self.segment_bytes
+                        || a.saturating_add(self.freed_bytes(snapshot)) >= needed)
+        });
         if !fits && !self.checkpoints.deferred {
             tracing::warn!(
                 estimate_bytes = estimate,
@@ -289,6 +293,39 @@ impl Store {
         // Fitting, it is counted once it starts (`set_checkpoint` by the caller).
         self.demand.set_checkpoint(if fits { 0 } else { estimate });
         fits
+    }
+
+    /// Bytes a checkpoint of `snapshot` surely gives back once it is durable (S-DISK-3): the
+    /// checkpoint it supersedes, and the sealed segments it covers that hold no live
+    /// message's record (it refers to none of them, so they are deleted). Compaction may free
+    /// more; a segment that cannot be measured counts for nothing.
+    fn freed_bytes(&self, snapshot: &Snapshot) -> u64 {
+        let superseded = self.checkpoints.live_bytes;
+        let lsn = Lsn(self.last_lsn.load(Ordering::Acquire));
+        let Ok(covered) = self.wal.reclaimer().segments_through(lsn) else {
+            return superseded;
+        };
+        let moved = self.reader.relocations();
+        let live: HashSet<u64> = snapshot
+            .queues
+            .iter()
+            .flat_map(|q| &q.messages)
+            .filter_map(|m| located(&moved, &m.message).and_then(stored::log_position))
+            .map(|p| p.segment.0)
+            .collect();
+        let dir = self.wal.dir();
+        let segments: u64 = covered
+            .iter()
+            .filter(|s| !live.contains(&s.0))
+            .filter_map(|&id| {
+                let path = dir.join(wharf_wal::segment_file_name(id));
+                self.storage
+                    .open(&path, false)
+                    .and_then(|f| f.len_bytes())
+                    .ok()
+            })
+            .sum();
+        superseded.saturating_add(segments)
     }
 
     /// Free space on the data directory's file system, when the storage can tell.
@@ -432,6 +469,12 @@ impl Store {
         c.base_bytes = at_bytes;
         c.base_segment = at_segment;
     }
+}
+
+/// Where message `m`'s record is now: where the newest checkpoint moved it (`moved`, the
+/// reader's relocations), or where memory holds it.
+fn located(moved: &HashMap<u64, StoredAt>, m: &MessageRef) -> Option<StoredAt> {
+    moved.get(&m.id().0).copied().or_else(|| held_at(m))
 }
 
 /// The size a checkpoint of `snapshot` will about have: a reference per message in the log,

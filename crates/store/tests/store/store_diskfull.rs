@@ -185,3 +185,49 @@ fn s_disk_3_a_drained_log_with_no_room_for_a_segment_still_checkpoints_and_frees
     );
     assert_eq!(LogHealth::of(&store).demand_bytes(), SEGMENT_BYTES);
 }
+
+/// S-DISK-3 (whole-server simulation seeds 412, 935, 1961, 3024, 4288, 5598, 8127, 9477): a
+/// queue drained on a disk left with a little more room than a segment, but less than a
+/// segment and the checkpoint together. The checkpoint takes a few hundred bytes of the room
+/// the log's next segment needs only while it is written: once durable it gives back the
+/// drained segments, far more. It is written, not deferred: deferred, it
+/// waited for acks that could not shrink it (the queues were empty), and the disk alarm
+/// stayed on with every queue empty and publishers blocked for good.
+#[test]
+fn s_disk_3_a_drained_log_checkpoints_when_what_it_frees_leaves_room_for_a_segment() {
+    let sim = SimStorage::new(45);
+    let (mut store, mut live) = filled(&sim, 150);
+    for _ in 0..150 {
+        let events = live.apply(&Op::Get { q: 0, no_ack: true });
+        let ticket = log(&store, &events).unwrap();
+        store.wait_durable(ticket).unwrap();
+    }
+    store.set_checkpoint_trigger(CheckpointTrigger {
+        space_floor_bytes: 1 << 30,
+        ..CheckpointTrigger::default()
+    });
+    // Room for a segment and 100 bytes: less than a segment and any checkpoint.
+    sim.set_capacity(Some(sim.used_bytes() + SEGMENT_BYTES + 100));
+    let before = sim.used_bytes();
+    assert!(
+        store.maybe_checkpoint(&live.broker),
+        "the checkpoint that frees the drained segments was deferred: {:?}",
+        files(&sim)
+    );
+    let done = store.wait_checkpoint().unwrap().unwrap();
+    assert_eq!(done.segments_deleted, 2, "{done:?}");
+    assert!(
+        sim.used_bytes() + SEGMENT_BYTES <= before,
+        "{} used before, {} after: {:?}",
+        before,
+        sim.used_bytes(),
+        files(&sim)
+    );
+    assert_eq!(LogHealth::of(&store).demand_bytes(), SEGMENT_BYTES);
+    // The log still has room for its next segment (S-DISK-1).
+    let free = sim
+        .available_bytes(&store_config(false).dir)
+        .unwrap()
+        .unwrap();
+    assert!(free >= SEGMENT_BYTES, "{free}");
+}
