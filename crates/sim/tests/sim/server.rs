@@ -92,3 +92,19 @@ fn server_s_disk_3_seeds_drained_on_a_small_volume_unblock_their_publishers() {
         }
     }
 }
+
+/// S-TTL-8, S-DUR-4 (seeds of a 10,000-seed run, issue 19): the model demanded in `dead` a
+/// message of `work` past its deadline that the broker had handed to the consumer before its
+/// deadline, into a prefetch slot an ack had just freed, while its delivery waited for the
+/// log paused on a full disk. A held message does not expire (S-TTL-8), and the next delivery
+/// is seen only once the ack that freed its slot is durable (S-DUR-4): the broker was right,
+/// the model now allows such a delivery on its way (never a message still ready past its
+/// deadline: `srv::ledger::tests`).
+#[test]
+fn server_s_ttl_8_seeds_whose_delivery_waits_for_a_paused_log_match_the_model() {
+    for seed in [1487, 4968, 9669] {
+        if let Err(v) = run(seed, 150) {
+            panic!("{v}");
+        }
+    }
+}
