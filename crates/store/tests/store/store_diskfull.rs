@@ -14,7 +14,7 @@ use crate::store_common;
 use std::sync::Arc;
 
 use store_common::{Driver, Op, log, setup, store_config};
-use wharf_store::{CheckpointTrigger, LogHealth, Store, StoreError};
+use wharf_store::{CheckpointDone, CheckpointTrigger, LogHealth, Store, StoreError};
 use wharf_wal::{SimStorage, Storage, WalConfig};
 
 const SEGMENT_BYTES: u64 = 64 * 1024;
@@ -151,14 +151,12 @@ fn s_disk_4_a_checkpoint_whose_sync_fails_removes_its_partial_file_at_once() {
         .unwrap();
 }
 
-/// S-DISK-3 (found by the whole-server simulation): a queue drained on a disk left with less
-/// room than a segment. The checkpoint that would give the drained segments back cannot leave
-/// the log room for one more segment, but the log has no room for one anyway (its acks go
-/// into the segment already reserved), so it is written: waiting for it to "fit" waited for
-/// good, and the disk alarm stayed on with every queue empty.
-#[test]
-fn s_disk_3_a_drained_log_with_no_room_for_a_segment_still_checkpoints_and_frees_it() {
-    let sim = SimStorage::new(44);
+/// A store whose 150 messages were published and drained, on a disk then left with `room`
+/// bytes free, under space pressure: the checkpoint it takes now gives the drained segments
+/// back (at least a segment's worth), and nothing stays counted as demand but the next
+/// segment. Returns the disk and what the checkpoint did.
+fn drained_then_checkpointed(seed: u64, room: u64) -> (SimStorage, CheckpointDone) {
+    let sim = SimStorage::new(seed);
     let (mut store, mut live) = filled(&sim, 150);
     for _ in 0..150 {
         let events = live.apply(&Op::Get { q: 0, no_ack: true });
@@ -169,45 +167,7 @@ fn s_disk_3_a_drained_log_with_no_room_for_a_segment_still_checkpoints_and_frees
         space_floor_bytes: 1 << 30,
         ..CheckpointTrigger::default()
     });
-    sim.set_capacity(Some(sim.used_bytes() + SEGMENT_BYTES / 4));
-    let before = sim.used_bytes();
-    assert!(
-        store.maybe_checkpoint(&live.broker),
-        "the checkpoint that frees the drained segments was deferred"
-    );
-    store.wait_checkpoint().unwrap().unwrap();
-    assert!(
-        sim.used_bytes() + SEGMENT_BYTES <= before,
-        "{} used before, {} after: {:?}",
-        before,
-        sim.used_bytes(),
-        files(&sim)
-    );
-    assert_eq!(LogHealth::of(&store).demand_bytes(), SEGMENT_BYTES);
-}
-
-/// S-DISK-3 (whole-server simulation seeds 412, 935, 1961, 3024, 4288, 5598, 8127, 9477): a
-/// queue drained on a disk left with a little more room than a segment, but less than a
-/// segment and the checkpoint together. The checkpoint takes a few hundred bytes of the room
-/// the log's next segment needs only while it is written: once durable it gives back the
-/// drained segments, far more. It is written, not deferred: deferred, it
-/// waited for acks that could not shrink it (the queues were empty), and the disk alarm
-/// stayed on with every queue empty and publishers blocked for good.
-#[test]
-fn s_disk_3_a_drained_log_checkpoints_when_what_it_frees_leaves_room_for_a_segment() {
-    let sim = SimStorage::new(45);
-    let (mut store, mut live) = filled(&sim, 150);
-    for _ in 0..150 {
-        let events = live.apply(&Op::Get { q: 0, no_ack: true });
-        let ticket = log(&store, &events).unwrap();
-        store.wait_durable(ticket).unwrap();
-    }
-    store.set_checkpoint_trigger(CheckpointTrigger {
-        space_floor_bytes: 1 << 30,
-        ..CheckpointTrigger::default()
-    });
-    // Room for a segment and 100 bytes: less than a segment and any checkpoint.
-    sim.set_capacity(Some(sim.used_bytes() + SEGMENT_BYTES + 100));
+    sim.set_capacity(Some(sim.used_bytes() + room));
     let before = sim.used_bytes();
     assert!(
         store.maybe_checkpoint(&live.broker),
@@ -215,7 +175,6 @@ fn s_disk_3_a_drained_log_checkpoints_when_what_it_frees_leaves_room_for_a_segme
         files(&sim)
     );
     let done = store.wait_checkpoint().unwrap().unwrap();
-    assert_eq!(done.segments_deleted, 2, "{done:?}");
     assert!(
         sim.used_bytes() + SEGMENT_BYTES <= before,
         "{} used before, {} after: {:?}",
@@ -224,6 +183,31 @@ fn s_disk_3_a_drained_log_checkpoints_when_what_it_frees_leaves_room_for_a_segme
         files(&sim)
     );
     assert_eq!(LogHealth::of(&store).demand_bytes(), SEGMENT_BYTES);
+    (sim, done)
+}
+
+/// S-DISK-3 (found by the whole-server simulation): a queue drained on a disk left with less
+/// room than a segment. The checkpoint that would give the drained segments back cannot leave
+/// the log room for one more segment, but the log has no room for one anyway (its acks go
+/// into the segment already reserved), so it is written: waiting for it to "fit" waited for
+/// good, and the disk alarm stayed on with every queue empty.
+#[test]
+fn s_disk_3_a_drained_log_with_no_room_for_a_segment_still_checkpoints_and_frees_it() {
+    drained_then_checkpointed(44, SEGMENT_BYTES / 4);
+}
+
+/// S-DISK-3 (whole-server simulation seeds 412, 935, 1961, 3024, 4288, 5598, 8127, 9477): a
+/// queue drained on a disk left with a little more room than a segment, but less than a
+/// segment and the checkpoint together. The checkpoint takes a few hundred bytes of the room
+/// the log's next segment needs only while it is written: once durable it gives back the
+/// drained segments, far more. It is written, not deferred: deferred, it waited for acks
+/// that could not shrink it (the queues were empty), and the disk alarm stayed on with every
+/// queue empty and publishers blocked for good.
+#[test]
+fn s_disk_3_a_drained_log_checkpoints_when_what_it_frees_leaves_room_for_a_segment() {
+    // Room for a segment and 100 bytes: less than a segment and any checkpoint.
+    let (sim, done) = drained_then_checkpointed(45, SEGMENT_BYTES + 100);
+    assert_eq!(done.segments_deleted, 2, "{done:?}");
     // The log still has room for its next segment (S-DISK-1).
     let free = sim
         .available_bytes(&store_config(false).dir)
