@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::compaction::{self, Compaction, held_at};
-use super::{InFlight, Running, Store};
+use super::{InFlight, Running, SpaceWait, Store};
 use crate::checkpoint;
 use crate::checkpoint_trigger::{CheckpointDone, CheckpointTrigger};
 use crate::codec;
@@ -197,8 +197,12 @@ impl Store {
             .map(|q| q.messages.len() as u64)
             .sum();
         // Under space pressure, only a checkpoint that frees more than it writes (the log
-        // since the last one and the last one go) is worth its space (S-DISK-3).
-        if pressed && estimate >= since.saturating_add(self.checkpoints.live_bytes) {
+        // since the last one and the last one go; or, measured, what `freed_bytes` finds: the
+        // log since a failed one is not counted in `since`) is worth its space (S-DISK-3).
+        if pressed
+            && estimate >= since.saturating_add(self.checkpoints.live_bytes)
+            && estimate >= self.freed_bytes(&snapshot)
+        {
             return false;
         }
         if !self.fits(estimate, &snapshot) {
@@ -252,16 +256,42 @@ impl Store {
         // Or once an eighth of the messages the last estimate counted were acked: acks log
         // little, but each takes a whole message out of the next checkpoint.
         let settled_step = (c.estimated_messages / 8).max(1);
-        if c.trigger.space_floor_bytes == 0 && !c.deferred
-            || logged.saturating_sub(c.space_checked_at) < step
+        let deferred = c.waiting == SpaceWait::Deferred;
+        if c.trigger.space_floor_bytes == 0 && !deferred
+            || !c.recheck
+                && logged.saturating_sub(c.space_checked_at) < step
                 && settled.saturating_sub(c.settled_checked_at) < settled_step
         {
             return false;
         }
+        c.recheck = false;
         c.space_checked_at = logged;
         c.settled_checked_at = settled;
-        let (deferred, floor) = (c.deferred, c.trigger.space_floor_bytes);
-        deferred || self.available_bytes().is_some_and(|a| a < floor)
+        let floor = c.trigger.space_floor_bytes;
+        let short = deferred || self.available_bytes().is_some_and(|a| a < floor);
+        // Not short: a failed checkpoint waits for the next regular one.
+        if !short && self.checkpoints.waiting == SpaceWait::Failed {
+            self.checkpoints.waiting = SpaceWait::No;
+        }
+        short
+    }
+
+    /// Whether the store waits for room that nothing it logs may bring (S-DISK-2, S-DISK-3):
+    /// a checkpoint was deferred for want of space, or failed while space is short. Under
+    /// the disk alarm the log may get nothing at all (publishers are blocked, the queues may
+    /// be drained), and only a checkpoint gives space back, so the broker task then calls
+    /// [`Store::recheck_space`] once a second (the resource monitor's period) and gives the
+    /// store a turn: the checkpoint is tried again as free space changes, not only as the log
+    /// grows.
+    pub fn waits_for_space(&self) -> bool {
+        let c = &self.checkpoints;
+        c.trigger.enabled && c.in_flight.is_none() && c.waiting != SpaceWait::No
+    }
+
+    /// Has the next [`Store::maybe_checkpoint`] check free space, whatever was logged since
+    /// the last check (see [`Store::waits_for_space`]).
+    pub fn recheck_space(&mut self) {
+        self.checkpoints.recheck = true;
     }
 
     /// Whether a checkpoint of `estimate` bytes of `snapshot` leaves the log room for one
@@ -282,14 +312,18 @@ impl Store {
                     && (a < self.segment_bytes
                         || a.saturating_add(self.freed_bytes(snapshot)) >= needed)
         });
-        if !fits && !self.checkpoints.deferred {
+        if !fits && self.checkpoints.waiting != SpaceWait::Deferred {
             tracing::warn!(
                 estimate_bytes = estimate,
                 available_bytes = ?available,
                 "checkpoint deferred: it would take the space the log needs"
             );
         }
-        self.checkpoints.deferred = !fits;
+        self.checkpoints.waiting = if fits {
+            SpaceWait::No
+        } else {
+            SpaceWait::Deferred
+        };
         // Fitting, it is counted once it starts (`set_checkpoint` by the caller).
         self.demand.set_checkpoint(if fits { 0 } else { estimate });
         fits
@@ -448,6 +482,9 @@ impl Store {
             Ok(done) => self.checkpoint_finished(*done, at_bytes, at_segment),
             Err(e) => {
                 tracing::warn!(error = %e, "checkpoint failed; the log keeps everything, retrying later");
+                if self.checkpoints.trigger.space_floor_bytes > 0 {
+                    self.checkpoints.waiting = SpaceWait::Failed;
+                }
                 self.checkpoints.base_bytes = self.logged_bytes.load(Ordering::Relaxed);
                 self.checkpoints.base_segment = self.last_segment.load(Ordering::Relaxed);
             }
@@ -464,6 +501,7 @@ impl Store {
             "checkpoint written"
         );
         let c = &mut self.checkpoints;
+        c.waiting = SpaceWait::No;
         c.newest = Some(done.lsn);
         c.live_bytes = done.bytes;
         c.base_bytes = at_bytes;

@@ -215,3 +215,56 @@ fn s_disk_3_a_drained_log_checkpoints_when_what_it_frees_leaves_room_for_a_segme
         .unwrap();
     assert!(free >= SEGMENT_BYTES, "{free}");
 }
+
+/// S-DISK-2, S-DISK-3 (whole-server simulation seed 8290): the checkpoint that would give a
+/// drained log's space back (here the previous checkpoint, which carries the drained
+/// messages) fails (its fsync) on a short disk. Nothing more is logged
+/// (under the disk alarm publishers are blocked; the queues are empty), so a retry "after
+/// more log" never came and the alarm stayed on. The store says it waits for space, and the
+/// broker task's once-a-second turn (`recheck_space`) tries it again with nothing logged.
+#[test]
+fn s_disk_3_a_failed_checkpoint_on_a_short_disk_is_retried_with_nothing_logged() {
+    let sim = SimStorage::new(46);
+    let (mut store, mut live) = filled(&sim, 150);
+    store
+        .checkpoint_now(live.broker.snapshot())
+        .unwrap()
+        .unwrap();
+    for _ in 0..150 {
+        let events = live.apply(&Op::Get { q: 0, no_ack: true });
+        let ticket = log(&store, &events).unwrap();
+        store.wait_durable(ticket).unwrap();
+    }
+    store.set_checkpoint_trigger(CheckpointTrigger {
+        space_floor_bytes: 1 << 30,
+        ..CheckpointTrigger::default()
+    });
+    sim.set_capacity(Some(sim.used_bytes() + SEGMENT_BYTES + 100));
+    assert!(!store.waits_for_space());
+    sim.fail_sync_after(0);
+    assert!(store.maybe_checkpoint(&live.broker));
+    assert!(store.wait_checkpoint().unwrap().is_err());
+    assert!(!files(&sim).iter().any(|n| n.ends_with(".checkpoint.tmp")));
+    assert!(
+        store.waits_for_space(),
+        "a failed checkpoint on a short disk"
+    );
+    for _ in 0..3 {
+        assert!(
+            !store.maybe_checkpoint(&live.broker),
+            "retried at every batch"
+        );
+    }
+    store.recheck_space();
+    let before = sim.used_bytes();
+    assert!(store.maybe_checkpoint(&live.broker), "not retried");
+    store.wait_checkpoint().unwrap().unwrap();
+    assert!(
+        sim.used_bytes() + SEGMENT_BYTES <= before,
+        "{} used before, {} after: {:?}",
+        before,
+        sim.used_bytes(),
+        files(&sim)
+    );
+    assert!(!store.waits_for_space());
+}
