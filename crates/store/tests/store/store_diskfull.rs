@@ -151,13 +151,27 @@ fn s_disk_4_a_checkpoint_whose_sync_fails_removes_its_partial_file_at_once() {
         .unwrap();
 }
 
-/// A store whose 150 messages were published and drained, on a disk then left with `room`
-/// bytes free, under space pressure: the checkpoint it takes now gives the drained segments
-/// back (at least a segment's worth), and nothing stays counted as demand but the next
-/// segment. Returns the disk and what the checkpoint did.
-fn drained_then_checkpointed(seed: u64, room: u64) -> (SimStorage, CheckpointDone) {
-    let sim = SimStorage::new(seed);
-    let (mut store, mut live) = filled(&sim, 150);
+/// The disk holds at least a segment less than the `before` bytes it held.
+fn assert_freed_a_segment(sim: &SimStorage, before: u64) {
+    assert!(
+        sim.used_bytes() + SEGMENT_BYTES <= before,
+        "{} used before, {} after: {:?}",
+        before,
+        sim.used_bytes(),
+        files(sim)
+    );
+}
+
+/// A store whose 150 messages were published (and checkpointed, when `checkpoint`) then
+/// drained, under space pressure (a space floor above any free space).
+fn drained(sim: &SimStorage, checkpoint: bool) -> (Store, Driver) {
+    let (mut store, mut live) = filled(sim, 150);
+    if checkpoint {
+        store
+            .checkpoint_now(live.broker.snapshot())
+            .unwrap()
+            .unwrap();
+    }
     for _ in 0..150 {
         let events = live.apply(&Op::Get { q: 0, no_ack: true });
         let ticket = log(&store, &events).unwrap();
@@ -167,6 +181,16 @@ fn drained_then_checkpointed(seed: u64, room: u64) -> (SimStorage, CheckpointDon
         space_floor_bytes: 1 << 30,
         ..CheckpointTrigger::default()
     });
+    (store, live)
+}
+
+/// A store whose 150 messages were published and drained, on a disk then left with `room`
+/// bytes free, under space pressure: the checkpoint it takes now gives the drained segments
+/// back (at least a segment's worth), and nothing stays counted as demand but the next
+/// segment. Returns the disk and what the checkpoint did.
+fn drained_then_checkpointed(seed: u64, room: u64) -> (SimStorage, CheckpointDone) {
+    let sim = SimStorage::new(seed);
+    let (mut store, live) = drained(&sim, false);
     sim.set_capacity(Some(sim.used_bytes() + room));
     let before = sim.used_bytes();
     assert!(
@@ -175,13 +199,7 @@ fn drained_then_checkpointed(seed: u64, room: u64) -> (SimStorage, CheckpointDon
         files(&sim)
     );
     let done = store.wait_checkpoint().unwrap().unwrap();
-    assert!(
-        sim.used_bytes() + SEGMENT_BYTES <= before,
-        "{} used before, {} after: {:?}",
-        before,
-        sim.used_bytes(),
-        files(&sim)
-    );
+    assert_freed_a_segment(&sim, before);
     assert_eq!(LogHealth::of(&store).demand_bytes(), SEGMENT_BYTES);
     (sim, done)
 }
@@ -225,20 +243,7 @@ fn s_disk_3_a_drained_log_checkpoints_when_what_it_frees_leaves_room_for_a_segme
 #[test]
 fn s_disk_3_a_failed_checkpoint_on_a_short_disk_is_retried_with_nothing_logged() {
     let sim = SimStorage::new(46);
-    let (mut store, mut live) = filled(&sim, 150);
-    store
-        .checkpoint_now(live.broker.snapshot())
-        .unwrap()
-        .unwrap();
-    for _ in 0..150 {
-        let events = live.apply(&Op::Get { q: 0, no_ack: true });
-        let ticket = log(&store, &events).unwrap();
-        store.wait_durable(ticket).unwrap();
-    }
-    store.set_checkpoint_trigger(CheckpointTrigger {
-        space_floor_bytes: 1 << 30,
-        ..CheckpointTrigger::default()
-    });
+    let (mut store, live) = drained(&sim, true);
     sim.set_capacity(Some(sim.used_bytes() + SEGMENT_BYTES + 100));
     assert!(!store.waits_for_space());
     sim.fail_sync_after(0);
@@ -259,12 +264,6 @@ fn s_disk_3_a_failed_checkpoint_on_a_short_disk_is_retried_with_nothing_logged()
     let before = sim.used_bytes();
     assert!(store.maybe_checkpoint(&live.broker), "not retried");
     store.wait_checkpoint().unwrap().unwrap();
-    assert!(
-        sim.used_bytes() + SEGMENT_BYTES <= before,
-        "{} used before, {} after: {:?}",
-        before,
-        sim.used_bytes(),
-        files(&sim)
-    );
+    assert_freed_a_segment(&sim, before);
     assert!(!store.waits_for_space());
 }
