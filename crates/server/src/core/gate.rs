@@ -1,7 +1,8 @@
 //! The broker task's loop and its durability gate: drain a batch of messages, apply them,
 //! log the batch's events with one `store.log`, then seal each touched outbox with the batch's
 //! ticket and release what the durability waiter reports durable (S-DUR-3/4, S-DLX-7); the
-//! expiry timer is re-armed after every batch.
+//! expiry timer is re-armed after every batch, and while the store waits for disk space a
+//! timer gives it a turn once a second (S-DISK-3).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::pin::Pin;
@@ -78,6 +79,10 @@ impl Core {
     pub async fn run(mut self, mut rx: mpsc::Receiver<CoreMsg>) -> Result<(), StoreError> {
         let mut batch = Vec::with_capacity(BATCH_MSGS_MAX);
         let mut sleep = Box::pin(tokio::time::sleep(Duration::ZERO));
+        // S-DISK-3: while the store waits for room that nothing logged may bring, it gets a
+        // turn once a second (`Store::waits_for_space`).
+        let mut space = Box::pin(tokio::time::sleep(Duration::ZERO));
+        let mut space_armed = false;
         // A member may lead already (S-CLU-6): take over before the first batch.
         if self.replica.is_some() {
             self.on_role();
@@ -102,6 +107,12 @@ impl Core {
                 () = &mut sleep, if self.armed.is_some() => {
                     self.armed = None;
                     self.expire();
+                }
+                () = &mut space, if space_armed => {
+                    space_armed = false;
+                    if let Some(store) = self.store.as_mut() {
+                        store.recheck_space();
+                    }
                 }
                 n = rx.recv_many(&mut batch, BATCH_MSGS_MAX) => {
                     if n == 0 {
@@ -142,6 +153,12 @@ impl Core {
                 break;
             }
             self.rearm(&mut sleep);
+            if !space_armed && self.store.as_ref().is_some_and(Store::waits_for_space) {
+                space.set(tokio::time::sleep(
+                    wharf_base::limits::RESOURCE_CHECK_INTERVAL,
+                ));
+                space_armed = true;
+            }
         }
         self.close().await
     }

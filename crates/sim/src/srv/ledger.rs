@@ -216,13 +216,27 @@ impl Ledger {
         holder: Holder,
         redelivered: bool,
         body: &[u8],
+        now_ms: u64,
     ) -> Result<u64, Violation> {
         let Some(key) = key_of(body) else {
             return violation("a delivered body lost its key");
         };
+        let Some(e) = self.entries.get(&key) else {
+            return violation(format!("key {key} delivered, never published"));
+        };
+        // From `dead`, a message the model still has ready in its queue past its earliest
+        // deadline: it expired there meanwhile and was dead-lettered (the model keeps one
+        // that may be on its way to the consumer where it was, see `expire`).
+        let expired = matches!(holder, Holder::Getter(_))
+            && e.latest() == Place::Origin
+            && e.holder.is_none()
+            && self.may_be_due(e, now_ms);
         let Some(e) = self.entries.get_mut(&key) else {
             return violation(format!("key {key} delivered, never published"));
         };
+        if expired {
+            e.go(Place::Dead);
+        }
         if body != body_of(key, body.len()) {
             return violation(format!("key {key}: the delivered body changed"));
         }
@@ -268,13 +282,23 @@ impl Ledger {
     /// every message shown was enqueued by now; every ready message past its latest deadline
     /// went to `dead` (both queues dead-letter there), and one past its earliest deadline
     /// only may be there (seen there, it went).
-    pub fn expire(&mut self, now_ms: u64, q: &Queues) {
+    ///
+    /// But a message of `work` ready nowhere may be a delivery on its way to the consumer
+    /// (`in_flight.work` of them at most): the broker fills a freed prefetch slot at once,
+    /// and the delivery's frame waits for the log (S-DUR-4: the ack that freed the slot is
+    /// durable before the next delivery is seen), which a full disk pauses. Handed out before
+    /// its deadline, it is held, and a held message does not expire (S-TTL-8): it stays where
+    /// the model had it until it arrives, or until it is seen in `dead`. One still ready in
+    /// `work` past its deadline is late, whatever is in flight.
+    pub fn expire(&mut self, now_ms: u64, q: &Queues, in_flight: InFlight) {
         for key in q.ready.values().flatten() {
             if let Some(e) = self.entries.get_mut(key) {
                 e.enqueued_by(now_ms);
             }
         }
         let in_dead = |key: &u64| q.ready.get(DEAD).is_some_and(|keys| keys.contains(key));
+        let ready = |key: &u64| q.ready.values().any(|keys| keys.contains(key));
+        let mut delivering = in_flight.work;
         let due: Vec<u64> = self
             .entries
             .iter()
@@ -282,6 +306,11 @@ impl Ledger {
                 e.latest() == Place::Origin
                     && e.holder.is_none()
                     && (self.must_be_due(e, now_ms) || (self.may_be_due(e, now_ms) && in_dead(key)))
+            })
+            .filter(|(key, e)| {
+                let on_its_way = e.queue == WORK && !ready(key) && delivering > 0;
+                delivering -= usize::from(on_its_way);
+                !on_its_way
             })
             .map(|(k, _)| *k)
             .collect();
@@ -455,5 +484,74 @@ impl Ledger {
             .values()
             .filter(|e| e.confirmed && e.latest() != Place::Gone)
             .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Queues showing `work`, `ttl` and `dead` ready as given.
+    fn queues(work: &[u64], dead: &[u64]) -> Queues {
+        let mut q = Queues::default();
+        q.ready.insert(WORK, work.to_vec());
+        q.ready.insert(TTL, Vec::new());
+        q.ready.insert(DEAD, dead.to_vec());
+        q
+    }
+
+    /// Key 1 published to `work` at 0 with a TTL of 100 ms, confirmed at once.
+    fn one_with_ttl() -> Ledger {
+        let mut ledger = Ledger::default();
+        ledger.published(1, WORK, 0, Some(100));
+        ledger.confirmed(1, 0);
+        ledger
+    }
+
+    const PAUSED: InFlight = InFlight { work: 1, dead: 0 };
+
+    /// S-TTL-8, S-DUR-4 (seeds 1487, 4968, 9669 of a 10,000-seed run): while the log is
+    /// paused, a message of `work` ready nowhere past its deadline may be the delivery that
+    /// filled the consumer's freed slot before its deadline, its frame waiting for the log:
+    /// held, it does not expire, so the model does not demand it in `dead`; it arrives later.
+    #[test]
+    fn s_ttl_8_a_delivery_waiting_for_the_log_is_held_and_does_not_expire() {
+        let mut ledger = one_with_ttl();
+        let q = queues(&[], &[]);
+        ledger.expire(500, &q, PAUSED);
+        ledger.check_queues(&q, 500, PAUSED).unwrap();
+        let key = ledger
+            .delivered(Holder::Consumer(1), false, &body_of(1, 16), 600)
+            .unwrap();
+        assert_eq!(key, 1);
+        // Or it expired after all and the getter takes it from `dead`.
+        let mut ledger = one_with_ttl();
+        ledger.expire(500, &q, PAUSED);
+        ledger
+            .delivered(Holder::Getter(1), false, &body_of(1, 16), 600)
+            .unwrap();
+    }
+
+    /// S-TTL-4: the allowance covers a delivery on its way, never lateness. Still ready in
+    /// `work` past its deadline is late, a delivery in flight or not; ready nowhere with no
+    /// delivery possibly in flight is lost.
+    #[test]
+    fn s_ttl_4_a_message_still_ready_past_its_deadline_is_late_whatever_is_in_flight() {
+        let mut ledger = one_with_ttl();
+        let q = queues(&[1], &[]);
+        ledger.expire(500, &q, PAUSED);
+        let late = ledger.check_queues(&q, 500, PAUSED).unwrap_err();
+        assert!(late.0.contains("key 1 of work"), "{late}");
+        let mut ledger = one_with_ttl();
+        let q = queues(&[], &[]);
+        ledger.expire(500, &q, InFlight::default());
+        assert!(ledger.check_queues(&q, 500, InFlight::default()).is_err());
+        // Before its deadline a getter cannot take it from `dead`.
+        let mut ledger = one_with_ttl();
+        assert!(
+            ledger
+                .delivered(Holder::Getter(1), false, &body_of(1, 16), 50)
+                .is_err()
+        );
     }
 }

@@ -6,19 +6,19 @@
 //! durable and readers use it. A failed checkpoint is logged and retried later, never
 //! fail-stop: the log still holds everything.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::compaction::{self, Compaction, held_at};
-use super::{InFlight, Running, Store};
+use super::{InFlight, Running, SpaceWait, Store};
 use crate::checkpoint;
 use crate::checkpoint_trigger::{CheckpointDone, CheckpointTrigger};
 use crate::codec;
 use crate::error::StoreError;
 use crate::stored::{self, CheckpointView, StoredReader};
-use wharf_broker::{Broker, MessageRef, Snapshot, StoredMessage};
+use wharf_broker::{Broker, MessageRef, Snapshot, StoredAt, StoredMessage};
 use wharf_wal::{Appender, Lsn, Reclaimer, Storage};
 
 /// Under space pressure, free space is checked once per this fraction of a segment of log
@@ -61,9 +61,7 @@ impl Job {
             .segments_through(self.lsn)
             .map_err(StoreError::from)?;
         let moved = self.reader.relocations();
-        // Where each live message's record is now: where the newest checkpoint moved it, or
-        // where memory holds it.
-        let current = |m: &MessageRef| moved.get(&m.id().0).copied().or_else(|| held_at(m));
+        let current = |m: &MessageRef| located(&moved, m);
         let copies = if self.compact {
             let compaction = Compaction {
                 snapshot: &self.snapshot,
@@ -199,11 +197,15 @@ impl Store {
             .map(|q| q.messages.len() as u64)
             .sum();
         // Under space pressure, only a checkpoint that frees more than it writes (the log
-        // since the last one and the last one go) is worth its space (S-DISK-3).
-        if pressed && estimate >= since.saturating_add(self.checkpoints.live_bytes) {
+        // since the last one and the last one go; or, measured, what `freed_bytes` finds: the
+        // log since a failed one is not counted in `since`) is worth its space (S-DISK-3).
+        if pressed
+            && estimate >= since.saturating_add(self.checkpoints.live_bytes)
+            && estimate >= self.freed_bytes(&snapshot)
+        {
             return false;
         }
-        if !self.fits(estimate) {
+        if !self.fits(estimate, &snapshot) {
             return false;
         }
         self.demand.set_checkpoint(estimate);
@@ -254,41 +256,110 @@ impl Store {
         // Or once an eighth of the messages the last estimate counted were acked: acks log
         // little, but each takes a whole message out of the next checkpoint.
         let settled_step = (c.estimated_messages / 8).max(1);
-        if c.trigger.space_floor_bytes == 0 && !c.deferred
-            || logged.saturating_sub(c.space_checked_at) < step
+        let deferred = c.waiting == SpaceWait::Deferred;
+        if c.trigger.space_floor_bytes == 0 && !deferred
+            || !c.recheck
+                && logged.saturating_sub(c.space_checked_at) < step
                 && settled.saturating_sub(c.settled_checked_at) < settled_step
         {
             return false;
         }
+        c.recheck = false;
         c.space_checked_at = logged;
         c.settled_checked_at = settled;
-        let (deferred, floor) = (c.deferred, c.trigger.space_floor_bytes);
-        deferred || self.available_bytes().is_some_and(|a| a < floor)
+        let floor = c.trigger.space_floor_bytes;
+        let short = deferred || self.available_bytes().is_some_and(|a| a < floor);
+        // Not short: a failed checkpoint waits for the next regular one.
+        if !short && self.checkpoints.waiting == SpaceWait::Failed {
+            self.checkpoints.waiting = SpaceWait::No;
+        }
+        short
     }
 
-    /// Whether a checkpoint of `estimate` bytes leaves the log room for one more segment
-    /// (S-DISK-3: a checkpoint never takes the space the log's acks need), or fits while the
-    /// log has no room for one more segment anyway: then it takes nothing the log could use
-    /// (acks go into the segment already reserved), and only it can give segments back (else
-    /// a drained log on a nearly full disk kept its segments, and the disk alarm stayed on,
-    /// for good). When it does not fit, it is deferred: its size counts in the disk demand
-    /// (so the disk alarm blocks publishers) and it is tried again as acks shrink it.
-    fn fits(&mut self, estimate: u64) -> bool {
+    /// Whether the store waits for room that nothing it logs may bring (S-DISK-2, S-DISK-3):
+    /// a checkpoint was deferred for want of space, or failed while space is short. Under
+    /// the disk alarm the log may get nothing at all (publishers are blocked, the queues may
+    /// be drained), and only a checkpoint gives space back, so the broker task then calls
+    /// [`Store::recheck_space`] once a second (the resource monitor's period) and gives the
+    /// store a turn: the checkpoint is tried again as free space changes, not only as the log
+    /// grows.
+    pub fn waits_for_space(&self) -> bool {
+        let c = &self.checkpoints;
+        c.trigger.enabled && c.in_flight.is_none() && c.waiting != SpaceWait::No
+    }
+
+    /// Has the next [`Store::maybe_checkpoint`] check free space, whatever was logged since
+    /// the last check (see [`Store::waits_for_space`]).
+    pub fn recheck_space(&mut self) {
+        self.checkpoints.recheck = true;
+    }
+
+    /// Whether a checkpoint of `estimate` bytes of `snapshot` leaves the log room for one
+    /// more segment once it is done (S-DISK-3: a checkpoint never takes the space the log's
+    /// acks need), counting what it gives back then ([`Store::freed_bytes`]: else a drained
+    /// log whose checkpoint would leave a few bytes less than a segment kept its segments,
+    /// and the disk alarm stayed on, for good); or fits while the log has no room for one
+    /// more segment anyway: then it takes nothing the log could use (acks go into the segment
+    /// already reserved), and only it can give segments back. When it does not fit, it is
+    /// deferred: its size counts in the disk demand (so the disk alarm blocks publishers) and
+    /// it is tried again as acks shrink it.
+    fn fits(&mut self, estimate: u64, snapshot: &Snapshot) -> bool {
         let available = self.available_bytes();
         let needed = estimate.saturating_add(self.segment_bytes);
-        let fits =
-            available.is_none_or(|a| a >= needed || (a < self.segment_bytes && a >= estimate));
-        if !fits && !self.checkpoints.deferred {
+        let fits = available.is_none_or(|a| {
+            a >= needed
+                || a >= estimate
+                    && (a < self.segment_bytes
+                        || a.saturating_add(self.freed_bytes(snapshot)) >= needed)
+        });
+        if !fits && self.checkpoints.waiting != SpaceWait::Deferred {
             tracing::warn!(
                 estimate_bytes = estimate,
                 available_bytes = ?available,
                 "checkpoint deferred: it would take the space the log needs"
             );
         }
-        self.checkpoints.deferred = !fits;
+        self.checkpoints.waiting = if fits {
+            SpaceWait::No
+        } else {
+            SpaceWait::Deferred
+        };
         // Fitting, it is counted once it starts (`set_checkpoint` by the caller).
         self.demand.set_checkpoint(if fits { 0 } else { estimate });
         fits
+    }
+
+    /// Bytes a checkpoint of `snapshot` surely gives back once it is durable (S-DISK-3): the
+    /// checkpoint it supersedes, and the sealed segments it covers that hold no live
+    /// message's record (it refers to none of them, so they are deleted). Compaction may free
+    /// more; a segment that cannot be measured counts for nothing.
+    fn freed_bytes(&self, snapshot: &Snapshot) -> u64 {
+        let superseded = self.checkpoints.live_bytes;
+        let lsn = Lsn(self.last_lsn.load(Ordering::Acquire));
+        let Ok(covered) = self.wal.reclaimer().segments_through(lsn) else {
+            return superseded;
+        };
+        let moved = self.reader.relocations();
+        let live: HashSet<u64> = snapshot
+            .queues
+            .iter()
+            .flat_map(|q| &q.messages)
+            .filter_map(|m| located(&moved, &m.message).and_then(stored::log_position))
+            .map(|p| p.segment.0)
+            .collect();
+        let dir = self.wal.dir();
+        let segments: u64 = covered
+            .iter()
+            .filter(|s| !live.contains(&s.0))
+            .filter_map(|&id| {
+                let path = dir.join(wharf_wal::segment_file_name(id));
+                self.storage
+                    .open(&path, false)
+                    .and_then(|f| f.len_bytes())
+                    .ok()
+            })
+            .sum();
+        superseded.saturating_add(segments)
     }
 
     /// Free space on the data directory's file system, when the storage can tell.
@@ -411,6 +482,9 @@ impl Store {
             Ok(done) => self.checkpoint_finished(*done, at_bytes, at_segment),
             Err(e) => {
                 tracing::warn!(error = %e, "checkpoint failed; the log keeps everything, retrying later");
+                if self.checkpoints.trigger.space_floor_bytes > 0 {
+                    self.checkpoints.waiting = SpaceWait::Failed;
+                }
                 self.checkpoints.base_bytes = self.logged_bytes.load(Ordering::Relaxed);
                 self.checkpoints.base_segment = self.last_segment.load(Ordering::Relaxed);
             }
@@ -427,11 +501,18 @@ impl Store {
             "checkpoint written"
         );
         let c = &mut self.checkpoints;
+        c.waiting = SpaceWait::No;
         c.newest = Some(done.lsn);
         c.live_bytes = done.bytes;
         c.base_bytes = at_bytes;
         c.base_segment = at_segment;
     }
+}
+
+/// Where message `m`'s record is now: where the newest checkpoint moved it (`moved`, the
+/// reader's relocations), or where memory holds it.
+fn located(moved: &HashMap<u64, StoredAt>, m: &MessageRef) -> Option<StoredAt> {
+    moved.get(&m.id().0).copied().or_else(|| held_at(m))
 }
 
 /// The size a checkpoint of `snapshot` will about have: a reference per message in the log,

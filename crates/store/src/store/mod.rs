@@ -89,9 +89,11 @@ struct Checkpoints {
     /// The segment being written when the newest checkpoint's snapshot was taken.
     base_segment: u64,
     in_flight: Option<InFlight>,
-    /// A checkpoint was wanted but did not fit in the free space (S-DISK-3): retried at every
-    /// space step of log, as acks shrink it.
-    deferred: bool,
+    /// Whether checkpoints wait for disk space, and why (S-DISK-3).
+    waiting: SpaceWait,
+    /// The next free-space check happens at the next call, whatever was logged or settled
+    /// since the last one ([`Store::recheck_space`]).
+    recheck: bool,
     /// `logged_bytes` at the last free-space check.
     space_checked_at: u64,
     /// `settled` at the last free-space check, and the messages the last estimate counted.
@@ -101,6 +103,20 @@ struct Checkpoints {
     /// log's writer runs inline (`WalConfig::inline_writer`, the deterministic simulation),
     /// so that an open store starts no thread at all.
     inline: bool,
+}
+
+/// Why periodic checkpoints wait for disk space (S-DISK-3, [`Store::waits_for_space`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum SpaceWait {
+    /// They do not.
+    #[default]
+    No,
+    /// A checkpoint was wanted but did not fit in the free space: retried at every space
+    /// step of log, as acks shrink it.
+    Deferred,
+    /// The last periodic checkpoint failed while the store has a space floor: retried at the
+    /// next free-space check.
+    Failed,
 }
 
 #[derive(Debug)]

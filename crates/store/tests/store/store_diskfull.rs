@@ -14,7 +14,7 @@ use crate::store_common;
 use std::sync::Arc;
 
 use store_common::{Driver, Op, log, setup, store_config};
-use wharf_store::{CheckpointTrigger, LogHealth, Store, StoreError};
+use wharf_store::{CheckpointDone, CheckpointTrigger, LogHealth, Store, StoreError};
 use wharf_wal::{SimStorage, Storage, WalConfig};
 
 const SEGMENT_BYTES: u64 = 64 * 1024;
@@ -151,15 +151,27 @@ fn s_disk_4_a_checkpoint_whose_sync_fails_removes_its_partial_file_at_once() {
         .unwrap();
 }
 
-/// S-DISK-3 (found by the whole-server simulation): a queue drained on a disk left with less
-/// room than a segment. The checkpoint that would give the drained segments back cannot leave
-/// the log room for one more segment, but the log has no room for one anyway (its acks go
-/// into the segment already reserved), so it is written: waiting for it to "fit" waited for
-/// good, and the disk alarm stayed on with every queue empty.
-#[test]
-fn s_disk_3_a_drained_log_with_no_room_for_a_segment_still_checkpoints_and_frees_it() {
-    let sim = SimStorage::new(44);
-    let (mut store, mut live) = filled(&sim, 150);
+/// The disk holds at least a segment less than the `before` bytes it held.
+fn assert_freed_a_segment(sim: &SimStorage, before: u64) {
+    assert!(
+        sim.used_bytes() + SEGMENT_BYTES <= before,
+        "{} used before, {} after: {:?}",
+        before,
+        sim.used_bytes(),
+        files(sim)
+    );
+}
+
+/// A store whose 150 messages were published (and checkpointed, when `checkpoint`) then
+/// drained, under space pressure (a space floor above any free space).
+fn drained(sim: &SimStorage, checkpoint: bool) -> (Store, Driver) {
+    let (mut store, mut live) = filled(sim, 150);
+    if checkpoint {
+        store
+            .checkpoint_now(live.broker.snapshot())
+            .unwrap()
+            .unwrap();
+    }
     for _ in 0..150 {
         let events = live.apply(&Op::Get { q: 0, no_ack: true });
         let ticket = log(&store, &events).unwrap();
@@ -169,19 +181,89 @@ fn s_disk_3_a_drained_log_with_no_room_for_a_segment_still_checkpoints_and_frees
         space_floor_bytes: 1 << 30,
         ..CheckpointTrigger::default()
     });
-    sim.set_capacity(Some(sim.used_bytes() + SEGMENT_BYTES / 4));
+    (store, live)
+}
+
+/// A store whose 150 messages were published and drained, on a disk then left with `room`
+/// bytes free, under space pressure: the checkpoint it takes now gives the drained segments
+/// back (at least a segment's worth), and nothing stays counted as demand but the next
+/// segment. Returns the disk and what the checkpoint did.
+fn drained_then_checkpointed(seed: u64, room: u64) -> (SimStorage, CheckpointDone) {
+    let sim = SimStorage::new(seed);
+    let (mut store, live) = drained(&sim, false);
+    sim.set_capacity(Some(sim.used_bytes() + room));
     let before = sim.used_bytes();
     assert!(
         store.maybe_checkpoint(&live.broker),
-        "the checkpoint that frees the drained segments was deferred"
-    );
-    store.wait_checkpoint().unwrap().unwrap();
-    assert!(
-        sim.used_bytes() + SEGMENT_BYTES <= before,
-        "{} used before, {} after: {:?}",
-        before,
-        sim.used_bytes(),
+        "the checkpoint that frees the drained segments was deferred: {:?}",
         files(&sim)
     );
+    let done = store.wait_checkpoint().unwrap().unwrap();
+    assert_freed_a_segment(&sim, before);
     assert_eq!(LogHealth::of(&store).demand_bytes(), SEGMENT_BYTES);
+    (sim, done)
+}
+
+/// S-DISK-3 (found by the whole-server simulation): a queue drained on a disk left with less
+/// room than a segment. The checkpoint that would give the drained segments back cannot leave
+/// the log room for one more segment, but the log has no room for one anyway (its acks go
+/// into the segment already reserved), so it is written: waiting for it to "fit" waited for
+/// good, and the disk alarm stayed on with every queue empty.
+#[test]
+fn s_disk_3_a_drained_log_with_no_room_for_a_segment_still_checkpoints_and_frees_it() {
+    drained_then_checkpointed(44, SEGMENT_BYTES / 4);
+}
+
+/// S-DISK-3 (whole-server simulation seeds 412, 935, 1961, 3024, 4288, 5598, 8127, 9477): a
+/// queue drained on a disk left with a little more room than a segment, but less than a
+/// segment and the checkpoint together. The checkpoint takes a few hundred bytes of the room
+/// the log's next segment needs only while it is written: once durable it gives back the
+/// drained segments, far more. It is written, not deferred: deferred, it waited for acks
+/// that could not shrink it (the queues were empty), and the disk alarm stayed on with every
+/// queue empty and publishers blocked for good.
+#[test]
+fn s_disk_3_a_drained_log_checkpoints_when_what_it_frees_leaves_room_for_a_segment() {
+    // Room for a segment and 100 bytes: less than a segment and any checkpoint.
+    let (sim, done) = drained_then_checkpointed(45, SEGMENT_BYTES + 100);
+    assert_eq!(done.segments_deleted, 2, "{done:?}");
+    // The log still has room for its next segment (S-DISK-1).
+    let free = sim
+        .available_bytes(&store_config(false).dir)
+        .unwrap()
+        .unwrap();
+    assert!(free >= SEGMENT_BYTES, "{free}");
+}
+
+/// S-DISK-2, S-DISK-3 (whole-server simulation seed 8290): the checkpoint that would give a
+/// drained log's space back (here the previous checkpoint, which carries the drained
+/// messages) fails (its fsync) on a short disk. Nothing more is logged
+/// (under the disk alarm publishers are blocked; the queues are empty), so a retry "after
+/// more log" never came and the alarm stayed on. The store says it waits for space, and the
+/// broker task's once-a-second turn (`recheck_space`) tries it again with nothing logged.
+#[test]
+fn s_disk_3_a_failed_checkpoint_on_a_short_disk_is_retried_with_nothing_logged() {
+    let sim = SimStorage::new(46);
+    let (mut store, live) = drained(&sim, true);
+    sim.set_capacity(Some(sim.used_bytes() + SEGMENT_BYTES + 100));
+    assert!(!store.waits_for_space());
+    sim.fail_sync_after(0);
+    assert!(store.maybe_checkpoint(&live.broker));
+    assert!(store.wait_checkpoint().unwrap().is_err());
+    assert!(!files(&sim).iter().any(|n| n.ends_with(".checkpoint.tmp")));
+    assert!(
+        store.waits_for_space(),
+        "a failed checkpoint on a short disk"
+    );
+    for _ in 0..3 {
+        assert!(
+            !store.maybe_checkpoint(&live.broker),
+            "retried at every batch"
+        );
+    }
+    store.recheck_space();
+    let before = sim.used_bytes();
+    assert!(store.maybe_checkpoint(&live.broker), "not retried");
+    store.wait_checkpoint().unwrap().unwrap();
+    assert_freed_a_segment(&sim, before);
+    assert!(!store.waits_for_space());
 }
