@@ -28,8 +28,27 @@ fn request(method: &str, path: &str, body: &[u8]) -> Vec<u8> {
     r
 }
 
+/// What the process holds when an answer does not come: open descriptors, and whether the
+/// API still answers a cheap request.
+fn diagnosis(fx: &common_server::Fixture) -> String {
+    let fds = std::fs::read_dir("/proc/self/fd").map_or(0, Iterator::count);
+    let began = std::time::Instant::now();
+    let overview = common_server::exchange(
+        fx.mgmt,
+        &request("GET", "/api/overview", &[]),
+        &[],
+        Duration::from_secs(10),
+    );
+    format!(
+        "{fds} open descriptors; GET /api/overview answered {:?} after {:?}",
+        String::from_utf8_lossy(&overview[..overview.len().min(40)]),
+        began.elapsed()
+    )
+}
+
 fuzz_target!(|data: &[u8]| {
     let fx = common_server::fixture();
+    let began = std::time::Instant::now();
     let reply = common_server::exchange(
         fx.mgmt,
         &request("POST", "/api/definitions", data),
@@ -38,7 +57,10 @@ fuzz_target!(|data: &[u8]| {
     );
     assert!(
         reply.starts_with(b"HTTP/1.1 "),
-        "no HTTP answer to an import"
+        "no HTTP answer to an import after {:?} ({} bytes read): {}",
+        began.elapsed(),
+        reply.len(),
+        diagnosis(fx)
     );
     let export =
         common_server::exchange(fx.mgmt, &request("GET", "/api/definitions", &[]), &[], WAIT);
