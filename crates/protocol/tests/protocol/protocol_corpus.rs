@@ -1,4 +1,4 @@
-//! The fuzz corpora of the protocol decoders (`fuzz/corpus/{frame_decode,content_assembly,
+//! The fuzz corpora of the protocol decoders (`fuzz/seeds/{frame_decode,content_assembly,
 //! field_table_decode}`) are what they claim to be: well-formed inputs that reach past the
 //! first check (a corpus of inputs refused at once would start the fuzzer nowhere). Each
 //! frame seed decodes to the end, each content seed assembles at least one message or is
@@ -15,10 +15,10 @@ use std::collections::BTreeMap;
 use bytes::BytesMut;
 use wharf_protocol::{self as protocol, Assembled, ContentAssembler, Frame};
 
-/// `(name, bytes)` of every file of `fuzz/corpus/<target>`, sorted.
+/// `(name, bytes)` of every file of `fuzz/seeds/<target>`, sorted.
 fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fuzz/corpus")
+        .join("../../fuzz/seeds")
         .join(target);
     let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))

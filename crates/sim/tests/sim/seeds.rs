@@ -1,7 +1,7 @@
-//! Writes the fuzz targets' seed corpora (`fuzz/corpus/<target>/`) from what a short
+//! Writes the fuzz targets' seed corpora (`fuzz/seeds/<target>/`) from what a short
 //! simulated run leaves on its disk: whole data directories (`store_recovery`), checkpoint
 //! files (`checkpoint_decode`) and single store records (`store_record`). Run by hand:
-//! `WHARF_FUZZ_CORPUS=fuzz/corpus cargo test -p wharf-sim --test sim -- --ignored seeds`.
+//! `WHARF_FUZZ_CORPUS=fuzz/seeds cargo test -p wharf-sim --test sim -- --ignored seeds`.
 
 use std::path::{Path, PathBuf};
 

@@ -20,12 +20,12 @@ use wharf_wal::{Lsn, SimStorage};
 use crate::store_fuzz_regressions::recover;
 
 const CHECKPOINTS: [&[u8]; 2] = [
-    include_bytes!("../../../../fuzz/corpus/checkpoint_decode/11-00000000000000000027.checkpoint"),
-    include_bytes!("../../../../fuzz/corpus/checkpoint_decode/13-00000000000000000025.checkpoint"),
+    include_bytes!("../../../../fuzz/seeds/checkpoint_decode/11-00000000000000000027.checkpoint"),
+    include_bytes!("../../../../fuzz/seeds/checkpoint_decode/13-00000000000000000025.checkpoint"),
 ];
 const DIRECTORIES: [&[u8]; 2] = [
-    include_bytes!("../../../../fuzz/corpus/store_recovery/run-11"),
-    include_bytes!("../../../../fuzz/corpus/store_recovery/run-12"),
+    include_bytes!("../../../../fuzz/seeds/store_recovery/run-11"),
+    include_bytes!("../../../../fuzz/seeds/store_recovery/run-12"),
 ];
 
 fn read_checkpoint(bytes: Vec<u8>) {
