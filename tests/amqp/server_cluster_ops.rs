@@ -344,6 +344,12 @@ async fn s_clu_61_every_node_shows_how_many_entries_its_member_voided() {
         );
         let text = cluster.metrics(id, "/metrics").await;
         assert_eq!(voided_on(&text, id), Some(1), "node {id}: {text}");
+        let per_object = cluster.metrics(id, "/metrics/per-object").await;
+        assert_eq!(
+            voided_on(&per_object, id),
+            Some(1),
+            "node {id}: {per_object}"
+        );
         let detailed = cluster
             .metrics(id, "/metrics/detailed?family=ra_metrics")
             .await;
