@@ -283,3 +283,77 @@ async fn s_clu_43_raft_metrics_and_a_leader_change_in_api_and_metrics() {
     assert_eq!(critical["queues"][0]["name"], "qq");
     cluster.shutdown().await;
 }
+
+/// S-CLU-61, S-CLU-60: an entry that does not fit the committed state (proposed straight to the
+/// group here, as a drifted leader would) is voided on every member, and every node counts it:
+/// in its quorum queue's `wharf_replication`, in its own `/api/nodes` entry, and as
+/// `wharf_raft_voided_entries_total`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_clu_61_every_node_shows_how_many_entries_its_member_voided() {
+    let cluster = Cluster::start(3).await;
+    quorum_queue_with(&cluster, 1, 1).await;
+    let voided_on = |text: &str, id: u64| {
+        let labels = format!("raft_group=\"1\",member=\"{id}\"");
+        sample(text, "wharf_raft_voided_entries_total", &labels)
+    };
+    let text = cluster.metrics(1, "/metrics").await;
+    assert!(
+        text.contains("# TYPE wharf_raft_voided_entries_total counter"),
+        "{text}"
+    );
+    assert_eq!(voided_on(&text, 1), Some(0), "{text}");
+
+    // A queue deleted in a vhost the committed state does not hold: the entry does not fit.
+    let misfit = wharf_cluster::Proposal {
+        now_ms: 1,
+        events: vec![wharf_broker::Event::QueueDeleted {
+            vhost: "no-such-vhost".into(),
+            queue: "qq".into(),
+        }],
+        origin: None,
+    };
+    let commit = within(cluster.nodes[&1].group.submit(misfit))
+        .await
+        .unwrap();
+    match within(commit).await {
+        Err(wharf_cluster::ProposeError::Voided(_)) => {}
+        other => panic!("the entry should be voided: {other:?}"),
+    }
+    for id in [2, 3] {
+        cluster.wait_applied(id, 1).await;
+    }
+    for id in 1..=3 {
+        let (_, q) = cluster.api(id, "/api/queues/%2F/qq").await;
+        assert_eq!(
+            q["wharf_replication"]["voided_entries"], 1,
+            "node {id}: {q}"
+        );
+        assert_eq!(q["messages"], 1, "node {id}: nothing of it applied");
+        let (_, own) = cluster.api(id, &format!("/api/nodes/{}", name(id))).await;
+        let groups = own["wharf_cluster"]["raft_groups"].as_array().unwrap();
+        let queues = groups.iter().find(|g| g["raft_group"] == 1).unwrap();
+        assert_eq!(queues["voided_entries"], 1, "node {id}: {own}");
+        let other = if id == 1 { 2 } else { 1 };
+        let (_, theirs) = cluster
+            .api(id, &format!("/api/nodes/{}", name(other)))
+            .await;
+        let groups = theirs["wharf_cluster"]["raft_groups"].as_array().unwrap();
+        assert!(
+            groups.iter().all(|g| g.get("voided_entries").is_none()),
+            "another node's status text does not carry it: {theirs}"
+        );
+        let text = cluster.metrics(id, "/metrics").await;
+        assert_eq!(voided_on(&text, id), Some(1), "node {id}: {text}");
+        let per_object = cluster.metrics(id, "/metrics/per-object").await;
+        assert_eq!(
+            voided_on(&per_object, id),
+            Some(1),
+            "node {id}: {per_object}"
+        );
+        let detailed = cluster
+            .metrics(id, "/metrics/detailed?family=ra_metrics")
+            .await;
+        assert_eq!(voided_on(&detailed, id), Some(1), "node {id}: {detailed}");
+    }
+    cluster.shutdown().await;
+}

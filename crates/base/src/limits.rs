@@ -128,6 +128,15 @@ pub const TTL_MS_MAX: u64 = u32::MAX as u64;
 /// append waits for room beyond this, so a group that outruns its disk is throttled.
 pub const RAFT_FLUSH_PENDING_MAX: usize = 4096;
 
+/// Voided entries in a row, in one term, after which a leader of the quorum queues' group
+/// stops taking over for the rest of that term (S-CLU-62): its take-over entry is voided every
+/// time, so taking over once more would only close every connection again.
+pub const VOIDED_TAKE_OVERS_MAX: u32 = 3;
+
+const _: () = assert!(
+    VOIDED_TAKE_OVERS_MAX >= 2,
+    "a leader whose entry was voided takes over again at least once (S-CLU-60)"
+);
 const _: () = assert!(
     FLOW_READY_LOW < FLOW_READY_HIGH,
     "flow control needs hysteresis: the low mark below the high one"

@@ -383,7 +383,9 @@ impl RaftLogStorage<TypeConfig> for WalLogStore {
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         // Not waited for: losing it in a crash only means re-applying fewer entries at the
-        // start (the leader's next append commits them again).
+        // start; the leader's next append or heartbeat says they are committed (a leader that
+        // sends neither leaves them unapplied: issue 17's hang was a test cluster without
+        // heartbeats).
         self.write(RaftRecord::Committed {
             group: self.group,
             log_id: committed,

@@ -24,6 +24,8 @@ pub struct Router {
     /// Every member ever added (stopped ones stay: they are nodes of the cluster).
     seen: Mutex<BTreeSet<NodeId>>,
     cut: Mutex<BTreeSet<NodeId>>,
+    /// Members cut off once they answer an append carrying entries ([`Router::cut_after_append`]).
+    cut_after_append: Mutex<BTreeSet<NodeId>>,
     /// Keep the runtime busy while an RPC runs (for tokio's paused clock, see [`busy`]).
     spin: bool,
 }
@@ -70,6 +72,13 @@ impl Router {
     /// Cuts member `id` off from every other member.
     pub fn isolate(&self, id: NodeId) {
         locked(&self.cut).insert(id);
+    }
+
+    /// Cuts member `id` off as soon as it has answered the next append that carries entries
+    /// (its answer still reaches the leader): it holds those entries, and whatever the leader
+    /// sends next (the commit of those entries) does not reach it.
+    pub fn cut_after_append(&self, id: NodeId) {
+        locked(&self.cut_after_append).insert(id);
     }
 
     /// Reconnects member `id`.
@@ -216,7 +225,11 @@ impl RaftNetwork<TypeConfig> for Conn {
         _option: RPCOption,
     ) -> Rpc<AppendEntriesResponse<NodeId>> {
         let raft = self.router.target(self.from, self.to)?;
+        let carries_entries = !rpc.entries.is_empty();
         let resp = self.router.call(raft.append_entries(rpc)).await;
+        if carries_entries && locked(&self.router.cut_after_append).remove(&self.to) {
+            self.router.isolate(self.to);
+        }
         resp.map_err(|e| RemoteError::new(self.to, e).into())
     }
 

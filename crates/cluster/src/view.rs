@@ -76,6 +76,11 @@ pub struct GroupFigures {
     pub snapshot: Option<u64>,
     /// The group's voters and learners, by member id.
     pub members: Vec<Replica>,
+    /// This member's id.
+    pub member: NodeId,
+    /// The committed entries this member's state machine voided since it started, its
+    /// replay of its log included (S-CLU-60, `Machine::voided`).
+    pub voided: u64,
 }
 
 impl QueueGroup {
@@ -149,6 +154,8 @@ impl QueueGroup {
             applied: m.last_applied.map(|l| l.index),
             snapshot: m.snapshot.map(|l| l.index),
             members,
+            member: self.node,
+            voided: self.machine.with(crate::Machine::voided),
         }
     }
 

@@ -184,3 +184,45 @@ fn member_file_matches_the_documented_bytes() {
         Some((fresh, 3))
     );
 }
+
+/// S-CLU-7, issue 17: a member restarted before it heard that the last entry of its log
+/// committed (the leader's commit did not reach it, and the leader does not send it again)
+/// re-applies alone only what its committed mark says, and the rest once the leader speaks to
+/// it: a running cluster's heartbeat, which `Cluster::restart` sends (this cluster runs no
+/// ticks). Without that heartbeat the member never applied the entry: the void test's hang.
+#[tokio::test(start_paused = true)]
+async fn s_clu_7_a_member_restarted_before_it_heard_a_commit_applies_the_entry_once_the_leader_speaks()
+ {
+    let _guard = HangGuard::new(
+        "s_clu_7_a_member_restarted_before_it_heard_a_commit_applies_the_entry_once_the_leader_speaks",
+    );
+    let mut c = Cluster::start(3).await;
+    let mut leader = LiveBroker::new();
+    let (p, _) = leader.batch(vec![declare_quorum("q", None)], 1_000);
+    let declared = c.raft(1).client_write(p).await.unwrap().log_id.index;
+    c.settle(1).await;
+
+    // Member 2 away, the entry commits on member 3's answer; member 3 is cut off right after
+    // it answers, so the commit that follows does not reach it.
+    c.isolate(2);
+    c.router.cut_after_append(3);
+    let (p, _) = leader.batch(vec![publish("q", "m", None)], 2_000);
+    let last = c.raft(1).client_write(p).await.unwrap().log_id.index;
+    assert!(c.router.is_cut(3), "member 3 answered the append");
+    let held = c.members[&3].log.entries(last..last + 1);
+    assert_eq!(held.len(), 1, "member 3's log holds the entry");
+    let applied = c.members[&3]
+        .machine
+        .with(wharf_cluster::Machine::last_applied)
+        .map(|l| l.index);
+    assert!(
+        applied.is_some_and(|a| a >= declared && a < last),
+        "member 3 does not know the entry committed: applied {applied:?}"
+    );
+
+    c.heal(2);
+    c.heal(3);
+    c.restart(3, false).await;
+    c.wait_applied(3, last).await;
+    assert_eq!(c.committed(3), leader.broker.durable_state());
+}

@@ -157,6 +157,13 @@ impl Cluster {
     /// `power_loss`, else on its disk after a clean stop (its log's WAL closed). Its log comes
     /// back from its WAL, its committed state from its snapshot file and the committed entries
     /// after it.
+    ///
+    /// Then, when the member is not cut off, the leader sends it a heartbeat, as a running
+    /// cluster's leader does within a heartbeat interval (this cluster runs no ticks). Only the
+    /// leader can tell a restarted member that the last entries of its log are committed: its
+    /// committed mark is not synced (`WalLogStore::save_committed`), so a power loss may lose
+    /// the last one, and a commit sent while the member was down is not sent again. Without
+    /// this heartbeat such a member never applies them (issue 17: the void test's hang).
     pub async fn restart(&mut self, id: u64, power_loss: bool) {
         let old = self.members.remove(&id).unwrap();
         self.router.remove(id);
@@ -166,6 +173,22 @@ impl Cluster {
         drop(old);
         let member = start_member(&self.router, id, disk).await;
         self.members.insert(id, member);
+        if !self.router.is_cut(id)
+            && let Some(leader) = self.leader()
+        {
+            self.raft(leader).trigger().heartbeat().await.unwrap();
+        }
+    }
+
+    /// The member that leads in the highest term among those not cut off, if any does.
+    pub fn leader(&self) -> Option<u64> {
+        self.members
+            .iter()
+            .filter(|&(&id, _)| !self.router.is_cut(id))
+            .map(|(&id, m)| (id, m.raft.metrics().borrow().clone()))
+            .filter(|(_, m)| m.state == ServerState::Leader)
+            .max_by_key(|(_, m)| m.current_term)
+            .map(|(id, _)| id)
     }
 
     pub fn raft(&self, id: u64) -> &Raft {

@@ -14,6 +14,8 @@ use wharf_broker::{Broker, Event, Snapshot};
 use wharf_cluster::{Commit, Metrics, Proposal, ProposeError, QueueGroup, Replicated, Split};
 use wharf_store::{Store, StoreError, Ticket};
 
+use super::void_guard::VoidStreak;
+
 /// A store durability future the broker task waits on.
 pub(super) type DurableFuture = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>;
 
@@ -34,6 +36,8 @@ pub(super) struct GateFailure {
     /// The gate's entry committed but was voided (S-CLU-60): this member still leads, and its
     /// live broker applied events the committed state did not take.
     pub(super) voided: bool,
+    /// The gates passed before it (S-CLU-62).
+    pub(super) passed: Ticket,
 }
 
 /// The broker task's membership state.
@@ -66,6 +70,8 @@ pub(super) struct Replica {
     /// The term in which this member last stepped down (S-CLU-12): it takes over again only
     /// in a later term.
     pub(super) deposed_term: u64,
+    /// Its voided entries in a row (S-CLU-62), kept across step-downs.
+    pub(super) void_streak: VoidStreak,
 }
 
 /// What woke the broker task on the group's side.
@@ -124,6 +130,7 @@ impl Replica {
             predecessor: None,
             failure: None,
             deposed_term: 0,
+            void_streak: VoidStreak::default(),
         }
     }
 
@@ -209,6 +216,7 @@ async fn gate_waiter(
             failed = Some(GateFailure {
                 why: e.to_string(),
                 voided: false,
+                passed: passed.borrow().as_ref().copied().unwrap_or(0),
             });
         }
         if failed.is_none()
@@ -218,6 +226,7 @@ async fn gate_waiter(
             failed = Some(GateFailure {
                 voided: matches!(e, ProposeError::Voided(_)),
                 why: e.to_string(),
+                passed: passed.borrow().as_ref().copied().unwrap_or(0),
             });
         }
         if let Some(failed) = failed {

@@ -30,7 +30,8 @@
 //! - `frames.rs`: a broker outcome's effects encoded as frames.
 //! - `admin.rs`: the management API's requests.
 //! - `replica.rs`: the task as a member of the group replicating quorum queues (a cluster);
-//!   `member.rs`: its state there, and the gate its frames wait at.
+//!   `member.rs`: its state there, and the gate its frames wait at; `void_guard.rs`: the
+//!   bound on its take-overs after voided entries (S-CLU-62).
 //! - `timings.rs`: where the task's time goes (histograms for the metrics endpoint).
 
 mod admin;
@@ -41,6 +42,7 @@ mod msg;
 mod ops;
 mod replica;
 mod timings;
+mod void_guard;
 
 use member::DurableFuture;
 pub(crate) use msg::{ChanOp, CoreMsg, Op, OpenConn};

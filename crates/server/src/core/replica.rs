@@ -32,7 +32,8 @@
 //! fit the committed state, S-CLU-60), the member still leads but its live broker has diverged:
 //! it steps down the same way, closing every connection with 541 instead of 320 (no confirm for
 //! the entry), and takes over again in the same term, from the committed state, once its old
-//! gate waiter has seen every commit it was handed resolve (`Replica::predecessor`).
+//! gate waiter has seen every commit it was handed resolve (`Replica::predecessor`). Voided
+//! entries in a row stop that after a few take-overs, for the term (S-CLU-62, `void_guard.rs`).
 
 use tracing::{error, info, warn};
 
@@ -68,7 +69,14 @@ impl Core {
             return Some(f.clone());
         }
         let failed = r.passed.borrow().as_ref().err().cloned()?;
-        if failed.voided {
+        if failed.voided && self.voided_in_a_row(failed.passed) {
+            // S-CLU-62: its take-over entry is voided every time; not again this term.
+            self.step_down(
+                &failed.why,
+                &Close::new(reply_code::INTERNAL_ERROR, VOIDED),
+                true,
+            );
+        } else if failed.voided {
             // S-CLU-60: it still leads, but its live broker applied what the group voided.
             error!(reason = %failed.why, "a proposal of this leader was voided: rebuilding from the committed state");
             self.step_down(
@@ -84,6 +92,26 @@ impl Core {
             );
         }
         None
+    }
+
+    /// Counts a voided entry of this member (the gates up to `passed` passed before it):
+    /// whether it was voided too many times in a row this term (S-CLU-62), logged at ERROR.
+    fn voided_in_a_row(&mut self, passed: Ticket) -> bool {
+        let Some(r) = self.replica.as_mut() else {
+            return false;
+        };
+        let term = r.metrics.borrow().current_term;
+        let stop = r.void_streak.voided(term, passed);
+        if stop {
+            error!(
+                term,
+                voided = r.void_streak.count(),
+                "entries of this leader were voided too many times in a row (its take-over's \
+                 each time): it stops leading the quorum queues' group for the rest of this \
+                 term (S-CLU-62)"
+            );
+        }
+        stop
     }
 
     /// The watermark of passed gates, in a group.
@@ -183,6 +211,7 @@ impl Core {
             .collect();
         let mut follower = r.after();
         follower.deposed_term = if deposed { term } else { r.deposed_term };
+        follower.void_streak = r.void_streak;
         *r = follower;
         for event in &gone {
             if let Err(e) = self.broker.apply(event) {
@@ -208,6 +237,7 @@ impl Core {
         match adopted {
             Ok((adopted, logged_ms)) => {
                 r.leading = true;
+                r.void_streak.took_over(r.gate);
                 r.floor_ms = logged_ms;
                 r.replicated = adopted.replicated;
                 r.local_only = adopted.local;

@@ -527,6 +527,7 @@ impl Exposition {
         )?;
         if let Some(r) = &self.raft {
             raft::lag(enc, r)?;
+            raft::voided(enc, r)?;
         }
         super::timings::encode(enc, self.snapshot.sync.as_ref(), &self.snapshot.timings)
     }
@@ -584,6 +585,7 @@ impl Exposition {
         if let Some(r) = self.raft.as_ref().filter(|_| d.wants(Family::Ra)) {
             raft::ra_metrics(enc, prefix, r, true, &|v| d.in_vhost(v))?;
             raft::lag(enc, r)?;
+            raft::voided(enc, r)?;
         }
         self.identity(enc, "detailed")
     }

@@ -11,6 +11,9 @@
 //! of one group show the same values: aggregate by `raft_group`, never sum over queues). An
 //! index not reached yet (no snapshot) is 0. `rabbitmq_raft_entry_commit_latency_seconds` is
 //! not measured and left out.
+//!
+//! Besides, wharf's own: the followers' lag on the leader (S-CLU-44), and the entries this
+//! member voided (S-CLU-61).
 
 use std::fmt;
 
@@ -125,5 +128,23 @@ pub(super) fn lag(enc: &mut DescriptorEncoder<'_>, raft: &RaftFigures) -> fmt::R
         "On the leader of a Raft group: entries of its log a member does not hold yet.",
         MetricType::Gauge,
         &samples,
+    )
+}
+
+/// `wharf_raft_voided_entries_total{raft_group, member}`: the committed entries this member's
+/// state machine voided since the node started, its replay of its log included (S-CLU-60,
+/// S-CLU-61); `member` is this member's id.
+pub(super) fn voided(enc: &mut DescriptorEncoder<'_>, raft: &RaftFigures) -> fmt::Result {
+    let g = &raft.group;
+    let labels = vec![
+        ("raft_group", g.group.to_string()),
+        ("member", g.member.to_string()),
+    ];
+    family(
+        enc,
+        "wharf_raft_voided_entries_total",
+        "Committed Raft entries this member voided: their events did not fit its committed state.",
+        MetricType::Counter,
+        &[(labels, Value::Int(g.voided))],
     )
 }

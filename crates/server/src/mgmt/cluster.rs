@@ -107,6 +107,7 @@ fn replication(g: &GroupFigures) -> JsonValue {
         "commit_index": g.committed,
         "last_applied_index": g.applied,
         "snapshot_index": g.snapshot,
+        "voided_entries": g.voided,
         "members": members,
     })
 }
@@ -121,26 +122,34 @@ pub(crate) fn remote_node(n: &NodeState) -> JsonValue {
         "running": n.running,
     });
     if let Some(map) = out.as_object_mut() {
-        map.insert("wharf_cluster".into(), node_cluster(n));
+        map.insert("wharf_cluster".into(), node_cluster(n, None));
     }
     out
 }
 
 /// What a node says of itself in the cluster: its slot, member id, addresses, and its view of
-/// its groups (from its status text, when it answered).
-pub(crate) fn node_cluster(n: &NodeState) -> JsonValue {
+/// its groups (from its status text, when it answered). This node's own entry also says, of
+/// the quorum queues' group, how many entries its member voided (`own`: the group and the
+/// count, S-CLU-61); another node's status text does not carry it.
+pub(crate) fn node_cluster(n: &NodeState, own: Option<(u64, u64)>) -> JsonValue {
     let groups: Vec<JsonValue> = n
         .groups
         .iter()
         .map(|g| {
-            json!({
+            let mut group = json!({
                 "raft_group": g.group,
                 "raft_state": g.state,
                 "term": g.term,
                 "leader_member_id": g.leader,
                 "last_log_index": g.last_log,
                 "last_applied_index": g.applied,
-            })
+            });
+            if let Some((_, voided)) = own.filter(|(id, _)| *id == g.group)
+                && let Some(map) = group.as_object_mut()
+            {
+                map.insert("voided_entries".into(), json!(voided));
+            }
+            group
         })
         .collect();
     json!({
@@ -158,6 +167,10 @@ pub(crate) async fn nodes_json(api: &Api, own: JsonValue) -> Result<Vec<JsonValu
         return Ok(vec![own]);
     };
     let me = api.node_name().to_owned();
+    let voided = (
+        wharf_cluster::QUEUE_GROUP,
+        group.machine.with(wharf_cluster::Machine::voided),
+    );
     let mut own = Some(own);
     let nodes = group.nodes().await;
     Ok(nodes
@@ -167,7 +180,7 @@ pub(crate) async fn nodes_json(api: &Api, own: JsonValue) -> Result<Vec<JsonValu
                 && let Some(mut own) = own.take()
             {
                 if let Some(map) = own.as_object_mut() {
-                    map.insert("wharf_cluster".into(), node_cluster(n));
+                    map.insert("wharf_cluster".into(), node_cluster(n, Some(voided)));
                 }
                 own
             } else {
