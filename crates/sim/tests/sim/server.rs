@@ -142,3 +142,32 @@ fn server_s_dur_3_a_log_failing_during_a_query_is_a_fail_stop() {
         panic!("{v}");
     }
 }
+
+/// S-DISK-10, S-DISK-2 (seeds 42982 and 55439 of seeds 40,000-59,999): the disk alarm cleared
+/// with room for the log's next segment but not for the checkpoint that gives segments back
+/// (it was counted only while deferred). Publishers filled that segment; the drain's acks then
+/// needed one more, which did not fit, and neither did the checkpoint, which in any case waits
+/// for the log to be durable: the log stayed paused, and the consumer, holding none of its
+/// prefetch, got nothing for good. The demand now keeps the next checkpoint's room at all
+/// times (`store_diskfull::s_disk_10_the_disk_demand_keeps_room_for_the_next_checkpoint`).
+#[test]
+fn server_s_disk_10_seeds_whose_drain_needed_the_checkpoints_room_keep_delivering() {
+    for seed in [42982, 55439] {
+        if let Err(v) = run(seed, 150) {
+            panic!("{v}");
+        }
+    }
+}
+
+/// S-DISK-11 (seed 53810 of seeds 50,000-59,999): on a small volume whose old segments live
+/// messages kept, the log was paused on the full disk (its next segment did not fit) when the
+/// run's last clean stop came; the stop gave up the records it held, never confirmed, and
+/// returned the failed segment creation. A clean restart in the run excused that (no room
+/// for a segment), the final stop did not: it is now judged the same way, and a last recovery
+/// must still hold everything confirmed.
+#[test]
+fn server_s_disk_11_a_final_stop_on_a_full_disk_gives_up_only_what_was_never_confirmed() {
+    if let Err(v) = run(53810, 150) {
+        panic!("{v}");
+    }
+}
