@@ -312,3 +312,16 @@ fn s_disk_10_the_disk_demand_keeps_room_for_the_next_checkpoint() {
     );
     store.close().unwrap();
 }
+
+/// S-DISK-10: a reopened store keeps that room from its start, before any estimate: the
+/// allowance of the messages it recovered.
+#[test]
+fn s_disk_10_a_reopened_store_keeps_room_for_the_checkpoint_of_what_it_recovered() {
+    let sim = SimStorage::new(48);
+    let (store, _live) = filled(&sim, 40);
+    store.close().unwrap();
+    let store = open(&sim);
+    let demand = LogHealth::of(&store).demand_bytes();
+    assert!(demand >= SEGMENT_BYTES + 40 * 256, "demand {demand}");
+    store.close().unwrap();
+}
