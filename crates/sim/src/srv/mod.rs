@@ -683,18 +683,10 @@ impl ServerWorld {
             for c in clients {
                 process.block_on(c.hang_up());
             }
-            // A stop on a full disk gives up what it could not write (never confirmed).
-            let full = self
-                .disk
-                .sim()
-                .available_bytes(std::path::Path::new(process::DATA_DIR));
-            let full = full
-                .ok()
-                .flatten()
-                .is_some_and(|free| free < self.config.segment_bytes);
+            let excused = self.stop_may_fail();
             match process.stop() {
                 Ok(()) => {}
-                Err(_) if self.fault_armed || full => self.stats.fail_stops += 1,
+                Err(_) if excused => self.stats.fail_stops += 1,
                 Err(e) => return Err(Violation(format!("clean stop failed: {e}"))),
             }
         } else {
@@ -792,12 +784,7 @@ impl ServerWorld {
             self.trace(self.stats.stalls);
         }
         if let Some(p) = self.process.take() {
-            let clients = std::mem::take(&mut self.clients);
-            for c in clients {
-                p.block_on(c.hang_up());
-            }
-            p.stop()
-                .map_err(|e| Violation(format!("final stop failed: {e}")))?;
+            self.final_stop(p)?;
         }
         Ok(self.stats)
     }

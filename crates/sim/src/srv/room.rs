@@ -3,7 +3,7 @@
 //! steps, and the checks that follow from it: a consumer with room is never starved, and once
 //! every queue is drained the publishers resume by themselves.
 
-use super::{CONSUMER, GETTER, PREFETCH, ServerWorld, Violation, process};
+use super::{CONSUMER, GETTER, PREFETCH, Process, ServerWorld, Violation, process};
 use crate::model::WORK;
 use crate::srv::Queues;
 use wharf_wal::Storage;
@@ -142,5 +142,52 @@ impl ServerWorld {
         Err(Violation(format!(
             "the queues did not drain in {DRAIN_ROUNDS_MAX} s of acking everything"
         )))
+    }
+
+    /// Whether a clean stop now may fail (S-DISK-11): a fault was injected, or the disk has
+    /// no room for a segment, so a log paused on the full disk gives up at the stop the
+    /// records it could not write (never durable, never confirmed). The recovery after it is
+    /// checked as after any stop: nothing confirmed may be missing.
+    pub(super) fn stop_may_fail(&self) -> bool {
+        let free = self
+            .disk
+            .sim()
+            .available_bytes(std::path::Path::new(process::DATA_DIR));
+        self.fault_armed
+            || free
+                .ok()
+                .flatten()
+                .is_some_and(|free| free < self.config.segment_bytes)
+    }
+
+    /// The run's last stop, judged as a clean restart's (S-DISK-11): when it may fail and
+    /// does, one more recovery must still hold everything confirmed.
+    pub(super) fn final_stop(&mut self, p: Process) -> Result<(), Violation> {
+        for c in std::mem::take(&mut self.clients) {
+            p.block_on(c.hang_up());
+        }
+        let excused = self.stop_may_fail();
+        match p.stop() {
+            Ok(()) => Ok(()),
+            Err(_) if excused => {
+                self.stats.fail_stops += 1;
+                self.ledger.process_ended(self.now());
+                self.disk.process_ended(false);
+                self.unfill_disk();
+                let p = Process::start(&self.disk, &self.clock, &self.config)
+                    .map_err(|e| Violation(format!("recovery failed: {e}")))?;
+                self.process = Some(p);
+                let now = self.now();
+                let Some(q) = self.queues()? else {
+                    return Err(Violation("the broker task is gone after recovery".into()));
+                };
+                let recovered = self.ledger.check_recovered(&q, now);
+                if let Some(p) = self.process.take() {
+                    p.crash();
+                }
+                recovered
+            }
+            Err(e) => Err(Violation(format!("final stop failed: {e}"))),
+        }
     }
 }

@@ -24,7 +24,10 @@ use wharf_wal::{Appender, Lsn, Reclaimer, Storage};
 /// Under space pressure, free space is checked once per this fraction of a segment of log
 /// (S-DISK-3): often enough that draining consumers free space soon, rarely enough that the
 /// check is no cost.
-const SPACE_STEP_DIVISOR: u64 = 16;
+pub(super) const SPACE_STEP_DIVISOR: u64 = 16;
+
+/// A checkpoint's allowance for each queued message beyond its body (S-DISK-3, S-DISK-10).
+pub(super) const PER_MESSAGE_BYTES: u64 = 256;
 
 /// What the checkpoint thread needs: everything is shared or owned, nothing borrows the store.
 struct Job {
@@ -191,6 +194,7 @@ impl Store {
         }
         let snapshot = snapshot();
         let estimate = estimated_bytes(&snapshot);
+        self.demand.set_reclaim(estimate);
         self.checkpoints.estimated_messages = snapshot
             .queues
             .iter()
@@ -409,6 +413,7 @@ impl Store {
         }
         let at_bytes = self.logged_bytes.load(Ordering::Relaxed);
         let at_segment = self.last_segment.load(Ordering::Relaxed);
+        self.demand.set_reclaim(estimated_bytes(&snapshot));
         let done = self.job(snapshot, compact).run()?;
         self.checkpoint_finished(done, at_bytes, at_segment);
         Ok(Some(done))
@@ -523,7 +528,6 @@ fn located(moved: &HashMap<u64, StoredAt>, m: &MessageRef) -> Option<StoredAt> {
 /// size, and on a small volume a drained log's checkpoint was then deferred for good, the
 /// segments it would free kept, and the disk alarm left on with every queue empty.
 fn estimated_bytes(snapshot: &Snapshot) -> u64 {
-    const PER_MESSAGE_BYTES: u64 = 256;
     /// A definition the codec refuses (the checkpoint will fail on it anyway).
     const UNENCODABLE_BYTES: u64 = 512;
     let messages: u64 = snapshot

@@ -46,6 +46,7 @@ impl Store {
         let mut ids_start = 0;
         let mut last = Lsn(0);
         let mut bytes = 0u64;
+        let logged_before = logged.len();
         for (kind, end, body, message, ids_end) in scratch.records.drain(..) {
             let head = scratch.bytes.get(start..end).unwrap_or_default();
             let appended = self.appender.append_parts(kind, head, &body)?;
@@ -75,6 +76,12 @@ impl Store {
         self.logged_bytes.fetch_add(bytes, Ordering::Relaxed);
         self.settled
             .fetch_add(settled_messages(events), Ordering::Relaxed);
+        // Each message logged grows the next checkpoint (S-DISK-10).
+        let messages = (logged.len() - logged_before) as u64;
+        self.demand.messages_logged(
+            messages * super::checkpoints::PER_MESSAGE_BYTES,
+            self.segment_bytes / super::checkpoints::SPACE_STEP_DIVISOR,
+        );
         Ok(Some(last.0))
     }
 

@@ -89,6 +89,12 @@ impl Store {
         broker.set_loader(Arc::clone(&reader) as Arc<dyn MessageLoader>);
         broker.set_record_size(Arc::new(crate::record_size::MessageRecordSize));
         let demand = Arc::new(DiskDemand::new(wal_config.segment_bytes_max));
+        // The room the next checkpoint needs from the start (S-DISK-10), before any estimate:
+        // the newest checkpoint's size, or the allowance of the recovered messages if more.
+        let totals = broker.totals();
+        demand.set_reclaim(start.bytes.max(
+            totals.ready.saturating_add(totals.unacked) * super::checkpoints::PER_MESSAGE_BYTES,
+        ));
         let (index_writer, scratch) = index_writer(
             &storage,
             &config.dir,
