@@ -51,6 +51,7 @@ pub mod net;
 mod node;
 mod peers;
 pub mod record;
+mod relay;
 pub mod snapshot;
 pub mod snapshot_file;
 mod split;
@@ -72,6 +73,7 @@ pub use node::{
     remote_remove_member, remote_status,
 };
 pub use peers::{PROBE_WAIT, Peers, Pending, SeedPeers, SharedPeers, node_name};
+pub use relay::{Door, LocalRelays, Opening, Reachable, Relay, RelayStream};
 pub use split::{Replicated, Split, is_quorum, shared_definitions};
 pub use state_machine::{Machine, MachineOpenError, MachineSnapshotBuilder, QueueStateMachine};
 pub use types::{

@@ -43,7 +43,7 @@ mod replica;
 mod timings;
 
 use member::DurableFuture;
-pub(crate) use msg::{ChanOp, CoreMsg, Op, OpenConn};
+pub(crate) use msg::{ChanOp, CoreMsg, Handoff, LocalUse, Op, OpenConn};
 pub use timings::CoreTimingsSnapshot;
 
 use std::collections::{HashMap, HashSet, VecDeque};

@@ -304,3 +304,78 @@ impl Core {
         ))
     }
 }
+
+impl Core {
+    /// S-CLU-71: channel `ch` moves to the quorum queues' leader (`need`: the method, the
+    /// quorum queue, the leader). It may only when nothing of it stays here: no transaction,
+    /// no consumer, no unacknowledged delivery (those are this node's classic queues');
+    /// otherwise it is closed with 406 naming both. Once moved it leaves the broker.
+    pub(super) fn hand_off(
+        &mut self,
+        conn: u64,
+        ch: u16,
+        (method, queue, leader): (crate::methods::MethodId, &str, u64),
+        done: tokio::sync::oneshot::Sender<Option<super::Handoff>>,
+    ) {
+        let chan = wharf_broker::ChanRef::new(conn, ch);
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        let Some(state) = c.channels.get(&ch) else {
+            return;
+        };
+        let busy = if state.tx.is_some() {
+            Some("is transactional")
+        } else if self.broker.channel_unacked(chan) > 0 {
+            Some("holds unacknowledged deliveries of this node's queues")
+        } else if self
+            .broker
+            .consumers(&c.vhost)
+            .iter()
+            .any(|info| info.chan == chan)
+        {
+            Some("has consumers on this node's queues")
+        } else {
+            None
+        };
+        if let Some(busy) = busy {
+            let text = format!(
+                "channel {ch} {busy}, and quorum queue '{queue}' is led by node {leader}: \
+                 use another channel for the quorum queue"
+            );
+            warn!(conn, channel = ch, %text, "a channel could not move to the quorum queues' leader");
+            let close = Close::new(reply_code::PRECONDITION_FAILED, &text);
+            self.fail(conn, ch, &close, method);
+            let _ = done.send(None);
+            return;
+        }
+        let confirm_next = state.confirm_next;
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.channels.remove(&ch);
+        }
+        self.close_channel_in_broker(conn, ch);
+        info!(conn, channel = ch, %queue, leader, "channel forwarded to the quorum queues' leader");
+        let _ = done.send(Some(super::Handoff { confirm_next }));
+    }
+}
+
+impl Core {
+    /// S-CLU-72: the classic queue of this node `probe` uses on connection `conn`'s vhost, if
+    /// any (a member that does not lead holds no quorum queue in its live broker).
+    pub(super) fn local_use(&self, conn: u64, probe: &super::LocalUse) -> Option<String> {
+        let vhost = &self.conns.get(&conn)?.vhost;
+        let classic = |q: &str| {
+            self.broker
+                .queue_kind(vhost, q)
+                .is_some_and(|k| k != wharf_broker::QueueKind::Quorum)
+        };
+        match probe {
+            super::LocalUse::Queue(q) => classic(q).then(|| q.clone()),
+            super::LocalUse::Publish { exchange, key } => self
+                .broker
+                .routed_queue_names(vhost, exchange, key, None)
+                .into_iter()
+                .find(|q| classic(q)),
+        }
+    }
+}
