@@ -279,3 +279,81 @@ async fn s_clu_73_a_followers_consumer_gets_relayed_deliveries() {
     assert_eq!(ready_count(&lch, "qq").await, 1);
     cluster.shutdown().await;
 }
+
+/// S-CLU-74, S-CLU-6: the leader stops while a consumer on follower 2 holds three unacked
+/// deliveries: its forwarded channel is closed with 541 saying why, the client's connection to
+/// the follower stays open, and once a new leader took over, a consumer on a new channel of the
+/// same connection gets every message, the three delivered ones with `redelivered` set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_clu_74_leader_loss_closes_forwarded_channels_and_unacked_come_back() {
+    let mut cluster = Cluster::start_forwarding(3).await;
+    let (conn, ch) = cluster.channel(2).await;
+    within(ch.confirm_select(ConfirmSelectOptions::default()))
+        .await
+        .unwrap();
+    within(ch.queue_declare("qq".into(), durable(), quorum()))
+        .await
+        .unwrap();
+    for i in 0..5 {
+        assert!(publish(&ch, "", "qq", &format!("m{i}")).await);
+    }
+    let (_conn3, consuming) = cluster.channel(2).await;
+    within(consuming.basic_qos(3, BasicQosOptions::default()))
+        .await
+        .unwrap();
+    let mut consumer = within(consuming.basic_consume(
+        "qq".into(),
+        "c".into(),
+        BasicConsumeOptions::default(),
+        FieldTable::default(),
+    ))
+    .await
+    .unwrap();
+    for i in 0..3 {
+        let d = within(consumer.next()).await.unwrap().unwrap();
+        assert_eq!(d.data, format!("m{i}").as_bytes());
+    }
+    // The deliveries' marks are committed once the leader's gate passed them; the followers
+    // have them before the leader stops.
+    cluster.wait_applied(2, 1).await;
+    cluster.wait_applied(3, 1).await;
+    cluster.stop(1).await;
+    // The forwarded channels are closed towards their clients, with the reason: the
+    // consumer's stream ends with it.
+    let closed = within(consumer.next()).await;
+    let closed = closed.expect("an error").unwrap_err();
+    assert_eq!(reply_code(&closed), Some(541), "{closed:?}");
+    assert!(
+        reply_text(&closed).contains("leader"),
+        "{}",
+        reply_text(&closed)
+    );
+    assert!(
+        !ch.status().connected(),
+        "the publishing channel was closed too"
+    );
+    assert!(conn.status().connected(), "the connection survives");
+    let leader = cluster.new_leader(1, 2).await;
+    cluster.wait_applied(2, leader).await;
+    // The connection survived: a new channel consumes from the new leader.
+    let fresh = conn.create_channel().await.unwrap();
+    let mut again = within(fresh.basic_consume(
+        "qq".into(),
+        "again".into(),
+        BasicConsumeOptions::default(),
+        FieldTable::default(),
+    ))
+    .await
+    .unwrap();
+    for i in 0..5 {
+        let d = within(again.next()).await.unwrap().unwrap();
+        assert_eq!(d.data, format!("m{i}").as_bytes());
+        assert_eq!(
+            d.redelivered,
+            i < 3,
+            "m{i}: redelivered only if it was delivered"
+        );
+        within(d.ack(BasicAckOptions::default())).await.unwrap();
+    }
+    cluster.shutdown().await;
+}
