@@ -203,7 +203,7 @@ async fn s_clu_6_a_new_leader_has_every_confirmed_message_and_redelivers_the_una
         reply_text(&err),
         format!(
             "RESOURCE_LOCKED - quorum queue 'qq' in vhost '/' is led by node {leader}, not this \
-             node; connect to its leader (forwarding between nodes is not supported yet)"
+             node, which cannot forward to it now; connect to its leader"
         )
     );
     // S-CLU-11 on the management path: an operator's quorum queue declare on the follower is

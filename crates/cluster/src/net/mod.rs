@@ -6,11 +6,13 @@
 //! - `frames`: reading and writing frames on a socket, bounded before parsing.
 //! - `client`: [`Peers`], the calling side (connect, reconnect, calls by id).
 //! - `serve`: [`serve`], the listener, and [`Groups`], where requests go.
+//! - `relay`: relayed streams to another node's server ([`LinkRelay`], S-CLU-70).
 //!
 //! [`TcpNetwork`] is openraft's network factory for one group on top of [`Peers`].
 
 mod client;
 mod frames;
+mod relay;
 mod serve;
 pub mod wire;
 
@@ -29,6 +31,7 @@ use openraft::raft::{
 
 pub use client::{CONNECT_TIMEOUT, CallError, Peers};
 pub use frames::read_frame;
+pub use relay::{CHUNK_BYTES, IDLE_MAX, LinkRelay, PULL_WAIT, Sessions, relay_pull, relay_push};
 pub use serve::{Admin, Groups, IN_FLIGHT_MAX, has_state, serve};
 
 use crate::forward::{Forward, ForwardError};

@@ -19,6 +19,8 @@
 //! - `running.rs`: frames of an open connection: channel states, content assembly, methods
 //!   (converted in `crate::methods`), permission checks.
 //! - `admission.rs`: one place among `connection_max`.
+//! - `forward.rs`, `relaying.rs`: a channel forwarded to the quorum queues' leader through
+//!   the connection's relay (S-CLU-70..74), and the reader's routing of frames to it.
 
 mod admission;
 mod forward;

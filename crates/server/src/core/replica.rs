@@ -19,8 +19,10 @@
 //! the highest logged `now` (S-CLU-5).
 //!
 //! **Following.** The member serves its classic queues; a command that needs a replicated
-//! queue (as the group's committed state knows it) is refused with 405 naming the leader and
-//! its AMQP address when known (S-CLU-11, S-CLU-13): forwarding is not built.
+//! queue (as the group's committed state knows it) reaches the broker task only when the
+//! connection could not forward its channel to the leader (`connection/forward.rs`,
+//! S-CLU-70), and is refused with 405 naming the leader and its AMQP address when known
+//! (S-CLU-11, S-CLU-13). A channel moving to the leader is handed over here (S-CLU-71).
 //!
 //! **Losing the lead.** A member that stops leading, or whose proposal does not commit, steps
 //! down and serves on as a follower (S-CLU-12): every connection closed with 320, what it
@@ -268,7 +270,7 @@ impl Core {
     }
 
     /// S-CLU-11: a member that does not lead refuses a command that needs a replicated queue,
-    /// with 405 naming the leader (forwarding is not built).
+    /// with 405 naming the leader, when the connection could not forward it (S-CLU-70).
     pub(super) fn follower_refusal(&self, conn: u64, cmd: &Command) -> Option<Close> {
         let vhost = &self.conns.get(&conn)?.vhost;
         let text = self.refusal_text(vhost, cmd)?;
@@ -299,8 +301,8 @@ impl Core {
         let leader = r.group.leader_name();
         warn!(%vhost, %queue, %leader, "refused: a quorum queue led by another node");
         Some(format!(
-            "quorum queue '{queue}' in vhost '{vhost}' is led by {leader}, not this node; \
-             connect to its leader (forwarding between nodes is not supported yet)"
+            "quorum queue '{queue}' in vhost '{vhost}' is led by {leader}, not this node, \
+             which cannot forward to it now; connect to its leader"
         ))
     }
 }
