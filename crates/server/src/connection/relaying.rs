@@ -28,6 +28,13 @@ pub(super) enum Routed {
     Local,
 }
 
+/// Whether a method frame with these ids may need a quorum queue (S-CLU-70): a queue's
+/// declare, bind, purge, delete or unbind, a consume, a publish or a get. Every other frame
+/// (acks above all) is this node's without a look at its body.
+fn may_need_leader(ids: Option<(u16, u16)>) -> bool {
+    matches!(ids, Some((50, 10 | 20 | 30 | 40 | 50) | (60, 20 | 40 | 70)))
+}
+
 impl Reader {
     /// Routes the frame at the front of `buf` (S-CLU-70).
     pub(super) async fn route(&mut self, buf: &mut BytesMut) -> Routed {
@@ -59,7 +66,7 @@ impl Reader {
                 Routed::Taken
             }
             None => {
-                if buf.first() != Some(&1) || !self.channels.contains_key(&ch) {
+                if !may_need_leader(frame_method(buf)) || !self.channels.contains_key(&ch) {
                     return Routed::Local;
                 }
                 let Some(leader) = fwd.forward_to() else {
