@@ -281,11 +281,12 @@ async fn s_clu_73_a_followers_consumer_gets_relayed_deliveries() {
 }
 
 /// S-CLU-74, S-CLU-6: the leader stops while a consumer on follower 2 holds three unacked
-/// deliveries: its forwarded channel is closed with 541 saying why, the client's connection to
-/// the follower stays open, and once a new leader took over, a consumer on a new channel of the
-/// same connection gets every message, the three delivered ones with `redelivered` set.
+/// deliveries: the client (lapin announces `consumer_cancel_notify`) gets `basic.cancel`, its
+/// channels and connection stay open; once a new leader took over, a consumer on the same
+/// channel gets every message, the three delivered ones with `redelivered` set, and the
+/// publishing channel's next publish is confirmed with its own sequence number going on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s_clu_74_leader_loss_closes_forwarded_channels_and_unacked_come_back() {
+async fn s_clu_74_leader_loss_cancels_forwarded_consumers_and_unacked_come_back() {
     let mut cluster = Cluster::start_forwarding(3).await;
     let (conn, ch) = cluster.channel(2).await;
     within(ch.confirm_select(ConfirmSelectOptions::default()))
@@ -297,7 +298,7 @@ async fn s_clu_74_leader_loss_closes_forwarded_channels_and_unacked_come_back() 
     for i in 0..5 {
         assert!(publish(&ch, "", "qq", &format!("m{i}")).await);
     }
-    let (_conn3, consuming) = cluster.channel(2).await;
+    let consuming = conn.create_channel().await.unwrap();
     within(consuming.basic_qos(3, BasicQosOptions::default()))
         .await
         .unwrap();
@@ -318,26 +319,22 @@ async fn s_clu_74_leader_loss_closes_forwarded_channels_and_unacked_come_back() 
     cluster.wait_applied(2, 1).await;
     cluster.wait_applied(3, 1).await;
     cluster.stop(1).await;
-    // The forwarded channels are closed towards their clients, with the reason: the
-    // consumer's stream ends with it.
-    let closed = within(consumer.next()).await;
-    let closed = closed.expect("an error").unwrap_err();
-    assert_eq!(reply_code(&closed), Some(541), "{closed:?}");
+    // The consumer is cancelled (its stream ends); the channels stay open.
+    let ended = within(consumer.next()).await;
+    assert!(ended.is_none(), "the consumer was cancelled: {ended:?}");
     assert!(
-        reply_text(&closed).contains("leader"),
-        "{}",
-        reply_text(&closed)
+        consuming.status().connected(),
+        "the consumer's channel stays open"
     );
     assert!(
-        !ch.status().connected(),
-        "the publishing channel was closed too"
+        ch.status().connected(),
+        "the publisher's channel stays open"
     );
     assert!(conn.status().connected(), "the connection survives");
     let leader = cluster.new_leader(1, 2).await;
     cluster.wait_applied(2, leader).await;
-    // The connection survived: a new channel consumes from the new leader.
-    let fresh = conn.create_channel().await.unwrap();
-    let mut again = within(fresh.basic_consume(
+    // The same channel consumes from the new leader.
+    let mut again = within(consuming.basic_consume(
         "qq".into(),
         "again".into(),
         BasicConsumeOptions::default(),
@@ -355,5 +352,9 @@ async fn s_clu_74_leader_loss_closes_forwarded_channels_and_unacked_come_back() 
         );
         within(d.ack(BasicAckOptions::default())).await.unwrap();
     }
+    // The publisher's channel goes on: its sixth publish is confirmed as the sixth.
+    assert!(publish(&ch, "", "qq", "after").await);
+    let d = within(again.next()).await.unwrap().unwrap();
+    assert_eq!(d.data, b"after");
     cluster.shutdown().await;
 }

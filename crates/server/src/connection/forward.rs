@@ -111,6 +111,13 @@ struct Remote {
     swallow: u32,
     /// Added to the leader's publisher-confirm sequence numbers.
     confirm_offset: u64,
+    /// In confirm mode: publishes sent on, and the highest (leader's) sequence number the
+    /// leader confirmed (it confirms in order).
+    confirm: bool,
+    published: u64,
+    confirmed: u64,
+    /// The tags of the channel's consumers on the leader.
+    consumers: Vec<String>,
 }
 
 #[derive(Debug, Default)]
@@ -128,6 +135,21 @@ pub(super) struct Relayed {
     channel_max: u16,
     next: u16,
     outbox: Arc<Outbox>,
+    loss: Arc<Loss>,
+}
+
+/// What the end of a relay does to the client's moved channels (S-CLU-74).
+pub(super) struct Loss {
+    /// The client announced `consumer_cancel_notify`: its channels come back to this node
+    /// (consumers cancelled, unconfirmed publishes nacked) instead of being closed.
+    pub(super) cancel_notify: bool,
+    /// The broker task, which takes a channel back.
+    pub(super) core: tokio::sync::mpsc::Sender<crate::core::CoreMsg>,
+    /// The client's connection.
+    pub(super) conn: u64,
+    /// Set once the end of the relay was dealt with (every moved channel taken back or
+    /// closed): the reader waits for it before it routes a frame of a relay that ended.
+    pub(super) settled: tokio::sync::watch::Sender<bool>,
 }
 
 impl Drop for Relayed {
@@ -157,6 +179,7 @@ impl ForwardCtx {
         leader: NodeId,
         login: &Login<'_>,
         outbox: Arc<Outbox>,
+        loss: Loss,
     ) -> Result<Relayed, String> {
         let opening = async {
             let mut stream = self.relay.open(leader).await?;
@@ -168,11 +191,13 @@ impl ForwardCtx {
             .map_err(|_| format!("opening a relay to member {leader} timed out"))??;
         let (down, up) = tokio::io::split(stream);
         let shared = Arc::new(Mutex::new(Shared::default()));
+        let loss = Arc::new(loss);
         let task = tokio::spawn(downstream(
             down,
             Arc::clone(&shared),
             Arc::clone(&outbox),
             frame_max,
+            Arc::clone(&loss),
         ));
         Ok(Relayed {
             up,
@@ -181,6 +206,7 @@ impl ForwardCtx {
             channel_max: channel_max.max(1),
             next: 1,
             outbox,
+            loss,
         })
     }
 
@@ -273,6 +299,13 @@ impl Relayed {
         lock(&self.shared).lost
     }
 
+    /// Waits until the end of the relay was dealt with (S-CLU-74): each moved channel is then
+    /// this node's again, or closed here.
+    pub(super) async fn settled(&self) {
+        let mut settled = self.loss.settled.subscribe();
+        let _ = settled.wait_for(|s| *s).await;
+    }
+
     /// Forwards the client's channel `ch` from now on: opens a channel of the relay in the
     /// same state (confirm mode going on from `confirm_next`, the channel's `basic.qos`).
     pub(super) async fn attach(
@@ -303,6 +336,10 @@ impl Relayed {
                     client: Some(ch),
                     swallow: 1 + u32::from(qos.is_some()),
                     confirm_offset: confirm_next.map_or(0, |n| n.saturating_sub(1)),
+                    confirm: confirm_next.is_some(),
+                    published: 0,
+                    confirmed: 0,
+                    consumers: Vec::new(),
                 },
             );
             s.local.insert(ch, Local::Forwarded(rch));
@@ -325,6 +362,11 @@ impl Relayed {
 
     /// Sends a client's frame (whole, as read) on the relay's channel `rch`.
     pub(super) async fn forward(&mut self, rch: u16, frame: &mut [u8]) -> Result<(), String> {
+        match method_ids(frame) {
+            Some((60, 40)) => note(&self.shared, rch, |r| r.published += 1),
+            Some((85, 10)) => note(&self.shared, rch, |r| r.confirm = true),
+            _ => {}
+        }
         if let Some(c) = frame.get_mut(1..3) {
             c.copy_from_slice(&rch.to_be_bytes());
         }
@@ -333,7 +375,7 @@ impl Relayed {
 
     async fn write(&mut self, bytes: &[u8]) -> Result<(), String> {
         if let Err(e) = self.up.write_all(bytes).await {
-            lose(&self.shared, &self.outbox);
+            lose(&self.shared, &self.outbox, &self.loss).await;
             self.outbox.flush();
             return Err(e.to_string());
         }
@@ -377,13 +419,63 @@ impl Relayed {
     }
 }
 
-/// The relay ended (`why`): every forwarded channel is closed towards its client (S-CLU-74).
-fn lose(shared: &Mutex<Shared>, outbox: &Outbox) {
-    let mut s = lock(shared);
-    s.lost = true;
-    let remote = std::mem::take(&mut s.remote);
-    for ch in remote.values().filter_map(|r| r.client) {
-        s.local.insert(ch, Local::Closing);
+fn note(shared: &Mutex<Shared>, rch: u16, f: impl FnOnce(&mut Remote)) {
+    if let Some(r) = lock(shared).remote.get_mut(&rch) {
+        f(r);
+    }
+}
+
+/// The relay ended: every moved channel comes back to its client (S-CLU-74). A client that
+/// announced `consumer_cancel_notify` keeps its channels: each consumer gets `basic.cancel`,
+/// the publishes not confirmed a `basic.nack`, and the channel goes back to this node's broker
+/// (the next quorum queue method moves it again, to the new leader). Otherwise each is closed
+/// with 541.
+async fn lose(shared: &Mutex<Shared>, outbox: &Outbox, loss: &Loss) {
+    let moved: Vec<(u16, Remote)> = {
+        let mut s = lock(shared);
+        if s.lost {
+            // The first to see the end deals with it.
+            return;
+        }
+        s.lost = true;
+        let remote = std::mem::take(&mut s.remote);
+        remote
+            .into_values()
+            .filter_map(|r| Some((r.client?, r)))
+            .collect()
+    };
+    for (ch, r) in moved {
+        if loss.cancel_notify {
+            let (done, answer) = tokio::sync::oneshot::channel();
+            let confirm_next = r.confirm.then(|| r.confirm_offset + r.published + 1);
+            let back = crate::core::CoreMsg::Ops {
+                conn: loss.conn,
+                ops: vec![crate::core::ChanOp {
+                    channel: ch,
+                    op: crate::core::Op::TakeBack { confirm_next, done },
+                }],
+            };
+            if loss.core.send(back).await.is_ok() && answer.await.is_ok() {
+                for tag in &r.consumers {
+                    let cancel = AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel {
+                        consumer_tag: short(tag),
+                        nowait: true,
+                    }));
+                    outbox.send(|b| protocol::encode_method(b, ChannelId(ch), &cancel));
+                }
+                if r.confirm && r.published > r.confirmed {
+                    let nack = AMQPClass::Basic(basic::AMQPMethod::Nack(basic::Nack {
+                        delivery_tag: r.confirm_offset + r.published,
+                        multiple: true,
+                        requeue: false,
+                    }));
+                    outbox.send(|b| protocol::encode_method(b, ChannelId(ch), &nack));
+                }
+                lock(shared).local.remove(&ch);
+                continue;
+            }
+        }
+        lock(shared).local.insert(ch, Local::Closing);
         let close = AMQPClass::Channel(channel::AMQPMethod::Close(channel::Close {
             reply_code: reply_code::INTERNAL_ERROR,
             reply_text: short(RELAY_LOST),
@@ -392,6 +484,7 @@ fn lose(shared: &Mutex<Shared>, outbox: &Outbox) {
         }));
         outbox.send(|b| protocol::encode_method(b, ChannelId(ch), &close));
     }
+    loss.settled.send_replace(true);
 }
 
 /// The length of the whole frame at the front of `buf`, once it is all there.
@@ -414,6 +507,13 @@ fn method_ids(frame: &[u8]) -> Option<(u16, u16)> {
     ))
 }
 
+/// The consumer tag a `basic.consume-ok`, `basic.cancel` or `basic.cancel-ok` frame starts with.
+fn consumer_tag(frame: &[u8]) -> Option<String> {
+    let len = usize::from(*frame.get(11)?);
+    let tag = frame.get(12..12 + len)?;
+    Some(String::from_utf8_lossy(tag).into_owned())
+}
+
 /// `channel.close-ok`.
 pub(super) const CHANNEL_CLOSE_OK: (u16, u16) = (20, 41);
 /// `channel.close`.
@@ -431,6 +531,7 @@ async fn downstream(
     shared: Arc<Mutex<Shared>>,
     outbox: Arc<Outbox>,
     frame_max: u32,
+    loss: Arc<Loss>,
 ) {
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let why = 'read: loop {
@@ -463,7 +564,7 @@ async fn downstream(
         }
     };
     debug!(reason = %why, "relay to the quorum queues' leader ended");
-    lose(&shared, &outbox);
+    lose(&shared, &outbox, &loss).await;
     outbox.flush();
 }
 
@@ -491,13 +592,24 @@ fn pass(shared: &Mutex<Shared>, outbox: &Outbox, frame: &mut BytesMut) {
     }
     // basic.ack / basic.nack to a publisher: the client's sequence numbers.
     if matches!(ids, Some((60, 80 | 120)))
-        && r.confirm_offset > 0
         && let Some(tag) = frame.get_mut(11..19)
     {
         let mut raw = [0u8; 8];
         raw.copy_from_slice(tag);
-        let n = u64::from_be_bytes(raw).saturating_add(r.confirm_offset);
+        let seq = u64::from_be_bytes(raw);
+        r.confirmed = r.confirmed.max(seq);
+        let n = seq.saturating_add(r.confirm_offset);
         tag.copy_from_slice(&n.to_be_bytes());
+    }
+    // The channel's consumers: consume-ok adds one; cancel-ok, or the leader's cancel, ends it.
+    if let Some((60, m @ (21 | 30 | 31))) = ids
+        && let Some(tag) = consumer_tag(frame)
+    {
+        if m == 21 {
+            r.consumers.push(tag);
+        } else {
+            r.consumers.retain(|t| *t != tag);
+        }
     }
     if ids == Some(CHANNEL_CLOSE_OK) {
         s.remote.remove(&rch);

@@ -54,6 +54,12 @@ impl Reader {
         if ch == 0 || !size_ok {
             return Routed::Local;
         }
+        if let Some(r) = self.relayed.as_ref()
+            && r.lost()
+        {
+            // Its moved channels are being taken back or closed: route by the outcome.
+            r.settled().await;
+        }
         match self.relayed.as_ref().and_then(|r| r.local(ch)) {
             Some(Local::Closing) => {
                 let frame = buf.split_to(len);
@@ -133,7 +139,16 @@ impl Reader {
                 frame_max: self.frame_max,
                 cancel_notify: self.cancel_notify,
             };
-            match fwd.open(leader, &login, Arc::clone(&self.outbox)).await {
+            let loss = super::forward::Loss {
+                cancel_notify: self.cancel_notify,
+                core: self.ctx.core.clone(),
+                conn: self.id,
+                settled: tokio::sync::watch::Sender::new(false),
+            };
+            match fwd
+                .open(leader, &login, Arc::clone(&self.outbox), loss)
+                .await
+            {
                 Ok(r) => {
                     info!(leader, "relaying quorum queue work to the group's leader");
                     self.relayed = Some(r);

@@ -125,6 +125,15 @@ pub enum Op {
         /// The member leading the group.
         leader: u64,
     },
+    /// S-CLU-74: a channel that had moved to the leader comes back (its relay ended; the
+    /// client announced `consumer_cancel_notify`): it is open again in this node's broker,
+    /// silently, in confirm mode from `confirm_next` when given. Answered once done.
+    TakeBack {
+        /// The next publish sequence number, in confirm mode.
+        confirm_next: Option<u64>,
+        /// The answer.
+        done: oneshot::Sender<()>,
+    },
     /// S-CLU-72: which classic queue of this node `probe` (on channel 0: the connection's
     /// vhost) uses, if any; answered once every operation sent before it is done.
     LocalUse {

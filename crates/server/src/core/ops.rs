@@ -122,6 +122,11 @@ impl Core {
             let _ = done.send(self.local_use(conn, &probe));
             return;
         }
+        if let Op::TakeBack { confirm_next, done } = op {
+            self.take_back(conn, ch, confirm_next);
+            let _ = done.send(());
+            return;
+        }
         if let Op::Fail(close, method) = &op
             && close.connection
         {
@@ -145,7 +150,11 @@ impl Core {
             return;
         }
         match op {
-            Op::Open | Op::CloseOk | Op::ClientClose | Op::LocalUse { .. } => {}
+            Op::Open
+            | Op::CloseOk
+            | Op::ClientClose
+            | Op::LocalUse { .. }
+            | Op::TakeBack { .. } => {}
             Op::Close => {
                 c.channels.remove(&ch);
                 self.close_channel_in_broker(conn, ch);

@@ -381,3 +381,34 @@ impl Core {
         }
     }
 }
+
+impl Core {
+    /// S-CLU-74: channel `ch`, which had moved to the leader, is this node's again: open in
+    /// the broker (no `open-ok`: the client's channel never closed), in confirm mode going on
+    /// from `confirm_next` when given.
+    pub(super) fn take_back(&mut self, conn: u64, ch: u16, confirm_next: Option<u64>) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.channels.contains_key(&ch) {
+            return;
+        }
+        c.channels.insert(
+            ch,
+            super::ChanState {
+                confirm_next,
+                ..super::ChanState::default()
+            },
+        );
+        let cmd = Command::ChannelOpen {
+            chan: wharf_broker::ChanRef::new(conn, ch),
+        };
+        match self.broker.handle(cmd, self.now()) {
+            Ok(out) => self.apply_outcome(out, Some((conn, ch))),
+            Err(e) => {
+                let close = crate::convert::broker_error_close(&e);
+                self.fail(conn, ch, &close, crate::methods::MethodId::CHANNEL_OPEN);
+            }
+        }
+    }
+}
