@@ -358,3 +358,45 @@ async fn s_clu_74_leader_loss_cancels_forwarded_consumers_and_unacked_come_back(
     assert_eq!(d.data, b"after");
     cluster.shutdown().await;
 }
+
+/// S-CLU-74: a client that did not announce `consumer_cancel_notify` (a raw client, no
+/// capabilities): when the leader stops, its moved channel is closed with 541 saying why; its
+/// connection goes on (another channel opens).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_clu_74_without_cancel_notify_a_moved_channel_closes_with_541() {
+    use amq_protocol::protocol::{AMQPClass, channel, queue};
+    let mut cluster = Cluster::start_forwarding(3).await;
+    let mut raw = crate::support::raw::Raw::open(cluster.addr(2), 0).await;
+    raw.open_channel(1).await;
+    let mut args = amq_protocol::types::FieldTable::default();
+    args.insert(
+        "x-queue-type".into(),
+        amq_protocol::types::AMQPValue::LongString("quorum".into()),
+    );
+    let declare = AMQPClass::Queue(queue::AMQPMethod::Declare(queue::Declare {
+        queue: "qq".into(),
+        passive: false,
+        durable: true,
+        exclusive: false,
+        auto_delete: false,
+        nowait: false,
+        arguments: args,
+    }));
+    raw.send_method(1, declare).await;
+    let ok = within(raw.method()).await;
+    assert!(
+        matches!(ok, AMQPClass::Queue(queue::AMQPMethod::DeclareOk(_))),
+        "{ok:?}"
+    );
+    cluster.stop(1).await;
+    let (code, text) = within(raw.expect_channel_close()).await;
+    assert_eq!(code, 541, "{text}");
+    assert!(text.contains("leader"), "{text}");
+    raw.send_method(
+        1,
+        AMQPClass::Channel(channel::AMQPMethod::CloseOk(channel::CloseOk {})),
+    )
+    .await;
+    within(raw.open_channel(2)).await;
+    cluster.shutdown().await;
+}

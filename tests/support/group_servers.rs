@@ -183,6 +183,11 @@ impl Cluster {
         })
     }
 
+    /// Node `id`'s AMQP address.
+    pub fn addr(&self, id: u64) -> std::net::SocketAddr {
+        self.server(id).local_addr()
+    }
+
     /// A lapin connection to node `id` and one channel on it.
     pub async fn channel(&self, id: u64) -> (Connection, Channel) {
         let conn =
