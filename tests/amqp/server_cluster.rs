@@ -28,7 +28,7 @@ async fn within<T>(fut: impl std::future::Future<Output = T>) -> T {
     crate::support::within(20, fut).await
 }
 
-fn durable() -> QueueDeclareOptions {
+pub(crate) fn durable() -> QueueDeclareOptions {
     QueueDeclareOptions {
         durable: true,
         ..QueueDeclareOptions::default()
@@ -36,7 +36,7 @@ fn durable() -> QueueDeclareOptions {
 }
 
 /// Arguments of a quorum queue, with a message TTL if given.
-fn quorum(ttl_ms: Option<i64>) -> FieldTable {
+pub(crate) fn quorum(ttl_ms: Option<i64>) -> FieldTable {
     let mut args = FieldTable::default();
     args.insert(
         "x-queue-type".into(),

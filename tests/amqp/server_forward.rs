@@ -13,32 +13,17 @@ use futures_lite::StreamExt;
 use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions,
     BasicPublishOptions, BasicQosOptions, BasicRejectOptions, ConfirmSelectOptions,
-    ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+    ExchangeDeclareOptions, QueueBindOptions,
 };
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, ExchangeKind};
 
+use crate::server_cluster::{durable, quorum};
 use crate::support::group_servers::Cluster;
 use crate::support::{ready_count, reply_code, reply_text};
 
 async fn within<T>(fut: impl std::future::Future<Output = T>) -> T {
     crate::support::within(20, fut).await
-}
-
-fn durable() -> QueueDeclareOptions {
-    QueueDeclareOptions {
-        durable: true,
-        ..QueueDeclareOptions::default()
-    }
-}
-
-fn quorum() -> FieldTable {
-    let mut args = FieldTable::default();
-    args.insert(
-        "x-queue-type".into(),
-        AMQPValue::LongString("quorum".into()),
-    );
-    args
 }
 
 /// Publishes `body` persistently to `exchange` with `key`; the confirm: true for an ack.
@@ -80,7 +65,7 @@ async fn s_clu_70_a_followers_client_publishes_with_confirms_and_gets() {
         .unwrap();
     assert!(publish(&ch, "", "mine", "local").await);
     // The quorum queue's declaration moves the channel to the leader (node 1).
-    let ok = within(ch.queue_declare("qq".into(), durable(), quorum()))
+    let ok = within(ch.queue_declare("qq".into(), durable(), quorum(None)))
         .await
         .unwrap();
     assert_eq!(ok.message_count(), 0);
@@ -128,17 +113,7 @@ async fn s_clu_70_a_followers_client_publishes_with_confirms_and_gets() {
     }
     // A passive declare from a fresh channel of the follower: the leader's count.
     let (_conn2, ch2) = cluster.channel(2).await;
-    let passive = within(ch2.queue_declare(
-        "qq".into(),
-        QueueDeclareOptions {
-            passive: true,
-            ..QueueDeclareOptions::default()
-        },
-        FieldTable::default(),
-    ))
-    .await
-    .unwrap();
-    assert_eq!(passive.message_count(), 11);
+    assert_eq!(ready_count(&ch2, "qq").await, 11);
     // basic.get from the follower: ack, nack with requeue, reject without.
     let first = get(&ch2, "qq").await.expect("m0");
     assert_eq!(first.delivery.data, b"m0");
@@ -186,7 +161,7 @@ async fn s_clu_72_a_forwarded_channel_refuses_a_classic_queue() {
     within(ch.queue_declare("mine".into(), durable(), FieldTable::default()))
         .await
         .unwrap();
-    within(ch.queue_declare("qq".into(), durable(), quorum()))
+    within(ch.queue_declare("qq".into(), durable(), quorum(None)))
         .await
         .unwrap();
     let err = within(ch.basic_get("mine".into(), BasicGetOptions::default()))
@@ -230,7 +205,7 @@ async fn s_clu_73_a_followers_consumer_gets_relayed_deliveries() {
     within(lch.confirm_select(ConfirmSelectOptions::default()))
         .await
         .unwrap();
-    within(lch.queue_declare("qq".into(), durable(), quorum()))
+    within(lch.queue_declare("qq".into(), durable(), quorum(None)))
         .await
         .unwrap();
     for i in 0..6 {
@@ -292,7 +267,7 @@ async fn s_clu_74_leader_loss_cancels_forwarded_consumers_and_unacked_come_back(
     within(ch.confirm_select(ConfirmSelectOptions::default()))
         .await
         .unwrap();
-    within(ch.queue_declare("qq".into(), durable(), quorum()))
+    within(ch.queue_declare("qq".into(), durable(), quorum(None)))
         .await
         .unwrap();
     for i in 0..5 {

@@ -731,18 +731,5 @@ async fn s_clu_70_a_followers_client_publishes_and_consumes_through_the_leader()
     }
     let more = tokio::time::timeout(Duration::from_millis(300), consumer.next()).await;
     assert!(more.is_err(), "a delivery after the last: {more:?}");
-    let left = within(
-        20,
-        ch.queue_declare(
-            "qq".into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..durable()
-            },
-            FieldTable::default(),
-        ),
-    )
-    .await
-    .unwrap();
-    assert_eq!(left.message_count(), 0);
+    assert_eq!(crate::support::ready_count(&ch, "qq").await, 0);
 }

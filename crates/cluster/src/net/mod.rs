@@ -59,15 +59,7 @@ impl Forward for LinkForward {
         group: u64,
         proposal: &Proposal,
     ) -> Result<LogId, ForwardError> {
-        let addr = {
-            let m = self.raft.metrics();
-            let m = m.borrow();
-            m.membership_config
-                .membership()
-                .get_node(&leader)
-                .map(|n| n.addr.clone())
-        };
-        let Some(addr) = addr else {
+        let Some(addr) = member_addr(&self.raft, leader) else {
             return Err(ForwardError::NotLeader(None));
         };
         let body = wire::propose(proposal).map_err(|e| ForwardError::Refused(e.to_string()))?;
@@ -96,6 +88,16 @@ impl Forward for LinkForward {
             Err(e @ CallError::Unreachable { .. }) => Err(ForwardError::Unreachable(e.to_string())),
         }
     }
+}
+
+/// Member `member`'s cluster address, as the membership of `raft`'s group names it.
+fn member_addr(raft: &crate::types::Raft, member: NodeId) -> Option<String> {
+    let m = raft.metrics();
+    let m = m.borrow();
+    m.membership_config
+        .membership()
+        .get_node(&member)
+        .map(|n| n.addr.clone())
 }
 
 /// How long openraft waits before it calls an unreachable peer again.

@@ -172,14 +172,7 @@ impl Relay for LinkRelay {
     }
 
     fn open(&self, member: NodeId) -> Opening {
-        let addr = {
-            let m = self.raft.metrics();
-            let m = m.borrow();
-            m.membership_config
-                .membership()
-                .get_node(&member)
-                .map(|n| n.addr.clone())
-        };
+        let addr = super::member_addr(&self.raft, member);
         let peers = Arc::clone(&self.peers);
         Box::pin(async move {
             let addr = addr.ok_or_else(|| format!("member {member} has no address"))?;
