@@ -5,7 +5,7 @@
 //! stream is the server's business; this crate only carries the bytes.
 //!
 //! A [`Relay`] is one member's way to the others: in a node, over the cluster link
-//! (`net::LinkRelay`, CLUSTER-WIRE.md `RelayOpen`..`RelayClose`); in one process, directly
+//! (`net::LinkRelay`, docs/CLUSTER-WIRE.md `RelayOpen`..`RelayClose`); in one process, directly
 //! ([`LocalRelays`], for tests on the in-memory network).
 
 use std::collections::HashMap;

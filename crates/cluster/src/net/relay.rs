@@ -191,14 +191,14 @@ impl Relay for LinkRelay {
     }
 }
 
-/// A `RelayPush` body: `session`, then `bytes` (CLUSTER-WIRE.md).
+/// A `RelayPush` body: `session`, then `bytes` (docs/CLUSTER-WIRE.md).
 pub fn relay_push(session: u64, bytes: &[u8]) -> Vec<u8> {
     let mut body = session.to_le_bytes().to_vec();
     body.extend_from_slice(bytes);
     body
 }
 
-/// A `RelayPull` body: `session`, then `max` (CLUSTER-WIRE.md).
+/// A `RelayPull` body: `session`, then `max` (docs/CLUSTER-WIRE.md).
 pub fn relay_pull(session: u64, max: u32) -> Vec<u8> {
     let mut body = session.to_le_bytes().to_vec();
     body.extend_from_slice(&max.to_le_bytes());

@@ -465,9 +465,7 @@ impl Reader {
                 buf.clear();
                 return;
             }
-            if self.phase == Phase::Running
-                && let relaying::Routed::Taken = self.route(buf).await
-            {
+            if self.phase == Phase::Running && self.route(buf).await {
                 continue;
             }
             match protocol::decode(buf, self.frame_max) {

@@ -20,14 +20,6 @@ use crate::methods::{MethodId, Scope};
 use wharf_broker::{ChanRef, ConnId};
 use wharf_protocol::{self as protocol, ChannelId, Frame, reply_code};
 
-/// Where the frame at the front of the buffer went.
-pub(super) enum Routed {
-    /// Taken from the buffer: forwarded, or dropped on a channel closed here.
-    Taken,
-    /// This node's: decode it as always.
-    Local,
-}
-
 /// Whether a method frame with these ids may need a quorum queue (S-CLU-70): a queue's
 /// declare, bind, purge, delete or unbind, a consume, a publish or a get. Every other frame
 /// (acks above all) is this node's without a look at its body.
@@ -36,23 +28,25 @@ fn may_need_leader(ids: Option<(u16, u16)>) -> bool {
 }
 
 impl Reader {
-    /// Routes the frame at the front of `buf` (S-CLU-70).
-    pub(super) async fn route(&mut self, buf: &mut BytesMut) -> Routed {
+    /// Routes the frame at the front of `buf` (S-CLU-70): true when it was taken from the
+    /// buffer (forwarded, or dropped on a channel closed here), false when it is this node's
+    /// (decode it as always).
+    pub(super) async fn route(&mut self, buf: &mut BytesMut) -> bool {
         let Some(fwd) = self.ctx.forward.clone() else {
-            return Routed::Local;
+            return false;
         };
         let Some(len) = whole_frame(buf) else {
-            return Routed::Local;
+            return false;
         };
         let ch = match buf.get(1..3) {
             Some(&[a, b]) => u16::from_be_bytes([a, b]),
-            _ => return Routed::Local,
+            _ => return false,
         };
         let size_ok = u32::try_from(len).is_ok_and(|l| {
             l.saturating_sub(8) <= protocol::frame::payload_bytes_max(self.frame_max)
         });
         if ch == 0 || !size_ok {
-            return Routed::Local;
+            return false;
         }
         if let Some(r) = self.relayed.as_ref()
             && r.lost()
@@ -64,33 +58,33 @@ impl Reader {
             Some(Local::Closing) => {
                 let frame = buf.split_to(len);
                 self.while_closed_here(ch, &frame);
-                Routed::Taken
+                true
             }
             Some(Local::Forwarded(rch)) => {
                 let frame = buf.split_to(len);
                 self.forward_frame(&fwd, ch, rch, frame).await;
-                Routed::Taken
+                true
             }
             None => {
                 if !may_need_leader(frame_method(buf)) || !self.channels.contains_key(&ch) {
-                    return Routed::Local;
+                    return false;
                 }
                 let Some(leader) = fwd.forward_to() else {
-                    return Routed::Local;
+                    return false;
                 };
                 let mut copy = BytesMut::from(buf.get(..len).unwrap_or_default());
                 let Ok(Some(Frame::Method(_, m))) = protocol::decode(&mut copy, self.frame_max)
                 else {
-                    return Routed::Local;
+                    return false;
                 };
                 let Some(queue) = fwd.method_needs(&self.vhost, &m, &self.scope(ch)) else {
-                    return Routed::Local;
+                    return false;
                 };
                 if !self
                     .start_forward(&fwd, leader, ch, MethodId::of(&m), queue)
                     .await
                 {
-                    return Routed::Local;
+                    return false;
                 }
                 let frame = buf.split_to(len);
                 // Unless the relay broke while the channel moved (it was closed towards the
@@ -99,7 +93,7 @@ impl Reader {
                 {
                     self.forward_frame(&fwd, ch, rch, frame).await;
                 }
-                Routed::Taken
+                true
             }
         }
     }
