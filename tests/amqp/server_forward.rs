@@ -170,7 +170,9 @@ async fn s_clu_72_a_forwarded_channel_refuses_a_classic_queue() {
     assert_eq!(reply_code(&err), Some(406), "{err:?}");
     let text = reply_text(&err);
     assert!(text.contains("'mine'") && text.contains("node 1"), "{text}");
-    // S-CLU-71: a channel holding a classic queue's consumer does not move.
+    // S-CLU-71: a channel holding a classic queue's consumer does not move (once the
+    // follower's committed state knows the quorum queue, S-CLU-70).
+    cluster.wait_applied(2, 1).await;
     let other = conn.create_channel().await.unwrap();
     let _consumer = within(other.basic_consume(
         "mine".into(),
@@ -273,6 +275,7 @@ async fn s_clu_74_leader_loss_cancels_forwarded_consumers_and_unacked_come_back(
     for i in 0..5 {
         assert!(publish(&ch, "", "qq", &format!("m{i}")).await);
     }
+    cluster.wait_applied(2, 1).await;
     let consuming = conn.create_channel().await.unwrap();
     within(consuming.basic_qos(3, BasicQosOptions::default()))
         .await
