@@ -708,6 +708,9 @@ async fn s_clu_70_a_followers_client_publishes_and_consumes_through_the_leader()
     for confirm in confirms {
         assert!(within(20, confirm).await.unwrap().is_ack(), "confirmed");
     }
+    // A fresh channel moves once the follower's committed state knows the queue (S-CLU-70).
+    let last = c.view(leader, QUEUES).unwrap().last_log.unwrap();
+    applied_everywhere(&c, &[follower], last).await;
     let consuming = within(20, conn.create_channel()).await.unwrap();
     within(20, consuming.basic_qos(20, BasicQosOptions::default()))
         .await
