@@ -258,8 +258,9 @@ async fn s_clu_73_a_followers_consumer_gets_relayed_deliveries() {
 }
 
 /// S-CLU-74, S-CLU-6: the leader stops while a consumer on follower 2 holds three unacked
-/// deliveries: the client (lapin announces `consumer_cancel_notify`) gets `basic.cancel`, its
-/// channels and connection stay open; once a new leader took over, a consumer on the same
+/// deliveries and a publish waits for a confirm the leader cannot give (its followers cut
+/// off): the client (lapin announces `consumer_cancel_notify`) gets `basic.cancel` and a
+/// `basic.nack` for the publish, its channels and connection stay open; once a new leader took over, a consumer on the same
 /// channel gets every message, the three delivered ones with `redelivered` set, and the
 /// publishing channel's next publish is confirmed with its own sequence number going on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -296,7 +297,29 @@ async fn s_clu_74_leader_loss_cancels_forwarded_consumers_and_unacked_come_back(
     // have them before the leader stops.
     cluster.wait_applied(2, 1).await;
     cluster.wait_applied(3, 1).await;
+    // A publish the leader cannot commit (its followers cut off): no confirm yet.
+    cluster.router.isolate(2);
+    cluster.router.isolate(3);
+    let held = within(ch.basic_publish(
+        "".into(),
+        "qq".into(),
+        BasicPublishOptions::default(),
+        b"held",
+        BasicProperties::default().with_delivery_mode(2),
+    ))
+    .await
+    .unwrap();
+    let mut held = Box::pin(held);
+    let early = tokio::time::timeout(std::time::Duration::from_millis(300), &mut held).await;
+    assert!(early.is_err(), "confirmed without a majority: {early:?}");
     cluster.stop(1).await;
+    cluster.router.heal(2);
+    cluster.router.heal(3);
+    // Never committed, and now never will be: nacked, not left hanging.
+    assert!(
+        within(held).await.unwrap().is_nack(),
+        "the unconfirmed publish is nacked"
+    );
     // The consumer is cancelled (its stream ends); the channels stay open.
     let ended = within(consumer.next()).await;
     assert!(ended.is_none(), "the consumer was cancelled: {ended:?}");
@@ -330,7 +353,7 @@ async fn s_clu_74_leader_loss_cancels_forwarded_consumers_and_unacked_come_back(
         );
         within(d.ack(BasicAckOptions::default())).await.unwrap();
     }
-    // The publisher's channel goes on: its sixth publish is confirmed as the sixth.
+    // The publisher's channel goes on: its seventh publish is confirmed as the seventh.
     assert!(publish(&ch, "", "qq", "after").await);
     let d = within(again.next()).await.unwrap().unwrap();
     assert_eq!(d.data, b"after");
