@@ -64,6 +64,11 @@ struct Args {
     /// `--cluster-listen`].
     #[arg(long, env = "WHARF_CLUSTER_ID")]
     cluster_id: Option<u64>,
+    /// Forward a client's quorum queue work to the group's leader over the cluster link
+    /// (S-CLU-70); `false`: a node that does not lead refuses it with 405 naming the leader
+    /// (S-CLU-11) [default: true].
+    #[arg(long, env = "WHARF_CLUSTER_FORWARD")]
+    cluster_forward: Option<bool>,
     /// Configuration file (TOML): users, vhosts, TLS files, and every setting above.
     #[arg(long, env = "WHARF_CONFIG")]
     config: Option<PathBuf>,
@@ -119,6 +124,7 @@ fn load(args: Args) -> anyhow::Result<Config> {
         cluster_listen: args.cluster_listen,
         cluster_seeds: args.cluster_seeds,
         cluster_id: args.cluster_id,
+        cluster_forward: args.cluster_forward,
     };
     let origin = args
         .config
@@ -175,6 +181,12 @@ async fn run(config: Config, test: &test_mode::TestArgs, salvage: bool) -> anyho
     let node = start_cluster(&config).await?;
     if let Some(cluster) = &node {
         server_config.cluster = Some(cluster.group.clone());
+        // S-CLU-70: clients' quorum queue work goes to the leader's server over the link.
+        server_config.relay = config.cluster_forward.then(|| {
+            wharf_server::RelayHandle(std::sync::Arc::new(
+                cluster.node.relay(cluster.group.raft.clone()),
+            ))
+        });
         // Named before the start line, so a `cluster_status` run after it finds it.
         let advertiser = cluster.node.clone();
         server_config.on_listening = Some(wharf_server::ListeningHook(std::sync::Arc::new(

@@ -20,6 +20,7 @@ mod server_consumers;
 mod server_door;
 mod server_errors;
 mod server_flow;
+mod server_forward;
 mod server_paging;
 mod server_priority;
 mod server_publisher_flow;

@@ -28,7 +28,7 @@ async fn within<T>(fut: impl std::future::Future<Output = T>) -> T {
     crate::support::within(20, fut).await
 }
 
-fn durable() -> QueueDeclareOptions {
+pub(crate) fn durable() -> QueueDeclareOptions {
     QueueDeclareOptions {
         durable: true,
         ..QueueDeclareOptions::default()
@@ -36,7 +36,7 @@ fn durable() -> QueueDeclareOptions {
 }
 
 /// Arguments of a quorum queue, with a message TTL if given.
-fn quorum(ttl_ms: Option<i64>) -> FieldTable {
+pub(crate) fn quorum(ttl_ms: Option<i64>) -> FieldTable {
     let mut args = FieldTable::default();
     args.insert(
         "x-queue-type".into(),
@@ -203,7 +203,7 @@ async fn s_clu_6_a_new_leader_has_every_confirmed_message_and_redelivers_the_una
         reply_text(&err),
         format!(
             "RESOURCE_LOCKED - quorum queue 'qq' in vhost '/' is led by node {leader}, not this \
-             node; connect to its leader (forwarding between nodes is not supported yet)"
+             node, which cannot forward to it now; connect to its leader"
         )
     );
     // S-CLU-11 on the management path: an operator's quorum queue declare on the follower is

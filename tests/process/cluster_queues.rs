@@ -670,3 +670,69 @@ async fn readme_three_nodes_on_one_machine() {
     assert_eq!(url, url_of(&amqp));
     publish_confirmed(&ch, "orders", b"order-1").await;
 }
+
+/// S-CLU-70, S-CLU-73, S-CLU-1: three `wharf` processes forwarding over the cluster link (their
+/// default); a client of a follower declares a quorum queue, publishes 200 messages with
+/// confirms (every one acked) and consumes them through the same node with a prefetch of 20,
+/// each exactly once, in publish order, none redelivered; nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_clu_70_a_followers_client_publishes_and_consumes_through_the_leader() {
+    let c = Cluster::start_forwarding(3).await;
+    let (leader, _) = c.leader(QUEUES, &[], 0, WAIT).await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let conn = connect(&c.url(follower)).await;
+    let ch = within(20, conn.create_channel()).await.unwrap();
+    within(20, ch.confirm_select(ConfirmSelectOptions::default()))
+        .await
+        .unwrap();
+    within(20, ch.queue_declare("qq".into(), durable(), quorum()))
+        .await
+        .unwrap();
+    let sent = bodies("m", 200);
+    let mut confirms = Vec::new();
+    for body in &sent {
+        let confirm = within(
+            20,
+            ch.basic_publish(
+                "".into(),
+                "qq".into(),
+                BasicPublishOptions::default(),
+                body.as_bytes(),
+                BasicProperties::default().with_delivery_mode(2),
+            ),
+        )
+        .await
+        .unwrap();
+        confirms.push(confirm);
+    }
+    for confirm in confirms {
+        assert!(within(20, confirm).await.unwrap().is_ack(), "confirmed");
+    }
+    // A fresh channel moves once the follower's committed state knows the queue (S-CLU-70).
+    let last = c.view(leader, QUEUES).unwrap().last_log.unwrap();
+    applied_everywhere(&c, &[follower], last).await;
+    let consuming = within(20, conn.create_channel()).await.unwrap();
+    within(20, consuming.basic_qos(20, BasicQosOptions::default()))
+        .await
+        .unwrap();
+    let mut consumer = within(
+        20,
+        consuming.basic_consume(
+            "qq".into(),
+            "relayed".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        ),
+    )
+    .await
+    .unwrap();
+    for body in &sent {
+        let d = within(20, consumer.next()).await.unwrap().unwrap();
+        assert_eq!(String::from_utf8_lossy(&d.data), *body);
+        assert!(!d.redelivered, "{body} delivered once");
+        within(20, d.ack(BasicAckOptions::default())).await.unwrap();
+    }
+    let more = tokio::time::timeout(Duration::from_millis(300), consumer.next()).await;
+    assert!(more.is_err(), "a delivery after the last: {more:?}");
+    assert_eq!(crate::support::ready_count(&ch, "qq").await, 0);
+}

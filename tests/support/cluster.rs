@@ -48,6 +48,9 @@ pub struct Cluster {
     seeds: String,
     nodes: Vec<Option<Broker>>,
     paused: Vec<bool>,
+    /// Nodes forward clients' quorum queue work to the leader (S-CLU-70); off by default here,
+    /// so a follower refuses it with 405 naming the leader (S-CLU-11, S-CLU-13).
+    forward: bool,
 }
 
 impl Cluster {
@@ -55,6 +58,15 @@ impl Cluster {
     /// other before they serve, S-CLU-20), and waits for each one's start line.
     pub async fn start(n: usize) -> Cluster {
         let mut c = Cluster::prepare(n).await;
+        c.start_all();
+        c
+    }
+
+    /// As [`Cluster::start`], the nodes forwarding their clients' quorum queue work to the
+    /// leader (S-CLU-70), as `wharf` does by default.
+    pub async fn start_forwarding(n: usize) -> Cluster {
+        let mut c = Cluster::prepare(n).await;
+        c.forward = true;
         c.start_all();
         c
     }
@@ -88,6 +100,7 @@ impl Cluster {
             seeds,
             nodes: (0..n).map(|_| None).collect(),
             paused: vec![false; n],
+            forward: false,
         }
     }
 
@@ -129,6 +142,8 @@ impl Cluster {
             self.seeds.clone(),
             "--cluster-id".to_owned(),
             id.to_string(),
+            "--cluster-forward".to_owned(),
+            self.forward.to_string(),
         ];
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let dir = self.dir_of(id);

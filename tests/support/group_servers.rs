@@ -12,8 +12,8 @@ use lapin::{Channel, Connection, ConnectionProperties};
 use tokio::sync::watch;
 use wharf_clock::ManualClock;
 use wharf_cluster::testing::{Router, initialize, realtime_config, start_member};
-use wharf_cluster::{Metrics, QueueGroup, Role};
-use wharf_server::{Server, ServerConfig, ServerHandle};
+use wharf_cluster::{LocalRelays, Metrics, QueueGroup, Role};
+use wharf_server::{RelayHandle, Server, ServerConfig, ServerHandle};
 
 use super::T0_MS;
 
@@ -48,7 +48,23 @@ impl Cluster {
     /// Starts `n` members, initializes the group on member 1, waits until it leads, then starts
     /// a server on each.
     pub async fn start(n: u64) -> Cluster {
+        Cluster::start_with(n, false).await
+    }
+
+    /// As [`Cluster::start`], each server forwarding its clients' quorum queue work to the
+    /// leader's server (S-CLU-70) through relays in this process, cut as the router cuts.
+    pub async fn start_forwarding(n: u64) -> Cluster {
+        Cluster::start_with(n, true).await
+    }
+
+    async fn start_with(n: u64, forwarding: bool) -> Cluster {
         let router = Router::new();
+        let relays = forwarding.then(|| {
+            let seen = Arc::clone(&router);
+            LocalRelays::new(Box::new(move |from, to| {
+                !seen.is_cut(from) && !seen.is_cut(to)
+            }))
+        });
         let ids: Vec<u64> = (1..=n).collect();
         let mut nodes = BTreeMap::new();
         for &id in &ids {
@@ -80,8 +96,9 @@ impl Cluster {
         initialize(&nodes[&1].group, &ids).await.unwrap();
         let mut cluster = Cluster { router, nodes };
         cluster.wait_leader(1).await;
-        for node in cluster.nodes.values_mut() {
+        for (id, node) in &mut cluster.nodes {
             let mut config = ServerConfig::new("127.0.0.1:0", node.dir.path().join("data"));
+            config.relay = relays.as_ref().map(|r| RelayHandle(r.member(*id)));
             config.clock = Arc::new(node.clock.clone());
             config.cluster = Some(node.group.clone());
             config.mgmt_bind = Some("127.0.0.1:0".to_owned());
@@ -164,6 +181,11 @@ impl Cluster {
                     .collect(),
             )
         })
+    }
+
+    /// Node `id`'s AMQP address.
+    pub fn addr(&self, id: u64) -> std::net::SocketAddr {
+        self.server(id).local_addr()
     }
 
     /// A lapin connection to node `id` and one channel on it.

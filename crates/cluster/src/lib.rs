@@ -22,6 +22,9 @@
 //!   definitions to the metadata group's committed ones (S-CLU-51).
 //! - `forward`: [`Proposer`], a member proposing through the group's leader ([`Forward`]),
 //!   each proposal applied once (S-CLU-50).
+//! - `relay`: [`Relay`], a member's byte streams to the other members' servers, for clients'
+//!   channels forwarded to the leader (S-CLU-70; over the link: `net::LinkRelay`; in one
+//!   process: [`LocalRelays`]).
 //! - `split`: [`Replicated`], which events of a batch go to the group, which stay local.
 //! - `net`: the cluster link between nodes (openraft's RPCs over TCP; a public namespace).
 //! - `incarnation`: a node's member id and the member file recording it (a public namespace).
@@ -34,8 +37,8 @@
 //!   figures and replication lag ([`GroupFigures`], [`NodeState`]).
 //! - `testing`: an in-memory network for members in one process (a public namespace).
 //!
-//! **Not built yet:** forwarding of clients' work, the server proposing its definitions to the
-//! metadata group and converging on it (`forward` and `definitions` are the parts built), and
+//! **Not built yet:** the server proposing its definitions to the metadata group and
+//! converging on it (`forward` and `definitions` are the parts built), and
 //! a group per queue: a server replicates every quorum queue through one group
 //! (`QueueGroup`).
 
@@ -51,6 +54,7 @@ pub mod net;
 mod node;
 mod peers;
 pub mod record;
+mod relay;
 pub mod snapshot;
 pub mod snapshot_file;
 mod split;
@@ -72,6 +76,7 @@ pub use node::{
     remote_remove_member, remote_status,
 };
 pub use peers::{PROBE_WAIT, Peers, Pending, SeedPeers, SharedPeers, node_name};
+pub use relay::{Door, LocalRelays, Opening, Reachable, Relay, RelayStream};
 pub use split::{Replicated, Split, is_quorum, shared_definitions};
 pub use state_machine::{Machine, MachineOpenError, MachineSnapshotBuilder, QueueStateMachine};
 pub use types::{

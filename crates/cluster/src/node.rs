@@ -591,6 +591,16 @@ impl Node {
         self.inner.groups.set_amqp(amqp.to_string());
     }
 
+    /// This node's relay to the servers of `raft`'s group's members, over the cluster link,
+    /// serving theirs here (S-CLU-70).
+    pub fn relay(&self, raft: Raft) -> crate::net::LinkRelay {
+        crate::net::LinkRelay::new(
+            raft,
+            Arc::clone(&self.inner.peers),
+            self.inner.groups.relays(),
+        )
+    }
+
     /// This node's view of every group it runs.
     pub fn status(&self) -> Vec<GroupStatus> {
         self.inner

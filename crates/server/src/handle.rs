@@ -49,6 +49,8 @@ pub struct ServerHandle {
     pub(crate) prometheus: Option<(SocketAddr, JoinHandle<()>)>,
     /// Connections without a socket ([`ServerHandle::connect_in_memory`]).
     pub(crate) door: connection::Door,
+    /// Connections other members relay here for their clients (S-CLU-70), when a member.
+    pub(crate) relay_door: Option<Arc<connection::Door>>,
 }
 
 impl ServerHandle {
@@ -186,6 +188,9 @@ impl ServerHandle {
         self.monitor_task.abort();
         let _ = self.stop_accepting.send(true);
         self.door.close();
+        if let Some(door) = &self.relay_door {
+            door.close();
+        }
         let _ = self.accept_task.await;
         for (_, task) in [self.mgmt.take(), self.prometheus.take()]
             .into_iter()

@@ -81,7 +81,7 @@ pub use counters::{MESSAGE_SIZE_BOUNDS, MessageCounters, QueueTypeCounters};
 pub use error::ServerError;
 pub use handle::ServerHandle;
 pub use metrics::MetricsSource;
-pub use server_config::{IoLatency, ListeningHook, ServerConfig};
+pub use server_config::{IoLatency, ListeningHook, RelayHandle, ServerConfig};
 pub use start::Server;
 pub use tls::{TlsError, TlsListener};
 pub use users::{User, Users};

@@ -109,10 +109,25 @@ pub struct ServerConfig {
     /// S-CLU-10): this node's handle on the group, built by whoever starts the node. `None`
     /// (the default): a single node, whose quorum queues live in its own log.
     pub cluster: Option<wharf_cluster::QueueGroup>,
+    /// With `cluster`: how this member reaches the other members' servers to forward a
+    /// client's quorum-queue work to the group's leader (S-CLU-70), and where the others'
+    /// forwarded connections come in. `None`: no forwarding (a follower refuses such work
+    /// with 405, S-CLU-11).
+    pub relay: Option<RelayHandle>,
     /// Told the first AMQP address once it is bound and before the start line ("wharf
     /// listening") is logged, so whoever reads the start line finds the address already
     /// published (a cluster node names it in its status, S-CLU-13). `None`: nobody is told.
     pub on_listening: Option<ListeningHook>,
+}
+
+/// A member's relay to the other members' servers (`ServerConfig::relay`, S-CLU-70).
+#[derive(Clone)]
+pub struct RelayHandle(pub Arc<dyn wharf_cluster::Relay>);
+
+impl std::fmt::Debug for RelayHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RelayHandle")
+    }
 }
 
 /// A callback given the server's AMQP address before its start line
@@ -169,6 +184,7 @@ impl ServerConfig {
             inline_store: false,
             inline_store_latency: None,
             cluster: None,
+            relay: None,
             on_listening: None,
         }
     }

@@ -88,17 +88,14 @@ impl Server {
         let (core_tx, core_task, core_done) = spawn_core(core);
         let (stop_accepting, stop_rx) = watch::channel(false);
         let (alive, connections_gone) = mpsc::channel(1);
-        let ctx = connection::ConnCtx {
-            core: core_tx.clone(),
-            users: registry.clone(),
-            next_id: Arc::new(AtomicU64::new(1)),
-            heartbeat_secs: config.heartbeat_secs,
+        let ctx = conn_ctx(
+            &config,
+            core_tx.clone(),
+            registry.clone(),
             alive,
-            alarm: alarms.watch(),
-            limits: connection::ConnLimits::from_config(&config),
-            open_connections: Arc::default(),
+            &alarms,
             spooler,
-        };
+        );
         let (tls_local_addr, tls_accept_task) = tls_listener
             .map(|(listener, addr, acceptor)| {
                 let loop_ = tls_accept_loop(listener, acceptor, ctx.clone(), stop_rx.clone());
@@ -107,6 +104,7 @@ impl Server {
             .unzip();
         let listeners = listeners.into_iter().map(|(l, _)| l).collect();
         let door = connection::Door::new(ctx.clone());
+        let relay_door = relay_door(&config, &ctx);
         let accept_task = tokio::spawn(accept_loops(listeners, ctx, stop_rx.clone()));
         let (monitor, monitor_task) = start_monitor(&config, log_health, alarms.clone());
         let metrics = metrics_source(&config, &core_tx, &alarms, (recovery_ms, started_at_ms));
@@ -144,6 +142,7 @@ impl Server {
             mgmt_tls_addr,
             prometheus,
             door,
+            relay_door,
         })
     }
 }
@@ -205,6 +204,44 @@ fn log_listening(
         salvaged_records = summary.salvaged_records,
         "wharf listening"
     );
+}
+
+/// What every connection of the server needs.
+fn conn_ctx(
+    config: &ServerConfig,
+    core: mpsc::Sender<CoreMsg>,
+    users: Arc<auth::UserRegistry>,
+    alive: mpsc::Sender<()>,
+    alarms: &alarm::Alarms,
+    spooler: Arc<connection::LogSpooler>,
+) -> connection::ConnCtx {
+    connection::ConnCtx {
+        core,
+        users,
+        next_id: Arc::new(AtomicU64::new(1)),
+        heartbeat_secs: config.heartbeat_secs,
+        alive,
+        alarm: alarms.watch(),
+        limits: connection::ConnLimits::from_config(config),
+        open_connections: Arc::default(),
+        spooler,
+        trusted: false,
+        forward: connection::ForwardCtx::of(config),
+    }
+}
+
+/// S-CLU-70: where the other members' relayed connections come in, when this server is a
+/// member with a relay: a door of its own whose connections skip the password check.
+fn relay_door(config: &ServerConfig, ctx: &connection::ConnCtx) -> Option<Arc<connection::Door>> {
+    let relay = config.relay.as_ref()?;
+    config.cluster.as_ref()?;
+    let mut trusted = ctx.clone();
+    trusted.trusted = true;
+    trusted.forward = None;
+    let door = Arc::new(connection::Door::new(trusted));
+    let serving = Arc::clone(&door);
+    relay.0.set_door(Arc::new(move || serving.open()));
+    Some(door)
 }
 
 /// The broker task over the recovered broker and store, with recovery's events logged, and

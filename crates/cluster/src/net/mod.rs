@@ -6,11 +6,13 @@
 //! - `frames`: reading and writing frames on a socket, bounded before parsing.
 //! - `client`: [`Peers`], the calling side (connect, reconnect, calls by id).
 //! - `serve`: [`serve`], the listener, and [`Groups`], where requests go.
+//! - `relay`: relayed streams to another node's server ([`LinkRelay`], S-CLU-70).
 //!
 //! [`TcpNetwork`] is openraft's network factory for one group on top of [`Peers`].
 
 mod client;
 mod frames;
+mod relay;
 mod serve;
 pub mod wire;
 
@@ -29,6 +31,7 @@ use openraft::raft::{
 
 pub use client::{CONNECT_TIMEOUT, CallError, Peers};
 pub use frames::read_frame;
+pub use relay::{CHUNK_BYTES, IDLE_MAX, LinkRelay, PULL_WAIT, Sessions, relay_pull, relay_push};
 pub use serve::{Admin, Groups, IN_FLIGHT_MAX, has_state, serve};
 
 use crate::forward::{Forward, ForwardError};
@@ -56,15 +59,7 @@ impl Forward for LinkForward {
         group: u64,
         proposal: &Proposal,
     ) -> Result<LogId, ForwardError> {
-        let addr = {
-            let m = self.raft.metrics();
-            let m = m.borrow();
-            m.membership_config
-                .membership()
-                .get_node(&leader)
-                .map(|n| n.addr.clone())
-        };
-        let Some(addr) = addr else {
+        let Some(addr) = member_addr(&self.raft, leader) else {
             return Err(ForwardError::NotLeader(None));
         };
         let body = wire::propose(proposal).map_err(|e| ForwardError::Refused(e.to_string()))?;
@@ -93,6 +88,16 @@ impl Forward for LinkForward {
             Err(e @ CallError::Unreachable { .. }) => Err(ForwardError::Unreachable(e.to_string())),
         }
     }
+}
+
+/// Member `member`'s cluster address, as the membership of `raft`'s group names it.
+fn member_addr(raft: &crate::types::Raft, member: NodeId) -> Option<String> {
+    let m = raft.metrics();
+    let m = m.borrow();
+    m.membership_config
+        .membership()
+        .get_node(&member)
+        .map(|n| n.addr.clone())
 }
 
 /// How long openraft waits before it calls an unreachable peer again.

@@ -43,6 +43,7 @@ pub struct Groups {
     /// This node's member id, [`wire::ANY_MEMBER`] until its incarnation is settled.
     member: Arc<AtomicU64>,
     admin: Arc<OnceLock<Admin>>,
+    relays: super::relay::Sessions,
 }
 
 impl Groups {
@@ -55,6 +56,7 @@ impl Groups {
             rafts: Arc::default(),
             member: Arc::new(AtomicU64::new(wire::ANY_MEMBER)),
             admin: Arc::default(),
+            relays: super::relay::Sessions::default(),
         }
     }
 
@@ -72,6 +74,11 @@ impl Groups {
     /// Membership requests go to `admin` (once; later calls are ignored).
     pub fn set_admin(&self, admin: Admin) {
         let _ = self.admin.set(admin);
+    }
+
+    /// The relayed streams this node serves (S-CLU-70).
+    pub fn relays(&self) -> super::relay::Sessions {
+        self.relays.clone()
     }
 
     /// The node's status text (`status.rs`).
@@ -242,6 +249,9 @@ async fn answer(header: Header, body: &[u8], groups: &Groups) -> Vec<u8> {
             };
         }
         Kind::Propose => return propose(raft, body).await,
+        Kind::RelayOpen | Kind::RelayPush | Kind::RelayPull | Kind::RelayClose => {
+            return groups.relays.answer(header.kind, body).await;
+        }
         _ => {}
     }
     // A Raft request for another incarnation of this node (its directory was wiped since), or
@@ -287,7 +297,11 @@ async fn answer(header: Header, body: &[u8], groups: &Groups) -> Vec<u8> {
         | Kind::Probe
         | Kind::AddMember
         | Kind::RemoveMember
-        | Kind::Propose => wire::failed(&Failure::BadRequest),
+        | Kind::Propose
+        | Kind::RelayOpen
+        | Kind::RelayPush
+        | Kind::RelayPull
+        | Kind::RelayClose => wire::failed(&Failure::BadRequest),
     }
 }
 

@@ -21,7 +21,7 @@ use crate::types::{Entry, LogId, NodeId, Proposal, TypeConfig};
 /// The first bytes a connecting member sends (then the version and its node id).
 pub const HELLO_MAGIC: [u8; 8] = *b"wharfnet";
 /// The link's version this build speaks.
-pub const WIRE_VERSION: u16 = 3;
+pub const WIRE_VERSION: u16 = 4;
 /// The largest frame accepted (the length field's value), checked before a byte of the body
 /// is read: room for one entry as large as the largest record, twice over.
 pub const FRAME_BYTES_MAX: usize = 2 * wharf_base::limits::RECORD_PAYLOAD_BYTES_MAX;
@@ -58,6 +58,14 @@ pub enum Kind {
     RemoveMember = 0x16,
     /// A proposal a member hands to the group's leader (S-CLU-50, `forward.rs`).
     Propose = 0x17,
+    /// Open a relayed stream to the receiver's server (S-CLU-70, `relay.rs`).
+    RelayOpen = 0x18,
+    /// Bytes for a relayed stream.
+    RelayPush = 0x19,
+    /// Bytes from a relayed stream (waits a while for some).
+    RelayPull = 0x1a,
+    /// End a relayed stream.
+    RelayClose = 0x1b,
     /// A reply (the request's id; status byte, then the body).
     Reply = 0x80,
 }
@@ -75,6 +83,10 @@ impl Kind {
             Kind::AddMember,
             Kind::RemoveMember,
             Kind::Propose,
+            Kind::RelayOpen,
+            Kind::RelayPush,
+            Kind::RelayPull,
+            Kind::RelayClose,
             Kind::Reply,
         ]
         .into_iter()

@@ -34,7 +34,7 @@ fn cluster_link_frames_match_the_documented_bytes() {
     let hello = wire::frame(Kind::Hello, 0, 0, wire::ANY_MEMBER, &wire::hello(2)).unwrap();
     assert_eq!(
         hex(&hello),
-        "2b000000 01 0000000000000000 0000000000000000 0000000000000000 77686172666e6574 0300 0200000000000000"
+        "2b000000 01 0000000000000000 0000000000000000 0000000000000000 77686172666e6574 0400 0200000000000000"
             .replace(' ', "")
     );
     let (header, body) = wire::split(&hello[4..]).unwrap();
@@ -44,7 +44,7 @@ fn cluster_link_frames_match_the_documented_bytes() {
     );
     assert_eq!(wire::decode_hello(body).unwrap(), 2);
     // A node of another build is refused at its hello, saying which side is older.
-    for (version, says) in [(2u16, "older"), (4, "newer")] {
+    for (version, says) in [(3u16, "older"), (5, "newer")] {
         let mut other = wire::hello(2);
         other[8..10].copy_from_slice(&version.to_le_bytes());
         let refused = wire::decode_hello(&other).unwrap_err().to_string();
@@ -75,6 +75,24 @@ fn cluster_link_frames_match_the_documented_bytes() {
         hex(&wire::failed(&Failure::NotLeader(Some(3)))),
         "01 07 0300000000000000".replace(' ', "")
     );
+    // S-CLU-70: a relayed stream's push (a protocol header on session 1) and pull bodies,
+    // and their kinds.
+    assert_eq!(
+        hex(&wharf_cluster::net::relay_push(1, b"AMQP\x00\x00\x09\x01")),
+        "0100000000000000 414d515000000901".replace(' ', "")
+    );
+    assert_eq!(
+        hex(&wharf_cluster::net::relay_pull(1, 256 * 1024)),
+        "0100000000000000 00000400".replace(' ', "")
+    );
+    let kinds = [
+        Kind::RelayOpen,
+        Kind::RelayPush,
+        Kind::RelayPull,
+        Kind::RelayClose,
+    ];
+    assert_eq!(kinds.map(|k| k as u8), [0x18, 0x19, 0x1a, 0x1b]);
+    assert_eq!(kinds.map(|k| Kind::from_byte(k as u8)), kinds.map(Some));
     let to_member = wire::frame(Kind::Vote, 5, 1, 3, &[]).unwrap();
     assert_eq!(
         hex(&to_member),

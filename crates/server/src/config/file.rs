@@ -89,6 +89,9 @@ pub struct FileConfig {
     /// This node's id (its position in `cluster_seeds`, from 1), when `cluster_listen` is not
     /// its seed address (behind a proxy).
     pub cluster_id: Option<u64>,
+    /// Forward clients' quorum queue work to the group's leader (S-CLU-70); `false`: refuse
+    /// it with 405 naming the leader (S-CLU-11). Default true.
+    pub cluster_forward: Option<bool>,
 }
 
 /// The `[tls]` table (AMQPS is served when both files are named), and the `[mgmt_tls]` table

@@ -46,6 +46,8 @@ pub struct Overrides {
     pub cluster_seeds: Option<String>,
     /// `--cluster-id`.
     pub cluster_id: Option<u64>,
+    /// `--cluster-forward`.
+    pub cluster_forward: Option<bool>,
 }
 
 /// The hosts to listen on, given or by default (S-NET-1): given ones are all required; the
@@ -147,6 +149,10 @@ pub fn merge(file: FileConfig, flags: Overrides) -> Result<Config, ConfigError> 
         cluster_listen: flags.cluster_listen.or(file.cluster_listen),
         cluster_seeds: flags.cluster_seeds.or(file.cluster_seeds),
         cluster_id: flags.cluster_id.or(file.cluster_id),
+        cluster_forward: flags
+            .cluster_forward
+            .or(file.cluster_forward)
+            .unwrap_or(true),
     };
     config.validate()?;
     Ok(config)

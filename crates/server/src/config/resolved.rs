@@ -82,6 +82,8 @@ pub struct Config {
     pub cluster_seeds: Option<String>,
     /// This node's id, when not its position of `cluster_listen` in `cluster_seeds`.
     pub cluster_id: Option<u64>,
+    /// Whether a member forwards clients' quorum queue work to the leader (S-CLU-70).
+    pub cluster_forward: bool,
 }
 
 impl Config {

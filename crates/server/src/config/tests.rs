@@ -635,3 +635,22 @@ fn cluster_keys_come_from_the_file_or_flags_and_go_together() {
     let e = merge(FileConfig::default(), alone).unwrap_err().to_string();
     assert!(e.contains("cluster_listen"), "{e}");
 }
+
+/// S-CLU-70: a member forwards by default; `cluster_forward = false` (or the flag) turns it
+/// off, the flag winning over the file.
+#[test]
+fn cluster_forward_is_on_unless_turned_off() {
+    let none = merge(FileConfig::parse("").unwrap(), Overrides::default()).unwrap();
+    assert!(none.cluster_forward);
+    let file = FileConfig::parse("cluster_forward = false\n").unwrap();
+    assert!(
+        !merge(file.clone(), Overrides::default())
+            .unwrap()
+            .cluster_forward
+    );
+    let flags = Overrides {
+        cluster_forward: Some(true),
+        ..Overrides::default()
+    };
+    assert!(merge(file, flags).unwrap().cluster_forward);
+}

@@ -19,9 +19,13 @@
 //! - `running.rs`: frames of an open connection: channel states, content assembly, methods
 //!   (converted in `crate::methods`), permission checks.
 //! - `admission.rs`: one place among `connection_max`.
+//! - `forward.rs`, `relaying.rs`: a channel forwarded to the quorum queues' leader through
+//!   the connection's relay (S-CLU-70..74), and the reader's routing of frames to it.
 
 mod admission;
+mod forward;
 mod handshake;
+mod relaying;
 mod running;
 mod spool;
 mod watchdog;
@@ -46,6 +50,7 @@ use crate::core::{ChanOp, CoreMsg, Op};
 use crate::methods::MethodId;
 use crate::outbox::{OUTBOX_HARD_BYTES, Outbox, WriterCtx, run_writer};
 use admission::Admission;
+pub use forward::ForwardCtx;
 pub(crate) use spool::LogSpooler;
 use watchdog::{Silence, Watchdog};
 use wharf_base::limits;
@@ -75,6 +80,11 @@ pub struct ConnCtx {
     pub open_connections: Arc<AtomicU32>,
     /// Where large bodies are written as they arrive (S-BIG-3).
     pub spooler: Arc<dyn wharf_protocol::BodySpooler>,
+    /// Connections from this context were opened by another member's server for its client
+    /// (S-CLU-70): the login is that member's, the password is not asked again.
+    pub trusted: bool,
+    /// In a cluster with forwarding: the group and the way to its leader (S-CLU-70).
+    pub forward: Option<ForwardCtx>,
 }
 
 /// The configured limits a connection applies (each at most its bound in `wharf_base::limits`).
@@ -156,6 +166,10 @@ struct Reader {
     registered: bool,
     /// Its place among `connection_max` open connections, once open.
     admission: Option<Admission>,
+    /// Its relay to the quorum queues' leader, once a channel was forwarded (S-CLU-70).
+    relayed: Option<forward::Relayed>,
+    /// Each channel's last `basic.qos`, for a channel moving to the leader.
+    qos: HashMap<u16, AMQPClass>,
 }
 
 /// A connection's read buffer starts this large (an idle connection holds little)...
@@ -271,6 +285,8 @@ where
             ops: Vec::new(),
             registered: false,
             admission: None,
+            relayed: None,
+            qos: HashMap::new(),
         };
         // S-OPS-4: RabbitMQ's lines, with its words.
         info!("accepting AMQP connection ({peer})");
@@ -448,6 +464,9 @@ impl Reader {
             if self.phase == Phase::Draining {
                 buf.clear();
                 return;
+            }
+            if self.phase == Phase::Running && self.route(buf).await {
+                continue;
             }
             match protocol::decode(buf, self.frame_max) {
                 Ok(Some(frame)) => self.on_frame(frame).await,

@@ -149,6 +149,7 @@ impl Reader {
     }
 
     pub(super) fn forget_channel(&mut self, ch: u16) {
+        self.qos.remove(&ch);
         if let Some(assembler) = self.channels.remove(&ch) {
             self.gathering_bytes = self
                 .gathering_bytes
@@ -226,6 +227,12 @@ impl Reader {
     /// channel operation or (once its permissions are checked) as a broker command.
     pub(super) fn on_method(&mut self, ch: u16, m: AMQPClass) {
         let id = MethodId::of(&m);
+        if self.ctx.forward.is_some()
+            && let AMQPClass::Basic(amq_protocol::protocol::basic::AMQPMethod::Qos(_)) = &m
+        {
+            // Kept for the channel's move to the leader (S-CLU-70).
+            self.qos.insert(ch, m.clone());
+        }
         let scope = methods::Scope {
             vhost: &self.vhost,
             chan: ChanRef::new(self.id, ch),

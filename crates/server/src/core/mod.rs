@@ -45,7 +45,7 @@ mod timings;
 mod void_guard;
 
 use member::DurableFuture;
-pub(crate) use msg::{ChanOp, CoreMsg, Op, OpenConn};
+pub(crate) use msg::{ChanOp, CoreMsg, Handoff, LocalUse, Op, OpenConn};
 pub use timings::CoreTimingsSnapshot;
 
 use std::collections::{HashMap, HashSet, VecDeque};

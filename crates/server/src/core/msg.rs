@@ -110,4 +110,57 @@ pub enum Op {
     /// `connection.close` from the client (channel 0): answered with `close-ok` after every
     /// operation sent before it.
     ClientClose,
+    /// S-CLU-71: the reader moves this channel to the quorum queues' leader (the method
+    /// `method` needs quorum queue `queue`, led by member `leader`). Answered, once every
+    /// operation sent before it is done, with the state the leader's channel goes on from
+    /// (the channel then leaves this node's broker), or `None` when the channel cannot move
+    /// (it is closed here with 406).
+    Handoff {
+        /// The answer.
+        done: oneshot::Sender<Option<Handoff>>,
+        /// The method that needs the leader.
+        method: MethodId,
+        /// The quorum queue it needs.
+        queue: String,
+        /// The member leading the group.
+        leader: u64,
+    },
+    /// S-CLU-74: a channel that had moved to the leader comes back (its relay ended; the
+    /// client announced `consumer_cancel_notify`): it is open again in this node's broker,
+    /// silently, in confirm mode from `confirm_next` when given. Answered once done.
+    TakeBack {
+        /// The next publish sequence number, in confirm mode.
+        confirm_next: Option<u64>,
+        /// The answer.
+        done: oneshot::Sender<()>,
+    },
+    /// S-CLU-72: which classic queue of this node `probe` (on channel 0: the connection's
+    /// vhost) uses, if any; answered once every operation sent before it is done.
+    LocalUse {
+        /// What the method would use.
+        probe: LocalUse,
+        /// The answer.
+        done: oneshot::Sender<Option<String>>,
+    },
+}
+
+/// What a method on a forwarded channel would use here (S-CLU-72).
+#[derive(Debug)]
+pub enum LocalUse {
+    /// A queue, by name.
+    Queue(String),
+    /// A publish to `exchange` with `key`.
+    Publish {
+        /// The exchange.
+        exchange: String,
+        /// The routing key.
+        key: String,
+    },
+}
+
+/// What a channel moving to the leader goes on from (S-CLU-71).
+#[derive(Debug)]
+pub struct Handoff {
+    /// In confirm mode: the next publish sequence number.
+    pub confirm_next: Option<u64>,
 }

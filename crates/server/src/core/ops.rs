@@ -118,6 +118,15 @@ impl Core {
             }
             return;
         }
+        if let Op::LocalUse { probe, done } = op {
+            let _ = done.send(self.local_use(conn, &probe));
+            return;
+        }
+        if let Op::TakeBack { confirm_next, done } = op {
+            self.take_back(conn, ch, confirm_next);
+            let _ = done.send(());
+            return;
+        }
         if let Op::Fail(close, method) = &op
             && close.connection
         {
@@ -141,7 +150,11 @@ impl Core {
             return;
         }
         match op {
-            Op::Open | Op::CloseOk | Op::ClientClose => {}
+            Op::Open
+            | Op::CloseOk
+            | Op::ClientClose
+            | Op::LocalUse { .. }
+            | Op::TakeBack { .. } => {}
             Op::Close => {
                 c.channels.remove(&ch);
                 self.close_channel_in_broker(conn, ch);
@@ -182,6 +195,12 @@ impl Core {
                 self.on_mode_op(conn, ch, &op);
             }
             Op::TxCommit => self.tx_commit(conn, ch),
+            Op::Handoff {
+                done,
+                method,
+                queue,
+                leader,
+            } => self.hand_off(conn, ch, (method, &queue, leader), done),
             Op::Fail(close, method) => self.fail(conn, ch, &close, method),
         }
     }

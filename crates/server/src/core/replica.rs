@@ -19,8 +19,10 @@
 //! the highest logged `now` (S-CLU-5).
 //!
 //! **Following.** The member serves its classic queues; a command that needs a replicated
-//! queue (as the group's committed state knows it) is refused with 405 naming the leader and
-//! its AMQP address when known (S-CLU-11, S-CLU-13): forwarding is not built.
+//! queue (as the group's committed state knows it) reaches the broker task only when the
+//! connection could not forward its channel to the leader (`connection/forward.rs`,
+//! S-CLU-70), and is refused with 405 naming the leader and its AMQP address when known
+//! (S-CLU-11, S-CLU-13). A channel moving to the leader is handed over here (S-CLU-71).
 //!
 //! **Losing the lead.** A member that stops leading, or whose proposal does not commit, steps
 //! down and serves on as a follower (S-CLU-12): every connection closed with 320, what it
@@ -298,7 +300,7 @@ impl Core {
     }
 
     /// S-CLU-11: a member that does not lead refuses a command that needs a replicated queue,
-    /// with 405 naming the leader (forwarding is not built).
+    /// with 405 naming the leader, when the connection could not forward it (S-CLU-70).
     pub(super) fn follower_refusal(&self, conn: u64, cmd: &Command) -> Option<Close> {
         let vhost = &self.conns.get(&conn)?.vhost;
         let text = self.refusal_text(vhost, cmd)?;
@@ -329,8 +331,114 @@ impl Core {
         let leader = r.group.leader_name();
         warn!(%vhost, %queue, %leader, "refused: a quorum queue led by another node");
         Some(format!(
-            "quorum queue '{queue}' in vhost '{vhost}' is led by {leader}, not this node; \
-             connect to its leader (forwarding between nodes is not supported yet)"
+            "quorum queue '{queue}' in vhost '{vhost}' is led by {leader}, not this node, \
+             which cannot forward to it now; connect to its leader"
         ))
+    }
+}
+
+impl Core {
+    /// S-CLU-71: channel `ch` moves to the quorum queues' leader (`need`: the method, the
+    /// quorum queue, the leader). It may only when nothing of it stays here: no transaction,
+    /// no consumer, no unacknowledged delivery (those are this node's classic queues');
+    /// otherwise it is closed with 406 naming both. Once moved it leaves the broker.
+    pub(super) fn hand_off(
+        &mut self,
+        conn: u64,
+        ch: u16,
+        (method, queue, leader): (crate::methods::MethodId, &str, u64),
+        done: tokio::sync::oneshot::Sender<Option<super::Handoff>>,
+    ) {
+        let chan = wharf_broker::ChanRef::new(conn, ch);
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        let Some(state) = c.channels.get(&ch) else {
+            return;
+        };
+        let busy = if state.tx.is_some() {
+            Some("is transactional")
+        } else if self.broker.channel_unacked(chan) > 0 {
+            Some("holds unacknowledged deliveries of this node's queues")
+        } else if self
+            .broker
+            .consumers(&c.vhost)
+            .iter()
+            .any(|info| info.chan == chan)
+        {
+            Some("has consumers on this node's queues")
+        } else {
+            None
+        };
+        if let Some(busy) = busy {
+            let text = format!(
+                "channel {ch} {busy}, and quorum queue '{queue}' is led by node {leader}: \
+                 use another channel for the quorum queue"
+            );
+            warn!(conn, channel = ch, %text, "a channel could not move to the quorum queues' leader");
+            let close = Close::new(reply_code::PRECONDITION_FAILED, &text);
+            self.fail(conn, ch, &close, method);
+            let _ = done.send(None);
+            return;
+        }
+        let confirm_next = state.confirm_next;
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.channels.remove(&ch);
+        }
+        self.close_channel_in_broker(conn, ch);
+        info!(conn, channel = ch, %queue, leader, "channel forwarded to the quorum queues' leader");
+        let _ = done.send(Some(super::Handoff { confirm_next }));
+    }
+}
+
+impl Core {
+    /// S-CLU-72: the classic queue of this node `probe` uses on connection `conn`'s vhost, if
+    /// any (a member that does not lead holds no quorum queue in its live broker).
+    pub(super) fn local_use(&self, conn: u64, probe: &super::LocalUse) -> Option<String> {
+        let vhost = &self.conns.get(&conn)?.vhost;
+        let classic = |q: &str| {
+            self.broker
+                .queue_kind(vhost, q)
+                .is_some_and(|k| k != wharf_broker::QueueKind::Quorum)
+        };
+        match probe {
+            super::LocalUse::Queue(q) => classic(q).then(|| q.clone()),
+            super::LocalUse::Publish { exchange, key } => self
+                .broker
+                .routed_queue_names(vhost, exchange, key, None)
+                .into_iter()
+                .find(|q| classic(q)),
+        }
+    }
+}
+
+impl Core {
+    /// S-CLU-74: channel `ch`, which had moved to the leader, is this node's again: open in
+    /// the broker (no `open-ok`: the client's channel never closed), in confirm mode going on
+    /// from `confirm_next` when given.
+    pub(super) fn take_back(&mut self, conn: u64, ch: u16, confirm_next: Option<u64>) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.channels.contains_key(&ch) {
+            return;
+        }
+        c.channels.insert(
+            ch,
+            super::ChanState {
+                confirm_next,
+                ..super::ChanState::default()
+            },
+        );
+        let cmd = Command::ChannelOpen {
+            chan: wharf_broker::ChanRef::new(conn, ch),
+        };
+        match self.broker.handle(cmd, self.now()) {
+            Ok(out) => self.apply_outcome(out, Some((conn, ch))),
+            Err(e) => {
+                let close = crate::convert::broker_error_close(&e);
+                self.fail(conn, ch, &close, crate::methods::MethodId::CHANNEL_OPEN);
+            }
+        }
     }
 }
