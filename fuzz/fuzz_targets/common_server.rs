@@ -136,7 +136,7 @@ pub struct Reply {
 /// never taken for the end of the answer (fuzz/RUNS.md, 2026-11-28).
 #[allow(dead_code)]
 pub fn exchange(addr: SocketAddr, bytes: &[u8], tail: &[u8], timeout: Duration) -> Reply {
-    let deadline = Instant::now() + timeout;
+    let deadline = now() + timeout;
     let mut s = connect(addr).expect("the server still accepts connections");
     s.set_nodelay(true).ok();
     let _ = s.write_all(bytes);
@@ -145,7 +145,7 @@ pub fn exchange(addr: SocketAddr, bytes: &[u8], tail: &[u8], timeout: Duration) 
     let mut buf = [0u8; 4096];
     let mut error = None;
     while out.len() < (1 << 20) {
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = deadline.saturating_duration_since(now());
         if left.is_zero() {
             error = Some(ErrorKind::TimedOut.into());
             break;
@@ -162,6 +162,17 @@ pub fn exchange(addr: SocketAddr, bytes: &[u8], tail: &[u8], timeout: Duration) 
         }
     }
     Reply { bytes: out, error }
+}
+
+/// The real time, which bounds how long a client waits for an answer (the server runs on its
+/// manual clock).
+#[allow(dead_code)]
+#[expect(
+    clippy::disallowed_methods,
+    reason = "a client bounds its real waiting time; this is not broker logic"
+)]
+pub fn now() -> Instant {
+    Instant::now()
 }
 
 /// Connects to `addr`, again if a signal interrupts the call.

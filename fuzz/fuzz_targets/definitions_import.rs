@@ -40,7 +40,7 @@ fn ended(reply: &common_server::Reply) -> String {
 /// API still answers a cheap request.
 fn diagnosis(fx: &common_server::Fixture) -> String {
     let fds = std::fs::read_dir("/proc/self/fd").map_or(0, Iterator::count);
-    let began = std::time::Instant::now();
+    let began = common_server::now();
     let overview = common_server::exchange(
         fx.mgmt,
         &request("GET", "/api/overview", &[]),
@@ -56,7 +56,7 @@ fn diagnosis(fx: &common_server::Fixture) -> String {
 
 fuzz_target!(|data: &[u8]| {
     let fx = common_server::fixture();
-    let began = std::time::Instant::now();
+    let began = common_server::now();
     let reply = common_server::exchange(
         fx.mgmt,
         &request("POST", "/api/definitions", data),
