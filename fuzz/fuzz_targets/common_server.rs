@@ -6,10 +6,10 @@
 //! task, any thread) aborts the process through libFuzzer's panic hook, so it is reported as
 //! a crash.
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wharf_server::testing::TestBroker;
@@ -118,22 +118,70 @@ pub fn exchange_amqp(
     })
 }
 
-/// Sends `bytes`, then `tail`, and reads until the server closes (or `timeout`: a connection
-/// left waiting for more input is not a failure). Returns what was read.
+/// What [`exchange`] read, and how its reading ended.
 #[allow(dead_code)]
-pub fn exchange(addr: SocketAddr, bytes: &[u8], tail: &[u8], timeout: Duration) -> Vec<u8> {
-    let mut s = TcpStream::connect(addr).expect("the server still accepts connections");
-    s.set_read_timeout(Some(timeout)).ok();
+pub struct Reply {
+    pub bytes: Vec<u8>,
+    /// Why the reading stopped before the server closed its end (the timeout, a reset), or
+    /// `None` when it closed (or 1 MiB was read).
+    pub error: Option<std::io::Error>,
+}
+
+/// Over a new loopback connection: sends `bytes`, then `tail`, and reads until the server
+/// closes (or `timeout`: a connection left waiting for more input is not a failure).
+///
+/// A blocking call of this (main) thread is interrupted by libFuzzer's SIGALRM, installed
+/// without `SA_RESTART` and raised every `-timeout`/2 + 1 s (601 s by default), and a socket
+/// with a read timeout is never restarted anyway (signal(7)): an interrupted call is retried,
+/// never taken for the end of the answer (fuzz/RUNS.md, 2026-11-28).
+#[allow(dead_code)]
+pub fn exchange(addr: SocketAddr, bytes: &[u8], tail: &[u8], timeout: Duration) -> Reply {
+    let deadline = now() + timeout;
+    let mut s = connect(addr).expect("the server still accepts connections");
     s.set_nodelay(true).ok();
     let _ = s.write_all(bytes);
     let _ = s.write_all(tail);
     let mut out = Vec::new();
     let mut buf = [0u8; 4096];
+    let mut error = None;
     while out.len() < (1 << 20) {
+        let left = deadline.saturating_duration_since(now());
+        if left.is_zero() {
+            error = Some(ErrorKind::TimedOut.into());
+            break;
+        }
+        s.set_read_timeout(Some(left)).ok();
         match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
+            Ok(0) => break,
             Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
         }
     }
-    out
+    Reply { bytes: out, error }
+}
+
+/// The real time, which bounds how long a client waits for an answer (the server runs on its
+/// manual clock).
+#[allow(dead_code)]
+#[expect(
+    clippy::disallowed_methods,
+    reason = "a client bounds its real waiting time; this is not broker logic"
+)]
+pub fn now() -> Instant {
+    Instant::now()
+}
+
+/// Connects to `addr`, again if a signal interrupts the call.
+#[allow(dead_code)]
+fn connect(addr: SocketAddr) -> std::io::Result<TcpStream> {
+    loop {
+        match TcpStream::connect(addr) {
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            result => return result,
+        }
+    }
 }
