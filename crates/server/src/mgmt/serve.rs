@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -108,6 +109,10 @@ async fn bind(addr: &str) -> Result<(TcpListener, SocketAddr), ServerError> {
     Ok((listener, local))
 }
 
+/// The largest request body the API reads: RabbitMQ's default `management.http.max_body_size`,
+/// so a definitions export RabbitMQ imports imports here too; a larger one gets 413 (S-MGMT-9).
+pub(crate) const MAX_BODY_BYTES: usize = 20_000_000;
+
 fn router(api: Api) -> Router {
     Router::new()
         .merge(node_routes())
@@ -116,6 +121,7 @@ fn router(api: Api) -> Router {
         .merge(time::routes())
         .merge(ui::routes())
         .fallback(|| async { ApiError::NotFound })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(api)
 }
 
