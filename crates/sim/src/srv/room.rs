@@ -104,6 +104,11 @@ impl ServerWorld {
             self.end_step()?;
             let now = self.now();
             let Some(q) = self.queues()? else {
+                // As in `observe`: the log may fail while the query waits (a checkpoint
+                // sealing a segment on a faulty disk), a fail-stop judged as any other.
+                if self.fail_stopped()? {
+                    continue;
+                }
                 return Err(Violation("the broker task is gone while draining".into()));
             };
             let empty = q.ready.values().all(Vec::is_empty)

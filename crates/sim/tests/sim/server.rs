@@ -140,6 +140,15 @@ fn server_s_dur_3_a_log_failing_during_a_query_is_a_fail_stop() {
     passes(&[19994]);
 }
 
+/// Seed 68704 (of seeds 60,000-69,999): the same as seed 19994, in the drain at the end of a
+/// run on a short disk (an injected fsync failure, then a checkpoint sealing a segment): the
+/// drain's query found the broker stopped and took it for a lost broker task. The drain now
+/// judges it as every fail-stop (S-DUR-3).
+#[test]
+fn server_s_dur_3_a_log_failing_during_the_drain_is_a_fail_stop() {
+    passes(&[68704]);
+}
+
 /// S-DISK-10, S-DISK-2 (seeds 42982 and 55439 of seeds 40,000-59,999): the disk alarm cleared
 /// with room for the log's next segment but not for the checkpoint that gives segments back
 /// (it was counted only while deferred). Publishers filled that segment; the drain's acks then
