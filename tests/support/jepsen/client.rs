@@ -2,11 +2,11 @@
 //! (into the dead-letter queue), and the final drain, each recording every operation into the
 //! [`History`] and reconnecting after any error or timeout.
 //!
-//! **Which node a client uses** is [`Route`]: today every client finds the group's current
-//! leader and works through it ([`Route::Leader`]), because a follower refuses quorum-queue
-//! work with 405 naming the leader (S-CLU-11) and forwarding between nodes is not built.
-//! [`Route::EveryNode`] is the switch for when forwarding lands: client `i` then goes through
-//! node `i mod n` first, whichever node leads. Depends on lapin, tokio and the history.
+//! **Which node a client uses** is [`Route`]: with [`Route::EveryNode`] (the default) client
+//! `i` goes through node `i mod n` first, whichever node leads, its quorum queue work forwarded
+//! to the leader (S-CLU-70); the other nodes are tried, in order, only when its own does not
+//! answer. With [`Route::Leader`] every client finds the group's current leader (a 405 names
+//! it, S-CLU-11) and works through it. Depends on lapin, tokio and the history.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,9 +39,9 @@ const SYNC_EVERY: u32 = 8;
 /// Which node a client works through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
-    /// The group's current leader, found by asking: what every client does today.
+    /// The group's current leader, found by asking.
     Leader,
-    /// Client `i` through node `i mod n` (needs forwarding between nodes, not built yet).
+    /// Client `i` through node `i mod n`, forwarded to the leader (S-CLU-70).
     EveryNode,
 }
 
@@ -172,8 +172,9 @@ pub async fn declare(ch: &Channel) -> Result<(), String> {
 }
 
 /// Opens a session for client number `client` on the first candidate node that takes
-/// quorum-queue work: a passive declare of the source queue answers there (a follower
-/// refuses it with 405 naming the leader, which becomes the next first candidate). `None`
+/// quorum-queue work: a passive declare of the source queue answers there (forwarded to the
+/// leader, S-CLU-70; without forwarding a follower refuses it with 405 naming the leader,
+/// which becomes the next first candidate of [`Route::Leader`]). `None`
 /// when no node did; the caller waits a moment and tries again.
 pub async fn open(ctx: &Ctx, who: &str, client: usize) -> Option<Session> {
     for (node, url) in ctx.nodes.candidates(client) {
