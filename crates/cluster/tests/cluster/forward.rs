@@ -74,7 +74,13 @@ async fn s_clu_50_a_proposal_is_retried_against_the_new_leader() {
     let proposer = Proposer::new(3, GROUP, c.raft(3).clone(), 0x0303);
     let forward = c.router.forward(3);
     let pending = tokio::spawn(async move {
-        let out = proposer.propose(&forward, p.now_ms, p.events, WAIT).await;
+        // A day, not WAIT: the clock is paused and jumps to the proposer's next retry
+        // whenever the runtime idles, as it does while `elect` below waits for real disk
+        // writes; on a loaded machine 30 s of retries (300 of them) passed before the
+        // election did. A day of retries would need far more real time than any election.
+        let out = proposer
+            .propose(&forward, p.now_ms, p.events, Duration::from_secs(86_400))
+            .await;
         (proposer, out)
     });
     // Member 3 still names member 1 its leader: its attempts find it unreachable.
