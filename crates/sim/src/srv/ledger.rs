@@ -17,7 +17,7 @@
 //! a client received (every frame waits for the log, S-DUR-4: a delivery, a `qos-ok` barrier,
 //! a management answer).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::Violation;
 use crate::model::{DEAD, Place, TTL, TTL_QUEUE_MS, WORK, body_of, key_of};
@@ -99,6 +99,9 @@ pub struct Ledger {
     policy_pending: Vec<Option<u64>>,
     /// When the leased queue's lease ends, when it is known to exist.
     pub lease_end_ms: Option<u64>,
+    /// `qos` barriers sent and not answered yet, oldest first: for each, where every message
+    /// known enqueued was when it was sent (key, index in `places`).
+    barriers: VecDeque<Vec<(u64, usize)>>,
 }
 
 fn violation<T>(what: impl Into<String>) -> Result<T, Violation> {
@@ -196,14 +199,36 @@ impl Ledger {
             .is_some_and(|(_, hi)| hi.is_some_and(|hi| hi <= now_ms))
     }
 
-    /// Everything the clients asked before now is durable (a barrier's reply arrived),
+    /// A `qos` barrier was sent: what the clients asked before it, it covers (S-DUR-4: its
+    /// `qos-ok`, like every frame, waits for the log through what was logged before it);
     /// except a publish not known enqueued: a resource alarm may hold it unread (S-DISK-2).
-    pub fn all_durable(&mut self) {
-        for e in self.entries.values_mut() {
-            if e.enqueued_by_ms.is_some() {
-                e.durable = e.places.len() - 1;
+    pub fn barrier_sent(&mut self) {
+        let at = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.enqueued_by_ms.is_some())
+            .map(|(&key, e)| (key, e.places.len() - 1))
+            .collect();
+        self.barriers.push_back(at);
+    }
+
+    /// The oldest barrier's `qos-ok` arrived: where each message was when it was sent is
+    /// durable. Not what was asked after it (issue 19, seed 99755: a reject sent while a
+    /// barrier waited on a paused log was logged after it, and a power loss took it).
+    pub fn barrier_answered(&mut self) {
+        let Some(at) = self.barriers.pop_front() else {
+            return;
+        };
+        for (key, index) in at {
+            if let Some(e) = self.entries.get_mut(&key) {
+                e.durable = e.durable.max(index);
             }
         }
+    }
+
+    /// The process ended: barriers not answered never will be.
+    pub fn barriers_lost(&mut self) {
+        self.barriers.clear();
     }
 
     /// A message arrived at a client: from `work` for the consumer, from `dead` for the getter.
@@ -553,5 +578,42 @@ mod tests {
                 .delivered(Holder::Getter(1), false, &body_of(1, 16), 50)
                 .is_err()
         );
+    }
+
+    /// S-DUR-4 (seed 99755, issue 19): a barrier's `qos-ok` makes durable what was asked
+    /// before it was sent, not a reject sent while it waited on a paused log: after a power
+    /// loss that reject may be gone (the message back in `work`), and then it may not.
+    #[test]
+    fn s_dur_4_a_barrier_covers_only_what_was_asked_before_it_was_sent() {
+        let delivered_then_barrier = || {
+            let mut ledger = Ledger::default();
+            ledger.published(1, WORK, 0, None);
+            ledger.confirmed(1, 0);
+            ledger
+                .delivered(Holder::Consumer(1), false, &body_of(1, 16), 1)
+                .unwrap();
+            ledger.barrier_sent();
+            ledger
+        };
+        // Rejected after the barrier was sent: `work` or `dead` after recovery.
+        for found in [queues(&[1], &[]), queues(&[], &[1])] {
+            let mut ledger = delivered_then_barrier();
+            ledger.settled(1, false, false);
+            ledger.barrier_answered();
+            ledger.check_recovered(&found, 10).unwrap();
+        }
+        // Rejected before a barrier was sent, which was answered: only `dead`.
+        let mut ledger = delivered_then_barrier();
+        ledger.barrier_answered();
+        ledger.settled(1, false, false);
+        ledger.barrier_sent();
+        ledger.barrier_answered();
+        let back = ledger.check_recovered(&queues(&[1], &[]), 10).unwrap_err();
+        assert!(back.0.contains("out of place"), "{back}");
+        let mut ledger = delivered_then_barrier();
+        ledger.settled(1, false, false);
+        ledger.barrier_sent();
+        ledger.barrier_answered();
+        ledger.check_recovered(&queues(&[], &[1]), 10).unwrap();
     }
 }

@@ -114,8 +114,6 @@ pub struct ServerWorld {
     /// An fsync or write failure was armed for this process lifetime.
     fault_armed: bool,
     policy_waiting: Vec<PolicyWait>,
-    /// A `qos-ok` barrier is on its way to the administrator.
-    barrier: bool,
     room: Room,
     /// Since when the consumer had room while `work` had ready messages.
     starved_since_ms: Option<u64>,
@@ -184,7 +182,6 @@ impl ServerWorld {
             next_key: 1,
             fault_armed: false,
             policy_waiting: Vec::new(),
-            barrier: false,
             room,
             starved_since_ms: None,
             gets_waiting: 0,
@@ -512,9 +509,8 @@ impl ServerWorld {
                 self.stats.blocked += u64::from(on);
             }
             Incoming::Reply(name) => {
-                if client == ADMIN && self.barrier && name.contains("QosOk") {
-                    self.barrier = false;
-                    self.ledger.all_durable();
+                if client == ADMIN && name.contains("QosOk") {
+                    self.ledger.barrier_answered();
                 }
             }
             Incoming::ChannelClosed(code, text) | Incoming::ConnectionClosed(code, text) => {
@@ -555,7 +551,7 @@ impl ServerWorld {
         self.answers();
         self.observe()?;
         if self.rng.chance(300) {
-            self.barrier = true;
+            self.ledger.barrier_sent();
             self.clients[ADMIN].qos(0);
             self.settle()?;
             if self.fail_stopped()? {
@@ -697,7 +693,7 @@ impl ServerWorld {
         self.stats.power_losses += u64::from(power_loss);
         self.disk.process_ended(power_loss);
         self.fault_armed = false;
-        self.barrier = false;
+        self.ledger.barriers_lost();
         self.starved_since_ms = None;
         self.gets_waiting = 0;
         self.unfill_disk();

@@ -171,3 +171,15 @@ fn server_s_disk_10_seeds_whose_drain_needed_the_checkpoints_room_keep_deliverin
 fn server_s_disk_11_a_final_stop_on_a_full_disk_gives_up_only_what_was_never_confirmed() {
     passes(&[53810]);
 }
+
+/// S-DUR-4 (seed 99755 of the 100,000-seed run, issue 19): the model's `qos` barrier covered
+/// what the clients asked before its answer arrived, not before it was sent. Two barriers
+/// waited on a log paused by a full disk; the consumer then rejected a message (dead-lettered
+/// at LSN 52, after the barriers' records); the first `qos-ok` came once the log resumed
+/// through LSN 51, and the model took the reject as durable. The power loss took LSN 52 (no
+/// frame had waited for it), and recovery rightly found the message in `work`. A barrier
+/// now covers only where each message was when it was sent.
+#[test]
+fn server_s_dur_4_a_barrier_covers_only_what_was_asked_before_it_was_sent() {
+    passes(&[99755]);
+}
