@@ -2,7 +2,7 @@
 //! (into the dead-letter queue), and the final drain, each recording every operation into the
 //! [`History`] and reconnecting after any error or timeout.
 //!
-//! **Which node a client uses** is [`Route`]: with [`Route::EveryNode`] (the default) client
+//! **Which node a client uses** is [`Route`]: with [`Route::EveryNode`] (`WHARF_JEPSEN_ROUTE=every`) client
 //! `i` goes through node `i mod n` first, whichever node leads, its quorum queue work forwarded
 //! to the leader (S-CLU-70); the other nodes are tried, in order, only when its own does not
 //! answer. With [`Route::Leader`] every client finds the group's current leader (a 405 names
