@@ -253,4 +253,33 @@ impl Cluster {
             node.group.raft.shutdown().await.unwrap();
         }
     }
+
+    /// S-CLU-1: cuts the leader's followers (members 2 and 3) off, publishes `body`
+    /// persistently to `queue` on `ch` and checks that no confirm comes within 300 ms (no
+    /// majority holds it); returns the pending confirm for the test to await after it heals.
+    pub async fn publish_without_majority(
+        &self,
+        ch: &Channel,
+        queue: &str,
+        body: &[u8],
+    ) -> std::pin::Pin<Box<lapin::PublisherConfirm>> {
+        self.router.isolate(2);
+        self.router.isolate(3);
+        let pending = super::within(
+            20,
+            ch.basic_publish(
+                "".into(),
+                queue.into(),
+                lapin::options::BasicPublishOptions::default(),
+                body,
+                lapin::BasicProperties::default().with_delivery_mode(2),
+            ),
+        )
+        .await
+        .unwrap();
+        let mut pending = Box::pin(pending);
+        let early = tokio::time::timeout(Duration::from_millis(300), &mut pending).await;
+        assert!(early.is_err(), "confirmed without a majority: {early:?}");
+        pending
+    }
 }
