@@ -357,3 +357,40 @@ async fn s_clu_61_every_node_shows_how_many_entries_its_member_voided() {
     }
     cluster.shutdown().await;
 }
+
+/// S-CLU-42: a follower reads a quorum queue's messages and deadlines from the group's
+/// committed state, as it lists the queue: the browse page, the expiry horizon and the
+/// scheduled listing answer on every node, with the same messages (the dashboard's queue
+/// page calls all three).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_clu_42_every_node_browses_a_quorum_queue_and_counts_its_deadlines() {
+    let cluster = Cluster::start(3).await;
+    quorum_queue_with(&cluster, 1, 3).await;
+    for id in [2, 3] {
+        cluster.wait_applied(id, 1).await;
+    }
+    for id in 1..=3 {
+        let (status, page) = cluster.api(id, "/api/queues/%2F/qq/browse?count=10").await;
+        assert_eq!(status, 200, "node {id}: {page}");
+        assert_eq!(page["messages_ready"], 3, "node {id}: {page}");
+        let bodies: Vec<&str> = page["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["payload"].as_str().unwrap())
+            .collect();
+        assert_eq!(bodies, ["m0", "m1", "m2"], "node {id}");
+        let (status, h) = cluster
+            .api(id, "/api/wharf/queues/%2F/qq/expiry-horizon")
+            .await;
+        assert_eq!(status, 200, "node {id}: {h}");
+        assert_eq!(h["messages_ready"], 3, "node {id}: {h}");
+        assert_eq!(h["with_deadline"], 0, "node {id}: {h}");
+        let (status, s) = cluster.api(id, "/api/wharf/queues/%2F/qq/scheduled").await;
+        assert_eq!(status, 200, "node {id}: {s}");
+        assert_eq!(s["total"], 0, "node {id}: {s}");
+    }
+    let (status, _) = cluster.api(2, "/api/queues/%2F/no-such-queue/browse").await;
+    assert_eq!(status, 404);
+    cluster.shutdown().await;
+}

@@ -17,6 +17,7 @@ mod prometheus;
 mod rabbitmqadmin;
 mod ui_admin_browser;
 mod ui_browser;
+mod ui_cluster_browser;
 mod ui_life;
 mod ui_perf;
 mod wharfctl;

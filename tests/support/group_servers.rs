@@ -198,6 +198,11 @@ impl Cluster {
         (conn, ch)
     }
 
+    /// Node `id`'s management API and dashboard, `http://HOST:PORT`.
+    pub fn mgmt_base(&self, id: u64) -> String {
+        format!("http://{}", self.server(id).mgmt_addr().unwrap())
+    }
+
     /// `GET path` on node `id`'s management API as guest: the status and the body as JSON
     /// (`null` when it is not JSON).
     pub async fn api(&self, id: u64, path: &str) -> (u16, serde_json::Value) {
@@ -212,7 +217,7 @@ impl Cluster {
         path: &str,
         body: Option<serde_json::Value>,
     ) -> (u16, serde_json::Value) {
-        let base = format!("http://{}", self.server(id).mgmt_addr().unwrap());
+        let base = self.mgmt_base(id);
         let path = path.to_owned();
         let answer = tokio::task::spawn_blocking(move || {
             wharf_ctl::Client::new(&base, "guest", "guest")

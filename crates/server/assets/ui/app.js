@@ -290,14 +290,17 @@ function walNow() {
 }
 
 // The cluster's nodes as /api/nodes lists them (S-CLU-40), with each node's own view of the
-// quorum queues' group; null for a single node.
+// quorum queues' group and, for the node that answers, the entries its member voided
+// (S-CLU-61; another node's entry does not say); null for a single node.
 function clusterTable(nodes) {
   if (!nodes || !nodes.some((n) => n.wharf_cluster)) return null;
-  return table("Cluster", ["Node", "Running", "AMQP address", "Raft role", { label: "Term", num: true }],
+  return table("Cluster", ["Node", "Running", "AMQP address", "Raft role", { label: "Term", num: true },
+    { label: "Voided entries", num: true }],
     nodes.map((n) => {
       const c = n.wharf_cluster || {};
       const g = (c.raft_groups || []).find((x) => x.raft_group === 1) || {};
-      return [n.name, n.running ? "yes" : "no", c.amqp_address || "–", g.raft_state || "–", fmtNum(g.term)];
+      return [n.name, n.running ? "yes" : "no", c.amqp_address || "–", g.raft_state || "–", fmtNum(g.term),
+        fmtNum(g.voided_entries)];
     }));
 }
 
@@ -477,7 +480,7 @@ function queuePage(root, vhost, name) {
 function replicationTable(q) {
   const r = q.wharf_replication;
   if (!r) return "";
-  return table(`Replication (group ${r.raft_group}, term ${r.term}, this node ${r.raft_state}, commit index ${fmtNum(r.commit_index)})`,
+  return table(`Replication (group ${r.raft_group}, term ${r.term}, this node ${r.raft_state}, commit index ${fmtNum(r.commit_index)}, voided entries ${fmtNum(r.voided_entries)})`,
     ["Member", "Voter", { label: "Match index", num: true }, { label: "Lag (entries)", num: true }],
     r.members.map((m) => [m.node, m.voter ? "yes" : "learner", fmtNum(m.match_index), fmtNum(m.lag)]));
 }

@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::admin::{AdminRequest, AdminView};
 use crate::auth::UserRegistry;
 use crate::core::CoreMsg;
-use wharf_broker::{BrokerError, Command, ErrorKind, GetOk, Reply};
+use wharf_broker::{BrokerError, Command, ErrorKind, GetOk, QueueKind, Reply};
 
 /// How to run the management API.
 #[derive(Debug, Clone)]
@@ -603,6 +603,35 @@ impl Api {
     }
 
     /// Runs `f` against the broker task's state and returns what it copied out.
+    /// Reads queue `queue` of `vhost` with `f` (the broker and this node's clock): from the
+    /// live broker, or, for a quorum queue the live broker does not hold (on a follower: all
+    /// of them), from the group's committed state (S-CLU-42). `None` when neither has it.
+    pub(crate) async fn read_queue<T, F>(
+        &self,
+        vhost: &str,
+        queue: &str,
+        f: F,
+    ) -> Result<Option<(u64, T)>, ApiError>
+    where
+        T: Send + 'static,
+        F: Fn(&wharf_broker::Broker, u64) -> Option<T> + Clone + Send + 'static,
+    {
+        let live = f.clone();
+        let (now, found) = self
+            .query(move |view| (view.now_ms, live(view.broker, view.now_ms)))
+            .await?;
+        if let Some(found) = found {
+            return Ok(Some((now, found)));
+        }
+        let committed = self.group().and_then(|group| {
+            group.machine.with(|m| {
+                let quorum = m.broker().queue_kind(vhost, queue) == Some(QueueKind::Quorum);
+                quorum.then(|| f(m.broker(), now)).flatten()
+            })
+        });
+        Ok(committed.map(|found| (now, found)))
+    }
+
     pub(crate) async fn query<T, F>(&self, f: F) -> Result<T, ApiError>
     where
         T: Send + 'static,

@@ -116,8 +116,10 @@ pub(crate) async fn queue_browse(
     scope.check(&vhost)?;
     let (offset, count) = (query.offset, query.count);
     let (v, name) = (vhost.clone(), queue.clone());
-    let page = api
-        .query(move |view| view.broker.browse(&v, &name, offset, count))
+    let (_, page) = api
+        .read_queue(&vhost, &queue, move |broker, _| {
+            broker.browse(&v, &name, offset, count)
+        })
         .await?
         .ok_or(ApiError::NotFound)?;
     let messages: Vec<JsonValue> = page

@@ -457,18 +457,11 @@ pub(crate) async fn queue_get_messages(
                 encoding,
                 truncate,
             };
-            let asked = peek.clone();
-            let live = api.query(move |view| asked.of(view.broker)).await?;
-            // A follower peeks at a quorum queue in the group's committed state (S-CLU-42).
-            let committed = || {
-                api.group()?.machine.with(|m| {
-                    let quorum = m.broker().queue_kind(&peek.vhost, &peek.queue);
-                    (quorum == Some(wharf_broker::QueueKind::Quorum))
-                        .then(|| peek.of(m.broker()))
-                        .flatten()
-                })
-            };
-            live.or_else(committed).ok_or(ApiError::NotFound)?
+            let (v, q) = (peek.vhost.clone(), peek.queue.clone());
+            api.read_queue(&v, &q, move |broker, _| peek.of(broker))
+                .await?
+                .ok_or(ApiError::NotFound)?
+                .1
         }
         "ack_requeue_false" => api
             .take(vhost, queue, count)

@@ -76,13 +76,12 @@ pub(crate) async fn expiry_horizon(
     scope.check(&vhost)?;
     let (v, name) = (vhost.clone(), queue.clone());
     let (now, h) = api
-        .query(move |view| {
+        .read_queue(&vhost, &queue, move |broker, now| {
             let lengths = HORIZONS.map(|(_, ms)| ms);
-            let h = view.broker.expiry_horizon(&v, &name, view.now_ms, &lengths);
-            (view.now_ms, h)
+            broker.expiry_horizon(&v, &name, now, &lengths)
         })
-        .await?;
-    let h = h.ok_or(ApiError::NotFound)?;
+        .await?
+        .ok_or(ApiError::NotFound)?;
     let expiring: Vec<JsonValue> = HORIZONS
         .iter()
         .zip(&h.within)
@@ -140,21 +139,24 @@ async fn scheduled(
     let (offset, count) = scheduled_page(q)?;
     scope.check(&vhost)?;
     let (v, n) = (vhost.clone(), name.clone());
-    let (now, page) = api
-        .query(move |view| {
-            let target = if of == "queue" {
-                ScheduledFor::Queue(&n)
-            } else {
-                ScheduledFor::Exchange(&n)
-            };
-            (
-                view.now_ms,
-                view.broker
-                    .scheduled(&v, target, offset, count, SCHEDULED_SCAN),
-            )
-        })
-        .await?;
-    let page = page.ok_or(ApiError::NotFound)?;
+    let read = move |broker: &wharf_broker::Broker, _| {
+        let target = if of == "queue" {
+            ScheduledFor::Queue(&n)
+        } else {
+            ScheduledFor::Exchange(&n)
+        };
+        broker.scheduled(&v, target, offset, count, SCHEDULED_SCAN)
+    };
+    // A queue may be a quorum queue a follower reads from the group's committed state.
+    let found = if of == "queue" {
+        api.read_queue(&vhost, &name, read).await?
+    } else {
+        let (now, page) = api
+            .query(move |view| (view.now_ms, read(view.broker, view.now_ms)))
+            .await?;
+        page.map(|page| (now, page))
+    };
+    let (now, page) = found.ok_or(ApiError::NotFound)?;
     let messages: Vec<JsonValue> = page
         .messages
         .iter()
