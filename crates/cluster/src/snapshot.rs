@@ -50,7 +50,21 @@ pub fn encode(
     now_ms: u64,
     sessions: &Sessions,
 ) -> Result<Vec<u8>, SnapshotError> {
-    let body = checkpoint::encode_to_vec(&broker.snapshot(), Lsn(index))?;
+    encode_taken(&broker.snapshot(), index, now_ms, sessions)
+}
+
+/// As [`encode`], from the broker's `taken` snapshot (`Broker::snapshot`: one reference per
+/// message, cheap to take), so the encoding (every body byte) can run without the broker.
+///
+/// # Errors
+/// The checkpoint encoder's errors.
+pub fn encode_taken(
+    taken: &wharf_broker::Snapshot,
+    index: u64,
+    now_ms: u64,
+    sessions: &Sessions,
+) -> Result<Vec<u8>, SnapshotError> {
+    let body = checkpoint::encode_to_vec(taken, Lsn(index))?;
     let mut out = Vec::with_capacity(SNAPSHOT_HEADER_BYTES + 4 + 16 * sessions.len() + body.len());
     out.extend_from_slice(&SNAPSHOT_MAGIC);
     le::put_u16(&mut out, SNAPSHOT_VERSION);

@@ -51,6 +51,7 @@ pub struct Machine {
 }
 
 /// Where a state machine keeps its snapshot file.
+#[derive(Clone)]
 struct SnapshotDisk {
     storage: Arc<dyn Storage>,
     dir: PathBuf,
@@ -122,6 +123,31 @@ impl Machine {
         self.snapshot.as_ref().and_then(|s| s.meta.last_log_id)
     }
 
+    /// What a snapshot of the committed state at this moment needs, taken cheaply under the
+    /// lock (one reference per message): the broker's snapshot, the figures and the metadata.
+    fn take_snapshot(&mut self) -> Taken {
+        let index = self.last_applied.map_or(0, |l| l.index);
+        self.snapshots_built += 1;
+        Taken {
+            broker: self.broker.snapshot(),
+            index,
+            now_ms: self.now_ms,
+            sessions: self.sessions.clone(),
+            meta: SnapshotMeta {
+                last_log_id: self.last_applied,
+                last_membership: self.membership.clone(),
+                snapshot_id: format!("{index}-{}", self.snapshots_built),
+            },
+            disk: self.disk.clone(),
+        }
+    }
+
+    /// Whether the current snapshot already covers `meta`'s last log id (one installed while
+    /// a build of older state ran): the older one is then not kept.
+    fn has_newer_snapshot(&self, meta: &SnapshotMeta<u64, openraft::BasicNode>) -> bool {
+        self.snapshot_last_log_id() >= meta.last_log_id && self.snapshot.is_some()
+    }
+
     /// Makes `meta` and `bytes` the current snapshot, on disk first when the machine has one.
     fn keep_snapshot(
         &mut self,
@@ -131,12 +157,18 @@ impl Machine {
         if let Some(disk) = &self.disk {
             snapshot_file::write(disk.storage.as_ref(), &disk.dir, meta, &bytes)?;
         }
+        self.record_snapshot(meta, bytes);
+        Ok(())
+    }
+
+    /// Makes `meta` and `bytes` (on disk already, when the machine has a disk) the current
+    /// snapshot.
+    fn record_snapshot(&mut self, meta: &SnapshotMeta<u64, openraft::BasicNode>, bytes: Vec<u8>) {
         self.snapshot = Some(StoredSnapshot {
             meta: meta.clone(),
             bytes,
         });
         self.voids.snapshot_at(meta.last_log_id.map(|l| l.index));
-        Ok(())
     }
 
     /// Starts from snapshot `bytes` (with its `meta`).
@@ -245,10 +277,20 @@ fn lock(m: &Mutex<Machine>) -> MutexGuard<'_, Machine> {
     m.lock().expect("state machine lock poisoned")
 }
 
+fn lock_files(files: &Mutex<()>) -> MutexGuard<'_, ()> {
+    // Nothing is inside to be left half-changed by a panic: a poisoned lock is still good.
+    files
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A group's state machine (a handle: clones share the same [`Machine`]).
 #[derive(Clone)]
 pub struct QueueStateMachine {
     machine: Arc<Mutex<Machine>>,
+    /// Held while the snapshot file is written (a build's and an install's), taken before
+    /// `machine` when both are.
+    files: Arc<Mutex<()>>,
 }
 
 impl Default for QueueStateMachine {
@@ -326,6 +368,7 @@ impl QueueStateMachine {
     fn from_machine(machine: Machine) -> QueueStateMachine {
         QueueStateMachine {
             machine: Arc::new(Mutex::new(machine)),
+            files: Arc::new(Mutex::new(())),
         }
     }
 
@@ -335,26 +378,58 @@ impl QueueStateMachine {
     }
 }
 
+/// What [`Machine::take_snapshot`] took under the lock.
+struct Taken {
+    broker: wharf_broker::Snapshot,
+    index: u64,
+    now_ms: u64,
+    sessions: Sessions,
+    meta: SnapshotMeta<u64, openraft::BasicNode>,
+    disk: Option<SnapshotDisk>,
+}
+
+/// Encodes what [`Machine::take_snapshot`] took, writes it to the snapshot file under `files`
+/// and makes it the current snapshot, unless a newer one was installed meanwhile (then it is
+/// only handed back). Holds `machine`'s lock only to look and to record.
+fn finish_build(
+    machine: &Mutex<Machine>,
+    files: &Mutex<()>,
+    taken: Taken,
+) -> Result<(SnapshotMeta<u64, openraft::BasicNode>, Vec<u8>), StorageError> {
+    let meta = taken.meta;
+    let bytes = snapshot::encode_taken(&taken.broker, taken.index, taken.now_ms, &taken.sessions)
+        .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+    let _files = lock_files(files);
+    if lock(machine).has_newer_snapshot(&meta) {
+        return Ok((meta, bytes));
+    }
+    if let Some(disk) = &taken.disk {
+        snapshot_file::write(disk.storage.as_ref(), &disk.dir, &meta, &bytes)
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+    }
+    lock(machine).record_snapshot(&meta, bytes.clone());
+    Ok((meta, bytes))
+}
+
 /// Builds a snapshot of the committed state at the moment it is asked.
 pub struct MachineSnapshotBuilder {
     machine: Arc<Mutex<Machine>>,
+    files: Arc<Mutex<()>>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for MachineSnapshotBuilder {
+    /// Only taking the broker's snapshot (a reference per message) holds the committed state's
+    /// lock. Encoding every body and writing the file (seconds for a queue of a few hundred
+    /// megabytes) run on a blocking thread, so entries go on being applied and the runtime's
+    /// workers go on answering Raft (heartbeats, appends) meanwhile: a long pause there made
+    /// followers time out their leader. The file is written under `files`, as an install's is.
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let mut m = lock(&self.machine);
-        let index = m.last_applied.map_or(0, |l| l.index);
-        let bytes = snapshot::encode(&m.broker, index, m.now_ms, &m.sessions)
-            .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
-        m.snapshots_built += 1;
-        let snapshot_id = format!("{index}-{}", m.snapshots_built);
-        let meta = SnapshotMeta {
-            last_log_id: m.last_applied,
-            last_membership: m.membership.clone(),
-            snapshot_id,
-        };
-        m.keep_snapshot(&meta, bytes.clone())
-            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+        let taken = lock(&self.machine).take_snapshot();
+        let (machine, files) = (Arc::clone(&self.machine), Arc::clone(&self.files));
+        let built = tokio::task::spawn_blocking(move || finish_build(&machine, &files, taken))
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(None, &e))??;
+        let (meta, bytes) = built;
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(bytes)),
@@ -381,6 +456,7 @@ impl RaftStateMachine<TypeConfig> for QueueStateMachine {
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         MachineSnapshotBuilder {
             machine: Arc::clone(&self.machine),
+            files: Arc::clone(&self.files),
         }
     }
 
@@ -396,6 +472,7 @@ impl RaftStateMachine<TypeConfig> for QueueStateMachine {
         let bytes = snapshot.into_inner();
         let decoded = snapshot::decode(&bytes)
             .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+        let _files = lock_files(&self.files);
         let mut m = lock(&self.machine);
         // On disk before the state changes: openraft purges the log behind it next.
         m.keep_snapshot(meta, bytes)
@@ -414,5 +491,69 @@ impl RaftStateMachine<TypeConfig> for QueueStateMachine {
             meta: s.meta,
             snapshot: Box::new(Cursor::new(s.bytes)),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "test code")]
+    use super::*;
+    use openraft::CommittedLeaderId;
+
+    fn at(index: u64) -> LogId {
+        LogId::new(CommittedLeaderId::new(1, 1), index)
+    }
+
+    /// A build that took the state at index 5 finishes after a snapshot of index 9 was
+    /// installed: the installed one stays current, in memory and in the file (S-CLU-4, S-CLU-7).
+    #[test]
+    fn a_build_finishing_after_a_newer_install_keeps_the_newer_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage: Arc<dyn Storage> = Arc::new(wharf_wal::FileStorage);
+        let sm = QueueStateMachine::open(Arc::clone(&storage), dir.path()).unwrap();
+        lock(&sm.machine).last_applied = Some(at(5));
+        let taken = lock(&sm.machine).take_snapshot();
+
+        let newer = {
+            let mut m = lock(&sm.machine);
+            m.last_applied = Some(at(9));
+            m.take_snapshot()
+        };
+        let installed = snapshot::encode_taken(&newer.broker, 9, 0, &newer.sessions).unwrap();
+        {
+            let _files = lock_files(&sm.files);
+            lock(&sm.machine)
+                .keep_snapshot(&newer.meta, installed)
+                .unwrap();
+        }
+
+        let (meta, _) = finish_build(&sm.machine, &sm.files, taken).unwrap();
+        assert_eq!(
+            meta.last_log_id,
+            Some(at(5)),
+            "the build hands back what it built"
+        );
+        assert_eq!(sm.with(Machine::snapshot_last_log_id), Some(at(9)));
+        let (on_disk, _) = snapshot_file::read(storage.as_ref(), dir.path())
+            .unwrap()
+            .unwrap();
+        assert_eq!(on_disk.last_log_id, Some(at(9)));
+    }
+
+    /// Without a newer snapshot, the build becomes the current one and the file's.
+    #[test]
+    fn a_build_becomes_the_current_snapshot_and_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage: Arc<dyn Storage> = Arc::new(wharf_wal::FileStorage);
+        let sm = QueueStateMachine::open(Arc::clone(&storage), dir.path()).unwrap();
+        lock(&sm.machine).last_applied = Some(at(5));
+        let taken = lock(&sm.machine).take_snapshot();
+        lock(&sm.machine).last_applied = Some(at(7));
+        finish_build(&sm.machine, &sm.files, taken).unwrap();
+        assert_eq!(sm.with(Machine::snapshot_last_log_id), Some(at(5)));
+        let (on_disk, _) = snapshot_file::read(storage.as_ref(), dir.path())
+            .unwrap()
+            .unwrap();
+        assert_eq!(on_disk.last_log_id, Some(at(5)));
     }
 }
