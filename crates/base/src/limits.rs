@@ -127,6 +127,11 @@ pub const TTL_MS_MAX: u64 = u32::MAX as u64;
 /// Raft log appends whose durability a group's flusher is waiting for (`wharf-cluster`): an
 /// append waits for room beyond this, so a group that outruns its disk is throttled.
 pub const RAFT_FLUSH_PENDING_MAX: usize = 4096;
+/// About the most bytes of entries one Raft append carries (at least one entry, however
+/// large): a follower writes and fsyncs them before it answers, within openraft's RPC
+/// timeout (the heartbeat interval), so a member catching up gets its backlog in steps that
+/// answer in time instead of one large append timed out and sent again.
+pub const RAFT_APPEND_BYTES_MAX: usize = 1024 * 1024;
 
 /// Voided entries in a row, in one term, after which a leader of the quorum queues' group
 /// stops taking over for the rest of that term (S-CLU-62): its take-over entry is voided every

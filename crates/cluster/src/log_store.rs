@@ -322,6 +322,60 @@ impl RaftLogReader<TypeConfig> for WalLogReader {
             .map(|(_, e)| e.clone())
             .collect())
     }
+
+    /// What one append to a follower carries: the entries from `start`, up to about
+    /// `limits::RAFT_APPEND_BYTES_MAX` bytes (at least one entry).
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry>, StorageError> {
+        Ok(within_bytes(
+            lock(&self.log).entries.range(start..end).map(|(_, e)| e),
+            limits::RAFT_APPEND_BYTES_MAX,
+        ))
+    }
+}
+
+/// The first of `entries` whose sizes (about: `entry_bytes`) add up to at most `budget`, and
+/// at least the first one.
+fn within_bytes<'a>(entries: impl Iterator<Item = &'a Entry>, budget: usize) -> Vec<Entry> {
+    let mut taken = Vec::new();
+    let mut bytes = 0usize;
+    for entry in entries {
+        bytes = bytes.saturating_add(entry_bytes(entry));
+        if bytes > budget && !taken.is_empty() {
+            break;
+        }
+        taken.push(entry.clone());
+    }
+    taken
+}
+
+/// About the bytes `entry` takes in an append: its message bodies and a little per event.
+fn entry_bytes(entry: &Entry) -> usize {
+    use wharf_broker::Event;
+    const PER_EVENT: usize = 64;
+    let openraft::EntryPayload::Normal(proposal) = &entry.payload else {
+        return PER_EVENT;
+    };
+    proposal
+        .events
+        .iter()
+        .map(|event| {
+            PER_EVENT
+                + match event {
+                    Event::Published { message, .. } | Event::Scheduled { message, .. } => {
+                        message.message.body.len()
+                    }
+                    Event::DeadLettered {
+                        message: Some(message),
+                        ..
+                    } => message.message.body.len(),
+                    _ => 0,
+                }
+        })
+        .sum()
 }
 
 impl RaftLogReader<TypeConfig> for WalLogStore {
@@ -424,3 +478,65 @@ impl RaftLogStorage<TypeConfig> for WalLogStore {
 #[derive(Debug, thiserror::Error)]
 #[error("the Raft log's flusher task has stopped")]
 struct FlusherGone;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use openraft::{CommittedLeaderId, EntryPayload};
+    use wharf_broker::{Event, Message, MessageId, MessageRecord, Properties, StoredSlot};
+
+    use super::*;
+    use crate::types::Proposal;
+
+    /// Entry `index`, publishing one message of `body` bytes.
+    fn publish(index: u64, body: usize) -> Entry {
+        let message = Message {
+            id: MessageId(index),
+            enqueued_at_ms: 0,
+            ttl_ms: None,
+            exchange: String::new(),
+            routing_key: "q".into(),
+            properties: Properties::default(),
+            body: bytes::Bytes::from(vec![0u8; body]),
+            stored: StoredSlot::default(),
+        };
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(Proposal {
+                now_ms: 0,
+                events: vec![Event::Published {
+                    vhost: "/".into(),
+                    message: MessageRecord {
+                        message: Arc::new(message),
+                    },
+                    queues: vec!["q".into()],
+                    scheduled: None,
+                }],
+                origin: None,
+            }),
+        }
+    }
+
+    fn indexes(entries: &[Entry]) -> Vec<u64> {
+        entries.iter().map(|e| e.log_id.index).collect()
+    }
+
+    /// An append carries entries up to the byte budget, and always the first one.
+    #[test]
+    fn an_append_carries_entries_up_to_its_byte_budget() {
+        let entries: Vec<Entry> = (1..=10).map(|i| publish(i, 300 * 1024)).collect();
+        let taken = within_bytes(entries.iter(), limits::RAFT_APPEND_BYTES_MAX);
+        assert_eq!(indexes(&taken), [1, 2, 3]);
+        let huge = [publish(1, 3 * 1024 * 1024), publish(2, 10)];
+        assert_eq!(
+            indexes(&within_bytes(huge.iter(), limits::RAFT_APPEND_BYTES_MAX)),
+            [1]
+        );
+        let small: Vec<Entry> = (1..=300).map(|i| publish(i, 100)).collect();
+        assert_eq!(
+            within_bytes(small.iter(), limits::RAFT_APPEND_BYTES_MAX).len(),
+            300
+        );
+    }
+}
