@@ -358,10 +358,10 @@ async fn s_clu_61_every_node_shows_how_many_entries_its_member_voided() {
     cluster.shutdown().await;
 }
 
-/// S-CLU-42: a follower reads a quorum queue's messages and deadlines from the group's
-/// committed state, as it lists the queue: the browse page, the expiry horizon and the
-/// scheduled listing answer on every node, with the same messages (the dashboard's queue
-/// page calls all three).
+/// S-CLU-42: a follower reads a quorum queue's messages, deadlines and bindings from the
+/// group's committed state, as it lists the queue: the browse page, the expiry horizon, the
+/// scheduled listing and the queue's bindings answer on every node, alike (the dashboard's
+/// queue page calls all four).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s_clu_42_every_node_browses_a_quorum_queue_and_counts_its_deadlines() {
     let cluster = Cluster::start(3).await;
@@ -389,6 +389,12 @@ async fn s_clu_42_every_node_browses_a_quorum_queue_and_counts_its_deadlines() {
         let (status, s) = cluster.api(id, "/api/wharf/queues/%2F/qq/scheduled").await;
         assert_eq!(status, 200, "node {id}: {s}");
         assert_eq!(s["total"], 0, "node {id}: {s}");
+        // Its bindings: the default exchange's, as on the leader.
+        let (status, b) = cluster.api(id, "/api/queues/%2F/qq/bindings").await;
+        assert_eq!(status, 200, "node {id}: {b}");
+        assert_eq!(b.as_array().map(Vec::len), Some(1), "node {id}: {b}");
+        assert_eq!(b[0]["source"], "", "node {id}: {b}");
+        assert_eq!(b[0]["destination"], "qq", "node {id}: {b}");
     }
     let (status, _) = cluster.api(2, "/api/queues/%2F/no-such-queue/browse").await;
     assert_eq!(status, 404);

@@ -36,6 +36,30 @@ impl VhostBindings {
         }
     }
 
+    /// Adds the quorum queues of the group's committed state `committed` this node's live
+    /// broker does not hold (on a follower: all of them) with their bindings, as the queue
+    /// listings show them (S-CLU-42).
+    fn add_committed(&mut self, committed: &wharf_broker::Broker) {
+        let mut added = Vec::new();
+        for name in committed.queue_names(&self.vhost) {
+            let quorum =
+                committed.queue_kind(&self.vhost, &name) == Some(wharf_broker::QueueKind::Quorum);
+            if quorum && !self.queues.contains(&name) {
+                added.push(name);
+            }
+        }
+        if added.is_empty() {
+            return;
+        }
+        self.declared.extend(
+            committed
+                .bindings(&self.vhost)
+                .into_iter()
+                .filter(|b| matches!(&b.destination, DestName::Queue(q) if added.contains(q))),
+        );
+        self.queues.extend(added);
+    }
+
     /// As RabbitMQ lists them: the default exchange's implicit binding of every queue first,
     /// then the declared ones.
     fn json(&self) -> impl Iterator<Item = JsonValue> + '_ {
@@ -57,13 +81,20 @@ impl VhostBindings {
 
 /// The bindings of `vhosts`, copied out of the broker task.
 async fn vhost_bindings(api: &Api, vhosts: Vec<String>) -> Result<Vec<VhostBindings>, ApiError> {
-    api.query(move |view| {
-        vhosts
-            .iter()
-            .map(|v| VhostBindings::of(view, v))
-            .collect::<Vec<_>>()
-    })
-    .await
+    let mut copied = api
+        .query(move |view| {
+            vhosts
+                .iter()
+                .map(|v| VhostBindings::of(view, v))
+                .collect::<Vec<_>>()
+        })
+        .await?;
+    if let Some(group) = api.group() {
+        group
+            .machine
+            .with(|m| copied.iter_mut().for_each(|b| b.add_committed(m.broker())));
+    }
+    Ok(copied)
 }
 
 async fn binding_list(api: &Api, scope: &Scope, vhost: Option<String>) -> ApiResult {
