@@ -288,6 +288,66 @@ fn s_clu_33_an_order_inversion_is_reported() {
     );
 }
 
+/// S-CLU-33 (issue #17, CI seed 13420187199710183380, every-node routing): a publisher's
+/// message nacked when its channel's relay to the leader ended (S-CLU-74) may still be
+/// enqueued by the leader, after what the publisher then sent on a new connection: no promise
+/// orders two channels' messages unless a confirm did. A message acked before the other was
+/// published, or one earlier on the same channel (nacked or not), must still come first.
+#[test]
+fn s_clu_33_order_across_a_publishers_channels_follows_its_confirms() {
+    let nack = |conn: u64, msg: Msg| Op::Confirm {
+        conn,
+        msg,
+        ack: false,
+    };
+    // Connection 1 (through a follower): 1 acked, 2 nacked as the relay ended; connection 4
+    // (another node): 3 acked. The leader took 2 in after 3, as it had been sent on.
+    let crossed = H::default()
+        .confirmed(1, m(1, 1))
+        .op(Op::Publish {
+            conn: 1,
+            msg: m(1, 2),
+        })
+        .op(nack(1, m(1, 2)))
+        .confirmed(4, m(1, 3))
+        .deliver(2, Queue::Source, m(1, 1), false)
+        .deliver(2, Queue::Source, m(1, 3), false)
+        .deliver(2, Queue::Source, m(1, 2), false);
+    assert_eq!(crossed.check(), vec![]);
+    // The same with 2 acked before 3 was published: 2 was in the queue before 3.
+    let acked = H::default()
+        .confirmed(1, m(1, 1))
+        .confirmed(1, m(1, 2))
+        .confirmed(4, m(1, 3))
+        .deliver(2, Queue::Source, m(1, 1), false)
+        .deliver(2, Queue::Source, m(1, 3), false)
+        .deliver(2, Queue::Source, m(1, 2), false);
+    let inversion = |at| {
+        vec![Violation::OrderInversion {
+            queue: Queue::Source,
+            conn: 2,
+            later: m(1, 3),
+            earlier: m(1, 2),
+            at,
+        }]
+    };
+    assert_eq!(acked.check(), inversion(8));
+    // The same with 2 nacked and 3 published on the same channel: one channel's order holds
+    // whatever its confirms say.
+    let same_channel = H::default()
+        .confirmed(1, m(1, 1))
+        .op(Op::Publish {
+            conn: 1,
+            msg: m(1, 2),
+        })
+        .op(nack(1, m(1, 2)))
+        .confirmed(1, m(1, 3))
+        .deliver(2, Queue::Source, m(1, 1), false)
+        .deliver(2, Queue::Source, m(1, 3), false)
+        .deliver(2, Queue::Source, m(1, 2), false);
+    assert_eq!(same_channel.check(), inversion(8));
+}
+
 /// S-CLU-33: the dead-letter queue follows the order of the rejects of each rejecting
 /// channel.
 #[test]
