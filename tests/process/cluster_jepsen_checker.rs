@@ -6,6 +6,7 @@
 
 use crate::jepsen::checker::{Violation, check};
 use crate::jepsen::history::{Event, Msg, Op, Queue, Settle};
+use crate::jepsen::replay::parse_event;
 
 /// A history written by hand, one event a step.
 #[derive(Default)]
@@ -388,4 +389,54 @@ fn bodies_round_trip_and_others_are_not_ours() {
     for other in ["", "jepsen p=1", "jepsen p=x s=1", "hello p=1 s=2"] {
         assert_eq!(Msg::parse(other), None, "{other}");
     }
+}
+
+/// A history written to its file reads back as the same events, every kind of operation.
+#[test]
+fn a_written_history_reads_back() {
+    let h = clean_events()
+        .op(Op::Open { conn: 7, node: 3 })
+        .op(Op::Confirm {
+            conn: 7,
+            msg: m(2, 9),
+            ack: false,
+        })
+        .op(Op::Closed {
+            conn: 7,
+            why: "CONNECTION_FORCED - \"gone\", reconnect".into(),
+        })
+        .op(Op::Nemesis {
+            what: "Partition([[3]]) for 1225 ms, then 951 ms healed".into(),
+        })
+        .op(Op::Deliver {
+            conn: 5,
+            queue: Queue::Dead,
+            body: m(2, 9).body(),
+            redelivered: true,
+        });
+    let back: Vec<Event> =
+        h.0.iter()
+            .map(|e| parse_event(&e.to_string()).unwrap())
+            .collect();
+    assert_eq!(back, h.0);
+    assert!(parse_event("     1.000000 pub1   Jump { conn: 1 }").is_err());
+}
+
+/// Checks a kept history again with the current checker: `WHARF_JEPSEN_HISTORY=<history.txt>
+/// cargo test --test process jepsen_history_again -- --ignored`.
+#[test]
+#[ignore = "reads the history file WHARF_JEPSEN_HISTORY names"]
+fn jepsen_history_again() {
+    let path = std::env::var("WHARF_JEPSEN_HISTORY").expect("WHARF_JEPSEN_HISTORY names a file");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let events: Vec<Event> = text
+        .lines()
+        .map(|l| parse_event(l).unwrap_or_else(|e| panic!("{path}: {e}")))
+        .collect();
+    let report = check(&events);
+    for v in report.violations.iter().take(50) {
+        eprintln!("{v}");
+    }
+    eprintln!("{report}");
+    assert!(report.violations.is_empty(), "{report}");
 }
