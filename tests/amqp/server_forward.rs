@@ -388,3 +388,57 @@ async fn s_clu_74_without_cancel_notify_a_moved_channel_closes_with_541() {
     within(raw.open_channel(2)).await;
     cluster.shutdown().await;
 }
+
+/// S-CLU-75, S-CLU-74, S-CLU-31: the leader stops while a consumer on follower 2 has acked a
+/// delivery that no reply of the leader followed: the client (lapin announces
+/// `consumer_cancel_notify`) gets its publishing channel back (a `basic.nack`, then its next
+/// methods answered), but the acking channel is closed with 541: taken back, its next
+/// `basic.qos` would be answered here and say the ack took effect, which is not known.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_clu_75_a_moved_channel_with_unanswered_acks_is_closed_when_its_leader_goes() {
+    let mut cluster = Cluster::start_forwarding(3).await;
+    let (conn, ch) = cluster.channel(2).await;
+    within(ch.confirm_select(ConfirmSelectOptions::default()))
+        .await
+        .unwrap();
+    within(ch.queue_declare("qq".into(), durable(), quorum(None)))
+        .await
+        .unwrap();
+    for i in 0..3 {
+        assert!(publish(&ch, "", "qq", &format!("m{i}")).await);
+    }
+    let consuming = conn.create_channel().await.unwrap();
+    within(consuming.basic_qos(3, BasicQosOptions::default()))
+        .await
+        .unwrap();
+    let mut consumer = within(consuming.basic_consume(
+        "qq".into(),
+        "c".into(),
+        BasicConsumeOptions::default(),
+        FieldTable::default(),
+    ))
+    .await
+    .unwrap();
+    let d = within(consumer.next()).await.unwrap().unwrap();
+    within(d.ack(BasicAckOptions::default())).await.unwrap();
+    // A reply on the same connection: the member's reader passed the ack on before it.
+    let _other = within(conn.create_channel()).await.unwrap();
+    cluster.wait_applied(2, 1).await;
+    cluster.wait_applied(3, 1).await;
+    let held = cluster.publish_without_majority(&ch, "qq", b"held").await;
+    cluster.stop(1).await;
+    cluster.router.heal(2);
+    cluster.router.heal(3);
+    // The end of the relay was dealt with once the nack came (S-CLU-74).
+    assert!(within(held).await.unwrap().is_nack(), "nacked");
+    let err = within(consuming.basic_qos(3, BasicQosOptions::default()))
+        .await
+        .expect_err("no reply may say the ack took effect");
+    assert!(!consuming.status().connected(), "{err}");
+    // The publishing channel, which settled nothing, was taken back and answers.
+    within(ch.basic_qos(5, BasicQosOptions::default()))
+        .await
+        .unwrap();
+    assert!(conn.status().connected(), "the connection survives");
+    cluster.shutdown().await;
+}

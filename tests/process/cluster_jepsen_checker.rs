@@ -28,11 +28,12 @@ impl H {
     }
     /// Published on `conn` and confirmed.
     fn confirmed(self, conn: u64, msg: Msg) -> H {
-        self.op(Op::Publish { conn, msg }).op(Op::Confirm {
-            conn,
-            msg,
-            ack: true,
-        })
+        self.answered(conn, msg, true)
+    }
+    /// Published on `conn` and acked (`ack`) or nacked.
+    fn answered(self, conn: u64, msg: Msg, ack: bool) -> H {
+        self.op(Op::Publish { conn, msg })
+            .op(Op::Confirm { conn, msg, ack })
     }
     fn deliver(self, conn: u64, queue: Queue, msg: Msg, redelivered: bool) -> H {
         self.op(Op::Deliver {
@@ -296,57 +297,33 @@ fn s_clu_33_an_order_inversion_is_reported() {
 /// published, or one earlier on the same channel (nacked or not), must still come first.
 #[test]
 fn s_clu_33_order_across_a_publishers_channels_follows_its_confirms() {
-    let nack = |conn: u64, msg: Msg| Op::Confirm {
-        conn,
-        msg,
-        ack: false,
+    // Publisher 1: 1 acked on connection 1; 2 published on connection 1, acked or nacked (as
+    // its relay ended); 3 acked on connection `third`. Consumer 2 gets 1, 3, then 2.
+    let run = |two_acked: bool, third: u64| {
+        H::default()
+            .confirmed(1, m(1, 1))
+            .answered(1, m(1, 2), two_acked)
+            .confirmed(third, m(1, 3))
+            .deliver(2, Queue::Source, m(1, 1), false)
+            .deliver(2, Queue::Source, m(1, 3), false)
+            .deliver(2, Queue::Source, m(1, 2), false)
+            .check()
     };
-    // Connection 1 (through a follower): 1 acked, 2 nacked as the relay ended; connection 4
-    // (another node): 3 acked. The leader took 2 in after 3, as it had been sent on.
-    let crossed = H::default()
-        .confirmed(1, m(1, 1))
-        .op(Op::Publish {
-            conn: 1,
-            msg: m(1, 2),
-        })
-        .op(nack(1, m(1, 2)))
-        .confirmed(4, m(1, 3))
-        .deliver(2, Queue::Source, m(1, 1), false)
-        .deliver(2, Queue::Source, m(1, 3), false)
-        .deliver(2, Queue::Source, m(1, 2), false);
-    assert_eq!(crossed.check(), vec![]);
-    // The same with 2 acked before 3 was published: 2 was in the queue before 3.
-    let acked = H::default()
-        .confirmed(1, m(1, 1))
-        .confirmed(1, m(1, 2))
-        .confirmed(4, m(1, 3))
-        .deliver(2, Queue::Source, m(1, 1), false)
-        .deliver(2, Queue::Source, m(1, 3), false)
-        .deliver(2, Queue::Source, m(1, 2), false);
-    let inversion = |at| {
-        vec![Violation::OrderInversion {
-            queue: Queue::Source,
-            conn: 2,
-            later: m(1, 3),
-            earlier: m(1, 2),
-            at,
-        }]
-    };
-    assert_eq!(acked.check(), inversion(8));
-    // The same with 2 nacked and 3 published on the same channel: one channel's order holds
-    // whatever its confirms say.
-    let same_channel = H::default()
-        .confirmed(1, m(1, 1))
-        .op(Op::Publish {
-            conn: 1,
-            msg: m(1, 2),
-        })
-        .op(nack(1, m(1, 2)))
-        .confirmed(1, m(1, 3))
-        .deliver(2, Queue::Source, m(1, 1), false)
-        .deliver(2, Queue::Source, m(1, 3), false)
-        .deliver(2, Queue::Source, m(1, 2), false);
-    assert_eq!(same_channel.check(), inversion(8));
+    let inversion = vec![Violation::OrderInversion {
+        queue: Queue::Source,
+        conn: 2,
+        later: m(1, 3),
+        earlier: m(1, 2),
+        at: 8,
+    }];
+    // 2 nacked, 3 on another connection (another node): the leader took 2 in after 3, as it
+    // had been sent on before the relay ended.
+    assert_eq!(run(false, 4), vec![]);
+    // 2 acked before 3 was published: 2 was in the queue before 3.
+    assert_eq!(run(true, 4), inversion);
+    // 2 nacked and 3 published on the same channel: one channel's order holds whatever its
+    // confirms say.
+    assert_eq!(run(false, 1), inversion);
 }
 
 /// S-CLU-33: the dead-letter queue follows the order of the rejects of each rejecting
