@@ -16,7 +16,10 @@
 //! them, after what the publisher sent since on a new connection: the checker orders a
 //! publisher's messages across its connections only where a confirm ordered them (S-CLU-33;
 //! CI's seed 13420187199710183380 showed 24 such nacked publishes, which the checker once
-//! counted as inversions). `WHARF_JEPSEN_ROUTE=leader` turns forwarding off and sends every
+//! counted as inversions). A consumer's channel whose relay ended after acks no reply of the
+//! leader followed is closed (S-CLU-75): taken back, its `basic.qos` was answered by the
+//! member and the history counted the lost acks as taken effect (the same seed's re-run).
+//! `WHARF_JEPSEN_ROUTE=leader` turns forwarding off and sends every
 //! client to the group's current leader (a follower refuses with 405 naming it, S-CLU-11),
 //! reconnecting to the next one after any error.
 //!
