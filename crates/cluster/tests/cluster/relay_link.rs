@@ -28,7 +28,7 @@ async fn s_clu_76_a_relay_session_ends_with_its_link_connection() {
         *keep.lock().unwrap() = Some(theirs);
         Some(ours)
     }));
-    let server = tokio::spawn(serve(listener, groups));
+    let serving = tokio::spawn(serve(listener, groups));
 
     let mut link = TcpStream::connect(addr).await.unwrap();
     let hello = wire::frame(Kind::Hello, 0, 0, wire::ANY_MEMBER, &wire::hello(2)).unwrap();
@@ -49,5 +49,5 @@ async fn s_clu_76_a_relay_session_ends_with_its_link_connection() {
         .await
         .expect("the session ended with its link connection");
     assert_eq!(read.unwrap(), 0, "the stream ended");
-    server.abort();
+    serving.abort();
 }
