@@ -19,6 +19,9 @@
 //! counted as inversions). A consumer's channel whose relay ended after acks no reply of the
 //! leader followed is closed (S-CLU-75): taken back, its `basic.qos` was answered by the
 //! member and the history counted the lost acks as taken effect (the same seed's re-run).
+//! A killed member's relay session on the leader ends with its link connection (S-CLU-76):
+//! it held its consumers' unacked messages for 30 s, past the drain (seed
+//! 828896324517910540, five nodes).
 //! `WHARF_JEPSEN_ROUTE=leader` turns forwarding off and sends every
 //! client to the group's current leader (a follower refuses with 405 naming it, S-CLU-11),
 //! reconnecting to the next one after any error.
