@@ -257,15 +257,20 @@ async fn s_clu_73_a_followers_consumer_gets_relayed_deliveries() {
     cluster.shutdown().await;
 }
 
-/// S-CLU-74, S-CLU-6: the leader stops while a consumer on follower 2 holds three unacked
-/// deliveries and a publish waits for a confirm the leader cannot give (its followers cut
-/// off): the client (lapin announces `consumer_cancel_notify`) gets `basic.cancel` and a
-/// `basic.nack` for the publish, its channels and connection stay open; once a new leader took over, a consumer on the same
-/// channel gets every message, the three delivered ones with `redelivered` set, and the
-/// publishing channel's next publish is confirmed with its own sequence number going on.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s_clu_74_leader_loss_cancels_forwarded_consumers_and_unacked_come_back() {
-    let mut cluster = Cluster::start_forwarding(3).await;
+/// On follower 2 of a new forwarding cluster: a confirm-mode channel that declared the quorum
+/// queue `qq` and published `n` confirmed messages, and a second channel of the same
+/// connection consuming `qq` with prefetch `prefetch`.
+async fn follower_consumer(
+    n: usize,
+    prefetch: u16,
+) -> (
+    Cluster,
+    lapin::Connection,
+    Channel,
+    Channel,
+    lapin::Consumer,
+) {
+    let cluster = Cluster::start_forwarding(3).await;
     let (conn, ch) = cluster.channel(2).await;
     within(ch.confirm_select(ConfirmSelectOptions::default()))
         .await
@@ -273,15 +278,15 @@ async fn s_clu_74_leader_loss_cancels_forwarded_consumers_and_unacked_come_back(
     within(ch.queue_declare("qq".into(), durable(), quorum(None)))
         .await
         .unwrap();
-    for i in 0..5 {
+    for i in 0..n {
         assert!(publish(&ch, "", "qq", &format!("m{i}")).await);
     }
     cluster.wait_applied(2, 1).await;
     let consuming = conn.create_channel().await.unwrap();
-    within(consuming.basic_qos(3, BasicQosOptions::default()))
+    within(consuming.basic_qos(prefetch, BasicQosOptions::default()))
         .await
         .unwrap();
-    let mut consumer = within(consuming.basic_consume(
+    let consumer = within(consuming.basic_consume(
         "qq".into(),
         "c".into(),
         BasicConsumeOptions::default(),
@@ -289,16 +294,15 @@ async fn s_clu_74_leader_loss_cancels_forwarded_consumers_and_unacked_come_back(
     ))
     .await
     .unwrap();
-    for i in 0..3 {
-        let d = within(consumer.next()).await.unwrap().unwrap();
-        assert_eq!(d.data, format!("m{i}").as_bytes());
-    }
-    // The deliveries' marks are committed once the leader's gate passed them; the followers
-    // have them before the leader stops.
+    (cluster, conn, ch, consuming, consumer)
+}
+
+/// Leader 1 stops while a publish on `ch` waits for a confirm it cannot give (its followers
+/// cut off, every earlier mark already on both): the publish is nacked (S-CLU-74).
+async fn stop_leader_holding_a_publish(cluster: &mut Cluster, ch: &Channel) {
     cluster.wait_applied(2, 1).await;
     cluster.wait_applied(3, 1).await;
-    // A publish the leader cannot commit (its followers cut off): no confirm yet.
-    let held = cluster.publish_without_majority(&ch, "qq", b"held").await;
+    let held = cluster.publish_without_majority(ch, "qq", b"held").await;
     cluster.stop(1).await;
     cluster.router.heal(2);
     cluster.router.heal(3);
@@ -307,6 +311,24 @@ async fn s_clu_74_leader_loss_cancels_forwarded_consumers_and_unacked_come_back(
         within(held).await.unwrap().is_nack(),
         "the unconfirmed publish is nacked"
     );
+}
+
+/// S-CLU-74, S-CLU-6: the leader stops while a consumer on follower 2 holds three unacked
+/// deliveries and a publish waits for a confirm the leader cannot give (its followers cut
+/// off): the client (lapin announces `consumer_cancel_notify`) gets `basic.cancel` and a
+/// `basic.nack` for the publish, its channels and connection stay open; once a new leader took over, a consumer on the same
+/// channel gets every message, the three delivered ones with `redelivered` set, and the
+/// publishing channel's next publish is confirmed with its own sequence number going on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_clu_74_leader_loss_cancels_forwarded_consumers_and_unacked_come_back() {
+    let (mut cluster, conn, ch, consuming, mut consumer) = follower_consumer(5, 3).await;
+    for i in 0..3 {
+        let d = within(consumer.next()).await.unwrap().unwrap();
+        assert_eq!(d.data, format!("m{i}").as_bytes());
+    }
+    // The deliveries' marks are committed once the leader's gate passed them; the followers
+    // have them before the leader stops.
+    stop_leader_holding_a_publish(&mut cluster, &ch).await;
     // The consumer is cancelled (its stream ends); the channels stay open.
     let ended = within(consumer.next()).await;
     assert!(ended.is_none(), "the consumer was cancelled: {ended:?}");
@@ -386,5 +408,31 @@ async fn s_clu_74_without_cancel_notify_a_moved_channel_closes_with_541() {
     )
     .await;
     within(raw.open_channel(2)).await;
+    cluster.shutdown().await;
+}
+
+/// S-CLU-75, S-CLU-74, S-CLU-31: the leader stops while a consumer on follower 2 has acked a
+/// delivery that no reply of the leader followed: the client (lapin announces
+/// `consumer_cancel_notify`) gets its publishing channel back (a `basic.nack`, then its next
+/// methods answered), but the acking channel is closed with 541: taken back, its next
+/// `basic.qos` would be answered here and say the ack took effect, which is not known.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_clu_75_a_moved_channel_with_unanswered_acks_is_closed_when_its_leader_goes() {
+    let (mut cluster, conn, ch, consuming, mut consumer) = follower_consumer(3, 3).await;
+    let d = within(consumer.next()).await.unwrap().unwrap();
+    within(d.ack(BasicAckOptions::default())).await.unwrap();
+    // A reply on the same connection: the member's reader passed the ack on before it.
+    let _other = within(conn.create_channel()).await.unwrap();
+    // The end of the relay was dealt with once the nack came (S-CLU-74).
+    stop_leader_holding_a_publish(&mut cluster, &ch).await;
+    let err = within(consuming.basic_qos(3, BasicQosOptions::default()))
+        .await
+        .expect_err("no reply may say the ack took effect");
+    assert!(!consuming.status().connected(), "{err}");
+    // The publishing channel, which settled nothing, was taken back and answers.
+    within(ch.basic_qos(5, BasicQosOptions::default()))
+        .await
+        .unwrap();
+    assert!(conn.status().connected(), "the connection survives");
     cluster.shutdown().await;
 }

@@ -202,7 +202,7 @@ async fn drain(ch: &Channel, queue: &str) -> Vec<(String, bool)> {
 /// naming the leader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s_clu_10_a_quorum_queue_on_the_leader_is_committed_on_every_node() {
-    let c = Cluster::start(3).await;
+    let c = Cluster::start_refusing(3).await;
     let (leader, _) = c.leader(QUEUES, &[], 0, WAIT).await;
     let (url, _conn, ch) = find_leader(&c.url(leader), "qq").await;
     assert_eq!(url, c.url(leader));
@@ -231,7 +231,7 @@ fn bodies(prefix: &str, n: usize) -> Vec<String> {
 /// new leader's log and names it when refusing the queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s_clu_2_a_quorum_queue_survives_the_sigkill_of_its_leader() {
-    let mut c = Cluster::start(3).await;
+    let mut c = Cluster::start_refusing(3).await;
     let (leader, view) = c.leader(QUEUES, &[], 0, WAIT).await;
     let (_url, conn, ch) = find_leader(&c.url(leader), "qq").await;
     let sent = bodies("m", 50);
@@ -442,7 +442,7 @@ async fn s_clu_9_a_followers_sigkill_changes_nothing_for_the_leaders_clients() {
 /// old leader catches up with; the message published to it while cut off is nowhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s_clu_12_a_deposed_leader_serves_again_as_a_follower() {
-    let c = Cluster::start(3).await;
+    let c = Cluster::start_refusing(3).await;
     let (leader, view) = c.leader(QUEUES, &[], 0, WAIT).await;
     let (_url, conn, ch) = find_leader(&c.url(leader), "qq").await;
     within(
@@ -677,7 +677,7 @@ async fn readme_three_nodes_on_one_machine() {
 /// each exactly once, in publish order, none redelivered; nothing is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s_clu_70_a_followers_client_publishes_and_consumes_through_the_leader() {
-    let c = Cluster::start_forwarding(3).await;
+    let c = Cluster::start(3).await;
     let (leader, _) = c.leader(QUEUES, &[], 0, WAIT).await;
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     let conn = connect(&c.url(follower)).await;

@@ -48,25 +48,27 @@ pub struct Cluster {
     seeds: String,
     nodes: Vec<Option<Broker>>,
     paused: Vec<bool>,
-    /// Nodes forward clients' quorum queue work to the leader (S-CLU-70); off by default here,
-    /// so a follower refuses it with 405 naming the leader (S-CLU-11, S-CLU-13).
+    /// Nodes forward clients' quorum queue work to the leader (S-CLU-70), as `wharf` does by
+    /// default; off ([`Cluster::start_refusing`]) only for the tests of a follower's 405
+    /// naming the leader (S-CLU-11, S-CLU-13).
     forward: bool,
 }
 
 impl Cluster {
     /// Starts `n` nodes behind the proxy, all at once (a new cluster's nodes wait for each
-    /// other before they serve, S-CLU-20), and waits for each one's start line.
+    /// other before they serve, S-CLU-20), and waits for each one's start line. The nodes
+    /// forward their clients' quorum queue work to the leader (S-CLU-70).
     pub async fn start(n: usize) -> Cluster {
         let mut c = Cluster::prepare(n).await;
         c.start_all();
         c
     }
 
-    /// As [`Cluster::start`], the nodes forwarding their clients' quorum queue work to the
-    /// leader (S-CLU-70), as `wharf` does by default.
-    pub async fn start_forwarding(n: usize) -> Cluster {
+    /// As [`Cluster::start`], with `--cluster-forward false`: a follower refuses quorum queue
+    /// work with 405 naming the leader (S-CLU-11, S-CLU-13), for the tests of that refusal.
+    pub async fn start_refusing(n: usize) -> Cluster {
         let mut c = Cluster::prepare(n).await;
-        c.forward = true;
+        c.forward = false;
         c.start_all();
         c
     }
@@ -100,7 +102,7 @@ impl Cluster {
             seeds,
             nodes: (0..n).map(|_| None).collect(),
             paused: vec![false; n],
-            forward: false,
+            forward: true,
         }
     }
 

@@ -13,7 +13,11 @@
 //! - **order**: what RabbitMQ guarantees for a quorum queue, and no more: messages one
 //!   channel publishes are enqueued in that order and a queue delivers in queue order, so
 //!   the first deliveries (`redelivered` false) that one consumer channel receives from the
-//!   source queue follow each publisher's order. Redeliveries may come in any order. The
+//!   source queue follow each publishing channel's order; across a publisher's channels
+//!   (it reconnects after an error), a message acked by a confirm before another was
+//!   published comes before it. A nacked or unconfirmed message of an earlier channel may
+//!   come after a later channel's: the broker may still enqueue what it was sent before the
+//!   channel was lost (S-CLU-74). Redeliveries may come in any order. The
 //!   dead-letter queue is fed in the order of the rejects, so a consumer channel's first
 //!   deliveries from it follow the order in which each rejecting channel rejected them
 //!   (checked for messages rejected exactly once: a repeated reject means the first one may
@@ -189,6 +193,8 @@ struct Delivery {
 #[derive(Default)]
 struct Facts {
     published: BTreeSet<Msg>,
+    /// Where each message was published (its first publish), and on which connection.
+    publish: BTreeMap<Msg, (usize, u64)>,
     /// The first `basic.ack` confirm of each message.
     confirmed: BTreeMap<Msg, usize>,
     deliveries: BTreeMap<(Queue, Msg), Vec<Delivery>>,
@@ -207,8 +213,9 @@ impl Facts {
         let mut f = Facts::default();
         for (i, e) in events.iter().enumerate() {
             match &e.op {
-                Op::Publish { msg, .. } => {
+                Op::Publish { conn, msg } => {
                     f.published.insert(*msg);
+                    f.publish.entry(*msg).or_insert((i, *conn));
                 }
                 Op::Confirm { msg, ack: true, .. } => {
                     f.confirmed.entry(*msg).or_insert(i);
@@ -330,11 +337,11 @@ impl Facts {
 
     /// Where a message stands in its queue's order, as far as the history shows it: its
     /// stream (messages ordered among themselves) and its rank in the stream. Source: the
-    /// publisher, by sequence number. Dead-letter queue: the connection that rejected it, by
-    /// when (only for a message rejected exactly once).
+    /// connection (one channel) that published it, by sequence number. Dead-letter queue: the
+    /// connection that rejected it, by when (only for a message rejected exactly once).
     fn rank(&self, queue: Queue, msg: Msg) -> Option<(u64, u64)> {
         match queue {
-            Queue::Source => Some((u64::from(msg.publisher), msg.seq)),
+            Queue::Source => Some((self.publish.get(&msg)?.1, msg.seq)),
             Queue::Dead => match self.rejects.get(&msg).map(Vec::as_slice) {
                 Some(&[(at, conn)]) => Some((conn, at as u64)),
                 _ => None,
@@ -342,10 +349,25 @@ impl Facts {
         }
     }
 
-    /// Per consumer channel and queue, first deliveries follow each stream's order.
+    /// Whether `earlier` must come before `later`, two messages of one publisher on
+    /// different channels: only when `earlier` was acked by a confirm before `later` was
+    /// published (then it was in the queue already).
+    fn acked_before(&self, earlier: Msg, later: Msg) -> bool {
+        match (self.confirmed.get(&earlier), self.publish.get(&later)) {
+            (Some(&acked), Some(&(published, _))) => acked < published,
+            _ => false,
+        }
+    }
+
+    /// Per consumer channel and queue, first deliveries follow each stream's order, and a
+    /// publisher's messages follow each other across its channels where a confirm ordered
+    /// them ([`Facts::acked_before`]).
     fn order(&self, out: &mut Vec<Violation>) {
         // (conn, queue, stream) -> the highest-ranked message first-delivered so far.
         let mut last: BTreeMap<(u64, Queue, u64), (u64, Msg)> = BTreeMap::new();
+        // (conn, publisher) -> the highest message first-delivered from the source so far: a
+        // publisher publishes in sequence order, so it was published last of those delivered.
+        let mut newest: BTreeMap<(u64, u32), Msg> = BTreeMap::new();
         for &(at, conn, queue, msg, redelivered) in &self.in_order {
             if redelivered {
                 continue;
@@ -353,17 +375,32 @@ impl Facts {
             let Some((stream, rank)) = self.rank(queue, msg) else {
                 continue;
             };
-            match last.get(&(conn, queue, stream)) {
-                Some(&(top, later)) if top > rank => out.push(Violation::OrderInversion {
+            let later = match last.get(&(conn, queue, stream)) {
+                Some(&(top, later)) if top > rank => Some(later),
+                _ => {
+                    last.insert((conn, queue, stream), (rank, msg));
+                    None
+                }
+            };
+            let later = later.or_else(|| {
+                if queue != Queue::Source {
+                    return None;
+                }
+                let newest = newest.entry((conn, msg.publisher)).or_insert(msg);
+                if newest.seq < msg.seq {
+                    *newest = msg;
+                }
+                let newest = *newest;
+                (newest.seq > msg.seq && self.acked_before(msg, newest)).then_some(newest)
+            });
+            if let Some(later) = later {
+                out.push(Violation::OrderInversion {
                     queue,
                     conn,
                     later,
                     earlier: msg,
                     at,
-                }),
-                _ => {
-                    last.insert((conn, queue, stream), (rank, msg));
-                }
+                });
             }
         }
     }

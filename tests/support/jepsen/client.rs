@@ -2,11 +2,11 @@
 //! (into the dead-letter queue), and the final drain, each recording every operation into the
 //! [`History`] and reconnecting after any error or timeout.
 //!
-//! **Which node a client uses** is [`Route`]: with [`Route::EveryNode`] (`WHARF_JEPSEN_ROUTE=every`) client
+//! **Which node a client uses** is [`Route`]: with [`Route::EveryNode`] (the default) client
 //! `i` goes through node `i mod n` first, whichever node leads, its quorum queue work forwarded
 //! to the leader (S-CLU-70); the other nodes are tried, in order, only when its own does not
-//! answer. With [`Route::Leader`] every client finds the group's current leader (a 405 names
-//! it, S-CLU-11) and works through it. Depends on lapin, tokio and the history.
+//! answer. With [`Route::Leader`] (`WHARF_JEPSEN_ROUTE=leader`, forwarding off) every client
+//! finds the group's current leader (a 405 names it, S-CLU-11) and works through it. Depends on lapin, tokio and the history.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -6,7 +6,8 @@
 //! `RelayPull` waits (at most [`PULL_WAIT`]) for bytes from it and takes at most
 //! [`CHUNK_BYTES`], and the next pull is sent only once those bytes were handed on (so a
 //! client that reads no further holds the far server's output back, where its own bounds
-//! apply). `RelayClose`, a stream's end or a session unused for [`IDLE_MAX`] ends it.
+//! apply). `RelayClose`, a stream's end, the end of the link connection its last request
+//! came over, or a session unused for [`IDLE_MAX`] ends it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,6 +40,9 @@ struct Session {
     write: tokio::sync::Mutex<WriteHalf<RelayStream>>,
     /// Counts pushes and pulls, for the reaper of abandoned sessions.
     used: AtomicU64,
+    /// The link connection (this node's number for it) its last request came over: once that
+    /// connection ends, the caller's pump has ended too (it always has a pull in flight).
+    conn: AtomicU64,
 }
 
 /// The serving node's sessions and its server's door.
@@ -55,17 +59,26 @@ impl Sessions {
         let _ = self.door.set(door);
     }
 
-    fn get(&self, session: u64) -> Option<Arc<Session>> {
+    fn get(&self, session: u64, conn: u64) -> Option<Arc<Session>> {
         let s = lock(&self.open).get(&session).cloned()?;
         s.used.fetch_add(1, Ordering::Relaxed);
+        s.conn.store(conn, Ordering::Relaxed);
         Some(s)
     }
 
-    /// Answers a relay request (the reply's status and body).
-    pub(super) async fn answer(&self, kind: Kind, body: &[u8]) -> Vec<u8> {
+    /// Link connection `conn` ended: the sessions whose last request came over it are ended
+    /// (their caller's pump failed with it), so their connections on this node's server close
+    /// now (consumers cancelled, unacked messages back in their queues), not after `IDLE_MAX`.
+    pub(super) fn connection_ended(&self, conn: u64) {
+        lock(&self.open).retain(|_, s| s.conn.load(Ordering::Relaxed) != conn);
+    }
+
+    /// Answers a relay request that came over link connection `conn` (the reply's status and
+    /// body).
+    pub(super) async fn answer(&self, kind: Kind, body: &[u8], conn: u64) -> Vec<u8> {
         let gone = || wire::failed(&Failure::Refused("no such relay session".into()));
         if kind == Kind::RelayOpen {
-            return self.open_session();
+            return self.open_session(conn);
         }
         let Some((session, rest)) = body.split_first_chunk::<8>() else {
             return wire::failed(&Failure::BadRequest);
@@ -73,7 +86,7 @@ impl Sessions {
         let session = u64::from_le_bytes(*session);
         match kind {
             Kind::RelayPush => {
-                let Some(s) = self.get(session) else {
+                let Some(s) = self.get(session, conn) else {
                     return gone();
                 };
                 let mut write = s.write.lock().await;
@@ -85,7 +98,7 @@ impl Sessions {
                 wire::ok(&[])
             }
             Kind::RelayPull => {
-                let Some(s) = self.get(session) else {
+                let Some(s) = self.get(session, conn) else {
                     return gone();
                 };
                 let max = rest
@@ -112,7 +125,7 @@ impl Sessions {
         }
     }
 
-    fn open_session(&self) -> Vec<u8> {
+    fn open_session(&self, conn: u64) -> Vec<u8> {
         let Some(stream) = self.door.get().and_then(|door| door()) else {
             return wire::failed(&Failure::Refused(
                 "this node's server serves no relayed connections".into(),
@@ -124,6 +137,7 @@ impl Sessions {
             read: tokio::sync::Mutex::new(read),
             write: tokio::sync::Mutex::new(write),
             used: AtomicU64::new(0),
+            conn: AtomicU64::new(conn),
         });
         lock(&self.open).insert(id, Arc::clone(&session));
         let open = Arc::clone(&self.open);

@@ -149,6 +149,9 @@ pub fn has_state(raft: &Raft) -> bool {
         || m.state == ServerState::Leader
 }
 
+/// Numbers the link connections this process serves (for their relay sessions).
+static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
+
 /// Accepts connections on `listener` and serves `groups` on them until the task is aborted,
 /// which ends every connection it accepted too.
 pub async fn serve(listener: TcpListener, groups: Groups) {
@@ -158,8 +161,10 @@ pub async fn serve(listener: TcpListener, groups: Groups) {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let groups = groups.clone();
+                    let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
                     conns.spawn(async move {
-                        let why = serve_conn(stream, groups).await;
+                        let why = serve_conn(stream, groups.clone(), conn).await;
+                        groups.relays.connection_ended(conn);
                         tracing::debug!(%peer, reason = %why, "cluster connection from a peer closed");
                     });
                 }
@@ -175,7 +180,7 @@ pub async fn serve(listener: TcpListener, groups: Groups) {
 }
 
 /// Serves one connection; returns why it ended.
-async fn serve_conn(stream: TcpStream, groups: Groups) -> String {
+async fn serve_conn(stream: TcpStream, groups: Groups, conn: u64) -> String {
     if let Err(e) = stream.set_nodelay(true) {
         return e.to_string();
     }
@@ -220,7 +225,7 @@ async fn serve_conn(stream: TcpStream, groups: Groups) -> String {
         let out = out.clone();
         tokio::spawn(async move {
             let reply = match wire::split(&frame) {
-                Ok((header, body)) => answer(header, body, &groups).await,
+                Ok((header, body)) => answer(header, body, &groups, conn).await,
                 Err(_) => wire::failed(&Failure::BadRequest),
             };
             if let Ok(frame) = wire::frame(Kind::Reply, header.id, 0, wire::ANY_MEMBER, &reply) {
@@ -232,7 +237,7 @@ async fn serve_conn(stream: TcpStream, groups: Groups) -> String {
 }
 
 /// The reply body (status and body) to one request.
-async fn answer(header: Header, body: &[u8], groups: &Groups) -> Vec<u8> {
+async fn answer(header: Header, body: &[u8], groups: &Groups, conn: u64) -> Vec<u8> {
     let raft = groups.get(header.group);
     match header.kind {
         Kind::Status => return wire::ok(groups.status().as_bytes()),
@@ -250,7 +255,7 @@ async fn answer(header: Header, body: &[u8], groups: &Groups) -> Vec<u8> {
         }
         Kind::Propose => return propose(raft, body).await,
         Kind::RelayOpen | Kind::RelayPush | Kind::RelayPull | Kind::RelayClose => {
-            return groups.relays.answer(header.kind, body).await;
+            return groups.relays.answer(header.kind, body, conn).await;
         }
         _ => {}
     }

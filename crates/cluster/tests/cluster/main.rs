@@ -16,6 +16,7 @@ mod expiry;
 mod forward;
 mod members;
 mod records;
+mod relay_link;
 mod replication;
 mod split;
 mod status;

@@ -1,4 +1,4 @@
-//! Forwarding a channel to the quorum queues' leader (S-CLU-70..74; DESIGN "Replication",
+//! Forwarding a channel to the quorum queues' leader (S-CLU-70..75; DESIGN "Replication",
 //! "Forwarding"). On a member that does not lead the group, the first method of a channel that
 //! needs a quorum queue (a publish the group's committed routing sends into one; a declare,
 //! bind, purge, delete, get or consume of one) moves the whole channel to the leader: the
@@ -42,6 +42,12 @@ const HEADER_BYTES: usize = 7;
 const RELAY_LOST: &str = "the quorum queues' leader this channel was forwarded to is gone \
      (it stopped leading or is unreachable); publishes not confirmed on this channel never \
      will be; open a new channel";
+/// The reply text of a forwarded channel closed because its relay ended while acks, rejects
+/// or nacks it sent were not followed by a reply of the leader (S-CLU-75).
+const RELAY_LOST_SETTLING: &str = "the quorum queues' leader this channel was forwarded to \
+     is gone (it stopped leading or is unreachable); acknowledgements sent since its last \
+     reply may not have taken effect, their messages will be delivered again; open a new \
+     channel";
 
 /// What a connection needs to forward: the group (who leads, what its committed state holds)
 /// and the way to the leader's server.
@@ -118,6 +124,9 @@ struct Remote {
     confirmed: u64,
     /// The tags of the channel's consumers on the leader.
     consumers: Vec<String>,
+    /// The client sent an ack, reject or nack on since the leader's last synchronous reply
+    /// on the channel: whether it took effect is not known (S-CLU-75).
+    settling: bool,
 }
 
 #[derive(Debug, Default)]
@@ -340,6 +349,7 @@ impl Relayed {
                     published: 0,
                     confirmed: 0,
                     consumers: Vec::new(),
+                    settling: false,
                 },
             );
             s.local.insert(ch, Local::Forwarded(rch));
@@ -364,6 +374,7 @@ impl Relayed {
     pub(super) async fn forward(&mut self, rch: u16, frame: &mut [u8]) -> Result<(), String> {
         match method_ids(frame) {
             Some((60, 40)) => note(&self.shared, rch, |r| r.published += 1),
+            Some((60, 80 | 90 | 120)) => note(&self.shared, rch, |r| r.settling = true),
             Some((85, 10)) => note(&self.shared, rch, |r| r.confirm = true),
             _ => {}
         }
@@ -428,8 +439,9 @@ fn note(shared: &Mutex<Shared>, rch: u16, f: impl FnOnce(&mut Remote)) {
 /// The relay ended: every moved channel comes back to its client (S-CLU-74). A client that
 /// announced `consumer_cancel_notify` keeps its channels: each consumer gets `basic.cancel`,
 /// the publishes not confirmed a `basic.nack`, and the channel goes back to this node's broker
-/// (the next quorum queue method moves it again, to the new leader). Otherwise each is closed
-/// with 541.
+/// (the next quorum queue method moves it again, to the new leader), unless it sent acks,
+/// rejects or nacks on that no reply of the leader followed (S-CLU-75). Otherwise each is
+/// closed with 541.
 async fn lose(shared: &Mutex<Shared>, outbox: &Outbox, loss: &Loss) {
     let moved: Vec<(u16, Remote)> = {
         let mut s = lock(shared);
@@ -445,7 +457,9 @@ async fn lose(shared: &Mutex<Shared>, outbox: &Outbox, loss: &Loss) {
             .collect()
     };
     for (ch, r) in moved {
-        if loss.cancel_notify {
+        // A channel taken back answers its next synchronous method here, which would say
+        // that the settlements sent on before it took effect (S-CLU-31): closed instead.
+        if loss.cancel_notify && !r.settling {
             let (done, answer) = tokio::sync::oneshot::channel();
             let confirm_next = r.confirm.then(|| r.confirm_offset + r.published + 1);
             let back = crate::core::CoreMsg::Ops {
@@ -478,7 +492,11 @@ async fn lose(shared: &Mutex<Shared>, outbox: &Outbox, loss: &Loss) {
         lock(shared).local.insert(ch, Local::Closing);
         let close = AMQPClass::Channel(channel::AMQPMethod::Close(channel::Close {
             reply_code: reply_code::INTERNAL_ERROR,
-            reply_text: short(RELAY_LOST),
+            reply_text: short(if r.settling {
+                RELAY_LOST_SETTLING
+            } else {
+                RELAY_LOST
+            }),
             class_id: 0,
             method_id: 0,
         }));
@@ -589,6 +607,13 @@ fn pass(shared: &Mutex<Shared>, outbox: &Outbox, frame: &mut BytesMut) {
     if ids.is_some() && r.swallow > 0 {
         r.swallow -= 1;
         return;
+    }
+    // A synchronous reply (not a delivery, return, confirm or the leader's cancel) leaves the
+    // leader only once what the channel sent before it committed (S-CLU-10).
+    if let Some(m) = ids
+        && !matches!(m, (60, 30 | 50 | 60 | 80 | 120))
+    {
+        r.settling = false;
     }
     // basic.ack / basic.nack to a publisher: the client's sequence numbers.
     if matches!(ids, Some((60, 80 | 120)))
