@@ -680,6 +680,11 @@ async fn s_clu_70_a_followers_client_publishes_and_consumes_through_the_leader()
     let c = Cluster::start(3).await;
     let (leader, _) = c.leader(QUEUES, &[], 0, WAIT).await;
     let follower = (1..=3).find(|id| *id != leader).unwrap();
+    // Until the follower hears its leader it cannot forward (S-CLU-70 refuses then).
+    c.until(follower, QUEUES, "knows its leader", WAIT, |v| {
+        v.leader == Some(leader)
+    })
+    .await;
     let conn = connect(&c.url(follower)).await;
     let ch = within(20, conn.create_channel()).await.unwrap();
     within(20, ch.confirm_select(ConfirmSelectOptions::default()))
