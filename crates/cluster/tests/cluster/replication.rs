@@ -233,6 +233,7 @@ async fn s_clu_4_a_lagging_member_catches_up_from_a_snapshot() {
 /// which had doubled the syncs and put the second one in the way of the next entry's.
 #[tokio::test(start_paused = true)]
 async fn s_clu_1_an_entry_costs_each_member_one_log_sync() {
+    const ENTRIES: u64 = 40;
     let _guard = HangGuard::new("s_clu_1_an_entry_costs_each_member_one_log_sync");
     let c = Cluster::start(3).await;
     c.elect(1).await;
@@ -246,7 +247,6 @@ async fn s_clu_1_an_entry_costs_each_member_one_log_sync() {
         .iter()
         .map(|id| c.members[id].log.wal_stats().syncs)
         .collect();
-    const ENTRIES: u64 = 40;
     let mut last = 0;
     for i in 0..ENTRIES {
         let (p, _) = leader.batch(vec![publish("q", "m", None)], 2_000 + i);
