@@ -7,7 +7,14 @@
 # on a quiet machine.
 #
 #   tools/perf/cluster.sh [--base-port 5800] [--time 10] [--size 1024] [--window 64]
-#       [--bin-dir target/release] [--dir DIR] [--json]
+#       [--bin-dir target/release] [--dir DIR] [--log LEVEL] [--probe SECONDS] [--json]
+#
+# --probe S adds, after each publishing run, what an entry of the quorum queues' group cost:
+# entries committed (the leader's rabbitmq_raft_log_commit_index) and messages per entry, each
+# node's CPU per message (from /proc/PID/stat) and, from `strace -c -f` on every node for S
+# seconds in the middle of the run, fdatasync and sendto calls per entry committed meanwhile
+# (strace slows the nodes: the run's rate is not a figure then). `--log info` keeps openraft's
+# elections in DIR's node logs.
 #
 # It starts its own three nodes (release build unless --bin-dir names other binaries), on
 # 127.0.0.1 ports BASE+1..3 (AMQP), BASE+11..13 (management), BASE+21..23 (Prometheus) and
@@ -24,8 +31,10 @@ window=64
 bin_dir=""
 dir=""
 json=""
+log=warn
+probe=0
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -35,6 +44,8 @@ while [ $# -gt 0 ]; do
     --window) window="$2"; shift 2 ;;
     --bin-dir) bin_dir="$2"; shift 2 ;;
     --dir) dir="$2"; shift 2 ;;
+    --log) log="$2"; shift 2 ;;
+    --probe) probe="$2"; shift 2 ;;
     --json) json="--json"; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown option $1" >&2; usage >&2; exit 2 ;;
@@ -70,7 +81,7 @@ seeds="127.0.0.1:$((base + 31)),127.0.0.1:$((base + 32)),127.0.0.1:$((base + 33)
 for i in 1 2 3; do
   "$bin_dir/wharf" --bind 127.0.0.1 --port $((base + i)) --mgmt-port $((base + 10 + i)) \
     --prometheus-port $((base + 20 + i)) --data-dir "$dir/n$i" \
-    --cluster-listen "127.0.0.1:$((base + 30 + i))" --cluster-seeds "$seeds" --log warn \
+    --cluster-listen "127.0.0.1:$((base + 30 + i))" --cluster-seeds "$seeds" --log "$log" \
     > "$dir/n$i.log" 2>&1 &
   pids[i]=$!
 done
@@ -92,9 +103,44 @@ echo "group 1 led by node $lead ($(uri "$lead"), pid ${pids[$lead]})" >&2
 
 perf="$bin_dir/wharf-perf"
 queue=(--durable --queue-arg x-queue-type=quorum --queue wharf-perf-cluster)
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+commit_index() {
+  curl -s "http://127.0.0.1:$((base + 20 + lead))/metrics" |
+    awk '$1 == "rabbitmq_raft_log_commit_index" { print $2 }'
+}
+# probed RUN...: RUN (a wharf-perf command) with --probe's figures after it.
+probed() {
+  if [ "$probe" = 0 ]; then "$@"; return; fi
+  local out="$dir/probe.out" t0=() e0 e1 s0 s1 tracers=()
+  for i in 1 2 3; do t0[i]=$(ticks "${pids[i]}"); done
+  e0=$(commit_index)
+  "$@" | tee "$out" &
+  local run=$!
+  sleep "$(( (time_s - probe) / 2 > 0 ? (time_s - probe) / 2 : 0 ))"
+  s0=$(commit_index)
+  for i in 1 2 3; do
+    timeout "$probe" strace -c -f -p "${pids[i]}" -o "$dir/strace$i.txt" 2>/dev/null &
+    tracers+=($!)
+  done
+  wait "${tracers[@]}" || true
+  s1=$(commit_index)
+  wait "$run"
+  e1=$(commit_index)
+  local msgs entries=$((e1 - e0)) during=$((s1 - s0))
+  msgs=$(sed -n 's/^published \([0-9]*\) msgs.*/\1/p; s/.*"published":\([0-9]*\).*/\1/p' "$out" | head -1)
+  echo "probe: $entries entries, $(awk -v m="${msgs:-0}" -v e="$entries" 'BEGIN { printf "%.1f", e ? m / e : 0 }') msgs/entry; $during entries during strace" >&2
+  for i in 1 2 3; do
+    local cpu=$(( $(ticks "${pids[i]}") - t0[i] ))
+    awk -v node="$i" -v cpu="$cpu" -v hz="$(getconf CLK_TCK)" -v m="${msgs:-0}" -v e="$during" '
+      $NF == "fdatasync" { f = $4 } $NF == "sendto" { s = $4 }
+      END { printf "probe: node %s cpu %.1f us/msg, fdatasync %.2f/entry, sendto %.2f/entry\n",
+              node, m ? cpu / hz * 1e6 / m : 0, e ? f / e : 0, e ? s / e : 0 }' \
+      "$dir/strace$i.txt" >&2
+  done
+}
 for x in 1 16; do
   echo "== $x publisher(s), persistent $size B, confirms $window, quorum queue" >&2
-  "$perf" --uri "$(uri "$lead")" -x "$x" -y 0 -s "$size" -f -c "$window" "${queue[@]}" \
+  probed "$perf" --uri "$(uri "$lead")" -x "$x" -y 0 -s "$size" -f -c "$window" "${queue[@]}" \
     -z "$time_s" --purge-before --purge-after --broker-pid "${pids[$lead]}" $json
 done
 echo "== 1 publisher and 1 consumer (acks), persistent $size B, quorum queue" >&2

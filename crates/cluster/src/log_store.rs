@@ -8,7 +8,11 @@
 //!
 //! The committed log id is a record too (`save_committed`), so a restarted member re-applies
 //! its committed entries on top of its snapshot file (`state_machine.rs`) before it hears from
-//! a leader.
+//! a leader. It is appended lazily (`Appender::append_lazy`): it never wakes the WAL's writer,
+//! and is synced with the next entries. openraft saves the committed id once per commit, on
+//! the leader and on every follower (through the append that tells it): appended like an
+//! entry, it took an `fdatasync` of its own, so each entry cost every member two syncs in a
+//! row, the second in the way of the next entry's.
 //!
 //! After a purge, the segments wholly before the first entry still held are deleted (the
 //! vote and committed mark are logged again first, so nothing in them is needed).
@@ -139,6 +143,7 @@ pub struct WalLogStore {
 #[derive(Clone)]
 pub struct WalLogReader {
     log: Arc<Mutex<Log>>,
+    appender: Appender,
 }
 
 impl WalLogStore {
@@ -216,17 +221,26 @@ impl WalLogStore {
     pub fn reader(&self) -> WalLogReader {
         WalLogReader {
             log: Arc::clone(&self.log),
+            appender: self.appender.clone(),
         }
     }
 
     /// Appends `record` to the WAL without waiting, and applies it to the log in memory.
     fn write(&self, record: RaftRecord) -> Result<Lsn, StorageError> {
+        self.write_with(record, Appender::append)
+    }
+
+    /// [`WalLogStore::write`] through `append` (`Appender::append`, or `append_lazy` for a
+    /// record that must not cost a sync of its own).
+    fn write_with(
+        &self,
+        record: RaftRecord,
+        append: fn(&Appender, u8, &[u8]) -> Result<wharf_wal::Appended, WalError>,
+    ) -> Result<Lsn, StorageError> {
         let (kind, payload) =
             record::encode(&record).map_err(|e| StorageIOError::write_logs(&e))?;
-        let appended = self
-            .appender
-            .append(kind, &payload)
-            .map_err(|e| StorageIOError::write_logs(&e))?;
+        let appended =
+            append(&self.appender, kind, &payload).map_err(|e| StorageIOError::write_logs(&e))?;
         lock(&self.log).replay(record, appended.lsn);
         Ok(appended.lsn)
     }
@@ -300,6 +314,12 @@ async fn flusher(appender: Appender, mut pending: mpsc::Receiver<Pending>) {
 }
 
 impl WalLogReader {
+    /// The log's WAL counters (writes, `fdatasync`s, records) since it was opened: what an
+    /// entry costs the disk.
+    pub fn wal_stats(&self) -> wharf_wal::WalStats {
+        self.appender.stats()
+    }
+
     /// The entries held in `range` of indexes, read at once (the log keeps what it holds in
     /// memory): a state machine rebuilding its broker reads them while it holds its own lock.
     pub fn entries(&self, range: std::ops::Range<u64>) -> Vec<Entry> {
@@ -436,14 +456,17 @@ impl RaftLogStorage<TypeConfig> for WalLogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        // Not waited for: losing it in a crash only means re-applying fewer entries at the
-        // start; the leader's next append or heartbeat says they are committed (a leader that
-        // sends neither leaves them unapplied: issue 17's hang was a test cluster without
-        // heartbeats).
-        self.write(RaftRecord::Committed {
-            group: self.group,
-            log_id: committed,
-        })
+        // Not waited for, and lazy (see the module's doc): losing it in a crash only means
+        // re-applying fewer entries at the start; the leader's next append or heartbeat says
+        // they are committed (a leader that sends neither leaves them unapplied: issue 17's
+        // hang was a test cluster without heartbeats).
+        self.write_with(
+            RaftRecord::Committed {
+                group: self.group,
+                log_id: committed,
+            },
+            Appender::append_lazy,
+        )
         .map(|_| ())
     }
 

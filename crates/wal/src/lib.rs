@@ -12,6 +12,7 @@
 //! wal.appender() -> Appender            Clone + Send + Sync, one per producer
 //!     append(kind, payload) -> Appended { lsn, position }      does not wait
 //!     append_durable(kind, payload)                             blocks until fsync'd
+//!     append_lazy(kind, payload)        does not wake the writer: synced with the next batch
 //!     wait_durable(lsn)   durable(lsn) -> impl Future           blocking / async (no tokio)
 //!     durable_lsn() -> Lsn                                      the durable watermark
 //!     spooler() -> Spooler   open(len) -> Spool: a large body written to a file as it arrives

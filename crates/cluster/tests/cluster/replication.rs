@@ -226,3 +226,43 @@ async fn s_clu_4_a_lagging_member_catches_up_from_a_snapshot() {
         "the delivered one carries its mark through the snapshot"
     );
 }
+
+/// S-CLU-1, issue 17: an entry costs each member one `fdatasync` of its Raft log, not two.
+/// openraft saves the committed id once per commit, on the leader and on every follower (the
+/// append that tells it); that mark rides on the next entry's sync instead of syncing alone,
+/// which had doubled the syncs and put the second one in the way of the next entry's.
+#[tokio::test(start_paused = true)]
+async fn s_clu_1_an_entry_costs_each_member_one_log_sync() {
+    const ENTRIES: u64 = 40;
+    let _guard = HangGuard::new("s_clu_1_an_entry_costs_each_member_one_log_sync");
+    let c = Cluster::start(3).await;
+    c.elect(1).await;
+    let mut leader = LiveBroker::new();
+    let (p, _) = leader.batch(vec![declare_quorum("q", None)], 1_000);
+    let declared = c.raft(1).client_write(p).await.unwrap();
+    for id in [1, 2, 3] {
+        c.wait_applied(id, declared.log_id.index).await;
+    }
+    let before: Vec<u64> = [1, 2, 3]
+        .iter()
+        .map(|id| c.members[id].log.wal_stats().syncs)
+        .collect();
+    let mut last = 0;
+    for i in 0..ENTRIES {
+        let (p, _) = leader.batch(vec![publish("q", "m", None)], 2_000 + i);
+        last = c.raft(1).client_write(p).await.unwrap().log_id.index;
+        // Every member has the entry and knows it committed before the next one comes.
+        c.raft(1).trigger().heartbeat().await.unwrap();
+        for id in [2, 3] {
+            c.wait_applied(id, last).await;
+        }
+    }
+    for (id, before) in [1u64, 2, 3].iter().zip(before) {
+        c.wait_applied(*id, last).await;
+        let syncs = c.members[id].log.wal_stats().syncs - before;
+        assert!(
+            syncs <= ENTRIES + 2,
+            "member {id}: {syncs} syncs of its Raft log for {ENTRIES} entries"
+        );
+    }
+}

@@ -405,6 +405,40 @@ fn a_single_waiting_producer_costs_one_fsync_per_record_and_many_share_one() {
     assert_eq!(more.writes - stats.writes, more.syncs - stats.syncs);
 }
 
+/// A lazy record never costs a sync of its own: it is written and synced with the next
+/// append's batch, and a clean close keeps it too.
+#[test]
+fn a_lazy_record_rides_on_the_next_batch_and_is_kept_at_close() {
+    let sim = SimStorage::new(9);
+    let config = WalConfig {
+        segment_bytes_max: 1 << 20,
+        preallocate: false,
+        ..WalConfig::default()
+    };
+    let (wal, _, _) = open(Path::new("/wal"), Arc::new(sim.clone()), &config).unwrap();
+    let app = wal.appender();
+    let before = app.stats();
+    let mut lsns = Vec::new();
+    for i in 0..10u64 {
+        lsns.push(app.append_lazy(1, &payload(i, 20)).unwrap().lsn);
+        lsns.push(app.append_durable(0, &payload(i, 100)).unwrap().lsn);
+    }
+    let after = app.stats();
+    assert_eq!(after.records - before.records, 20);
+    assert_eq!(
+        after.syncs - before.syncs,
+        10,
+        "one sync per waited record: {after:?}"
+    );
+    let lazy_last = app.append_lazy(1, b"last").unwrap().lsn;
+    wal.close().unwrap();
+    let (_, _, recs) = open(Path::new("/wal"), Arc::new(sim), &config).unwrap();
+    let kept: Vec<Lsn> = recs.iter().map(|r| r.lsn).collect();
+    for lsn in lsns.iter().chain([&lazy_last]) {
+        assert!(kept.contains(lsn), "record {lsn:?} kept");
+    }
+}
+
 #[test]
 fn handles_can_be_shared_across_threads_and_tasks() {
     fn shareable<T: Clone + Send + Sync + 'static>() {}
