@@ -14,11 +14,10 @@
 use std::time::Duration;
 
 use lapin::BasicProperties;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use serde_json::Value;
 
-use crate::support::group_servers::Cluster;
+use crate::support::group_servers::{Cluster, declare_quorum};
 
 async fn within<T>(fut: impl std::future::Future<Output = T>) -> T {
     crate::support::within(20, fut).await
@@ -36,18 +35,7 @@ async fn quorum_queue_with(cluster: &Cluster, id: u64, n: usize) {
     within(ch.confirm_select(ConfirmSelectOptions::default()))
         .await
         .unwrap();
-    let mut args = FieldTable::default();
-    args.insert(
-        "x-queue-type".into(),
-        AMQPValue::LongString("quorum".into()),
-    );
-    let durable = QueueDeclareOptions {
-        durable: true,
-        ..QueueDeclareOptions::default()
-    };
-    within(ch.queue_declare("qq".into(), durable, args))
-        .await
-        .unwrap();
+    declare_quorum(&ch, "qq").await;
     for i in 0..n {
         let confirm = within(ch.basic_publish(
             "".into(),

@@ -13,10 +13,10 @@
 )]
 
 use lapin::BasicProperties;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
-use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::ShortString;
 
-use crate::support::group_servers::Cluster;
+use crate::support::group_servers::{Cluster, declare_quorum};
 use crate::support::within;
 use crate::ui_browser::{browser, browser_missing, click, login, until};
 
@@ -36,18 +36,7 @@ async fn s_clu_61_the_dashboard_shows_the_cluster_and_the_voided_entries() {
     within(20, ch.confirm_select(ConfirmSelectOptions::default()))
         .await
         .unwrap();
-    let mut args = FieldTable::default();
-    args.insert(
-        "x-queue-type".into(),
-        AMQPValue::LongString("quorum".into()),
-    );
-    let durable = QueueDeclareOptions {
-        durable: true,
-        ..QueueDeclareOptions::default()
-    };
-    within(20, ch.queue_declare("ui-qq".into(), durable, args))
-        .await
-        .unwrap();
+    declare_quorum(&ch, "ui-qq").await;
     for i in 0..2 {
         let props = BasicProperties::default()
             .with_delivery_mode(2)

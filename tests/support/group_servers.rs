@@ -17,6 +17,22 @@ use wharf_server::{RelayHandle, Server, ServerConfig, ServerHandle};
 
 use super::T0_MS;
 
+/// Declares the durable quorum queue `name` on `ch` (S-CLU-10), within 20 s.
+pub async fn declare_quorum(ch: &Channel, name: &str) {
+    let mut args = lapin::types::FieldTable::default();
+    args.insert(
+        "x-queue-type".into(),
+        lapin::types::AMQPValue::LongString("quorum".into()),
+    );
+    let durable = lapin::options::QueueDeclareOptions {
+        durable: true,
+        ..lapin::options::QueueDeclareOptions::default()
+    };
+    super::within(20, ch.queue_declare(name.into(), durable, args))
+        .await
+        .unwrap();
+}
+
 /// The group's id in every member's log.
 const GROUP: u64 = 1;
 /// How long a test waits for an election or a reply before it fails.
