@@ -523,13 +523,17 @@ struct Ports(std::collections::BTreeMap<String, String>);
 
 impl Ports {
     fn of(&mut self, p: &str) -> String {
-        self.0
-            .entry(p.to_owned())
-            .or_insert_with(|| {
-                let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-                l.local_addr().unwrap().port().to_string()
-            })
-            .clone()
+        if let Some(port) = self.0.get(p) {
+            return port.clone();
+        }
+        let port = loop {
+            let port = crate::support::free_port().to_string();
+            if !self.0.values().any(|taken| *taken == port) {
+                break port;
+            }
+        };
+        self.0.insert(p.to_owned(), port.clone());
+        port
     }
 }
 

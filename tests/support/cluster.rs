@@ -32,12 +32,17 @@ fn slot(id: u64) -> usize {
     usize::try_from(id - 1).unwrap()
 }
 
-/// Free loopback ports: bound, read, released (the node binds them a moment later).
+/// `n` distinct free loopback ports (`free_port`: below the ephemeral range, so nothing
+/// binding port 0 takes one before the node binds it).
 fn free_addrs(n: usize) -> Vec<SocketAddr> {
-    let ls: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    ls.iter().map(|l| l.local_addr().unwrap()).collect()
+    let mut addrs: Vec<SocketAddr> = Vec::new();
+    while addrs.len() < n {
+        let addr = SocketAddr::from(([127, 0, 0, 1], super::free_port()));
+        if !addrs.contains(&addr) {
+            addrs.push(addr);
+        }
+    }
+    addrs
 }
 
 /// The cluster: nodes `1..=n`.

@@ -205,3 +205,24 @@ pub async fn ready_count(ch: &Channel, queue: &str) -> u32 {
     .unwrap()
     .message_count()
 }
+
+/// A loopback port for a child process to listen on, from below the kernel's ephemeral range
+/// (Linux's default starts at 32768): a port taken with `bind(…:0)` and released could be
+/// handed to any other process binding port 0, or to an outgoing connection, before the child
+/// binds it, and the child would fail to start (seen in CI with the cluster tests running
+/// side by side). Here only another test picking the same way could take it: the port is
+/// drawn at random from 20000..32000 and checked free by binding it.
+pub fn free_port() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static DRAWS: AtomicU64 = AtomicU64::new(0);
+    loop {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(DRAWS.fetch_add(1, Ordering::Relaxed));
+        h.write_u32(std::process::id());
+        let port = 20_000 + u16::try_from(h.finish() % 12_000).unwrap();
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
