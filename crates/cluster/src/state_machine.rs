@@ -130,7 +130,6 @@ impl Machine {
         self.snapshots_built += 1;
         Taken {
             broker: self.broker.snapshot(),
-            index,
             now_ms: self.now_ms,
             sessions: self.sessions.clone(),
             meta: SnapshotMeta {
@@ -381,7 +380,6 @@ impl QueueStateMachine {
 /// What [`Machine::take_snapshot`] took under the lock.
 struct Taken {
     broker: wharf_broker::Snapshot,
-    index: u64,
     now_ms: u64,
     sessions: Sessions,
     meta: SnapshotMeta<u64, openraft::BasicNode>,
@@ -397,7 +395,8 @@ fn finish_build(
     taken: Taken,
 ) -> Result<(SnapshotMeta<u64, openraft::BasicNode>, Vec<u8>), StorageError> {
     let meta = taken.meta;
-    let bytes = snapshot::encode_taken(&taken.broker, taken.index, taken.now_ms, &taken.sessions)
+    let index = meta.last_log_id.map_or(0, |l| l.index);
+    let bytes = snapshot::encode_taken(&taken.broker, index, taken.now_ms, &taken.sessions)
         .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
     let _files = lock_files(files);
     if lock(machine).has_newer_snapshot(&meta) {

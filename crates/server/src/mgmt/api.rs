@@ -602,7 +602,6 @@ impl Api {
         Ok(answer.await.map_err(|_| ApiError::Unavailable)??)
     }
 
-    /// Runs `f` against the broker task's state and returns what it copied out.
     /// Reads queue `queue` of `vhost` with `f` (the broker and this node's clock): from the
     /// live broker, or, for a quorum queue the live broker does not hold (on a follower: all
     /// of them), from the group's committed state (S-CLU-42). `None` when neither has it.
@@ -632,6 +631,7 @@ impl Api {
         Ok(committed.map(|found| (now, found)))
     }
 
+    /// Runs `f` against the broker task's state and returns what it copied out.
     pub(crate) async fn query<T, F>(&self, f: F) -> Result<T, ApiError>
     where
         T: Send + 'static,

@@ -139,20 +139,21 @@ async fn scheduled(
     let (offset, count) = scheduled_page(q)?;
     scope.check(&vhost)?;
     let (v, n) = (vhost.clone(), name.clone());
-    let read = move |broker: &wharf_broker::Broker, _| {
-        let target = if of == "queue" {
-            ScheduledFor::Queue(&n)
-        } else {
-            ScheduledFor::Exchange(&n)
-        };
-        broker.scheduled(&v, target, offset, count, SCHEDULED_SCAN)
-    };
     // A queue may be a quorum queue a follower reads from the group's committed state.
     let found = if of == "queue" {
-        api.read_queue(&vhost, &name, read).await?
+        api.read_queue(&vhost, &name, move |broker, _| {
+            broker.scheduled(&v, ScheduledFor::Queue(&n), offset, count, SCHEDULED_SCAN)
+        })
+        .await?
     } else {
         let (now, page) = api
-            .query(move |view| (view.now_ms, read(view.broker, view.now_ms)))
+            .query(move |view| {
+                let target = ScheduledFor::Exchange(&n);
+                let page = view
+                    .broker
+                    .scheduled(&v, target, offset, count, SCHEDULED_SCAN);
+                (view.now_ms, page)
+            })
             .await?;
         page.map(|page| (now, page))
     };
