@@ -6,7 +6,8 @@
 //! `test_mode.rs`. With `--cluster-listen` and `--cluster-seeds` a cluster node
 //! (`wharf_cluster::Node`) runs beside the server, and the server's quorum queues are
 //! replicated through the node's queue group (`wharf_cluster::QUEUE_GROUP`, handed to the
-//! server as `ServerConfig::cluster`; DESIGN "Replication", S-CLU-10).
+//! server as `ServerConfig::cluster`; DESIGN "Replication", S-CLU-10), and its definitions
+//! through the metadata group (`ServerConfig::metadata`, S-CLU-51..55).
 
 mod test_mode;
 
@@ -181,6 +182,7 @@ async fn run(config: Config, test: &test_mode::TestArgs, salvage: bool) -> anyho
     let node = start_cluster(&config).await?;
     if let Some(cluster) = &node {
         server_config.cluster = Some(cluster.group.clone());
+        server_config.metadata = Some(cluster.metadata.clone());
         // S-CLU-70: clients' quorum queue work goes to the leader's server over the link.
         server_config.relay = config.cluster_forward.then(|| {
             wharf_server::RelayHandle(std::sync::Arc::new(
@@ -218,6 +220,8 @@ async fn run(config: Config, test: &test_mode::TestArgs, salvage: bool) -> anyho
 struct Cluster {
     node: wharf_cluster::Node,
     group: wharf_cluster::QueueGroup,
+    /// The node's handle on the metadata group, which keeps the cluster's definitions.
+    metadata: wharf_cluster::MetadataGroup,
     learner: tokio::task::JoinHandle<()>,
 }
 
@@ -270,10 +274,18 @@ async fn start_cluster(config: &Config) -> anyhow::Result<Option<Cluster>> {
             seeds: node.seeds(),
         }),
     };
+    let metadata = match node.metadata().await {
+        Ok(m) => m,
+        Err(e) => {
+            node.shutdown().await;
+            return Err(e).context("opening the metadata group");
+        }
+    };
     let learner = group.learn_leader_addresses();
     Ok(Some(Cluster {
         node,
         group,
+        metadata,
         learner,
     }))
 }

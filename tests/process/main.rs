@@ -14,6 +14,7 @@ mod support;
 
 mod big_message;
 mod big_message_crash;
+mod cluster_definitions;
 mod cluster_jepsen;
 mod cluster_jepsen_checker;
 mod cluster_members;

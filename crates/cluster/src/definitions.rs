@@ -102,7 +102,7 @@ fn removal_rank(event: &Event) -> u8 {
 fn by_key(broker: &Broker) -> (Vec<String>, BTreeMap<String, Event>) {
     let mut order = Vec::new();
     let mut map = BTreeMap::new();
-    for event in shared_definitions(broker.snapshot().definitions) {
+    for event in shared_definitions(broker.definitions()) {
         if let Some(k) = key(&event) {
             order.push(k.clone());
             map.insert(k, event);

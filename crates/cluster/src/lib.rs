@@ -20,6 +20,8 @@
 //!   [`QueueGroup::learn_leader_addresses`].
 //! - `definitions`: [`reconcile`], the events that bring a live broker's cluster-wide
 //!   definitions to the metadata group's committed ones (S-CLU-51).
+//! - `metadata`: [`MetadataGroup`], the handle a server keeps the cluster-wide definitions
+//!   through (group 0, S-CLU-51..55).
 //! - `forward`: [`Proposer`], a member proposing through the group's leader ([`Forward`]),
 //!   each proposal applied once (S-CLU-50).
 //! - `relay`: [`Relay`], a member's byte streams to the other members' servers, for clients'
@@ -50,6 +52,7 @@ mod leader;
 mod leaders;
 mod log_store;
 mod members;
+mod metadata;
 pub mod net;
 mod node;
 mod peers;
@@ -71,13 +74,14 @@ pub use group::{Commit, Metrics, ProposeError, QUEUE_GROUP, QueueGroup, Role, ne
 pub use leader::{Adopted, adopt, leader_now, take_over};
 pub use leaders::LeaderAddrs;
 pub use log_store::{OpenError, WalLogReader, WalLogStore};
+pub use metadata::{METADATA_COMMIT_WAIT, MetadataError, MetadataGroup, Proposed};
 pub use node::{
     GroupHandle, METADATA_GROUP, Node, NodeConfig, NodeError, Timing, remote_add_member,
     remote_remove_member, remote_status,
 };
 pub use peers::{PROBE_WAIT, Peers, Pending, SeedPeers, SharedPeers, node_name};
 pub use relay::{Door, LocalRelays, Opening, Reachable, Relay, RelayStream};
-pub use split::{Replicated, Split, is_quorum, shared_definitions};
+pub use split::{Replicated, Split, is_quorum, is_shared_definition, shared_definitions};
 pub use state_machine::{Machine, MachineOpenError, MachineSnapshotBuilder, QueueStateMachine};
 pub use types::{
     Applied, Entry, LogId, Membership, NodeId, Origin, Proposal, Raft, StorageError,

@@ -573,16 +573,43 @@ impl Node {
                 why: ForwardError::Refused(format!("group {group} is not open on this node")),
             });
         };
-        let proposer = Arc::clone(lock(&self.inner.proposers).entry(group).or_insert_with(|| {
-            Arc::new(Proposer::new(
-                handle.node,
-                group,
-                handle.raft.clone(),
-                session_id(handle.node),
-            ))
-        }));
+        let proposer = self.proposer(&handle);
         let forward = LinkForward::new(handle.raft.clone(), Arc::clone(&self.inner.peers));
         proposer.propose(&forward, now_ms, events, wait).await
+    }
+
+    /// This node's proposer of `handle`'s group (one per group and node start, S-CLU-50).
+    fn proposer(&self, handle: &GroupHandle) -> Arc<Proposer> {
+        Arc::clone(
+            lock(&self.inner.proposers)
+                .entry(handle.group)
+                .or_insert_with(|| {
+                    Arc::new(Proposer::new(
+                        handle.node,
+                        handle.group,
+                        handle.raft.clone(),
+                        session_id(handle.node),
+                    ))
+                }),
+        )
+    }
+
+    /// This node's handle on the metadata group, for its server (S-CLU-51..55): proposals go
+    /// through the node's proposer of group 0, to the leader over the cluster link.
+    ///
+    /// # Errors
+    /// [`NodeError`]: the metadata group does not open.
+    pub async fn metadata(&self) -> Result<crate::MetadataGroup, NodeError> {
+        let handle = self.group(METADATA_GROUP).await?;
+        let proposer = self.proposer(&handle);
+        let forward = LinkForward::new(handle.raft.clone(), Arc::clone(&self.inner.peers));
+        Ok(crate::MetadataGroup::new(
+            handle.node,
+            handle.raft,
+            handle.machine,
+            proposer,
+            forward,
+        ))
     }
 
     /// Names `amqp`, the address this node's AMQP clients connect to, in its status, where

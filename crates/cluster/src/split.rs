@@ -30,15 +30,17 @@ pub struct Split {
 /// exchanges, policies, users, permissions): what a group needs of a member's own definitions
 /// for its queues' bindings, policies and dead-letter routes to apply.
 pub fn shared_definitions(events: impl IntoIterator<Item = Event>) -> Vec<Event> {
-    events
-        .into_iter()
-        .filter(|e| match e {
-            Event::Bound { destination, .. } | Event::Unbound { destination, .. } => {
-                matches!(destination, DestName::Exchange(_))
-            }
-            _ => is_shared(e),
-        })
-        .collect()
+    events.into_iter().filter(is_shared_definition).collect()
+}
+
+/// Whether `event` is one of the definitions [`shared_definitions`] keeps.
+pub fn is_shared_definition(event: &Event) -> bool {
+    match event {
+        Event::Bound { destination, .. } | Event::Unbound { destination, .. } => {
+            matches!(destination, DestName::Exchange(_))
+        }
+        _ => is_shared(event),
+    }
 }
 
 /// Whether `event` is a definition both sides take, whatever queue it names (bindings aside).

@@ -98,6 +98,12 @@ impl Machine {
         self.voids.total
     }
 
+    /// Whether entry `index` was voided (S-CLU-60), as far as this machine still knows: an
+    /// entry a snapshot covers answers `false`.
+    pub fn was_voided(&self, index: u64) -> bool {
+        self.voids.was_voided(index)
+    }
+
     /// The committed broker.
     pub fn broker(&self) -> &Broker {
         &self.broker

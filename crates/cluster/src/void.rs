@@ -64,6 +64,8 @@ pub(crate) struct Voids {
     /// The entries after the snapshot that applied nothing: voided, or a forwarded proposal
     /// applied already (S-CLU-50); skipped when rebuilding.
     since_snapshot: BTreeSet<u64>,
+    /// The voided ones among them (a proposer asks, S-CLU-53).
+    voided_since_snapshot: BTreeSet<u64>,
     /// Every entry this machine voided since it started (its restart's replay included).
     pub(crate) total: u64,
 }
@@ -73,6 +75,7 @@ impl Voids {
         Voids {
             history,
             since_snapshot: BTreeSet::new(),
+            voided_since_snapshot: BTreeSet::new(),
             total: 0,
         }
     }
@@ -92,7 +95,14 @@ impl Voids {
     /// Entry `index` voided.
     pub(crate) fn voided(&mut self, index: u64) {
         self.since_snapshot.insert(index);
+        self.voided_since_snapshot.insert(index);
         self.total += 1;
+    }
+
+    /// Whether entry `index`, after the snapshot, was voided (`false` once a snapshot covers
+    /// it: the machine no longer knows).
+    pub(crate) fn was_voided(&self, index: u64) -> bool {
+        self.voided_since_snapshot.contains(&index)
     }
 
     /// Entry `index` applied nothing: a forwarded proposal's repeat (S-CLU-50).
@@ -104,6 +114,7 @@ impl Voids {
     pub(crate) fn snapshot_at(&mut self, index: Option<u64>) {
         let keep_from = index.map_or(0, |i| i + 1);
         self.since_snapshot = self.since_snapshot.split_off(&keep_from);
+        self.voided_since_snapshot = self.voided_since_snapshot.split_off(&keep_from);
         if let History::Memory(kept) = &mut self.history {
             *kept = kept.split_off(&keep_from);
         }

@@ -22,12 +22,12 @@ use crate::server_config::ServerConfig;
 /// (`initial_only`) only on a broker whose log never defined a user.
 fn put_configured_users(
     broker: &mut Broker,
-    config: &ServerConfig,
+    users: &crate::users::Users,
     now_ms: u64,
 ) -> Result<Vec<wharf_broker::Event>, ServerError> {
     let mut events = Vec::new();
     let never_defined = !broker.users_ever_defined();
-    for u in &config.users.0 {
+    for u in &users.0 {
         if u.initial_only && !never_defined {
             continue;
         }
@@ -71,6 +71,34 @@ fn put_configured_users(
             events.extend(out.events);
         }
     }
+    Ok(events)
+}
+
+/// Puts the configured vhosts, then the configured users, into `broker`: the events that
+/// changed it. Configured vhosts exist before any client can connect; existing ones are kept
+/// (`VhostAdd` of a known vhost changes nothing and logs nothing). In a cluster the same runs
+/// against the metadata group's definitions once the node reached them (S-CLU-54).
+pub(crate) fn put_configured(
+    broker: &mut Broker,
+    (vhosts, users): (&[String], &crate::users::Users),
+    now_ms: u64,
+) -> Result<Vec<wharf_broker::Event>, ServerError> {
+    let mut events = Vec::new();
+    for vhost in vhosts {
+        let added = broker
+            .handle(
+                Command::VhostAdd {
+                    vhost: vhost.clone(),
+                },
+                now_ms,
+            )
+            .map_err(|refusal| ServerError::Vhost {
+                name: vhost.clone(),
+                refusal,
+            })?;
+        events.extend(added.events);
+    }
+    events.extend(put_configured_users(broker, users, now_ms)?);
     Ok(events)
 }
 
@@ -129,25 +157,11 @@ pub(crate) async fn recover(
     broker.set_consumer_timeout(config.consumer_timeout_ms);
     let mut recovered = broker.recovered(clock.now_ms());
     let downtime = DowntimeDeaths::of(&recovered);
-    // Configured vhosts exist before any client can connect; existing ones are kept
-    // (VhostAdd of a known vhost changes nothing and logs nothing).
-    for vhost in &config.vhosts {
-        let added = broker
-            .handle(
-                Command::VhostAdd {
-                    vhost: vhost.clone(),
-                },
-                clock.now_ms(),
-            )
-            .map_err(|refusal| ServerError::Vhost {
-                name: vhost.clone(),
-                refusal,
-            })?;
-        recovered.events.extend(added.events);
-    }
-    recovered
-        .events
-        .extend(put_configured_users(&mut broker, config, clock.now_ms())?);
+    recovered.events.extend(put_configured(
+        &mut broker,
+        (&config.vhosts, &config.users),
+        clock.now_ms(),
+    )?);
     Ok(Recovered {
         store,
         broker,

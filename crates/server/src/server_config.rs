@@ -109,6 +109,9 @@ pub struct ServerConfig {
     /// S-CLU-10): this node's handle on the group, built by whoever starts the node. `None`
     /// (the default): a single node, whose quorum queues live in its own log.
     pub cluster: Option<wharf_cluster::QueueGroup>,
+    /// With `cluster`: this member's handle on the metadata group, which keeps the cluster-wide
+    /// definitions (S-CLU-51..55). `None`: the definitions stay this node's own.
+    pub metadata: Option<wharf_cluster::MetadataGroup>,
     /// With `cluster`: how this member reaches the other members' servers to forward a
     /// client's quorum-queue work to the group's leader (S-CLU-70), and where the others'
     /// forwarded connections come in. `None`: no forwarding (a follower refuses such work
@@ -184,6 +187,7 @@ impl ServerConfig {
             inline_store: false,
             inline_store_latency: None,
             cluster: None,
+            metadata: None,
             relay: None,
             on_listening: None,
         }

@@ -261,6 +261,19 @@ fn broker_task(
     core.log_startup(events)?;
     if let Some(group) = config.cluster.clone() {
         core.set_replica(group);
+        if let Some(meta) = config.metadata.clone() {
+            let (vhosts, users) = (config.vhosts.clone(), config.users.clone());
+            core.set_metadata(
+                meta,
+                Box::new(move |broker, now_ms| {
+                    crate::recovery::put_configured(broker, (&vhosts, &users), now_ms)
+                        .unwrap_or_else(|e| {
+                            tracing::error!(error = %e, "the configured vhosts and users do not fit the cluster's definitions");
+                            Vec::new()
+                        })
+                }),
+            );
+        }
     }
     Ok(core)
 }

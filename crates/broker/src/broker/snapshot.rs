@@ -20,13 +20,9 @@ impl Broker {
     pub fn snapshot(&self) -> Snapshot {
         let mut s = Snapshot {
             next_message_id: self.next_message,
+            definitions: self.definitions(),
             ..Snapshot::default()
         };
-        for vhost in Broker::new().vhost_names() {
-            if !self.vhosts.contains_key(&vhost) {
-                s.definitions.push(Event::VhostDeleted { vhost });
-            }
-        }
         let mut unacked: BTreeMap<QueueId, Vec<SnapshotMessage>> = BTreeMap::new();
         for u in self.channels.values().flat_map(|c| c.unacked.values()) {
             if u.taken.msg.is_persistent() {
@@ -39,10 +35,6 @@ impl Broker {
             }
         }
         for (vhost, v) in &self.vhosts {
-            s.definitions.push(Event::VhostAdded {
-                vhost: vhost.clone(),
-            });
-            self.snapshot_definitions(vhost, &mut s.definitions);
             for &qid in v.queues.values() {
                 let q = &self.queues[&qid];
                 if !q.logged() {
@@ -88,7 +80,6 @@ impl Broker {
                 });
             }
         }
-        self.snapshot_access(&mut s.definitions);
         for sch in self.scheduled.values().filter(|sch| sch.durable) {
             s.scheduled.push(Event::Scheduled {
                 vhost: sch.vhost.clone(),
@@ -99,6 +90,27 @@ impl Broker {
             });
         }
         s
+    }
+
+    /// The definitions alone, as [`Broker::snapshot`] lists them (vhosts, exchanges, queues,
+    /// bindings, policies, users, permissions), without a reference to any message: what a
+    /// comparison of definitions needs (the cluster's `reconcile`), at a cost that does not
+    /// grow with the messages queued.
+    pub fn definitions(&self) -> Vec<Event> {
+        let mut out = Vec::new();
+        for vhost in Broker::new().vhost_names() {
+            if !self.vhosts.contains_key(&vhost) {
+                out.push(Event::VhostDeleted { vhost });
+            }
+        }
+        for vhost in self.vhosts.keys() {
+            out.push(Event::VhostAdded {
+                vhost: vhost.clone(),
+            });
+            self.snapshot_definitions(vhost, &mut out);
+        }
+        self.snapshot_access(&mut out);
+        out
     }
 
     /// The user and permission events, after every vhost (a permission names one).

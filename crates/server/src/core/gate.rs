@@ -66,6 +66,7 @@ impl Core {
             inline_store: false,
             io_latency: None,
             replica: None,
+            meta: None,
         }
     }
 
@@ -99,10 +100,12 @@ impl Core {
                         break;
                     }
                 }
-                wake = member::wake(self.replica.as_mut()) => {
+                wake = member::wake(self.replica.as_mut(), self.meta.as_mut()) => {
                     if let member::Wake::Role = wake {
                         self.on_role();
                     }
+                    // S-CLU-51: after any change on the groups' side.
+                    self.converge();
                 }
                 () = &mut sleep, if self.armed.is_some() => {
                     self.armed = None;
@@ -239,6 +242,9 @@ impl Core {
     }
 
     pub(super) fn log_batch(&mut self) -> Result<(), StoreError> {
+        if let Some(meta) = self.meta.as_mut() {
+            meta.take_definitions(&self.events);
+        }
         self.split_batch();
         if !self.events.is_empty() {
             let store = self

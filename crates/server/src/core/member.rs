@@ -14,6 +14,7 @@ use wharf_broker::{Broker, Event, Snapshot};
 use wharf_cluster::{Commit, Metrics, Proposal, ProposeError, QueueGroup, Replicated, Split};
 use wharf_store::{Store, StoreError, Ticket};
 
+use super::metadata::{Meta, MetaDone};
 use super::void_guard::VoidStreak;
 
 /// A store durability future the broker task waits on.
@@ -24,10 +25,17 @@ struct Gated {
     gate: Ticket,
     durable: Option<DurableFuture>,
     proposal: Option<Proposal>,
+    /// Its definitions' answer from the metadata group (S-CLU-52).
+    meta: Option<MetaDone>,
 }
 
 /// What the proposer hands the waiter: the gate, and what it waits for.
-type Waiting = (Ticket, Option<DurableFuture>, Option<Commit>);
+type Waiting = (
+    Ticket,
+    Option<DurableFuture>,
+    Option<Commit>,
+    Option<MetaDone>,
+);
 
 /// Why a gate will not pass.
 #[derive(Debug, Clone)]
@@ -38,6 +46,9 @@ pub(super) struct GateFailure {
     pub(super) voided: bool,
     /// The gates passed before it (S-CLU-62).
     pub(super) passed: Ticket,
+    /// It failed on the metadata group's side: its definitions are not the cluster's
+    /// (S-CLU-53).
+    pub(super) meta: bool,
 }
 
 /// The broker task's membership state.
@@ -80,6 +91,8 @@ pub(super) enum Wake {
     Gate,
     /// The member's role may have changed.
     Role,
+    /// The metadata group applied something, or the node reached it (S-CLU-51).
+    Meta,
 }
 
 impl Replica {
@@ -148,9 +161,10 @@ impl Replica {
         store: Option<&Store>,
         store_ticket: Ticket,
         now_ms: u64,
+        meta: Option<MetaDone>,
     ) -> (Ticket, Ticket) {
         let proposal = std::mem::take(&mut self.split.replicated);
-        if store_ticket > self.gated_store || !proposal.is_empty() {
+        if store_ticket > self.gated_store || !proposal.is_empty() || meta.is_some() {
             self.gate += 1;
             let durable = store
                 .filter(|s| store_ticket > s.durable_watermark())
@@ -163,6 +177,7 @@ impl Replica {
                     events: proposal,
                     origin: None,
                 }),
+                meta,
             };
             self.gated_store = store_ticket;
             if self.to_proposer.send(gated).is_err() {
@@ -195,7 +210,10 @@ async fn proposer(
             }),
             None => None,
         };
-        if to_waiter.send((gated.gate, gated.durable, commit)).is_err() {
+        if to_waiter
+            .send((gated.gate, gated.durable, commit, gated.meta))
+            .is_err()
+        {
             return;
         }
     }
@@ -208,30 +226,55 @@ async fn gate_waiter(
     mut from_proposer: mpsc::UnboundedReceiver<Waiting>,
     passed: watch::Sender<Result<Ticket, GateFailure>>,
 ) {
-    while let Some((gate, durable, commit)) = from_proposer.recv().await {
+    while let Some((gate, durable, commit, meta)) = from_proposer.recv().await {
         let mut failed = None;
+        let passed_before = || passed.borrow().as_ref().copied().unwrap_or(0);
         if let Some(durable) = durable
             && let Err(e) = durable.await
         {
             failed = Some(GateFailure {
                 why: e.to_string(),
                 voided: false,
-                passed: passed.borrow().as_ref().copied().unwrap_or(0),
+                passed: passed_before(),
+                meta: false,
             });
         }
-        if failed.is_none()
-            && let Some(commit) = commit
-            && let Err(e) = commit.await
-        {
-            failed = Some(GateFailure {
-                voided: matches!(e, ProposeError::Voided(_)),
-                why: e.to_string(),
-                passed: passed.borrow().as_ref().copied().unwrap_or(0),
-            });
+        if failed.is_none() {
+            // Both at once: definitions refused fail the gate even while the quorum queues'
+            // entry waits for a majority that is not there (S-CLU-53).
+            let commit = async {
+                match commit {
+                    Some(commit) => commit.await.map(drop).map_err(|e| GateFailure {
+                        voided: matches!(e, ProposeError::Voided(_)),
+                        why: e.to_string(),
+                        passed: passed_before(),
+                        meta: false,
+                    }),
+                    None => Ok(()),
+                }
+            };
+            let meta = async {
+                let Some(meta) = meta else {
+                    return Ok(());
+                };
+                let answer = meta.await.unwrap_or_else(|_| {
+                    Err(wharf_cluster::MetadataError {
+                        why: "the metadata group's proposer stopped".to_owned(),
+                        voided: false,
+                    })
+                });
+                answer.map(drop).map_err(|e| GateFailure {
+                    why: e.why,
+                    voided: e.voided,
+                    passed: passed_before(),
+                    meta: true,
+                })
+            };
+            failed = tokio::try_join!(commit, meta).err();
         }
         if let Some(failed) = failed {
             let _ = passed.send(Err(failed));
-            while let Some((_, _, commit)) = from_proposer.recv().await {
+            while let Some((_, _, commit, _)) = from_proposer.recv().await {
                 if let Some(commit) = commit {
                     let _ = commit.await;
                 }
@@ -258,14 +301,16 @@ pub(super) fn own_snapshot(broker: &Broker, replica: Option<&Replica>) -> Snapsh
 
 /// Waits for the group's side of the broker task to need it; never, without a group; at once
 /// when the member must stop serving (the task then acts on the failure).
-pub(super) fn wake(
-    replica: Option<&mut Replica>,
-) -> Pin<Box<dyn Future<Output = Wake> + Send + '_>> {
+pub(super) fn wake<'a>(
+    replica: Option<&'a mut Replica>,
+    meta: Option<&'a mut Meta>,
+) -> Pin<Box<dyn Future<Output = Wake> + Send + 'a>> {
     match replica {
         None => Box::pin(std::future::pending()),
         Some(r) if r.failure.is_some() => Box::pin(std::future::ready(Wake::Gate)),
         Some(r) => Box::pin(async move {
             tokio::select! {
+                () = meta_changed(meta) => Wake::Meta,
                 changed = r.passed.changed() => {
                     if changed.is_err() && r.failure.is_none() {
                         r.failure = Some("the gate's waiter stopped".to_owned());
@@ -284,6 +329,14 @@ pub(super) fn wake(
                 }
             }
         }),
+    }
+}
+
+/// Ends when the metadata group may have moved; never without one.
+async fn meta_changed(meta: Option<&mut Meta>) {
+    match meta {
+        Some(m) => m.changed().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -29,15 +29,19 @@
 //! - `ops.rs`: connection and channel operations applied to the broker.
 //! - `frames.rs`: a broker outcome's effects encoded as frames.
 //! - `admin.rs`: the management API's requests.
+//! - `metadata.rs`: the task as a member of the metadata group, which keeps the cluster's
+//!   definitions (S-CLU-51..54); `converge.rs`: its live broker brought to them.
 //! - `replica.rs`: the task as a member of the group replicating quorum queues (a cluster);
 //!   `member.rs`: its state there, and the gate its frames wait at; `void_guard.rs`: the
 //!   bound on its take-overs after voided entries (S-CLU-62).
 //! - `timings.rs`: where the task's time goes (histograms for the metrics endpoint).
 
 mod admin;
+mod converge;
 mod frames;
 mod gate;
 mod member;
+mod metadata;
 mod msg;
 mod ops;
 mod replica;
@@ -238,6 +242,8 @@ pub struct Core {
     io_latency: Option<Arc<dyn crate::server_config::IoLatency>>,
     /// Membership of the group replicating quorum queues, in a cluster (`replica.rs`).
     replica: Option<member::Replica>,
+    /// Membership of the metadata group, in a cluster (`metadata.rs`).
+    meta: Option<metadata::Meta>,
 }
 
 impl Core {

@@ -44,6 +44,10 @@ use super::Core;
 /// The text of the 320 close a member that stopped leading sends every connection (S-CLU-12).
 const STEPPED_DOWN: &str = "this node stopped leading the quorum queues' group; reconnect \
      (classic queues are served here, quorum queues by the group's leader)";
+/// The start of the 541 close a member whose definitions the metadata group did not take sends
+/// every connection (S-CLU-53); the reason follows.
+const DEFINITIONS_REFUSED: &str = "a definition made on this node was not committed by the \
+     cluster's metadata group, and is undone; reconnect";
 /// The text of the 541 close a leader whose entry was voided sends every connection (S-CLU-60).
 const VOIDED: &str = "an entry of the quorum queues' group did not fit its committed state \
      and was voided; this node rebuilds its quorum queues from the committed state; reconnect";
@@ -71,7 +75,9 @@ impl Core {
             return Some(f.clone());
         }
         let failed = r.passed.borrow().as_ref().err().cloned()?;
-        if failed.voided && self.voided_in_a_row(failed.passed) {
+        if failed.meta {
+            self.definitions_refused(&failed.why);
+        } else if failed.voided && self.voided_in_a_row(failed.passed) {
             // S-CLU-62: its take-over entry is voided every time; not again this term.
             self.step_down(
                 &failed.why,
@@ -94,6 +100,42 @@ impl Core {
             );
         }
         None
+    }
+
+    /// S-CLU-53: definitions this member proposed did not become the cluster's (no majority in
+    /// time, or voided by a concurrent change): what its live broker decided after them is not
+    /// shown. Every connection is closed with 541; a leader of the quorum queues' group steps
+    /// down and takes over again from the committed state (as after a voided entry, S-CLU-60),
+    /// a follower starts new gate tasks. The next convergence takes the definitions out of the
+    /// live broker.
+    fn definitions_refused(&mut self, why: &str) {
+        error!(reason = %why, "definitions of this node were not committed by the metadata group: closing every connection");
+        let close = Close::new(
+            reply_code::INTERNAL_ERROR,
+            &format!("{DEFINITIONS_REFUSED} ({why})"),
+        );
+        if let Some(m) = self.meta.as_mut() {
+            m.reconverge();
+        }
+        if self.replica.as_ref().is_some_and(|r| r.leading) {
+            self.step_down(why, &close, false);
+            self.converge();
+            return;
+        }
+        let Some(r) = self.replica.as_ref() else {
+            return;
+        };
+        let passed = r.passed();
+        self.close_all_now(&close);
+        if let Some(r) = self.replica.as_mut() {
+            let mut next = r.after();
+            next.deposed_term = r.deposed_term;
+            next.void_streak = r.void_streak;
+            *r = next;
+        }
+        self.admin_waiting.retain(|(t, _)| *t <= passed);
+        // Undone at once: the committed definitions lack them.
+        self.converge();
     }
 
     /// Counts a voided entry of this member (the gates up to `passed` passed before it):
@@ -229,6 +271,7 @@ impl Core {
 
     fn take_over(&mut self) {
         let now = self.clock.now_ms();
+        let first = self.events.len();
         let Some(r) = self.replica.as_mut() else {
             return;
         };
@@ -245,12 +288,22 @@ impl Core {
                 r.local_only = adopted.local;
                 // The group gets this member's own definitions first (S-CLU-12).
                 r.split.replicated.extend(adopted.to_group);
+
                 info!(
                     node = r.group.node,
                     queues = r.replicated.len(),
                     "leading the quorum queues' group: took over its committed state"
                 );
                 self.apply_outcome(adopted.outcome, None);
+                // What the take-over brought is the groups' already: never proposed to the
+                // metadata group (S-CLU-51).
+                // Group 1's definitions may lag the metadata group's: the live broker converges
+                // on group 0 again at once (S-CLU-51).
+                let last = self.events.len();
+                if let Some(m) = self.meta.as_mut() {
+                    m.skip(first..last);
+                    m.reconverge();
+                }
             }
             Err(e) => {
                 error!(error = %e, "taking over the quorum queues' group failed");
@@ -291,7 +344,13 @@ impl Core {
     pub(super) fn gate_positions(&mut self) -> Option<(Ticket, Ticket)> {
         let now_ms = self.decide_now();
         let r = self.replica.as_mut()?;
-        Some(r.gate_batch(self.store.as_ref(), self.last_ticket, now_ms))
+        let meta = self.meta.as_mut().and_then(|m| m.submit(now_ms));
+        let proposed = meta.is_some();
+        let positions = r.gate_batch(self.store.as_ref(), self.last_ticket, now_ms, meta);
+        if proposed && let Some(m) = self.meta.as_mut() {
+            m.proposed_at(positions.0);
+        }
+        Some(positions)
     }
 
     /// The member's checkpoint: its own part of the live broker (S-CLU-10).
