@@ -270,15 +270,29 @@ async fn s_clu_53_a_definition_without_a_majority_is_refused_and_undone() {
         "{}",
         reply_text(&err)
     );
+    // The management API's definitions too: 500 naming the reason, and not kept.
+    let (status, answer) = call(&c, 1, "PUT", "/api/vhosts/lonely", Some(json!({}))).await;
+    assert_eq!(status, 500, "{answer}");
+    assert!(
+        answer["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("metadata group")),
+        "{answer}"
+    );
     c.resume(2);
     c.resume(3);
     for id in 1..=3 {
-        eventually(id, "does not hold the refused exchange", || async {
-            let (status, _) = call(&c, id, "GET", "/api/exchanges/%2f/lonely", None).await;
-            (status == 404)
-                .then_some(())
-                .ok_or(format!("lonely answers {status}"))
-        })
+        eventually(
+            id,
+            "does not hold the refused exchange nor vhost",
+            || async {
+                let (x, _) = call(&c, id, "GET", "/api/exchanges/%2f/lonely", None).await;
+                let (v, _) = call(&c, id, "GET", "/api/vhosts/lonely", None).await;
+                (x == 404 && v == 404)
+                    .then_some(())
+                    .ok_or(format!("exchange lonely answers {x}, vhost lonely {v}"))
+            },
+        )
         .await;
     }
     // The node serves definitions again once the group has its majority back (a connection

@@ -101,6 +101,18 @@ impl AdminDone {
             }
         }
     }
+
+    /// Answers with `refusal` instead: what it did will not be shown (its gate failed).
+    pub(crate) fn refuse(self, refusal: BrokerError) {
+        match self {
+            AdminDone::Command(done, _) => {
+                let _ = done.send(Err(refusal));
+            }
+            AdminDone::Take(done, _) => {
+                let _ = done.send(Err(refusal));
+            }
+        }
+    }
 }
 
 /// One open channel as the connection table knows it.

@@ -133,9 +133,21 @@ impl Core {
             next.void_streak = r.void_streak;
             *r = next;
         }
-        self.admin_waiting.retain(|(t, _)| *t <= passed);
+        self.refuse_admin_after(passed, &close.text);
         // Undone at once: the committed definitions lack them.
         self.converge();
+    }
+
+    /// Management answers waiting at gates after `passed`, which will not pass, are answered
+    /// with `why` (541 `INTERNAL_ERROR`; the API answers 500 with it).
+    fn refuse_admin_after(&mut self, passed: Ticket, why: &str) {
+        let (kept, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut self.admin_waiting)
+            .into_iter()
+            .partition(|(t, _)| *t <= passed);
+        self.admin_waiting = kept.into();
+        for (_, answer) in refused {
+            answer.refuse(BrokerError::new(ErrorKind::InternalError, why));
+        }
     }
 
     /// Counts a voided entry of this member (the gates up to `passed` passed before it):
@@ -262,7 +274,7 @@ impl Core {
                 error!(error = %e, ?event, "dropping a replicated queue from the live broker");
             }
         }
-        self.admin_waiting.retain(|(t, _)| *t <= passed);
+        self.refuse_admin_after(passed, why);
         info!(
             queues = gone.len(),
             "serving as a follower of the quorum queues' group"

@@ -307,6 +307,8 @@ impl From<BrokerError> for ApiError {
         match e.kind {
             ErrorKind::NotFound => ApiError::NotFound,
             ErrorKind::NotAllowed if e.text.contains("not found") => ApiError::NotFound,
+            // Not done after all: the cluster did not commit it (S-CLU-53).
+            ErrorKind::InternalError => ApiError::Coded(500, "internal_error", e.text),
             _ => ApiError::BadRequest(e.text),
         }
     }
