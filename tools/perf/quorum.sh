@@ -75,7 +75,8 @@ for r in $(seq "$rounds"); do
   if [ "$rabbit" = 1 ]; then
     ERL_EPMD_ADDRESS=127.0.0.1 RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_NODE_PORT=5702 \
       rabbitmq-server -detached
-    rabbitmqctl -q await_startup --timeout 120
+    # await_startup fails until the node has registered with epmd: ask again.
+    for _ in $(seq 120); do rabbitmqctl -q await_startup >/dev/null 2>&1 && break; sleep 1; done
     rpid=$(rabbitmqctl -q eval 'list_to_integer(os:getpid()).')
     steps amqp://guest:guest@127.0.0.1:5702/%2f "$rpid" "$d/rabbit1" wharf-perf-q
     rabbitmqctl -q delete_queue wharf-perf-q >/dev/null 2>&1 || true

@@ -49,8 +49,9 @@ case "$cmd" in
       if id rabbitmq >/dev/null 2>&1; then chown -R rabbitmq:rabbitmq "$dir"; fi
       env $(node_env "$i") rabbitmq-server -detached
     done
+    # await_startup fails until the node has registered with epmd: ask again.
     for i in 1 2 3; do
-      ctl "$i" await_startup --timeout 120
+      for _ in $(seq 120); do ctl "$i" await_startup >/dev/null 2>&1 && break; sleep 1; done
     done
     for i in 2 3; do
       ctl "$i" stop_app
