@@ -42,6 +42,7 @@
 //! a group per queue: a server replicates every quorum queue through one group
 //! (`QueueGroup`).
 
+mod compaction;
 mod definitions;
 mod forward;
 mod group;
@@ -65,6 +66,7 @@ mod types;
 mod view;
 mod void;
 
+pub use compaction::SnapshotRule;
 pub use definitions::reconcile;
 pub use forward::{Forward, ForwardError, NotCommitted, Proposer, RETRY_EVERY, lead, session_id};
 pub use group::{Commit, Metrics, ProposeError, QUEUE_GROUP, QueueGroup, Role, needs_leader};

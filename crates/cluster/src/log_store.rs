@@ -372,8 +372,9 @@ fn within_bytes<'a>(entries: impl Iterator<Item = &'a Entry>, budget: usize) -> 
     taken
 }
 
-/// About the bytes `entry` takes in an append: its message bodies and a little per event.
-fn entry_bytes(entry: &Entry) -> usize {
+/// About the bytes `entry` takes in an append (and in the log): its message bodies and a
+/// little per event.
+pub(crate) fn entry_bytes(entry: &Entry) -> usize {
     use wharf_broker::Event;
     const PER_EVENT: usize = 64;
     let openraft::EntryPayload::Normal(proposal) = &entry.payload else {

@@ -8,6 +8,8 @@
 //! it builds or installs to its snapshot file (`snapshot_file.rs`) before openraft hears of
 //! it, and starts from that file: so the log openraft purges behind a snapshot is never
 //! needed again, and a restarted member holds its committed state at once (S-CLU-7).
+//! It counts what it applies since its last snapshot and asks for the next when one is due
+//! (S-CLU-80, `compaction.rs`).
 //! [`QueueStateMachine::new`] keeps everything in memory (tests of the replication alone).
 //!
 //! An entry whose events do not fit the committed state is voided: none of its events stays
@@ -22,12 +24,15 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use tokio::task::JoinHandle;
+
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{EntryPayload, RaftSnapshotBuilder, StorageIOError};
 use wharf_broker::{Broker, DurableState};
 use wharf_wal::Storage;
 
-use crate::log_store::WalLogReader;
+use crate::compaction::{self, Compaction, SnapshotRule};
+use crate::log_store::{WalLogReader, entry_bytes};
 use crate::snapshot::{self, Sessions, SnapshotError};
 use crate::snapshot_file::{self, SnapshotFileError};
 use crate::types::{Applied, Entry, LogId, Origin, StorageError, StoredMembership, TypeConfig};
@@ -44,6 +49,8 @@ pub struct Machine {
     sessions: Sessions,
     snapshot: Option<StoredSnapshot>,
     snapshots_built: u64,
+    /// What was applied since the last snapshot: when the next is due (S-CLU-80).
+    compaction: Compaction,
     disk: Option<SnapshotDisk>,
     /// The group's id, for the log lines (0 until a log is attached).
     group: u64,
@@ -86,6 +93,7 @@ impl Machine {
             sessions: Sessions::new(),
             snapshot: None,
             snapshots_built: 0,
+            compaction: Compaction::default(),
             disk,
             group: 0,
             voids: Voids::new(History::Memory(std::collections::BTreeMap::new())),
@@ -123,11 +131,34 @@ impl Machine {
         self.snapshot.as_ref().and_then(|s| s.meta.last_log_id)
     }
 
+    /// The current snapshot's size in bytes (0: none).
+    pub fn snapshot_bytes(&self) -> u64 {
+        self.snapshot.as_ref().map_or(0, |s| s.bytes.len() as u64)
+    }
+
+    /// Entries applied since the last snapshot was taken, installed or loaded (S-CLU-80).
+    pub fn entries_since_snapshot(&self) -> u64 {
+        self.compaction.entries()
+    }
+
+    /// Asks for a snapshot if one is due (S-CLU-80).
+    fn request_snapshot_if_due(&mut self) {
+        let last = self.snapshot_bytes();
+        if self.compaction.request_if_due(last) {
+            tracing::debug!(
+                group = self.group,
+                last_snapshot_bytes = last,
+                "a snapshot is due (S-CLU-80)"
+            );
+        }
+    }
+
     /// What a snapshot of the committed state at this moment needs, taken cheaply under the
     /// lock (one reference per message): the broker's snapshot, the figures and the metadata.
     fn take_snapshot(&mut self) -> Taken {
         let index = self.last_applied.map_or(0, |l| l.index);
         self.snapshots_built += 1;
+        self.compaction.covered();
         Taken {
             broker: self.broker.snapshot(),
             now_ms: self.now_ms,
@@ -179,6 +210,7 @@ impl Machine {
         self.now_ms = decoded.now_ms;
         self.sessions = decoded.sessions;
         self.snapshot = Some(StoredSnapshot { meta, bytes });
+        self.compaction.covered();
         Ok(())
     }
 
@@ -348,7 +380,28 @@ impl QueueStateMachine {
         entries: impl IntoIterator<Item = Entry>,
     ) -> Result<Vec<Applied>, StorageError> {
         let mut m = lock(&self.machine);
-        entries.into_iter().map(|e| m.apply_entry(&e)).collect()
+        let applied = entries
+            .into_iter()
+            .map(|e| {
+                m.compaction.applied(entry_bytes(&e) as u64);
+                m.apply_entry(&e)
+            })
+            .collect();
+        m.request_snapshot_if_due();
+        applied
+    }
+
+    /// Asks `raft` (this machine's group's) for a snapshot whenever one is due under `rule`
+    /// (S-CLU-80), from a task it starts on the current runtime; the group's Raft runs with
+    /// `SnapshotPolicy::Never`. The task ends when the Raft stops.
+    pub fn snapshot_by(&self, rule: SnapshotRule, raft: crate::types::Raft) -> JoinHandle<()> {
+        let wake = {
+            let mut m = lock(&self.machine);
+            let wake = m.compaction.listen(rule);
+            m.request_snapshot_if_due();
+            wake
+        };
+        tokio::spawn(compaction::trigger_task(wake, raft))
     }
 
     /// Rebuilds from group `group`'s log `log` when an entry is voided (S-CLU-60), instead of
@@ -481,6 +534,7 @@ impl RaftStateMachine<TypeConfig> for QueueStateMachine {
         m.sessions = decoded.sessions;
         m.last_applied = meta.last_log_id;
         m.membership = meta.last_membership.clone();
+        m.compaction.covered();
         Ok(())
     }
 
@@ -537,6 +591,57 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(on_disk.last_log_id, Some(at(9)));
+    }
+
+    /// S-CLU-80: the machine asks for a snapshot after `every` entries while its snapshot is
+    /// small; once it holds one, only when the entries since logged as many bytes.
+    #[tokio::test]
+    async fn the_machine_asks_for_a_snapshot_when_the_rule_says_it_is_due() {
+        let sm = QueueStateMachine::new();
+        let wake = lock(&sm.machine)
+            .compaction
+            .listen(SnapshotRule { every: 3 });
+        let blank = |i| Entry {
+            log_id: at(i),
+            payload: EntryPayload::Blank,
+        };
+        let asked = || {
+            let notified = wake.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable()
+        };
+        sm.apply_entries([blank(1), blank(2)]).unwrap();
+        assert!(!asked(), "2 entries of 3");
+        sm.apply_entries([blank(3)]).unwrap();
+        assert!(asked(), "3 entries, no snapshot yet");
+
+        let mut sm2 = sm.clone();
+        let built = sm2
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        let size = sm.with(Machine::snapshot_bytes);
+        assert_eq!(built.meta.last_log_id, Some(at(3)));
+        assert_eq!(sm.with(Machine::entries_since_snapshot), 0);
+        let per_entry = entry_bytes(&blank(4)) as u64;
+        assert!(
+            size > 3 * per_entry,
+            "a broker's snapshot outweighs 3 blank entries"
+        );
+        let mut index = 4;
+        while (index - 3) * per_entry < size {
+            sm.apply_entries([blank(index)]).unwrap();
+            assert!(
+                !asked(),
+                "{} bytes since a snapshot of {size}",
+                (index - 3) * per_entry
+            );
+            index += 1;
+        }
+        sm.apply_entries([blank(index)]).unwrap();
+        assert!(asked(), "as many bytes as the snapshot holds");
     }
 
     /// Without a newer snapshot, the build becomes the current one and the file's.
