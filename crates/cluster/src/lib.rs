@@ -66,7 +66,7 @@ mod types;
 mod view;
 mod void;
 
-pub use compaction::SnapshotRule;
+pub use compaction::{Sizes, SnapshotRule};
 pub use definitions::reconcile;
 pub use forward::{Forward, ForwardError, NotCommitted, Proposer, RETRY_EVERY, lead, session_id};
 pub use group::{Commit, Metrics, ProposeError, QUEUE_GROUP, QueueGroup, Role, needs_leader};
