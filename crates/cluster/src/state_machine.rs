@@ -456,27 +456,28 @@ struct Taken {
 }
 
 /// Encodes what [`Machine::take_snapshot`] took, writes it to the snapshot file under `files`
-/// and makes it the current snapshot, unless a newer one was installed meanwhile (then it is
-/// only handed back). Holds `machine`'s lock only to look and to record.
+/// and makes it the current snapshot (its bytes moved there, not copied), unless a newer one
+/// was installed meanwhile (then it is dropped). Holds `machine`'s lock only to look and to
+/// record. Returns the build's metadata.
 fn finish_build(
     machine: &Mutex<Machine>,
     files: &Mutex<()>,
     taken: Taken,
-) -> Result<(SnapshotMeta<u64, openraft::BasicNode>, Vec<u8>), StorageError> {
+) -> Result<SnapshotMeta<u64, openraft::BasicNode>, StorageError> {
     let meta = taken.meta;
     let index = meta.last_log_id.map_or(0, |l| l.index);
     let bytes = snapshot::encode_taken(&taken.broker, index, taken.now_ms, &taken.sessions)
         .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
     let _files = lock_files(files);
     if lock(machine).has_newer_snapshot(&meta) {
-        return Ok((meta, bytes));
+        return Ok(meta);
     }
     if let Some(disk) = &taken.disk {
         snapshot_file::write(disk.storage.as_ref(), &disk.dir, &meta, &bytes)
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
     }
-    lock(machine).record_snapshot(&meta, bytes.clone());
-    Ok((meta, bytes))
+    lock(machine).record_snapshot(&meta, bytes);
+    Ok(meta)
 }
 
 /// Builds a snapshot of the committed state at the moment it is asked.
@@ -491,16 +492,20 @@ impl RaftSnapshotBuilder<TypeConfig> for MachineSnapshotBuilder {
     /// megabytes) run on a blocking thread, so entries go on being applied and the runtime's
     /// workers go on answering Raft (heartbeats, appends) meanwhile: a long pause there made
     /// followers time out their leader. The file is written under `files`, as an install's is.
+    ///
+    /// The snapshot handed back carries its metadata only, no bytes: openraft 0.9 keeps
+    /// nothing of a build but its metadata (`core::sm::worker`'s `build_snapshot`), and reads
+    /// the bytes it sends to a member with [`RaftStateMachine::get_current_snapshot`]. A copy
+    /// of a snapshot holding every queued body for it to drop cost hundreds of megabytes.
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let taken = lock(&self.machine).take_snapshot();
         let (machine, files) = (Arc::clone(&self.machine), Arc::clone(&self.files));
-        let built = tokio::task::spawn_blocking(move || finish_build(&machine, &files, taken))
+        let meta = tokio::task::spawn_blocking(move || finish_build(&machine, &files, taken))
             .await
             .map_err(|e| StorageIOError::write_snapshot(None, &e))??;
-        let (meta, bytes) = built;
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(bytes)),
+            snapshot: Box::new(Cursor::new(Vec::new())),
         })
     }
 }
@@ -596,7 +601,7 @@ mod tests {
                 .unwrap();
         }
 
-        let (meta, _) = finish_build(&sm.machine, &sm.files, taken).unwrap();
+        let meta = finish_build(&sm.machine, &sm.files, taken).unwrap();
         assert_eq!(
             meta.last_log_id,
             Some(at(5)),
