@@ -8,6 +8,13 @@
 #
 #   tools/perf/cluster.sh [--base-port 5800] [--time 10] [--size 1024] [--window 64]
 #       [--bin-dir target/release] [--dir DIR] [--log LEVEL] [--probe SECONDS] [--json]
+#       [--steps "1 16 consume failover"]
+#
+# --steps runs only the steps named (in this order whatever the list's): `1` and `16`
+# publishers, `consume` (publish and consume), `failover`. Each step ends with the snapshot
+# builds it started finished (a step's build ran into the next one's figures otherwise: a
+# first snapshot of a deep queue takes seconds on every node at once). With --probe, the
+# publish and consume step is probed too.
 #
 # --probe S adds, after each publishing run, what an entry of the quorum queues' group cost:
 # entries committed (the leader's rabbitmq_raft_log_commit_index) and messages per entry, each
@@ -33,8 +40,10 @@ dir=""
 json=""
 log=warn
 probe=0
+steps="1 16 consume failover"
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
+step() { case " $steps " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -46,6 +55,7 @@ while [ $# -gt 0 ]; do
     --dir) dir="$2"; shift 2 ;;
     --log) log="$2"; shift 2 ;;
     --probe) probe="$2"; shift 2 ;;
+    --steps) steps=" $2 "; shift 2 ;;
     --json) json="--json"; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown option $1" >&2; usage >&2; exit 2 ;;
@@ -64,6 +74,7 @@ if [ -z "$dir" ]; then
   dir="$(mktemp -d)"
   keep_dir=0
 fi
+mkdir -p "$dir"
 
 pids=()
 stop_nodes() {
@@ -138,14 +149,34 @@ probed() {
       "$dir/strace$i.txt" >&2
   done
 }
+# builds: how many snapshot builds the nodes' logs show finished (openraft's info lines: only
+# with --log info or more), for settled.
+builds() { cat "$dir"/n[123].log | grep -c 'command done: BuildSnapshot' || true; }
+started() { cat "$dir"/n[123].log | grep -c 'push snapshot building command' || true; }
+# settled: waits (up to 60 s) until every snapshot build started has finished, and says how
+# long that took, so one step's build does not fall into the next step's figures.
+settled() {
+  local t0=$SECONDS
+  for _ in $(seq 600); do
+    [ "$(builds)" -ge "$(started)" ] && break
+    sleep 0.1
+  done
+  echo "snapshot builds: $(builds) finished so far; waited $((SECONDS - t0)) s for the last" >&2
+}
 for x in 1 16; do
+  step "$x" || continue
   echo "== $x publisher(s), persistent $size B, confirms $window, quorum queue" >&2
   probed "$perf" --uri "$(uri "$lead")" -x "$x" -y 0 -s "$size" -f -c "$window" "${queue[@]}" \
     -z "$time_s" --purge-before --purge-after --broker-pid "${pids[$lead]}" $json
+  settled
 done
-echo "== 1 publisher and 1 consumer (acks), persistent $size B, quorum queue" >&2
-"$perf" --uri "$(uri "$lead")" -x 1 -y 1 -s "$size" -f -c "$window" -q 256 "${queue[@]}" \
-  -z "$time_s" --purge-before --purge-after --broker-pid "${pids[$lead]}" $json
+if step consume; then
+  echo "== 1 publisher and 1 consumer (acks), persistent $size B, quorum queue" >&2
+  probed "$perf" --uri "$(uri "$lead")" -x 1 -y 1 -s "$size" -f -c "$window" -q 256 "${queue[@]}" \
+    -z "$time_s" --purge-before --purge-after --broker-pid "${pids[$lead]}" $json
+  settled
+fi
+step failover || exit 0
 
 echo "== failover: SIGKILL of the leader while a publisher with confirms runs" >&2
 "$perf" failover --uri "$(uri 1)" --pid "${pids[1]}" --uri "$(uri 2)" --pid "${pids[2]}" \

@@ -44,6 +44,7 @@
 //! a group per queue: a server replicates every quorum queue through one group
 //! (`QueueGroup`).
 
+mod compaction;
 mod definitions;
 mod forward;
 mod group;
@@ -68,6 +69,7 @@ mod types;
 mod view;
 mod void;
 
+pub use compaction::{Sizes, SnapshotRule};
 pub use definitions::reconcile;
 pub use forward::{Forward, ForwardError, NotCommitted, Proposer, RETRY_EVERY, lead, session_id};
 pub use group::{Commit, Metrics, ProposeError, QUEUE_GROUP, QueueGroup, Role, needs_leader};

@@ -372,8 +372,9 @@ fn within_bytes<'a>(entries: impl Iterator<Item = &'a Entry>, budget: usize) -> 
     taken
 }
 
-/// About the bytes `entry` takes in an append: its message bodies and a little per event.
-fn entry_bytes(entry: &Entry) -> usize {
+/// About the bytes `entry` takes in an append (and in the log): its message bodies, 8 bytes
+/// per message id an event lists (a settle, a purge, a delivery), and a little per event.
+pub(crate) fn entry_bytes(entry: &Entry) -> usize {
     use wharf_broker::Event;
     const PER_EVENT: usize = 64;
     let openraft::EntryPayload::Normal(proposal) = &entry.payload else {
@@ -392,6 +393,11 @@ fn entry_bytes(entry: &Entry) -> usize {
                         message: Some(message),
                         ..
                     } => message.message.body.len(),
+                    Event::Settled { ids, .. }
+                    | Event::Purged { ids, .. }
+                    | Event::Delivered { ids, .. }
+                    | Event::Returned { ids, .. }
+                    | Event::DeadLetterHeld { ids, .. } => 8 * ids.len(),
                     _ => 0,
                 }
         })

@@ -61,7 +61,8 @@ pub struct Timing {
     pub form_every: Duration,
     /// How long a formation probe waits for a seed's answer.
     pub probe_timeout: Duration,
-    /// A snapshot is built (and the log behind it purged) after this many entries.
+    /// A snapshot is built (and the log behind it purged) after at least this many entries,
+    /// once they logged as many bytes as the last snapshot holds (S-CLU-80).
     pub snapshot_every: u64,
 }
 
@@ -205,6 +206,13 @@ impl NodeConfig {
         })
     }
 
+    /// When each group's member builds a snapshot (S-CLU-80).
+    fn snapshot_rule(&self) -> crate::SnapshotRule {
+        crate::SnapshotRule {
+            every: self.timing.snapshot_every,
+        }
+    }
+
     fn raft_config(&self) -> Result<Arc<Config>, NodeError> {
         let t = &self.timing;
         let config = Config {
@@ -212,7 +220,10 @@ impl NodeConfig {
             heartbeat_interval: t.heartbeat_ms,
             election_timeout_min: t.election_min_ms,
             election_timeout_max: t.election_max_ms,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(t.snapshot_every),
+            // The state machine asks for each snapshot when it is due (S-CLU-80,
+            // `compaction.rs`): openraft's own policy counts entries only, whatever the
+            // snapshot costs.
+            snapshot_policy: SnapshotPolicy::Never,
             // At most 1,000 entries (fewer when snapshots are more frequent) stay behind a
             // snapshot for a lagging member; one further behind installs the snapshot.
             max_in_snapshot_log_to_keep: t.snapshot_every.min(1_000),
@@ -529,6 +540,7 @@ impl Node {
                 reason: e.to_string(),
             })?;
         self.inner.groups.insert(group, raft.clone());
+        let snapshots = machine.snapshot_by(config.snapshot_rule(), raft.clone());
         let handle = GroupHandle {
             group,
             node: member,
@@ -547,7 +559,7 @@ impl Node {
             handle.clone(),
             self.changing(group),
         ));
-        lock(&self.inner.tasks).extend([former, keeper]);
+        lock(&self.inner.tasks).extend([former, keeper, snapshots]);
         Ok(handle)
     }
 

@@ -8,6 +8,8 @@
 //! it builds or installs to its snapshot file (`snapshot_file.rs`) before openraft hears of
 //! it, and starts from that file: so the log openraft purges behind a snapshot is never
 //! needed again, and a restarted member holds its committed state at once (S-CLU-7).
+//! It counts what it applies since its last snapshot and asks for the next when one is due
+//! (S-CLU-80, `compaction.rs`).
 //! [`QueueStateMachine::new`] keeps everything in memory (tests of the replication alone).
 //!
 //! An entry whose events do not fit the committed state is voided: none of its events stays
@@ -22,12 +24,15 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use tokio::task::JoinHandle;
+
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{EntryPayload, RaftSnapshotBuilder, StorageIOError};
 use wharf_broker::{Broker, DurableState};
 use wharf_wal::Storage;
 
-use crate::log_store::WalLogReader;
+use crate::compaction::{self, Compaction, Sizes, SnapshotRule};
+use crate::log_store::{WalLogReader, entry_bytes};
 use crate::snapshot::{self, Sessions, SnapshotError};
 use crate::snapshot_file::{self, SnapshotFileError};
 use crate::types::{Applied, Entry, LogId, Origin, StorageError, StoredMembership, TypeConfig};
@@ -44,6 +49,8 @@ pub struct Machine {
     sessions: Sessions,
     snapshot: Option<StoredSnapshot>,
     snapshots_built: u64,
+    /// What was applied since the last snapshot: when the next is due (S-CLU-80).
+    compaction: Compaction,
     disk: Option<SnapshotDisk>,
     /// The group's id, for the log lines (0 until a log is attached).
     group: u64,
@@ -86,6 +93,7 @@ impl Machine {
             sessions: Sessions::new(),
             snapshot: None,
             snapshots_built: 0,
+            compaction: Compaction::default(),
             disk,
             group: 0,
             voids: Voids::new(History::Memory(std::collections::BTreeMap::new())),
@@ -129,11 +137,50 @@ impl Machine {
         self.snapshot.as_ref().and_then(|s| s.meta.last_log_id)
     }
 
+    /// The current snapshot's size in bytes (0: none).
+    pub fn snapshot_bytes(&self) -> u64 {
+        self.snapshot.as_ref().map_or(0, |s| s.bytes.len() as u64)
+    }
+
+    /// Entries applied since the last snapshot was taken, installed or loaded (S-CLU-80).
+    pub fn entries_since_snapshot(&self) -> u64 {
+        self.compaction.entries()
+    }
+
+    /// Whether a snapshot is due under `rule` (S-CLU-80): entries applied since the last one,
+    /// the bytes they logged, and the content the committed queues hold (what the next
+    /// snapshot writes).
+    pub fn snapshot_due(&self, rule: SnapshotRule) -> bool {
+        self.compaction.due(rule, self.snapshot_sizes())
+    }
+
+    /// What the next snapshot is reckoned to cost (S-CLU-80).
+    fn snapshot_sizes(&self) -> Sizes {
+        Sizes {
+            last_snapshot: self.snapshot_bytes(),
+            queued: self.broker.loaded_bytes(),
+        }
+    }
+
+    /// Asks for a snapshot if one is due (S-CLU-80).
+    fn request_snapshot_if_due(&mut self) {
+        let sizes = self.snapshot_sizes();
+        if self.compaction.request_if_due(sizes) {
+            tracing::debug!(
+                group = self.group,
+                last_snapshot_bytes = sizes.last_snapshot,
+                queued_bytes = sizes.queued,
+                "a snapshot is due (S-CLU-80)"
+            );
+        }
+    }
+
     /// What a snapshot of the committed state at this moment needs, taken cheaply under the
     /// lock (one reference per message): the broker's snapshot, the figures and the metadata.
     fn take_snapshot(&mut self) -> Taken {
         let index = self.last_applied.map_or(0, |l| l.index);
         self.snapshots_built += 1;
+        self.compaction.covered();
         Taken {
             broker: self.broker.snapshot(),
             now_ms: self.now_ms,
@@ -185,6 +232,7 @@ impl Machine {
         self.now_ms = decoded.now_ms;
         self.sessions = decoded.sessions;
         self.snapshot = Some(StoredSnapshot { meta, bytes });
+        self.compaction.covered();
         Ok(())
     }
 
@@ -354,7 +402,28 @@ impl QueueStateMachine {
         entries: impl IntoIterator<Item = Entry>,
     ) -> Result<Vec<Applied>, StorageError> {
         let mut m = lock(&self.machine);
-        entries.into_iter().map(|e| m.apply_entry(&e)).collect()
+        let applied = entries
+            .into_iter()
+            .map(|e| {
+                m.compaction.applied(entry_bytes(&e) as u64);
+                m.apply_entry(&e)
+            })
+            .collect();
+        m.request_snapshot_if_due();
+        applied
+    }
+
+    /// Asks `raft` (this machine's group's) for a snapshot whenever one is due under `rule`
+    /// (S-CLU-80), from a task it starts on the current runtime; the group's Raft runs with
+    /// `SnapshotPolicy::Never`. The task ends when the Raft stops.
+    pub fn snapshot_by(&self, rule: SnapshotRule, raft: crate::types::Raft) -> JoinHandle<()> {
+        let wake = {
+            let mut m = lock(&self.machine);
+            let wake = m.compaction.listen(rule);
+            m.request_snapshot_if_due();
+            wake
+        };
+        tokio::spawn(compaction::trigger_task(wake, raft))
     }
 
     /// Rebuilds from group `group`'s log `log` when an entry is voided (S-CLU-60), instead of
@@ -393,27 +462,28 @@ struct Taken {
 }
 
 /// Encodes what [`Machine::take_snapshot`] took, writes it to the snapshot file under `files`
-/// and makes it the current snapshot, unless a newer one was installed meanwhile (then it is
-/// only handed back). Holds `machine`'s lock only to look and to record.
+/// and makes it the current snapshot (its bytes moved there, not copied), unless a newer one
+/// was installed meanwhile (then it is dropped). Holds `machine`'s lock only to look and to
+/// record. Returns the build's metadata.
 fn finish_build(
     machine: &Mutex<Machine>,
     files: &Mutex<()>,
     taken: Taken,
-) -> Result<(SnapshotMeta<u64, openraft::BasicNode>, Vec<u8>), StorageError> {
+) -> Result<SnapshotMeta<u64, openraft::BasicNode>, StorageError> {
     let meta = taken.meta;
     let index = meta.last_log_id.map_or(0, |l| l.index);
     let bytes = snapshot::encode_taken(&taken.broker, index, taken.now_ms, &taken.sessions)
         .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
     let _files = lock_files(files);
     if lock(machine).has_newer_snapshot(&meta) {
-        return Ok((meta, bytes));
+        return Ok(meta);
     }
     if let Some(disk) = &taken.disk {
         snapshot_file::write(disk.storage.as_ref(), &disk.dir, &meta, &bytes)
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
     }
-    lock(machine).record_snapshot(&meta, bytes.clone());
-    Ok((meta, bytes))
+    lock(machine).record_snapshot(&meta, bytes);
+    Ok(meta)
 }
 
 /// Builds a snapshot of the committed state at the moment it is asked.
@@ -428,16 +498,20 @@ impl RaftSnapshotBuilder<TypeConfig> for MachineSnapshotBuilder {
     /// megabytes) run on a blocking thread, so entries go on being applied and the runtime's
     /// workers go on answering Raft (heartbeats, appends) meanwhile: a long pause there made
     /// followers time out their leader. The file is written under `files`, as an install's is.
+    ///
+    /// The snapshot handed back carries its metadata only, no bytes: openraft 0.9 keeps
+    /// nothing of a build but its metadata (`core::sm::worker`'s `build_snapshot`), and reads
+    /// the bytes it sends to a member with [`RaftStateMachine::get_current_snapshot`]. A copy
+    /// of a snapshot holding every queued body for it to drop cost hundreds of megabytes.
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let taken = lock(&self.machine).take_snapshot();
         let (machine, files) = (Arc::clone(&self.machine), Arc::clone(&self.files));
-        let built = tokio::task::spawn_blocking(move || finish_build(&machine, &files, taken))
+        let meta = tokio::task::spawn_blocking(move || finish_build(&machine, &files, taken))
             .await
             .map_err(|e| StorageIOError::write_snapshot(None, &e))??;
-        let (meta, bytes) = built;
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(bytes)),
+            snapshot: Box::new(Cursor::new(Vec::new())),
         })
     }
 }
@@ -487,6 +561,7 @@ impl RaftStateMachine<TypeConfig> for QueueStateMachine {
         m.sessions = decoded.sessions;
         m.last_applied = meta.last_log_id;
         m.membership = meta.last_membership.clone();
+        m.compaction.covered();
         Ok(())
     }
 
@@ -532,7 +607,7 @@ mod tests {
                 .unwrap();
         }
 
-        let (meta, _) = finish_build(&sm.machine, &sm.files, taken).unwrap();
+        let meta = finish_build(&sm.machine, &sm.files, taken).unwrap();
         assert_eq!(
             meta.last_log_id,
             Some(at(5)),
@@ -543,6 +618,44 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(on_disk.last_log_id, Some(at(9)));
+    }
+
+    /// S-CLU-80, wiring: the machine counts what it applies, asks after `every` entries (an
+    /// empty broker: the count alone), and a build starts the count again.
+    #[tokio::test]
+    async fn the_machine_asks_for_a_snapshot_after_every_entries_and_a_build_resets() {
+        let sm = QueueStateMachine::new();
+        let wake = lock(&sm.machine)
+            .compaction
+            .listen(SnapshotRule { every: 3 });
+        let blank = |i| Entry {
+            log_id: at(i),
+            payload: EntryPayload::Blank,
+        };
+        let asked = || {
+            let notified = wake.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable()
+        };
+        sm.apply_entries([blank(1), blank(2)]).unwrap();
+        assert!(!asked(), "2 entries of 3");
+        sm.apply_entries([blank(3)]).unwrap();
+        assert!(asked(), "3 entries");
+
+        let mut handle = sm.clone();
+        let built = handle
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        assert_eq!(built.meta.last_log_id, Some(at(3)));
+        assert_eq!(sm.with(Machine::entries_since_snapshot), 0);
+        assert!(sm.with(Machine::snapshot_bytes) > 0);
+        sm.apply_entries([blank(4), blank(5)]).unwrap();
+        assert!(!asked(), "2 entries since the build");
+        sm.apply_entries([blank(6)]).unwrap();
+        assert!(asked(), "3 entries since the build, nothing queued");
     }
 
     /// Without a newer snapshot, the build becomes the current one and the file's.

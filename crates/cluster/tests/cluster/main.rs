@@ -10,6 +10,7 @@
 )]
 
 mod commands;
+mod compaction;
 mod definitions;
 mod durability;
 mod expiry;

@@ -1,0 +1,250 @@
+//! When a member of a group builds its snapshot (S-CLU-80, DESIGN "Replication", "When a
+//! snapshot is built"). A snapshot is the whole committed broker, every body included, so its
+//! cost grows with the queues' depth; building one every fixed number of entries made the cost
+//! of a queue filled by a publisher quadratic (a 767 MB snapshot every 10,000 entries). Here a
+//! snapshot is due once at least [`SnapshotRule::every`] entries were applied since the last
+//! one **and** the bytes those entries logged reach the smaller of the last snapshot's size
+//! and the content the committed queues hold now. A growing queue's next snapshot then costs
+//! at most the last one plus what was logged since, about twice the bytes logged since, so the
+//! bytes spent writing snapshots stay within a small factor of the bytes the log took,
+//! whatever the depth (a publisher filling a queue gets snapshots of doubling sizes); a
+//! shallow queue (a small snapshot) still snapshots every `every` entries, which keeps its log
+//! short; and a queue emptied (a purge, consumers catching up) snapshots soon after, not once
+//! the log outgrew the old, deep snapshot. (The last snapshot's size alone would miss that;
+//! the queued content alone, an estimate counting more per message than an entry logs, could
+//! outrun the log of a filling queue for ever.)
+//!
+//! openraft builds only when asked (`SnapshotPolicy::Never`, `node.rs`): the state machine
+//! counts what it applies ([`Compaction::applied`]) and, when a snapshot falls due, wakes the
+//! group's trigger task ([`trigger_task`]), which asks its Raft (`trigger().snapshot()`).
+//! openraft ignores a request while a build runs (and this side cannot tell when openraft has
+//! seen a build end): a request no build followed is made again after `every` more entries.
+
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+
+use crate::types::Raft;
+
+/// When a group's member builds a snapshot (S-CLU-80).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotRule {
+    /// The fewest entries applied since the last snapshot before another is built.
+    pub every: u64,
+}
+
+impl SnapshotRule {
+    /// Whether a snapshot is due, `entries` (logging about `bytes`) applied since the last one,
+    /// whose size was `sizes.last_snapshot` (0: none), the committed queues holding about
+    /// `sizes.queued` bytes.
+    pub fn due(&self, entries: u64, bytes: u64, sizes: Sizes) -> bool {
+        entries >= self.every && bytes >= sizes.last_snapshot.min(sizes.queued)
+    }
+}
+
+/// What the next snapshot is reckoned to cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizes {
+    /// The last snapshot's bytes (0: none yet).
+    pub last_snapshot: u64,
+    /// The content the committed queues hold (`Broker::loaded_bytes`).
+    pub queued: u64,
+}
+
+/// What a state machine applied since its last snapshot, and whether it asked for the next.
+#[derive(Debug, Default)]
+pub(crate) struct Compaction {
+    /// The rule, once a trigger task listens ([`Compaction::listen`]): a machine without one
+    /// never asks (its Raft snapshots by its own policy, as tests' members do).
+    rule: Option<SnapshotRule>,
+    entries: u64,
+    bytes: u64,
+    /// `entries` when a snapshot was last asked for, if none took the state since.
+    asked_at: Option<u64>,
+    wake: Arc<Notify>,
+}
+
+impl Compaction {
+    /// From now on, requests follow `rule`; the returned [`Notify`] is woken for each.
+    pub(crate) fn listen(&mut self, rule: SnapshotRule) -> Arc<Notify> {
+        self.rule = Some(rule);
+        Arc::clone(&self.wake)
+    }
+
+    /// One entry applied, logging about `bytes`.
+    pub(crate) fn applied(&mut self, bytes: u64) {
+        self.entries += 1;
+        self.bytes = self.bytes.saturating_add(bytes);
+    }
+
+    /// A build took the committed state, or a snapshot was installed or loaded: what was
+    /// applied so far is in it.
+    pub(crate) fn covered(&mut self) {
+        self.entries = 0;
+        self.bytes = 0;
+        self.asked_at = None;
+    }
+
+    /// Asks for a snapshot if one is due under the rule, with `sizes`, unless it asked within
+    /// the last `every` entries. Whether it asked.
+    pub(crate) fn request_if_due(&mut self, sizes: Sizes) -> bool {
+        let Some(rule) = self.rule else {
+            return false;
+        };
+        let asked_lately = self
+            .asked_at
+            .is_some_and(|at| self.entries < at.saturating_add(rule.every));
+        if asked_lately || !self.due(rule, sizes) {
+            return false;
+        }
+        self.asked_at = Some(self.entries);
+        // A permit is kept when the task is not waiting yet: no request is lost.
+        self.wake.notify_one();
+        true
+    }
+
+    /// Whether a snapshot is due under `rule`, with `sizes`.
+    pub(crate) fn due(&self, rule: SnapshotRule, sizes: Sizes) -> bool {
+        rule.due(self.entries, self.bytes, sizes)
+    }
+
+    /// Entries applied since the last snapshot (for tests and status).
+    pub(crate) fn entries(&self) -> u64 {
+        self.entries
+    }
+}
+
+/// Asks `raft` for a snapshot each time `wake` is woken, until the Raft stops.
+pub(crate) async fn trigger_task(wake: Arc<Notify>, raft: Raft) {
+    loop {
+        wake.notified().await;
+        if let Err(e) = raft.trigger().snapshot().await {
+            tracing::debug!(error = %e, "snapshot trigger: the group stopped");
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RULE: SnapshotRule = SnapshotRule { every: 100 };
+
+    fn sizes(last_snapshot: u64, queued: u64) -> Sizes {
+        Sizes {
+            last_snapshot,
+            queued,
+        }
+    }
+
+    /// S-CLU-80: a shallow queue (a small snapshot) snapshots every `every` entries.
+    #[test]
+    fn a_small_snapshot_is_due_after_every_entries() {
+        assert!(!RULE.due(99, 1 << 20, sizes(1_000, 1_000)));
+        assert!(RULE.due(100, 1_000, sizes(1_000, 1_000)));
+        assert!(
+            RULE.due(100, 0, sizes(0, 1 << 20)),
+            "no snapshot yet: the count alone"
+        );
+        assert!(
+            RULE.due(100, 0, sizes(1 << 20, 0)),
+            "nothing queued: the count alone"
+        );
+    }
+
+    /// S-CLU-80: a deep queue's snapshot is due only once the log took as many bytes as the
+    /// last snapshot held, however many entries that took.
+    #[test]
+    fn a_large_snapshot_waits_for_as_many_logged_bytes() {
+        let deep = 767 << 20;
+        assert!(!RULE.due(10_000, 100 << 20, sizes(deep, deep + (100 << 20))));
+        assert!(!RULE.due(1_000_000, deep - 1, sizes(deep, 2 * deep)));
+        assert!(RULE.due(1_000_000, deep, sizes(deep, 2 * deep)));
+    }
+
+    /// S-CLU-80: once the queues hold less than the last snapshot (a purge, consumers catching
+    /// up), the next is due once the log took what they hold.
+    #[test]
+    fn an_emptied_queue_snapshots_once_the_log_took_what_it_holds() {
+        let deep = 767 << 20;
+        assert!(RULE.due(10_000, 1 << 20, sizes(deep, 0)));
+        assert!(!RULE.due(10_000, (10 << 20) - 1, sizes(deep, 10 << 20)));
+        assert!(RULE.due(10_000, 10 << 20, sizes(deep, 10 << 20)));
+    }
+
+    /// S-CLU-80: a queue filled by a publisher, every entry logging 100 bytes and the queue
+    /// holding 150 bytes a message (the in-memory estimate counts more than an entry logs):
+    /// snapshots keep being built, of about doubling sizes, and the bytes written into them
+    /// stay within 3 times the bytes logged, where a snapshot every `every` entries writes a
+    /// quadratic amount.
+    #[test]
+    fn filling_a_queue_writes_snapshots_in_proportion_to_the_log() {
+        let mut c = Compaction::default();
+        let wake = c.listen(RULE);
+        let (mut logged, mut written, mut snapshots, mut last) = (0u64, 0u64, 0u64, 0u64);
+        let messages = 1_000_000;
+        for n in 1..=messages {
+            c.applied(100);
+            logged += 100;
+            let queued = 150 * n;
+            if c.request_if_due(sizes(last, queued)) {
+                // The build takes the state: the snapshot holds every message queued.
+                c.covered();
+                last = queued;
+                written += last;
+                snapshots += 1;
+            }
+        }
+        assert!(
+            written <= 3 * logged,
+            "{written} written for {logged} logged"
+        );
+        assert!(
+            (10..=20).contains(&snapshots),
+            "{snapshots} snapshots: about log2(1,000,000 / 100)"
+        );
+        assert!(
+            c.entries() < messages / 2,
+            "the last snapshot is at most one doubling behind"
+        );
+        assert!(has_permit(&wake), "the trigger task was woken");
+    }
+
+    /// A request is made once; openraft ignores one made while a build runs, so one no build
+    /// followed is made again `every` entries later.
+    #[test]
+    fn a_request_no_build_followed_is_made_again_every_entries_later() {
+        let nothing = sizes(0, 0);
+        let mut c = Compaction::default();
+        for _ in 0..100 {
+            c.applied(10);
+        }
+        assert!(!c.request_if_due(nothing), "no rule: never");
+        let _wake = c.listen(RULE);
+        assert!(c.request_if_due(nothing));
+        for _ in 0..99 {
+            c.applied(10);
+            assert!(!c.request_if_due(nothing), "asked already");
+        }
+        c.applied(10);
+        assert!(
+            c.request_if_due(nothing),
+            "no build took the state: asked again"
+        );
+        c.covered();
+        assert_eq!(c.entries(), 0);
+        assert!(!c.request_if_due(nothing), "a build took the state");
+        for _ in 0..100 {
+            c.applied(10);
+        }
+        assert!(c.request_if_due(nothing), "due again after the build");
+    }
+
+    /// Whether `wake` holds a permit (a request not yet taken by the trigger task).
+    fn has_permit(wake: &Notify) -> bool {
+        let notified = wake.notified();
+        let mut notified = std::pin::pin!(notified);
+        notified.as_mut().enable()
+    }
+}
