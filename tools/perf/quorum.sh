@@ -86,14 +86,16 @@ for r in $(seq "$rounds"); do
     steps amqp://guest:guest@127.0.0.1:5901/%2f "$rpid" "$d/rabbit3" wharf-perf-q
     "$here/rabbitmq-cluster.sh" stop
   fi
+  # A failed step (its error in wharf3.err) leaves its report and the later ones missing: the
+  # summary says so instead of the whole comparison stopping.
   "$here/cluster.sh" --time "$time_s" --size "$size" --window "$window" --bin-dir "$bin_dir" \
-    --json > "$d/wharf3.json" 2> "$d/wharf3.err"
+    --json > "$d/wharf3.json" 2> "$d/wharf3.err" || echo "round $r: the wharf cluster run failed (see $d/wharf3.err)" >&2
   # cluster.sh prints its four reports one after the other: split them like the others.
   jq -c . "$d/wharf3.json" | {
-    read -r a && echo "$a" > "$d/wharf3-x1.json"
-    read -r a && echo "$a" > "$d/wharf3-x16.json"
-    read -r a && echo "$a" > "$d/wharf3-pc.json"
-    read -r a && echo "$a" > "$d/wharf3-failover.json"
+    for step in x1 x16 pc failover; do
+      read -r a || break
+      echo "$a" > "$d/wharf3-$step.json"
+    done
   }
 done
 
@@ -103,7 +105,9 @@ systems=(wharf1 wharf3)
 printf '%-8s %-4s %10s  %-30s %12s %12s %10s %10s\n' system step "msg/s" rounds "broker us/m" "client cores" "p50 ms" "p99 ms"
 for s in "${systems[@]}"; do
   for step in x1 x16 pc; do
-    files=("$out"/round-*/"$s-$step.json")
+    files=()
+    for f in "$out"/round-*/"$s-$step.json"; do [ -f "$f" ] && files+=("$f"); done
+    [ ${#files[@]} -gt 0 ] || { printf '%-8s %-4s %10s  (no round completed)\n' "$s" "$step" -; continue; }
     rates=$(jq -r '.publish_msg_s' "${files[@]}")
     printf '%-8s %-4s %10.0f  %-30s %12.1f %12.2f %10s %10s\n' "$s" "$step" \
       "$(echo "$rates" | median)" "$(echo "$rates" | awk '{ printf "%.0f ", $1 }')" \
@@ -113,5 +117,5 @@ for s in "${systems[@]}"; do
       "$(jq -r '.latency.p99_ms // "-"' "${files[@]}" | median)"
   done
 done
-echo "failover (ms): $(jq -r '.kill_to_first_confirm_ms' "$out"/round-*/wharf3-failover.json | awk '{ printf "%.0f ", $1 }')"
+echo "failover (ms): $(cat "$out"/round-*/wharf3-failover.json 2>/dev/null | jq -r '.kill_to_first_confirm_ms' | awk '{ printf "%.0f ", $1 }')"
 echo "reports in $out" >&2
