@@ -34,6 +34,20 @@ pub struct SnapshotRule {
 }
 
 impl SnapshotRule {
+    /// The rule for the member in seed slot `slot` (from 1) of `members` seeds: at least
+    /// `every` entries, and `every / members` more for each slot before it, so that the
+    /// members of a group do not all build at the same entry (S-CLU-81). A build of a deep
+    /// queue's snapshot takes a core and the disk for seconds; built on every member at
+    /// once, it slowed the whole group (a follower campaigned during one), while built on one
+    /// member at a time it leaves a majority at full speed. Later snapshots stay apart: each
+    /// member's falls due after as many bytes as its own last snapshot held.
+    pub fn staggered(every: u64, slot: u64, members: u64) -> SnapshotRule {
+        let step = every / members.max(1);
+        SnapshotRule {
+            every: every + step * slot.saturating_sub(1).min(members.saturating_sub(1)),
+        }
+    }
+
     /// Whether a snapshot is due, `entries` (logging about `bytes`) applied since the last one,
     /// whose size was `sizes.last_snapshot` (0: none), the committed queues holding about
     /// `sizes.queued` bytes.
@@ -130,6 +144,19 @@ mod tests {
     use super::*;
 
     const RULE: SnapshotRule = SnapshotRule { every: 100 };
+
+    /// S-CLU-81: three members' first snapshots fall due 10,000, 13,333 and 16,666 entries
+    /// in; a slot past the seed list gets the last one's; one member alone is not delayed.
+    #[test]
+    fn s_clu_81_members_snapshot_at_staggered_entries() {
+        let every = |slot| SnapshotRule::staggered(10_000, slot, 3).every;
+        assert_eq!([every(1), every(2), every(3)], [10_000, 13_333, 16_666]);
+        assert_eq!(every(9), 16_666);
+        assert_eq!(SnapshotRule::staggered(10_000, 1, 1).every, 10_000);
+        let empty = sizes(0, 0);
+        assert!(!SnapshotRule::staggered(10_000, 2, 3).due(10_000, 1, empty));
+        assert!(SnapshotRule::staggered(10_000, 2, 3).due(13_333, 1, empty));
+    }
 
     fn sizes(last_snapshot: u64, queued: u64) -> Sizes {
         Sizes {

@@ -206,11 +206,9 @@ impl NodeConfig {
         })
     }
 
-    /// When each group's member builds a snapshot (S-CLU-80).
+    /// When each group's member builds a snapshot (S-CLU-80, S-CLU-81).
     fn snapshot_rule(&self) -> crate::SnapshotRule {
-        crate::SnapshotRule {
-            every: self.timing.snapshot_every,
-        }
+        crate::SnapshotRule::staggered(self.timing.snapshot_every, self.id, self.seeds.len() as u64)
     }
 
     fn raft_config(&self) -> Result<Arc<Config>, NodeError> {
