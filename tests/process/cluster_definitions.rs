@@ -13,27 +13,18 @@
 
 use std::time::Duration;
 
+use lapin::ExchangeKind;
 use lapin::options::{ExchangeBindOptions, ExchangeDeclareOptions, ExchangeDeleteOptions};
 use lapin::types::FieldTable;
-use lapin::{Connection, ConnectionProperties, ExchangeKind};
 use serde_json::{Value, json};
 
-use crate::support::cluster::{Cluster, now};
+use crate::support::cluster::{Cluster, connect, eventually};
 use crate::support::{reply_code, reply_text, within};
 
 /// The metadata group.
 const METADATA: u64 = wharf_cluster::METADATA_GROUP;
 /// How long a test waits for a group to form or a node to catch up.
 const WAIT: Duration = Duration::from_secs(60);
-
-async fn connect(url: &str) -> Connection {
-    within(
-        20,
-        Connection::connect(url, ConnectionProperties::default()),
-    )
-    .await
-    .unwrap()
-}
 
 fn durable() -> ExchangeDeclareOptions {
     ExchangeDeclareOptions {
@@ -58,22 +49,6 @@ async fn call(c: &Cluster, id: u64, method: &str, path: &str, body: Option<Value
     })
     .await
     .unwrap()
-}
-
-/// Polls `check` against node `id` until it holds; panics after [`WAIT`] naming `what`.
-async fn eventually<F, Fut>(id: u64, what: &str, check: F)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>>,
-{
-    let began = now();
-    loop {
-        match check().await {
-            Ok(()) => return,
-            Err(last) if began.elapsed() > WAIT => panic!("node {id}: {what}; last: {last}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
 }
 
 /// What node `id` must show of the definitions made in
@@ -171,9 +146,12 @@ async fn s_clu_52_definitions_made_on_any_node_reach_every_node() {
     c.leader(METADATA, &[], 0, WAIT).await;
     make_definitions(&c).await;
     for id in 1..=3 {
-        eventually(id, "holds the definitions made on nodes 2 and 3", || {
-            holds_the_definitions(&c, id)
-        })
+        eventually(
+            id,
+            "holds the definitions made on nodes 2 and 3",
+            WAIT,
+            || holds_the_definitions(&c, id),
+        )
         .await;
     }
     let alice = c.url(1).replace("guest:guest@", "alice:alice-pw@");
@@ -189,7 +167,7 @@ async fn s_clu_52_definitions_made_on_any_node_reach_every_node() {
     .await
     .unwrap();
     for id in 1..=3 {
-        eventually(id, "lost the exchange deleted on node 1", || async {
+        eventually(id, "lost the exchange deleted on node 1", WAIT, || async {
             let (status, _) = call(&c, id, "GET", "/api/exchanges/%2f/defs.fan", None).await;
             (status == 404)
                 .then_some(())
@@ -202,7 +180,7 @@ async fn s_clu_52_definitions_made_on_any_node_reach_every_node() {
     c.kill(3);
     c.wipe(3);
     c.start_node(3);
-    eventually(3, "serves its management API", || async {
+    eventually(3, "serves its management API", WAIT, || async {
         let line = "management API listening addr";
         c.output(3)
             .contains(line)
@@ -213,6 +191,7 @@ async fn s_clu_52_definitions_made_on_any_node_reach_every_node() {
     eventually(
         3,
         "holds the cluster's definitions after its wipe",
+        WAIT,
         || async {
             let (status, x) = call(&c, 3, "GET", "/api/exchanges/%2f/defs.topic", None).await;
             let (user, _) = call(&c, 3, "GET", "/api/users/alice", None).await;
@@ -285,6 +264,7 @@ async fn s_clu_53_a_definition_without_a_majority_is_refused_and_undone() {
         eventually(
             id,
             "does not hold the refused exchange nor vhost",
+            WAIT,
             || async {
                 let (x, _) = call(&c, id, "GET", "/api/exchanges/%2f/lonely", None).await;
                 let (v, _) = call(&c, id, "GET", "/api/vhosts/lonely", None).await;
@@ -297,7 +277,7 @@ async fn s_clu_53_a_definition_without_a_majority_is_refused_and_undone() {
     }
     // The node serves definitions again once the group has its majority back (a connection
     // may meanwhile be closed with 320 by a change of the quorum queues' leader, S-CLU-12).
-    eventually(1, "declares an exchange again", || async {
+    eventually(1, "declares an exchange again", WAIT, || async {
         let ch = connect(&c.url(1)).await.create_channel().await.unwrap();
         let declared = within(
             30,
@@ -316,6 +296,7 @@ async fn s_clu_53_a_definition_without_a_majority_is_refused_and_undone() {
         eventually(
             id,
             "holds the exchange declared after the pause",
+            WAIT,
             || async {
                 let (status, _) = call(&c, id, "GET", "/api/exchanges/%2f/back", None).await;
                 (status == 200)

@@ -20,7 +20,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
-use crate::support::cluster::{Cluster, now};
+use crate::support::cluster::{Cluster, connect, eventually, now};
 use crate::support::{reply_code, reply_text, within};
 
 /// The group carrying the quorum queues.
@@ -42,15 +42,6 @@ fn durable() -> QueueDeclareOptions {
         durable: true,
         ..QueueDeclareOptions::default()
     }
-}
-
-async fn connect(url: &str) -> Connection {
-    within(
-        20,
-        Connection::connect(url, ConnectionProperties::default()),
-    )
-    .await
-    .unwrap()
 }
 
 /// The AMQP URL of the default user and vhost at `addr`.
@@ -339,22 +330,6 @@ async fn nodes_seen(c: &Cluster, id: u64) -> Vec<(String, bool)> {
         .unwrap_or_default()
 }
 
-/// Polls `check` on node `id` until it holds; panics after [`WAIT`] naming `what`.
-async fn eventually<F, Fut>(id: u64, what: &str, check: F)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>>,
-{
-    let began = now();
-    loop {
-        match check().await {
-            Ok(()) => return,
-            Err(last) if began.elapsed() > WAIT => panic!("node {id}: {what}; last: {last}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-}
-
 /// S-CLU-40, S-CLU-41, S-CLU-43: each of three `wharf` processes lists the three nodes running
 /// in `/api/nodes` and shows the quorum queue led by the leader; after the leader's SIGKILL
 /// the survivors show it not running, the queue led by the new leader, and a higher Raft term
@@ -368,17 +343,22 @@ async fn s_clu_40_the_api_and_metrics_show_the_nodes_and_a_leader_change() {
     let name = |id: u64| format!("wharf-{id}@127.0.0.1");
     for id in 1..=3 {
         let all: Vec<(String, bool)> = (1..=3).map(|i| (name(i), true)).collect();
-        eventually(id, "three running nodes and the queue's leader", || async {
-            let seen = nodes_seen(&c, id).await;
-            let q = api(&c, id, "/api/queues/%2F/ops").await;
-            if seen != all
-                || q["leader"] != name(leader)
-                || q["online"].as_array().map(Vec::len) != Some(3)
-            {
-                return Err(format!("{seen:?} {q}"));
-            }
-            Ok(())
-        })
+        eventually(
+            id,
+            "three running nodes and the queue's leader",
+            WAIT,
+            || async {
+                let seen = nodes_seen(&c, id).await;
+                let q = api(&c, id, "/api/queues/%2F/ops").await;
+                if seen != all
+                    || q["leader"] != name(leader)
+                    || q["online"].as_array().map(Vec::len) != Some(3)
+                {
+                    return Err(format!("{seen:?} {q}"));
+                }
+                Ok(())
+            },
+        )
         .await;
     }
     let term = raft_term(&c, leader).await.expect("the leader's term");
@@ -395,6 +375,7 @@ async fn s_clu_40_the_api_and_metrics_show_the_nodes_and_a_leader_change() {
         eventually(
             id,
             "the killed leader not running, the new one leading",
+            WAIT,
             || async {
                 let seen = nodes_seen(&c, id).await;
                 let q = api(&c, id, "/api/queues/%2F/ops").await;

@@ -5,7 +5,7 @@
 //! (SIGKILL) and restart it, always by the pid we spawned. What a node says of its groups
 //! comes from `wharfctl cluster_status` against its real listener, read with
 //! `wharf_cluster::status::parse`. Depends on the binaries' command lines and output, that
-//! parser, tokio and std.
+//! parser, tokio, std and lapin (a client's [`connect`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -328,4 +328,31 @@ impl Cluster {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// Polls `check` (against node `id`) until it holds; panics after `wait` naming `what` and
+/// the last answer.
+pub async fn eventually<F, Fut>(id: u64, what: &str, wait: Duration, check: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let began = now();
+    loop {
+        match check().await {
+            Ok(()) => return,
+            Err(last) if began.elapsed() > wait => panic!("node {id}: {what}; last: {last}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// A client connection to `url` (lapin), within 20 s.
+pub async fn connect(url: &str) -> lapin::Connection {
+    super::within(
+        20,
+        lapin::Connection::connect(url, lapin::ConnectionProperties::default()),
+    )
+    .await
+    .unwrap()
 }
