@@ -220,7 +220,17 @@ async fn s_clu_50_a_follower_node_proposes_over_the_link() {
         .unwrap()
         .clone();
     let (p, _) = LiveBroker::new().batch(vec![declare_quorum("q", None)], 1_000);
-    // Asked directly, the follower answers that it does not lead, naming the leader.
+    // Once it has heard the leader (until then it would name nobody)...
+    let heard = follower.group(METADATA_GROUP).await.unwrap();
+    let mut metrics = heard.raft.metrics();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        metrics.wait_for(|m| m.current_leader == Some(leader)),
+    )
+    .await
+    .expect("the follower hears the leader")
+    .unwrap();
+    // ...asked directly, the follower answers that it does not lead, naming the leader.
     let body = wire::propose(&wharf_cluster::Proposal {
         origin: Some(wharf_cluster::Origin { session: 9, seq: 1 }),
         ..p.clone()
