@@ -14,7 +14,7 @@
 //! machine without a log keeps the events it applied since its snapshot itself
 //! ([`History::Memory`], tests of the replication alone).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use openraft::EntryPayload;
 use wharf_broker::{Broker, BrokerError, Event};
@@ -61,11 +61,10 @@ pub(crate) enum RebuildError {
 /// A machine's record of voided entries, and what it rebuilds from.
 pub(crate) struct Voids {
     history: History,
-    /// The entries after the snapshot that applied nothing: voided, or a forwarded proposal
-    /// applied already (S-CLU-50); skipped when rebuilding.
-    since_snapshot: BTreeSet<u64>,
-    /// The voided ones among them (a proposer asks, S-CLU-53).
-    voided_since_snapshot: BTreeSet<u64>,
+    /// The entries after the snapshot that applied nothing, skipped when rebuilding: `true`
+    /// for one voided (a proposer asks, S-CLU-53), `false` for a forwarded proposal applied
+    /// already (S-CLU-50).
+    since_snapshot: BTreeMap<u64, bool>,
     /// Every entry this machine voided since it started (its restart's replay included).
     pub(crate) total: u64,
 }
@@ -74,8 +73,7 @@ impl Voids {
     pub(crate) fn new(history: History) -> Voids {
         Voids {
             history,
-            since_snapshot: BTreeSet::new(),
-            voided_since_snapshot: BTreeSet::new(),
+            since_snapshot: BTreeMap::new(),
             total: 0,
         }
     }
@@ -94,27 +92,25 @@ impl Voids {
 
     /// Entry `index` voided.
     pub(crate) fn voided(&mut self, index: u64) {
-        self.since_snapshot.insert(index);
-        self.voided_since_snapshot.insert(index);
+        self.since_snapshot.insert(index, true);
         self.total += 1;
     }
 
     /// Whether entry `index`, after the snapshot, was voided (`false` once a snapshot covers
     /// it: the machine no longer knows).
     pub(crate) fn was_voided(&self, index: u64) -> bool {
-        self.voided_since_snapshot.contains(&index)
+        self.since_snapshot.get(&index).copied().unwrap_or(false)
     }
 
     /// Entry `index` applied nothing: a forwarded proposal's repeat (S-CLU-50).
     pub(crate) fn skipped(&mut self, index: u64) {
-        self.since_snapshot.insert(index);
+        self.since_snapshot.insert(index, false);
     }
 
     /// The snapshot now covers every entry through `index`: nothing before it is needed.
     pub(crate) fn snapshot_at(&mut self, index: Option<u64>) {
         let keep_from = index.map_or(0, |i| i + 1);
         self.since_snapshot = self.since_snapshot.split_off(&keep_from);
-        self.voided_since_snapshot = self.voided_since_snapshot.split_off(&keep_from);
         if let History::Memory(kept) = &mut self.history {
             *kept = kept.split_off(&keep_from);
         }
@@ -133,7 +129,7 @@ impl Voids {
             None => (Broker::new(), 0),
         };
         let mut replay = |index: u64, events: &[Event]| {
-            if self.since_snapshot.contains(&index) {
+            if self.since_snapshot.contains_key(&index) {
                 return Ok(());
             }
             apply_events(&mut broker, events).map_err(|error| RebuildError::Replay { index, error })
