@@ -7,7 +7,7 @@
 //! (`wharf_cluster::Node`) runs beside the server, and the server's quorum queues are
 //! replicated through the node's queue group (`wharf_cluster::QUEUE_GROUP`, handed to the
 //! server as `ServerConfig::cluster`; DESIGN "Replication", S-CLU-10), and its definitions
-//! through the metadata group (`ServerConfig::metadata`, S-CLU-51..55).
+//! through the metadata group (`ServerConfig::metadata`, S-CLU-51..54).
 
 mod test_mode;
 

@@ -21,7 +21,7 @@
 //! - `definitions`: [`reconcile`], the events that bring a live broker's cluster-wide
 //!   definitions to the metadata group's committed ones (S-CLU-51).
 //! - `metadata`: [`MetadataGroup`], the handle a server keeps the cluster-wide definitions
-//!   through (group 0, S-CLU-51..55).
+//!   through (group 0, S-CLU-51..54).
 //! - `forward`: [`Proposer`], a member proposing through the group's leader ([`Forward`]),
 //!   each proposal applied once (S-CLU-50).
 //! - `relay`: [`Relay`], a member's byte streams to the other members' servers, for clients'

@@ -1,5 +1,5 @@
 //! [`MetadataGroup`]: what a server is handed to keep the cluster-wide definitions through
-//! the metadata group (group 0; DESIGN "Definitions through the metadata group", S-CLU-51..55).
+//! the metadata group (group 0; DESIGN "Definitions through the metadata group", S-CLU-51..54).
 //! It proposes a batch's definitions from any member through the group's leader (S-CLU-50's
 //! [`Proposer`]) and answers once the entry committed **and** applied on this member, so the
 //! member's committed state already holds what it just proposed (its convergence,

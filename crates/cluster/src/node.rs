@@ -604,7 +604,7 @@ impl Node {
         )
     }
 
-    /// This node's handle on the metadata group, for its server (S-CLU-51..55): proposals go
+    /// This node's handle on the metadata group, for its server (S-CLU-51..54): proposals go
     /// through the node's proposer of group 0, to the leader over the cluster link.
     ///
     /// # Errors

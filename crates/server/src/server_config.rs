@@ -110,7 +110,7 @@ pub struct ServerConfig {
     /// (the default): a single node, whose quorum queues live in its own log.
     pub cluster: Option<wharf_cluster::QueueGroup>,
     /// With `cluster`: this member's handle on the metadata group, which keeps the cluster-wide
-    /// definitions (S-CLU-51..55). `None`: the definitions stay this node's own.
+    /// definitions (S-CLU-51..54). `None`: the definitions stay this node's own.
     pub metadata: Option<wharf_cluster::MetadataGroup>,
     /// With `cluster`: how this member reaches the other members' servers to forward a
     /// client's quorum-queue work to the group's leader (S-CLU-70), and where the others'

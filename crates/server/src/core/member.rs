@@ -14,7 +14,7 @@ use wharf_broker::{Broker, Event, Snapshot};
 use wharf_cluster::{Commit, Metrics, Proposal, ProposeError, QueueGroup, Replicated, Split};
 use wharf_store::{Store, StoreError, Ticket};
 
-use super::metadata::{Meta, MetaDone};
+use super::metadata::{Meta, MetaDone, sequencer_stopped};
 use super::void_guard::VoidStreak;
 
 /// A store durability future the broker task waits on.
@@ -106,11 +106,14 @@ impl Replica {
     /// the connections, never released. The old proposer is retired: what it still holds was
     /// decided under the lost lead and is never submitted, not even once this member leads
     /// again (a submit already under way when it is retired is Raft's to refuse: this member
-    /// no longer leads that term).
+    /// no longer leads that term). The term it last stepped down in and its voided entries in
+    /// a row carry over.
     pub(super) fn after(&mut self) -> Replica {
         self.retired.store(true, Ordering::Release);
         let mut next = Replica::start(self.group.clone(), self.gate, self.gated_store);
         next.predecessor = self.waiter.take();
+        next.deposed_term = self.deposed_term;
+        next.void_streak = self.void_streak;
         next
     }
 
@@ -257,12 +260,7 @@ async fn gate_waiter(
                 let Some(meta) = meta else {
                     return Ok(());
                 };
-                let answer = meta.await.unwrap_or_else(|_| {
-                    Err(wharf_cluster::MetadataError {
-                        why: "the metadata group's proposer stopped".to_owned(),
-                        voided: false,
-                    })
-                });
+                let answer = meta.await.unwrap_or_else(|_| Err(sequencer_stopped()));
                 answer.map(drop).map_err(|e| GateFailure {
                     why: e.why,
                     voided: e.voided,

@@ -1,5 +1,5 @@
 //! The broker task as a member of the metadata group (DESIGN "Definitions through the
-//! metadata group"; S-CLU-51..55). Without a metadata handle nothing here runs.
+//! metadata group"; S-CLU-51..54). Without a metadata handle nothing here runs.
 //!
 //! **Proposing.** The broker decides a definition as always (a declare, a binding between
 //! exchanges, a policy, a user, a vhost: what `shared_definitions` names) and its batch's
@@ -22,8 +22,9 @@
 //! **Starting.** The node first reaches the group's definitions (an empty proposal through the
 //! leader, applied here: a barrier) and then puts the configured vhosts and users into them,
 //! as a single node does into its broker at start: the default user only when the cluster
-//! never defined a user. Until then it proposes nothing, converges on nothing and refuses
-//! definitions (S-CLU-54).
+//! never defined a user. Until then it proposes nothing and converges on nothing;
+//! definitions made meanwhile wait for it, refused once they waited as long as a proposal may
+//! take (S-CLU-54).
 
 use std::sync::Arc;
 
@@ -47,6 +48,22 @@ struct Queued {
     now_ms: u64,
     events: Vec<Event>,
     done: oneshot::Sender<Result<u64, MetadataError>>,
+}
+
+impl Queued {
+    /// Proposes the definitions and hands their gate the answer.
+    async fn propose(self, group: &MetadataGroup) {
+        let answer = group.propose(self.now_ms, self.events).await;
+        let _ = self.done.send(answer);
+    }
+}
+
+/// The answer of a proposal the sequencer will never make: it stopped.
+pub(super) fn sequencer_stopped() -> MetadataError {
+    MetadataError {
+        why: "the metadata group's proposer stopped".to_owned(),
+        voided: false,
+    }
 }
 
 /// The broker task's state as a member of the metadata group.
@@ -122,10 +139,7 @@ impl Meta {
             events,
             done,
         }) {
-            let _ = q.done.send(Err(MetadataError {
-                why: "the metadata group's proposer stopped".to_owned(),
-                voided: false,
-            }));
+            let _ = q.done.send(Err(sequencer_stopped()));
         }
         Some(answer)
     }
@@ -196,12 +210,10 @@ async fn sequencer(
     info!("reached the cluster's metadata group");
     let _ = ready.send(true);
     for (_, q) in waiting {
-        let answer = group.propose(q.now_ms, q.events).await;
-        let _ = q.done.send(answer);
+        q.propose(&group).await;
     }
     while let Some(q) = from_core.recv().await {
-        let answer = group.propose(q.now_ms, q.events).await;
-        let _ = q.done.send(answer);
+        q.propose(&group).await;
     }
 }
 

@@ -128,10 +128,7 @@ impl Core {
         let passed = r.passed();
         self.close_all_now(&close);
         if let Some(r) = self.replica.as_mut() {
-            let mut next = r.after();
-            next.deposed_term = r.deposed_term;
-            next.void_streak = r.void_streak;
-            *r = next;
+            *r = r.after();
         }
         self.refuse_admin_after(passed, &close.text);
         // Undone at once: the committed definitions lack them.
@@ -266,8 +263,9 @@ impl Core {
             })
             .collect();
         let mut follower = r.after();
-        follower.deposed_term = if deposed { term } else { r.deposed_term };
-        follower.void_streak = r.void_streak;
+        if deposed {
+            follower.deposed_term = term;
+        }
         *r = follower;
         for event in &gone {
             if let Err(e) = self.broker.apply(event) {
@@ -300,7 +298,6 @@ impl Core {
                 r.local_only = adopted.local;
                 // The group gets this member's own definitions first (S-CLU-12).
                 r.split.replicated.extend(adopted.to_group);
-
                 info!(
                     node = r.group.node,
                     queues = r.replicated.len(),
@@ -308,9 +305,8 @@ impl Core {
                 );
                 self.apply_outcome(adopted.outcome, None);
                 // What the take-over brought is the groups' already: never proposed to the
-                // metadata group (S-CLU-51).
-                // Group 1's definitions may lag the metadata group's: the live broker converges
-                // on group 0 again at once (S-CLU-51).
+                // metadata group. Group 1's definitions may lag group 0's: the live broker
+                // converges on group 0 again at once (S-CLU-51).
                 let last = self.events.len();
                 if let Some(m) = self.meta.as_mut() {
                     m.skip(first..last);
