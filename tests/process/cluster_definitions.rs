@@ -16,7 +16,7 @@ use std::time::Duration;
 use lapin::ExchangeKind;
 use lapin::options::{ExchangeBindOptions, ExchangeDeclareOptions, ExchangeDeleteOptions};
 use lapin::types::FieldTable;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::support::cluster::{Cluster, connect, eventually};
 use crate::support::{reply_code, reply_text, within};
@@ -33,32 +33,16 @@ fn durable() -> ExchangeDeclareOptions {
     }
 }
 
-/// `method path` with `body` on node `id`'s management API as guest: (status, JSON body).
-async fn call(c: &Cluster, id: u64, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let base = c.http_base(id, false);
-    let (method, path) = (method.to_owned(), path.to_owned());
-    tokio::task::spawn_blocking(move || {
-        let client = wharf_ctl::Client::new(&base, "guest", "guest");
-        match client.request(&method, &path, body.as_ref()) {
-            Ok(a) => (
-                a.status,
-                serde_json::from_str(&a.body).unwrap_or(Value::Null),
-            ),
-            Err(_) => (0, Value::Null),
-        }
-    })
-    .await
-    .unwrap()
-}
-
 /// What node `id` must show of the definitions made in
 /// [`s_clu_52_definitions_made_on_any_node_reach_every_node`].
 async fn holds_the_definitions(c: &Cluster, id: u64) -> Result<(), String> {
-    let (status, x) = call(c, id, "GET", "/api/exchanges/%2f/defs.topic", None).await;
+    let (status, x) = c
+        .api_request(id, "GET", "/api/exchanges/%2f/defs.topic", None)
+        .await;
     if status != 200 || x["type"] != "topic" {
         return Err(format!("exchange defs.topic: {status} {x}"));
     }
-    let (_, bindings) = call(c, id, "GET", "/api/bindings/%2f", None).await;
+    let (_, bindings) = c.api_request(id, "GET", "/api/bindings/%2f", None).await;
     let bound = bindings.as_array().is_some_and(|a| {
         a.iter().any(|b| {
             b["source"] == "defs.topic"
@@ -76,7 +60,7 @@ async fn holds_the_definitions(c: &Cluster, id: u64) -> Result<(), String> {
         "/api/permissions/extra/alice",
         "/api/policies/%2f/defs-ttl",
     ] {
-        let (status, body) = call(c, id, "GET", path, None).await;
+        let (status, body) = c.api_request(id, "GET", path, None).await;
         if status != 200 {
             return Err(format!("{path}: {status} {body}"));
         }
@@ -128,7 +112,7 @@ async fn make_definitions(c: &Cluster) {
         ),
     ];
     for (path, body) in puts {
-        let (status, answer) = call(c, 3, "PUT", path, Some(body)).await;
+        let (status, answer) = c.api_request(3, "PUT", path, Some(body)).await;
         assert!(
             status == 201 || status == 204,
             "PUT {path} on node 3: {status} {answer}"
@@ -168,7 +152,9 @@ async fn s_clu_52_definitions_made_on_any_node_reach_every_node() {
     .unwrap();
     for id in 1..=3 {
         eventually(id, "lost the exchange deleted on node 1", WAIT, || async {
-            let (status, _) = call(&c, id, "GET", "/api/exchanges/%2f/defs.fan", None).await;
+            let (status, _) = c
+                .api_request(id, "GET", "/api/exchanges/%2f/defs.fan", None)
+                .await;
             (status == 404)
                 .then_some(())
                 .ok_or(format!("defs.fan answers {status}"))
@@ -193,9 +179,13 @@ async fn s_clu_52_definitions_made_on_any_node_reach_every_node() {
         "holds the cluster's definitions after its wipe",
         WAIT,
         || async {
-            let (status, x) = call(&c, 3, "GET", "/api/exchanges/%2f/defs.topic", None).await;
-            let (user, _) = call(&c, 3, "GET", "/api/users/alice", None).await;
-            let (gone, _) = call(&c, 3, "GET", "/api/exchanges/%2f/defs.fan", None).await;
+            let (status, x) = c
+                .api_request(3, "GET", "/api/exchanges/%2f/defs.topic", None)
+                .await;
+            let (user, _) = c.api_request(3, "GET", "/api/users/alice", None).await;
+            let (gone, _) = c
+                .api_request(3, "GET", "/api/exchanges/%2f/defs.fan", None)
+                .await;
             (status == 200 && x["type"] == "topic" && user == 200 && gone == 404)
                 .then_some(())
                 .ok_or(format!(
@@ -250,7 +240,9 @@ async fn s_clu_53_a_definition_without_a_majority_is_refused_and_undone() {
         reply_text(&err)
     );
     // The management API's definitions too: 500 naming the reason, and not kept.
-    let (status, answer) = call(&c, 1, "PUT", "/api/vhosts/lonely", Some(json!({}))).await;
+    let (status, answer) = c
+        .api_request(1, "PUT", "/api/vhosts/lonely", Some(json!({})))
+        .await;
     assert_eq!(status, 500, "{answer}");
     assert!(
         answer["reason"]
@@ -266,8 +258,10 @@ async fn s_clu_53_a_definition_without_a_majority_is_refused_and_undone() {
             "does not hold the refused exchange nor vhost",
             WAIT,
             || async {
-                let (x, _) = call(&c, id, "GET", "/api/exchanges/%2f/lonely", None).await;
-                let (v, _) = call(&c, id, "GET", "/api/vhosts/lonely", None).await;
+                let (x, _) = c
+                    .api_request(id, "GET", "/api/exchanges/%2f/lonely", None)
+                    .await;
+                let (v, _) = c.api_request(id, "GET", "/api/vhosts/lonely", None).await;
                 (x == 404 && v == 404)
                     .then_some(())
                     .ok_or(format!("exchange lonely answers {x}, vhost lonely {v}"))
@@ -298,7 +292,9 @@ async fn s_clu_53_a_definition_without_a_majority_is_refused_and_undone() {
             "holds the exchange declared after the pause",
             WAIT,
             || async {
-                let (status, _) = call(&c, id, "GET", "/api/exchanges/%2f/back", None).await;
+                let (status, _) = c
+                    .api_request(id, "GET", "/api/exchanges/%2f/back", None)
+                    .await;
                 (status == 200)
                     .then_some(())
                     .ok_or(format!("back answers {status}"))

@@ -283,32 +283,21 @@ async fn s_clu_2_a_quorum_queue_survives_the_sigkill_of_its_leader() {
     refuses_naming(&c, leader, "qq", &c.url(next)).await;
 }
 
-/// `GET path` on `base` (as guest when `auth`): the status and the body.
-async fn http_get(base: String, path: &str, auth: bool) -> (u16, String) {
-    let path = path.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let client = if auth {
-            wharf_ctl::Client::new(&base, "guest", "guest")
-        } else {
-            wharf_ctl::Client::anonymous(&base)
-        };
-        client
-            .get(&path)
-            .map_or((0, String::new()), |a| (a.status, a.body))
-    })
-    .await
-    .unwrap()
-}
-
 /// Node `id`'s management API answer to `GET path`, as JSON (`null` when none).
 async fn api(c: &Cluster, id: u64, path: &str) -> serde_json::Value {
-    let (_, body) = http_get(c.http_base(id, false), path, true).await;
-    serde_json::from_str(&body).unwrap_or(serde_json::Value::Null)
+    c.api_request(id, "GET", path, None).await.1
 }
 
 /// The Raft term in node `id`'s aggregated Prometheus metrics.
 async fn raft_term(c: &Cluster, id: u64) -> Option<u64> {
-    let (_, text) = http_get(c.http_base(id, true), "/metrics", false).await;
+    let base = c.http_base(id, true);
+    let text = tokio::task::spawn_blocking(move || {
+        wharf_ctl::Client::anonymous(&base)
+            .get("/metrics")
+            .map_or(String::new(), |a| a.body)
+    })
+    .await
+    .unwrap();
     text.lines()
         .find_map(|l| l.strip_prefix("rabbitmq_raft_term_total "))
         .and_then(|v| v.parse().ok())

@@ -224,6 +224,21 @@ impl Cluster {
         format!("http://{addr}")
     }
 
+    /// `method path` with `body` on node `id`'s management API as guest: the status and the
+    /// body as JSON (`null` when it is not JSON); `(0, null)` when nothing answered (the node
+    /// may be paused or restarting). Node `id` must be running.
+    pub async fn api_request(
+        &self,
+        id: u64,
+        method: &str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        super::mgmt_request(self.http_base(id, false), method, path, body)
+            .await
+            .unwrap_or((0, serde_json::Value::Null))
+    }
+
     /// Whether node `id` is paused (SIGSTOP sent, no SIGCONT yet).
     pub fn is_paused(&self, id: u64) -> bool {
         self.paused[slot(id)]

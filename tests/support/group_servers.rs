@@ -233,17 +233,9 @@ impl Cluster {
         path: &str,
         body: Option<serde_json::Value>,
     ) -> (u16, serde_json::Value) {
-        let base = self.mgmt_base(id);
-        let path = path.to_owned();
-        let answer = tokio::task::spawn_blocking(move || {
-            wharf_ctl::Client::new(&base, "guest", "guest")
-                .request(method, &path, body.as_ref())
-                .unwrap()
-        })
-        .await
-        .unwrap();
-        let json = serde_json::from_str(&answer.body).unwrap_or(serde_json::Value::Null);
-        (answer.status, json)
+        super::mgmt_request(self.mgmt_base(id), method, path, body)
+            .await
+            .unwrap_or_else(|| panic!("node {id}'s management API did not answer {method} {path}"))
     }
 
     /// `GET path` on node `id`'s Prometheus listener: the text.

@@ -107,6 +107,26 @@ pub async fn within<T>(secs: u64, fut: impl std::future::Future<Output = T>) -> 
         .await
         .expect("no answer from the server in time")
 }
+/// `method path` with `body` on the management API at `base` (`http://HOST:PORT`) as guest:
+/// the status and the body as JSON (`null` when it is not JSON); `None` when nothing answered.
+pub async fn mgmt_request(
+    base: String,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> Option<(u16, serde_json::Value)> {
+    let (method, path) = (method.to_owned(), path.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let answer = wharf_ctl::Client::new(&base, "guest", "guest")
+            .request(&method, &path, body.as_ref())
+            .ok()?;
+        let json = serde_json::from_str(&answer.body).unwrap_or(serde_json::Value::Null);
+        Some((answer.status, json))
+    })
+    .await
+    .unwrap()
+}
+
 pub mod binary;
 pub mod cluster;
 pub mod group_servers;
