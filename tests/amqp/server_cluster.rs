@@ -316,7 +316,8 @@ async fn s_clu_60_a_leaders_voided_entry_is_never_confirmed_and_its_live_broker_
         events: vec![wharf_broker::Event::QueueDeleted {
             vhost: "/".into(),
             queue: "qq".into(),
-        }],
+        }]
+        .into(),
         origin: None,
     };
     let deleted_at = within(group.submit(behind_its_back).await.unwrap())

@@ -297,7 +297,8 @@ async fn s_clu_61_every_node_shows_how_many_entries_its_member_voided() {
         events: vec![wharf_broker::Event::QueueDeleted {
             vhost: "no-such-vhost".into(),
             queue: "qq".into(),
-        }],
+        }]
+        .into(),
         origin: None,
     };
     let commit = within(cluster.nodes[&1].group.submit(misfit))

@@ -132,7 +132,7 @@ impl Proposer {
         let mut next = self.next_seq.lock().await;
         let proposal = Proposal {
             now_ms,
-            events,
+            events: events.into(),
             origin: Some(Origin {
                 session: self.session,
                 seq: *next,

@@ -86,7 +86,13 @@ pub use relay::{Door, LocalRelays, Opening, Reachable, Relay, RelayStream};
 pub use split::{Replicated, Split, is_quorum, is_shared_definition, shared_definitions};
 pub use state_machine::{Machine, MachineOpenError, MachineSnapshotBuilder, QueueStateMachine};
 pub use types::{
-    Applied, Entry, LogId, Membership, NodeId, Origin, Proposal, Raft, StorageError,
+    Applied, Entry, Events, LogId, Membership, NodeId, Origin, Proposal, Raft, StorageError,
     StoredMembership, TypeConfig, Vote,
 };
 pub use view::{GroupFigures, NodeState, Replica};
+
+/// Locks `m` whether or not a panic poisoned it: for the locks around maps, sets and caches
+/// that no panic leaves half-changed.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

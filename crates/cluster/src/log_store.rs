@@ -541,7 +541,8 @@ mod tests {
                     },
                     queues: vec!["q".into()],
                     scheduled: None,
-                }],
+                }]
+                .into(),
                 origin: None,
             }),
         }

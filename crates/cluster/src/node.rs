@@ -25,7 +25,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
@@ -36,6 +36,7 @@ use wharf_wal::{FileStorage, Storage, WalConfig};
 
 use crate::forward::{ForwardError, NotCommitted, Proposer, session_id};
 use crate::incarnation::{self, MemberFileError};
+use crate::lock;
 use crate::log_store::{OpenError, WalLogStore};
 use crate::members;
 use crate::net::wire::{self, ANY_MEMBER, Failure, Header, Kind};
@@ -266,10 +267,6 @@ struct Inner {
 #[derive(Clone)]
 pub struct Node {
     inner: Arc<Inner>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Node {

@@ -17,7 +17,9 @@ use openraft::{BasicNode, CommittedLeaderId, EntryPayload};
 use wharf_store::codec::{self, StoreRecord};
 use wharf_wal::le;
 
-use crate::types::{Entry, LogId, Membership, NodeId, Origin, Proposal, Vote};
+use wharf_broker::Event;
+
+use crate::types::{Entry, Events, LogId, Membership, NodeId, Origin, Proposal, Vote};
 
 /// The Raft record format this build writes and the newest it reads (a `Format` record at
 /// every open says which version follows).
@@ -245,18 +247,30 @@ pub(crate) fn put_payload(
             }
             le::put_u64(out, p.now_ms);
             le::put_u32(out, count_u32(p.events.len(), "event count")?);
-            let mut body = Vec::new();
-            for event in &p.events {
-                body.clear();
-                let kind = codec::encode_event(event, &mut body)?;
-                out.push(kind.byte());
-                le::put_u32(out, count_u32(body.len(), "event payload")?);
-                out.extend_from_slice(&body);
-            }
+            p.events.put_encoded(out, put_events)?;
         }
         EntryPayload::Membership(m) => {
             out.push(TAG_MEMBERSHIP);
             put_membership(out, m)?;
+        }
+    }
+    Ok(())
+}
+
+/// Each event: its kind byte, its length, its store record payload.
+fn put_events(events: &[Event], out: &mut Vec<u8>) -> Result<(), RecordEncodeError> {
+    for event in events {
+        out.push(0);
+        let kind_at = out.len() - 1;
+        let len_at = out.len();
+        le::put_u32(out, 0);
+        let kind = codec::encode_event(event, out)?;
+        let len = count_u32(out.len() - len_at - 4, "event payload")?;
+        if let Some(b) = out.get_mut(kind_at) {
+            *b = kind.byte();
+        }
+        if let Some(field) = out.get_mut(len_at..len_at + 4) {
+            field.copy_from_slice(&len.to_le_bytes());
         }
     }
     Ok(())
@@ -374,7 +388,15 @@ impl<'a> Dec<'a> {
     /// An entry (see [`put_entry`]).
     pub(crate) fn entry(&mut self) -> Result<Entry, RecordDecodeError> {
         let log_id = self.log_id()?;
-        let payload = decode_payload(self)?;
+        let payload = decode_payload(self, false)?;
+        Ok(Entry { log_id, payload })
+    }
+
+    /// An entry that keeps its events' bytes as their encoding ([`crate::Events`]): one a
+    /// follower received, to write to its WAL as it came.
+    pub(crate) fn entry_keeping_bytes(&mut self) -> Result<Entry, RecordDecodeError> {
+        let log_id = self.log_id()?;
+        let payload = decode_payload(self, true)?;
         Ok(Entry { log_id, payload })
     }
 
@@ -430,8 +452,10 @@ pub fn decode(kind: u8, payload: &[u8]) -> Result<RaftRecord, RecordDecodeError>
     Ok(record)
 }
 
+/// An entry's payload; a normal one keeps its events' bytes as their encoding when `keep`.
 pub(crate) fn decode_payload(
     d: &mut Dec<'_>,
+    keep: bool,
 ) -> Result<EntryPayload<crate::TypeConfig>, RecordDecodeError> {
     match d.u8("entry tag")? {
         TAG_BLANK => Ok(EntryPayload::Blank),
@@ -446,6 +470,7 @@ pub(crate) fn decode_payload(
             };
             let now_ms = d.u64("now")?;
             let count = d.u32("event count")?;
+            let start = d.at;
             let mut events = Vec::new();
             for _ in 0..count {
                 let kind = d.u8("event kind")?;
@@ -468,6 +493,10 @@ pub(crate) fn decode_payload(
                     }
                 }
             }
+            let events = match d.buf.get(start..d.at) {
+                Some(bytes) if keep => Events::decoded(events, bytes.to_vec()),
+                _ => events.into(),
+            };
             Ok(EntryPayload::Normal(Proposal {
                 now_ms,
                 events,

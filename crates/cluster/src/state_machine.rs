@@ -244,6 +244,10 @@ impl Machine {
     fn apply_entry(&mut self, entry: &Entry) -> Result<Applied, StorageError> {
         let index = entry.log_id.index;
         let mut voided = false;
+        if let EntryPayload::Normal(p) = &entry.payload {
+            // Written and sent by now, as a rule: the log keeps one copy of its bodies.
+            p.events.release_encoding();
+        }
         let events = match &entry.payload {
             EntryPayload::Blank => 0,
             // A forwarded proposal applied already (a retry that committed twice) is skipped:

@@ -4,7 +4,7 @@
 //! crate and in the server's (several servers, each with its member, in one process).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use openraft::BasicNode;
 use openraft::error::{InstallSnapshotError, RPCError, RaftError, RemoteError, Unreachable};
@@ -14,6 +14,7 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 
+use crate::lock;
 use crate::types::{NodeId, Raft, TypeConfig};
 
 /// Which members exist and which can talk: a member cut off reaches nobody and nobody
@@ -28,11 +29,6 @@ pub struct Router {
     cut_after_append: Mutex<BTreeSet<NodeId>>,
     /// Keep the runtime busy while an RPC runs (for tokio's paused clock, see [`busy`]).
     spin: bool,
-}
-
-fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // The maps hold no invariant a panic could break halfway.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Router {
@@ -60,42 +56,42 @@ impl Router {
 
     /// Makes member `id` reachable as `raft`.
     pub fn add(&self, id: NodeId, raft: Raft) {
-        locked(&self.seen).insert(id);
-        locked(&self.rafts).insert(id, raft);
+        lock(&self.seen).insert(id);
+        lock(&self.rafts).insert(id, raft);
     }
 
     /// Member `id` is gone (stopped): nobody reaches it.
     pub fn remove(&self, id: NodeId) {
-        locked(&self.rafts).remove(&id);
+        lock(&self.rafts).remove(&id);
     }
 
     /// Cuts member `id` off from every other member.
     pub fn isolate(&self, id: NodeId) {
-        locked(&self.cut).insert(id);
+        lock(&self.cut).insert(id);
     }
 
     /// Cuts member `id` off as soon as it has answered the next append that carries entries
     /// (its answer still reaches the leader): it holds those entries, and whatever the leader
     /// sends next (the commit of those entries) does not reach it.
     pub fn cut_after_append(&self, id: NodeId) {
-        locked(&self.cut_after_append).insert(id);
+        lock(&self.cut_after_append).insert(id);
     }
 
     /// Reconnects member `id`.
     pub fn heal(&self, id: NodeId) {
-        locked(&self.cut).remove(&id);
+        lock(&self.cut).remove(&id);
     }
 
     /// Whether member `id` is cut off.
     pub fn is_cut(&self, id: NodeId) -> bool {
-        locked(&self.cut).contains(&id)
+        lock(&self.cut).contains(&id)
     }
 
     fn target(&self, from: NodeId, to: NodeId) -> Result<Raft, Unreachable> {
         if self.is_cut(from) || self.is_cut(to) {
             return Err(Unreachable::new(&std::io::Error::other("partitioned")));
         }
-        locked(&self.rafts)
+        lock(&self.rafts)
             .get(&to)
             .cloned()
             .ok_or_else(|| Unreachable::new(&std::io::Error::other("no such member")))
@@ -157,7 +153,7 @@ pub fn member_addr(id: NodeId) -> String {
 /// rendered from its Raft as a node renders it (its view of group [`crate::QUEUE_GROUP`]).
 impl crate::peers::Peers for Router {
     fn seeds(&self) -> Vec<String> {
-        let last = locked(&self.seen).iter().next_back().copied().unwrap_or(0);
+        let last = lock(&self.seen).iter().next_back().copied().unwrap_or(0);
         (1..=last).map(member_addr).collect()
     }
 
@@ -167,7 +163,7 @@ impl crate::peers::Peers for Router {
             if self.is_cut(id) {
                 return None;
             }
-            let raft = locked(&self.rafts).get(&id).cloned()?;
+            let raft = lock(&self.rafts).get(&id).cloned()?;
             let group = crate::status::group_status(crate::QUEUE_GROUP, &raft);
             Some(crate::status::render(id, id, addr, None, &[group]))
         })
@@ -227,7 +223,7 @@ impl RaftNetwork<TypeConfig> for Conn {
         let raft = self.router.target(self.from, self.to)?;
         let carries_entries = !rpc.entries.is_empty();
         let resp = self.router.call(raft.append_entries(rpc)).await;
-        if carries_entries && locked(&self.router.cut_after_append).remove(&self.to) {
+        if carries_entries && lock(&self.router.cut_after_append).remove(&self.to) {
             self.router.isolate(self.to);
         }
         resp.map_err(|e| RemoteError::new(self.to, e).into())

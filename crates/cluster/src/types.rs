@@ -2,8 +2,12 @@
 //! [`Proposal`] (the leader's `now` and the broker events of one batch, DESIGN "Replication").
 
 use std::io::Cursor;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex};
 
 use wharf_broker::Event;
+
+use crate::lock;
 
 /// A member's id in every group (`u64`, as openraft's examples use).
 pub type NodeId = u64;
@@ -43,11 +47,105 @@ pub struct Proposal {
     /// The leader's clock when it decided these events.
     pub now_ms: u64,
     /// The events, in the order the leader's broker produced them.
-    pub events: Vec<Event>,
+    pub events: Events,
     /// Who proposed it, when a member handed it to the leader (`forward.rs`): an entry whose
     /// origin was applied already is skipped, so a retried proposal applies once (S-CLU-50).
     /// `None` for the leader's own proposals.
     pub origin: Option<Origin>,
+}
+
+/// A proposal's events, shared by every copy openraft makes of its entry (the log's, each
+/// follower's append, the state machine's), and their encoding (the events part of an entry
+/// record, storage-format.md "Raft records"), kept from the first time it is made until the
+/// entry is applied: the leader encodes an entry once, for its WAL, and sends those bytes to
+/// every follower; a follower writes to its WAL the bytes it received and decoded. The
+/// encoding of an entry a member applied is dropped, so the log holds one copy of each body;
+/// a follower asking for it later gets it encoded again. Equal when the events are.
+#[derive(Clone, Default)]
+pub struct Events(Arc<SharedEvents>);
+
+#[derive(Default)]
+struct SharedEvents {
+    list: Vec<Event>,
+    encoded: Mutex<Encoded>,
+}
+
+/// The state of an entry's kept encoding.
+#[derive(Default)]
+enum Encoded {
+    /// Not encoded yet.
+    #[default]
+    Not,
+    /// The bytes, as the first encoding made them (or as they arrived).
+    Kept(Vec<u8>),
+    /// Applied: encoded each time again, and not kept.
+    Released,
+}
+
+impl Events {
+    /// Events decoded from `encoded`, which is kept as their encoding.
+    pub(crate) fn decoded(list: Vec<Event>, encoded: Vec<u8>) -> Events {
+        Events(Arc::new(SharedEvents {
+            list,
+            encoded: Mutex::new(Encoded::Kept(encoded)),
+        }))
+    }
+
+    /// Appends the events' encoding to `out`: the kept bytes, or what `encode` writes (kept
+    /// when nothing was kept before, unless the entry was applied).
+    ///
+    /// # Errors
+    /// `encode`'s.
+    pub(crate) fn put_encoded<E>(
+        &self,
+        out: &mut Vec<u8>,
+        encode: impl FnOnce(&[Event], &mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut encoded = lock(&self.0.encoded);
+        match &*encoded {
+            Encoded::Kept(bytes) => out.extend_from_slice(bytes),
+            Encoded::Not => {
+                let start = out.len();
+                encode(&self.0.list, out)?;
+                *encoded = Encoded::Kept(out.get(start..).unwrap_or_default().to_vec());
+            }
+            Encoded::Released => encode(&self.0.list, out)?,
+        }
+        Ok(())
+    }
+
+    /// Drops the kept encoding: the entry was applied (see [`Events`]).
+    pub(crate) fn release_encoding(&self) {
+        *lock(&self.0.encoded) = Encoded::Released;
+    }
+}
+
+impl From<Vec<Event>> for Events {
+    fn from(list: Vec<Event>) -> Events {
+        Events(Arc::new(SharedEvents {
+            list,
+            encoded: Mutex::default(),
+        }))
+    }
+}
+
+impl Deref for Events {
+    type Target = [Event];
+    fn deref(&self) -> &[Event] {
+        &self.0.list
+    }
+}
+
+impl PartialEq for Events {
+    fn eq(&self, other: &Events) -> bool {
+        self.0.list == other.0.list
+    }
+}
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.list.fmt(f)
+    }
 }
 
 /// A forwarded proposal's identity, chosen by its proposer (S-CLU-50): the proposer's
@@ -72,4 +170,94 @@ pub struct Applied {
     /// The entry's events did not fit the committed state: none of them applied, on any
     /// member (S-CLU-60).
     pub voided: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::raft::AppendEntriesRequest;
+    use openraft::{CommittedLeaderId, EntryPayload, Vote};
+    use wharf_broker::{Event, Message, MessageId, MessageRecord, Properties, StoredSlot};
+
+    use super::*;
+    use crate::net::wire;
+    use crate::record::{self, RaftRecord};
+
+    fn events() -> Vec<Event> {
+        let message = Message {
+            id: MessageId(7),
+            enqueued_at_ms: 1_000,
+            ttl_ms: Some(60_000),
+            exchange: "x".into(),
+            routing_key: "k".into(),
+            properties: Properties::default(),
+            body: bytes::Bytes::from(vec![0xab; 2_000]),
+            stored: StoredSlot::default(),
+        };
+        vec![
+            Event::VhostAdded { vhost: "v".into() },
+            Event::Published {
+                vhost: "v".into(),
+                message: MessageRecord {
+                    message: std::sync::Arc::new(message),
+                },
+                queues: vec!["q".into()],
+                scheduled: None,
+            },
+        ]
+    }
+
+    fn entry(events: Events) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(3, 1), 42),
+            payload: EntryPayload::Normal(Proposal {
+                now_ms: 5,
+                events,
+                origin: None,
+            }),
+        }
+    }
+
+    fn record_bytes(entry: &Entry) -> Vec<u8> {
+        let record = RaftRecord::Entry {
+            group: 1,
+            entry: entry.clone(),
+        };
+        record::encode(&record).unwrap().1
+    }
+
+    /// Kept after the first encoding, brought by an append, or made again after the entry
+    /// was applied, an entry's bytes are those a fresh encoding makes (storage-format.md
+    /// "Raft records" is unchanged), and the events decode equal.
+    #[test]
+    fn an_entry_encodes_to_the_same_bytes_whether_kept_received_or_made_again() {
+        let fresh = record_bytes(&entry(events().into()));
+        let kept = entry(events().into());
+        assert_eq!(record_bytes(&kept), fresh, "the first encoding");
+        assert_eq!(record_bytes(&kept), fresh, "from the kept bytes");
+
+        let rpc = AppendEntriesRequest {
+            vote: Vote::new_committed(3, 1),
+            prev_log_id: None,
+            leader_commit: None,
+            entries: vec![kept.clone()],
+        };
+        let (body, sent) = wire::append_entries(&rpc).unwrap();
+        assert_eq!(sent, 1);
+        let received = wire::decode_append_entries(&body).unwrap();
+        let [got] = received.entries.as_slice() else {
+            panic!("one entry")
+        };
+        assert_eq!(got, &kept);
+        assert_eq!(record_bytes(got), fresh, "the bytes a follower received");
+
+        let EntryPayload::Normal(p) = &kept.payload else {
+            panic!("a normal entry")
+        };
+        p.events.release_encoding();
+        assert_eq!(record_bytes(&kept), fresh, "made again once applied");
+        assert!(
+            matches!(*lock(&p.events.0.encoded), Encoded::Released),
+            "an applied entry's encoding is not kept again"
+        );
+    }
 }

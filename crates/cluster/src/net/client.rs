@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::frames::{read_frame, write_frames};
 use super::wire::{self, Failure, Kind};
+use crate::lock;
 use crate::types::NodeId;
 
 /// How long opening a connection to a peer may take.
@@ -41,12 +42,6 @@ pub enum CallError {
         /// What it said.
         failure: Failure,
     },
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Nothing panics while holding these locks (map inserts and removes); a poisoned one
-    // still holds a consistent map.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// One open connection to a peer. Dropping it (with the [`Peers`] holding it) ends the

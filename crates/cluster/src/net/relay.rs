@@ -18,6 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 
 use super::client::{CallError, Peers};
 use super::wire::{self, Failure, Kind};
+use crate::lock;
 use crate::relay::{Door, Opening, Relay, RelayStream};
 use crate::types::{NodeId, Raft};
 
@@ -29,10 +30,6 @@ pub const PULL_WAIT: Duration = Duration::from_secs(1);
 pub const IDLE_MAX: Duration = Duration::from_secs(30);
 /// The bytes of a relayed stream's in-process buffer each way.
 const STREAM_BUFFER_BYTES: usize = 64 * 1024;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// One relayed stream on the serving node.
 struct Session {

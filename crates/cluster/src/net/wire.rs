@@ -231,18 +231,22 @@ pub fn append_entries(
     record::put_vote(&mut out, &rpc.vote);
     record::put_opt_log_id(&mut out, rpc.prev_log_id.as_ref());
     record::put_opt_log_id(&mut out, rpc.leader_commit.as_ref());
-    let mut entries = Vec::new();
+    let count_at = out.len();
+    le::put_u32(&mut out, 0);
+    let entries_at = out.len();
     let mut count = 0;
     for entry in &rpc.entries {
-        if count > 0 && entries.len() >= APPEND_BYTES_SOFT {
+        if count > 0 && out.len() - entries_at >= APPEND_BYTES_SOFT {
             break;
         }
-        record::put_entry(&mut entries, entry)?;
+        record::put_entry(&mut out, entry)?;
         count += 1;
     }
-    le::put_u32(&mut out, record::count_u32(count, "entry count")?);
-    out.extend_from_slice(&entries);
-    Ok((out, count))
+    let count = record::count_u32(count, "entry count")?;
+    if let Some(field) = out.get_mut(count_at..entries_at) {
+        field.copy_from_slice(&count.to_le_bytes());
+    }
+    Ok((out, count as usize))
 }
 
 /// Decodes an `AppendEntries` body.
@@ -259,7 +263,7 @@ pub fn decode_append_entries(
     let count = d.u32("entry count")?;
     let mut entries: Vec<Entry> = Vec::new();
     for _ in 0..count {
-        entries.push(d.entry()?);
+        entries.push(d.entry_keeping_bytes()?);
     }
     d.end()?;
     Ok(AppendEntriesRequest {
@@ -524,7 +528,7 @@ pub fn propose(proposal: &Proposal) -> Result<Vec<u8>, RecordEncodeError> {
 /// A body that does not decode, another kind of entry, or one without an origin.
 pub fn decode_propose(body: &[u8]) -> Result<Proposal, RecordDecodeError> {
     let d = &mut Dec::new(Kind::Propose as u8, body);
-    let payload = record::decode_payload(d)?;
+    let payload = record::decode_payload(d, true)?;
     d.end()?;
     match payload {
         EntryPayload::Normal(p) if p.origin.is_some() => Ok(p),

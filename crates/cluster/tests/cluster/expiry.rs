@@ -79,11 +79,7 @@ async fn s_clu_6_a_new_leader_expires_the_same_messages_at_the_same_times() {
     assert_eq!(expired(&recovered), expired(&single_recovered));
     assert_eq!(next.broker.durable_state(), single.durable_state());
 
-    let mut proposal = wharf_cluster::Proposal {
-        now_ms: clock2.now_ms(),
-        events: recovered.events,
-        origin: None,
-    };
+    let mut events = recovered.events;
     let mut seen = Vec::new();
     while let Some(deadline) = next.broker.next_deadline() {
         assert_eq!(
@@ -101,9 +97,13 @@ async fn s_clu_6_a_new_leader_expires_the_same_messages_at_the_same_times() {
             deadline - T0
         );
         seen.push((deadline - T0, expired(&out).len()));
-        proposal.events.extend(out.events);
+        events.extend(out.events);
     }
-    proposal.now_ms = clock2.now_ms();
+    let proposal = wharf_cluster::Proposal {
+        now_ms: clock2.now_ms(),
+        events: events.into(),
+        origin: None,
+    };
     assert_eq!(
         seen,
         vec![(6_000, 1), (10_000, 1), (13_000, 1)],

@@ -33,7 +33,7 @@ async fn s_clu_50_a_follower_proposes_through_the_leader() {
         1_000,
     );
     let log_id = proposer
-        .propose(&c.router.forward(2), p.now_ms, p.events, WAIT)
+        .propose(&c.router.forward(2), p.now_ms, p.events.to_vec(), WAIT)
         .await
         .unwrap();
     assert_eq!(log_id.leader_id.node_id, 1, "committed by the leader");
@@ -79,7 +79,12 @@ async fn s_clu_50_a_proposal_is_retried_against_the_new_leader() {
         // writes; on a loaded machine 30 s of retries (300 of them) passed before the
         // election did. A day of retries would need far more real time than any election.
         let out = proposer
-            .propose(&forward, p.now_ms, p.events, Duration::from_secs(86_400))
+            .propose(
+                &forward,
+                p.now_ms,
+                p.events.to_vec(),
+                Duration::from_secs(86_400),
+            )
             .await;
         (proposer, out)
     });

@@ -80,7 +80,7 @@ fn raft_records_match_the_documented_bytes() {
         log_id: log_id(2, 3, 5),
         payload: EntryPayload::Normal(Proposal {
             now_ms: 1_000,
-            events: vec![Event::VhostAdded { vhost: "v".into() }],
+            events: vec![Event::VhostAdded { vhost: "v".into() }].into(),
             origin: None,
         }),
     };
@@ -88,7 +88,7 @@ fn raft_records_match_the_documented_bytes() {
         log_id: log_id(2, 3, 6),
         payload: EntryPayload::Normal(Proposal {
             now_ms: 1_000,
-            events: vec![Event::VhostAdded { vhost: "v".into() }],
+            events: vec![Event::VhostAdded { vhost: "v".into() }].into(),
             origin: Some(Origin {
                 session: 0x0a0b,
                 seq: 4,
@@ -187,7 +187,8 @@ fn raft_record_decoder_refuses_damage_without_panicking() {
                     vhost: "v".into(),
                     queue: "q".into(),
                 },
-            ],
+            ]
+            .into(),
             origin: Some(Origin {
                 session: 0x0102,
                 seq: 3,
@@ -224,7 +225,7 @@ fn raft_snapshot_is_a_header_and_a_checkpoint() {
         1_000,
     );
     let mut committed = Broker::new();
-    for e in &p.events {
+    for e in p.events.iter() {
         committed.apply(e).unwrap();
     }
     let sessions = snapshot::Sessions::from([(0x0a0b, 4)]);

@@ -79,7 +79,7 @@ fn s_clu_10_a_batch_is_split_between_the_members_log_and_its_group() {
     );
     let mut replicated = Replicated::default();
     let mut split = Split::default();
-    replicated.split(p.events, &mut split);
+    replicated.split(p.events.to_vec(), &mut split);
     assert!(replicated.contains("/", "qq") && replicated.contains("/", "src"));
     assert!(!replicated.contains("/", "cq") && !replicated.contains("/", "dlq"));
 
@@ -153,13 +153,13 @@ async fn s_clu_12_a_take_over_keeps_the_members_own_queues() {
         T0,
     );
     let mut split = Split::default();
-    Replicated::default().split(p.events, &mut split);
+    Replicated::default().split(p.events.to_vec(), &mut split);
     let mut machine = QueueStateMachine::new();
     let entry = Entry {
         log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),
         payload: EntryPayload::Normal(Proposal {
             now_ms: T0,
-            events: split.replicated,
+            events: split.replicated.into(),
             origin: None,
         }),
     };

@@ -319,7 +319,7 @@ impl LiveBroker {
         (
             Proposal {
                 now_ms,
-                events,
+                events: events.into(),
                 origin: None,
             },
             outcomes,

@@ -256,7 +256,12 @@ async fn s_clu_50_a_follower_node_proposes_over_the_link() {
         "{asked:?}"
     );
     let log_id = follower
-        .propose(METADATA_GROUP, p.now_ms, p.events, Duration::from_secs(10))
+        .propose(
+            METADATA_GROUP,
+            p.now_ms,
+            p.events.to_vec(),
+            Duration::from_secs(10),
+        )
         .await
         .unwrap();
     assert_eq!(log_id.leader_id.node_id, leader);

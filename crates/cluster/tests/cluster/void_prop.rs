@@ -49,7 +49,7 @@ fn entry(index: u64, events: Vec<Event>) -> Entry {
         log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
         payload: EntryPayload::Normal(Proposal {
             now_ms: 1_000 + index,
-            events,
+            events: events.into(),
             origin: None,
         }),
     }

@@ -53,7 +53,7 @@ fn cluster_link_frames_match_the_documented_bytes() {
     // S-CLU-50: a proposal handed to the leader, and the leader's answer.
     let proposal = Proposal {
         now_ms: 1_000,
-        events: vec![Event::VhostAdded { vhost: "v".into() }],
+        events: vec![Event::VhostAdded { vhost: "v".into() }].into(),
         origin: Some(Origin {
             session: 0x0a0b,
             seq: 4,
@@ -163,7 +163,7 @@ fn entries() -> Vec<Entry> {
             log_id: log_id(1, 1, 2),
             payload: EntryPayload::Normal(Proposal {
                 now_ms: 7,
-                events: vec![Event::VhostAdded { vhost: "v".into() }],
+                events: vec![Event::VhostAdded { vhost: "v".into() }].into(),
                 origin: None,
             }),
         },
@@ -291,7 +291,7 @@ fn cluster_link_messages_round_trip_and_refuse_damage() {
 fn propose_messages_round_trip_and_refuse_damage() {
     let forwarded = Proposal {
         now_ms: 5,
-        events: vec![Event::VhostAdded { vhost: "v".into() }],
+        events: vec![Event::VhostAdded { vhost: "v".into() }].into(),
         origin: Some(Origin { session: 9, seq: 1 }),
     };
     let body = wire::propose(&forwarded).unwrap();

@@ -177,7 +177,7 @@ impl Replica {
                 durable,
                 proposal: (!proposal.is_empty()).then_some(Proposal {
                     now_ms,
-                    events: proposal,
+                    events: proposal.into(),
                     origin: None,
                 }),
                 meta,

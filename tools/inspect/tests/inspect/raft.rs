@@ -105,7 +105,7 @@ async fn write_member(data: &std::path::Path) -> (u64, u64, u64) {
             let commit = group
                 .submit(Proposal {
                     now_ms: T0_MS,
-                    events,
+                    events: events.into(),
                     origin: None,
                 })
                 .await
