@@ -75,7 +75,7 @@ pub use forward::{Forward, ForwardError, NotCommitted, Proposer, RETRY_EVERY, le
 pub use group::{Commit, Metrics, ProposeError, QUEUE_GROUP, QueueGroup, Role, needs_leader};
 pub use leader::{Adopted, adopt, leader_now, take_over};
 pub use leaders::LeaderAddrs;
-pub use log_store::{OpenError, WalLogReader, WalLogStore};
+pub use log_store::{OpenError, WalLogReader, WalLogStore, events_bytes};
 pub use metadata::{METADATA_COMMIT_WAIT, MetadataError, MetadataGroup, Proposed};
 pub use node::{
     GroupHandle, METADATA_GROUP, Node, NodeConfig, NodeError, Timing, remote_add_member,
@@ -86,8 +86,8 @@ pub use relay::{Door, LocalRelays, Opening, Reachable, Relay, RelayStream};
 pub use split::{Replicated, Split, is_quorum, is_shared_definition, shared_definitions};
 pub use state_machine::{Machine, MachineOpenError, MachineSnapshotBuilder, QueueStateMachine};
 pub use types::{
-    Applied, Entry, Events, LogId, Membership, NodeId, Origin, Proposal, Raft, StorageError,
-    StoredMembership, TypeConfig, Vote,
+    Appended, Applied, Entry, Events, LogId, Membership, NodeId, Origin, Proposal, Raft,
+    StorageError, StoredMembership, TypeConfig, Vote,
 };
 pub use view::{GroupFigures, NodeState, Replica};
 

@@ -375,13 +375,19 @@ fn within_bytes<'a>(entries: impl Iterator<Item = &'a Entry>, budget: usize) -> 
 /// About the bytes `entry` takes in an append (and in the log): its message bodies, 8 bytes
 /// per message id an event lists (a settle, a purge, a delivery), and a little per event.
 pub(crate) fn entry_bytes(entry: &Entry) -> usize {
+    match &entry.payload {
+        openraft::EntryPayload::Normal(proposal) => events_bytes(&proposal.events),
+        _ => PER_EVENT,
+    }
+}
+
+/// What [`entry_bytes`] counts for each event besides the bytes it carries.
+const PER_EVENT: usize = 64;
+
+/// About the bytes `events` take in an entry (see [`entry_bytes`]).
+pub fn events_bytes(events: &[wharf_broker::Event]) -> usize {
     use wharf_broker::Event;
-    const PER_EVENT: usize = 64;
-    let openraft::EntryPayload::Normal(proposal) = &entry.payload else {
-        return PER_EVENT;
-    };
-    proposal
-        .events
+    events
         .iter()
         .map(|event| {
             PER_EVENT
@@ -450,10 +456,17 @@ impl RaftLogStorage<TypeConfig> for WalLogStore {
     {
         let mut last = self.appender.durable_lsn();
         for entry in entries {
+            let events = match &entry.payload {
+                openraft::EntryPayload::Normal(p) => Some(p.events.clone()),
+                _ => None,
+            };
             last = self.write(RaftRecord::Entry {
                 group: self.group,
                 entry,
             })?;
+            if let Some(events) = events {
+                events.mark_appended();
+            }
         }
         self.flushes
             .send((last, callback))

@@ -5,6 +5,8 @@ use std::io::Cursor;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::watch;
+
 use wharf_broker::Event;
 
 use crate::lock;
@@ -68,6 +70,20 @@ pub struct Events(Arc<SharedEvents>);
 struct SharedEvents {
     list: Vec<Event>,
     encoded: Mutex<Encoded>,
+    /// Told once the entry is handed to this member's log ([`Events::watched`]).
+    appended: Option<watch::Sender<bool>>,
+}
+
+/// Waits until a proposal's entry is handed to the proposer's log ([`Events::watched`]).
+#[derive(Debug)]
+pub struct Appended(watch::Receiver<bool>);
+
+impl Appended {
+    /// Returns once the entry is handed to the log, or will never be (every copy of it is
+    /// gone: the proposal was refused, or its Raft stopped).
+    pub async fn wait(mut self) {
+        let _ = self.0.wait_for(|appended| *appended).await;
+    }
 }
 
 /// The state of an entry's kept encoding.
@@ -88,7 +104,29 @@ impl Events {
         Events(Arc::new(SharedEvents {
             list,
             encoded: Mutex::new(Encoded::Kept(encoded)),
+            appended: None,
         }))
+    }
+
+    /// Events to propose, and what tells their proposer when their entry is handed to its
+    /// log. openraft 0.9 appends a leader's entries one at a time, each waiting for its fsync,
+    /// so a proposer that waits for its last entry to be handed over before it submits the
+    /// next can put everything that arrived meanwhile into that next entry.
+    pub fn watched(list: Vec<Event>) -> (Events, Appended) {
+        let (tx, rx) = watch::channel(false);
+        let events = Events(Arc::new(SharedEvents {
+            list,
+            encoded: Mutex::default(),
+            appended: Some(tx),
+        }));
+        (events, Appended(rx))
+    }
+
+    /// Tells the proposer, if it watches, that the entry is handed to the log.
+    pub(crate) fn mark_appended(&self) {
+        if let Some(appended) = &self.0.appended {
+            appended.send_replace(true);
+        }
     }
 
     /// Appends the events' encoding to `out`: the kept bytes, or what `encode` writes (kept
@@ -125,6 +163,7 @@ impl From<Vec<Event>> for Events {
         Events(Arc::new(SharedEvents {
             list,
             encoded: Mutex::default(),
+            appended: None,
         }))
     }
 }

@@ -10,8 +10,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use wharf_base::limits;
 use wharf_broker::{Broker, Event, Snapshot};
-use wharf_cluster::{Commit, Metrics, Proposal, ProposeError, QueueGroup, Replicated, Split};
+use wharf_cluster::{
+    Appended, Commit, Events, Metrics, Proposal, ProposeError, QueueGroup, Replicated, Split,
+    events_bytes,
+};
 use wharf_store::{Store, StoreError, Ticket};
 
 use super::metadata::{Meta, MetaDone, sequencer_stopped};
@@ -20,13 +24,29 @@ use super::void_guard::VoidStreak;
 /// A store durability future the broker task waits on.
 pub(super) type DurableFuture = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>;
 
-/// One batch at the gate: its gate ticket, the store durability it waits for, its entry.
+/// One batch at the gate: its gate ticket, the store durability it waits for, its events
+/// for the quorum queues' group.
 struct Gated {
     gate: Ticket,
     durable: Option<DurableFuture>,
-    proposal: Option<Proposal>,
+    proposal: Option<ToPropose>,
     /// Its definitions' answer from the metadata group (S-CLU-52).
     meta: Option<MetaDone>,
+}
+
+/// A batch's events for the quorum queues' group, decided at `now_ms` (S-CLU-5).
+struct ToPropose {
+    now_ms: u64,
+    events: Vec<Event>,
+}
+
+impl Gated {
+    /// About the bytes its events take in an entry.
+    fn bytes(&self) -> usize {
+        self.proposal
+            .as_ref()
+            .map_or(0, |p| events_bytes(&p.events))
+    }
 }
 
 /// What the proposer hands the waiter: the gate, and what it waits for.
@@ -175,10 +195,9 @@ impl Replica {
             let gated = Gated {
                 gate: self.gate,
                 durable,
-                proposal: (!proposal.is_empty()).then_some(Proposal {
+                proposal: (!proposal.is_empty()).then_some(ToPropose {
                     now_ms,
-                    events: proposal.into(),
-                    origin: None,
+                    events: proposal,
                 }),
                 meta,
             };
@@ -193,33 +212,97 @@ impl Replica {
 
 /// Submits the gated batches' entries in order and hands each commit to the waiter; ends,
 /// submitting nothing more, once `retired` (the member stepped down).
+///
+/// openraft 0.9 appends a leader's entries one at a time, each waiting for its fsync; so the
+/// proposer submits an entry only once its last one is handed to the log (`Appended`), and
+/// the batches that arrived meanwhile go into that one entry (up to about
+/// [`limits::RAFT_APPEND_BYTES_MAX`] of events): under load one fsync covers many batches,
+/// as the store's group commit does on one node. The entry's commit goes to the first of its
+/// batches' gates; the others follow it, since gates pass in order.
 async fn proposer(
     group: QueueGroup,
     retired: Arc<AtomicBool>,
     mut from_core: mpsc::UnboundedReceiver<Gated>,
     to_waiter: mpsc::UnboundedSender<Waiting>,
 ) {
-    while let Some(gated) = from_core.recv().await {
+    let mut appended: Option<Appended> = None;
+    let mut next: Option<Gated> = None;
+    loop {
+        let first = match next.take() {
+            Some(gated) => gated,
+            None => match from_core.recv().await {
+                Some(gated) => gated,
+                None => return,
+            },
+        };
+        if let Some(appended) = appended.take() {
+            appended.wait().await;
+        }
+        let mut batches = vec![first];
+        let mut bytes = batches.iter().map(Gated::bytes).sum::<usize>();
+        while bytes < limits::RAFT_APPEND_BYTES_MAX {
+            match from_core.try_recv() {
+                Ok(gated) => {
+                    bytes += gated.bytes();
+                    batches.push(gated);
+                }
+                Err(_) => break,
+            }
+        }
+        if bytes >= limits::RAFT_APPEND_BYTES_MAX && batches.len() > 1 {
+            next = batches.pop();
+        }
         if retired.load(Ordering::Acquire) {
             return;
         }
-        let commit = match gated.proposal {
-            Some(p) => Some(match group.submit(p).await {
-                Ok(commit) => commit,
-                Err(e) => {
-                    let failed: Commit = Box::pin(async move { Err(e) });
-                    failed
-                }
-            }),
+        let mut commit = match merged(&mut batches) {
+            Some((now_ms, events)) => {
+                let (events, watch) = Events::watched(events);
+                appended = Some(watch);
+                let proposal = Proposal {
+                    now_ms,
+                    events,
+                    origin: None,
+                };
+                Some(match group.submit(proposal).await {
+                    Ok(commit) => commit,
+                    Err(e) => {
+                        let failed: Commit = Box::pin(async move { Err(e) });
+                        failed
+                    }
+                })
+            }
             None => None,
         };
-        if to_waiter
-            .send((gated.gate, gated.durable, commit, gated.meta))
-            .is_err()
-        {
-            return;
+        for gated in batches {
+            let commit = if gated.proposal.is_some() {
+                commit.take()
+            } else {
+                None
+            };
+            if to_waiter
+                .send((gated.gate, gated.durable, commit, gated.meta))
+                .is_err()
+            {
+                return;
+            }
         }
     }
+}
+
+/// The events of `batches`' proposals in order, at the last one's `now` (each batch's `now`
+/// is at least the one's before it, and the state machine keeps the highest `now` it
+/// applied: S-CLU-5); `None` when none proposes anything.
+fn merged(batches: &mut [Gated]) -> Option<(u64, Vec<Event>)> {
+    let mut proposals = batches.iter_mut().filter_map(|g| g.proposal.as_mut());
+    let first = proposals.next()?;
+    let mut now_ms = first.now_ms;
+    let mut events = std::mem::take(&mut first.events);
+    for p in proposals {
+        now_ms = now_ms.max(p.now_ms);
+        events.append(&mut p.events);
+    }
+    Some((now_ms, events))
 }
 
 /// Awaits each gate's store durability and commit, in order, and publishes the passed gate
@@ -345,5 +428,50 @@ async fn predecessor_ended(waiter: Option<&mut JoinHandle<()>>) {
             let _ = w.await;
         }
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gated(gate: Ticket, proposal: Option<(u64, &[&str])>) -> Gated {
+        Gated {
+            gate,
+            durable: None,
+            proposal: proposal.map(|(now_ms, vhosts)| ToPropose {
+                now_ms,
+                events: vhosts
+                    .iter()
+                    .map(|v| Event::VhostAdded {
+                        vhost: (*v).to_owned(),
+                    })
+                    .collect(),
+            }),
+            meta: None,
+        }
+    }
+
+    /// Batches merged into one entry keep their events' order, and the entry carries the
+    /// latest `now` (S-CLU-5); batches proposing nothing add nothing.
+    #[test]
+    fn merged_batches_keep_their_order_at_the_latest_now() {
+        let mut batches = vec![
+            gated(1, None),
+            gated(2, Some((100, &["a", "b"]))),
+            gated(3, None),
+            gated(4, Some((105, &["c"]))),
+        ];
+        let (now_ms, events) = merged(&mut batches).unwrap();
+        assert_eq!(now_ms, 105);
+        let names: Vec<_> = events
+            .iter()
+            .map(|e| match e {
+                Event::VhostAdded { vhost } => vhost.as_str(),
+                _ => "?",
+            })
+            .collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert!(merged(&mut [gated(5, None)]).is_none());
     }
 }
