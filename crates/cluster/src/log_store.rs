@@ -70,6 +70,10 @@ struct Log {
     vote: Option<Vote>,
     last_purged: Option<LogId>,
     committed: Option<LogId>,
+    /// Entries a purge removed, not yet freed: freeing the last copies of a deep queue's
+    /// bodies takes long (a second for a million messages), and openraft purges from its
+    /// core task, which answers nothing meanwhile; `purge` frees them on a blocking thread.
+    purged: Vec<BTreeMap<u64, Entry>>,
 }
 
 impl Log {
@@ -94,7 +98,8 @@ impl Log {
                 self.lsns.split_off(&index);
             }
             RaftRecord::Purge { log_id, .. } => {
-                self.entries = self.entries.split_off(&(log_id.index + 1));
+                let kept = self.entries.split_off(&(log_id.index + 1));
+                self.purged.push(std::mem::replace(&mut self.entries, kept));
                 self.lsns = self.lsns.split_off(&(log_id.index + 1));
                 if self.last_purged.is_none_or(|p| p < log_id) {
                     self.last_purged = Some(log_id);
@@ -190,6 +195,7 @@ impl WalLogStore {
         if let Some(e) = bad {
             return Err(e);
         }
+        log.purged.clear();
         let appender = wal.appender();
         let (kind, payload) = record::encode(&RaftRecord::Format {
             group,
@@ -508,6 +514,8 @@ impl RaftLogStorage<TypeConfig> for WalLogStore {
             group: self.group,
             log_id,
         })?;
+        let purged = std::mem::take(&mut lock(&self.log).purged);
+        tokio::task::spawn_blocking(move || drop(purged));
         // A segment that cannot go now goes at a later purge: the log is whole either way.
         if let Err(e) = self.reclaim().await {
             tracing::warn!(group = self.group, error = %e, "reclaiming Raft log segments");
@@ -563,6 +571,58 @@ mod tests {
 
     fn indexes(entries: &[Entry]) -> Vec<u64> {
         entries.iter().map(|e| e.log_id.index).collect()
+    }
+
+    /// A purge takes the entries up to its index out of the log and hands them over to be
+    /// freed off openraft's core task: none is left behind in memory.
+    #[tokio::test]
+    async fn a_purge_hands_the_purged_entries_over_to_be_freed() {
+        let disk = wharf_wal::SimStorage::new(1);
+        let mut store = WalLogStore::open(
+            std::path::Path::new("/raft"),
+            Arc::new(disk),
+            &WalConfig::default(),
+            1,
+        )
+        .unwrap();
+        for i in 1..=5 {
+            let entry = publish(i, 1_000);
+            store.write(RaftRecord::Entry { group: 1, entry }).unwrap();
+        }
+        let purged_message = {
+            let log = lock(&store.log);
+            Arc::downgrade(&entry_message(log.entries.get(&2).unwrap()))
+        };
+        store.purge(log_id_at(3)).await.unwrap();
+        assert_eq!(
+            lock(&store.log).entries.keys().copied().collect::<Vec<_>>(),
+            [4, 5]
+        );
+        assert!(lock(&store.log).purged.is_empty(), "handed over, not kept");
+        for _ in 0..200 {
+            if purged_message.upgrade().is_none() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert!(
+            purged_message.upgrade().is_none(),
+            "a purged entry is freed"
+        );
+    }
+
+    fn log_id_at(index: u64) -> LogId {
+        LogId::new(CommittedLeaderId::new(1, 1), index)
+    }
+
+    fn entry_message(entry: &Entry) -> Arc<Message> {
+        match &entry.payload {
+            EntryPayload::Normal(p) => match p.events.first() {
+                Some(Event::Published { message, .. }) => Arc::clone(&message.message),
+                _ => panic!("a publish"),
+            },
+            _ => panic!("a normal entry"),
+        }
     }
 
     /// An append carries entries up to the byte budget, and always the first one.
