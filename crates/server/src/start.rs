@@ -226,7 +226,7 @@ fn conn_ctx(
         open_connections: Arc::default(),
         spooler,
         trusted: false,
-        forward: connection::ForwardCtx::of(config),
+        forward: connection::ForwardCtx::of(config).map(Arc::new),
     }
 }
 

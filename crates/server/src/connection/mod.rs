@@ -83,8 +83,9 @@ pub struct ConnCtx {
     /// Connections from this context were opened by another member's server for its client
     /// (S-CLU-70): the login is that member's, the password is not asked again.
     pub trusted: bool,
-    /// In a cluster with forwarding: the group and the way to its leader (S-CLU-70).
-    pub forward: Option<ForwardCtx>,
+    /// In a cluster with forwarding: the group and the way to its leader (S-CLU-70). Shared:
+    /// each frame's routing takes a reference, not a copy of its handles.
+    pub forward: Option<Arc<ForwardCtx>>,
 }
 
 /// The configured limits a connection applies (each at most its bound in `wharf_base::limits`).
