@@ -39,7 +39,15 @@ async fn restarted_member_keeps_its_committed_state(power_loss: bool) {
     c.raft(2).trigger().purge_log(last).await.unwrap();
     c.until(2, "its purge", |m| m.purged.map(|p| p.index) == Some(last))
         .await;
-    let segments_after = segment_files(&c.members[&2].disk);
+    // The deletions run on a blocking thread, off openraft's core task.
+    let mut segments_after = segment_files(&c.members[&2].disk);
+    for _ in 0..500 {
+        if segments_after < segments_before {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        segments_after = segment_files(&c.members[&2].disk);
+    }
     assert!(
         segments_after < segments_before,
         "the purge reclaimed segments: {segments_before} then {segments_after}"
