@@ -496,17 +496,13 @@ impl RaftLogStorage<TypeConfig> for WalLogStore {
     {
         let mut last = self.appender.durable_lsn();
         for entry in entries {
-            let events = match &entry.payload {
-                openraft::EntryPayload::Normal(p) => Some(p.events.clone()),
-                _ => None,
-            };
+            if let openraft::EntryPayload::Normal(p) = &entry.payload {
+                p.events.mark_appended();
+            }
             last = self.write(RaftRecord::Entry {
                 group: self.group,
                 entry,
             })?;
-            if let Some(events) = events {
-                events.mark_appended();
-            }
         }
         self.flushes
             .send((last, callback))

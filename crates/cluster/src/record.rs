@@ -385,18 +385,12 @@ impl<'a> Dec<'a> {
         Ok(vote)
     }
 
-    /// An entry (see [`put_entry`]).
-    pub(crate) fn entry(&mut self) -> Result<Entry, RecordDecodeError> {
+    /// An entry (see [`put_entry`]); it keeps its events' bytes as their encoding
+    /// ([`crate::Events`]) when `keep`: one a follower received, to write to its WAL as it
+    /// came.
+    pub(crate) fn entry(&mut self, keep: bool) -> Result<Entry, RecordDecodeError> {
         let log_id = self.log_id()?;
-        let payload = decode_payload(self, false)?;
-        Ok(Entry { log_id, payload })
-    }
-
-    /// An entry that keeps its events' bytes as their encoding ([`crate::Events`]): one a
-    /// follower received, to write to its WAL as it came.
-    pub(crate) fn entry_keeping_bytes(&mut self) -> Result<Entry, RecordDecodeError> {
-        let log_id = self.log_id()?;
-        let payload = decode_payload(self, true)?;
+        let payload = decode_payload(self, keep)?;
         Ok(Entry { log_id, payload })
     }
 
@@ -433,7 +427,7 @@ pub fn decode(kind: u8, payload: &[u8]) -> Result<RaftRecord, RecordDecodeError>
         },
         RaftKind::Entry => RaftRecord::Entry {
             group,
-            entry: d.entry()?,
+            entry: d.entry(false)?,
         },
         RaftKind::Truncate => RaftRecord::Truncate {
             group,

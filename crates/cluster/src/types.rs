@@ -99,13 +99,17 @@ enum Encoded {
 }
 
 impl Events {
-    /// Events decoded from `encoded`, which is kept as their encoding.
-    pub(crate) fn decoded(list: Vec<Event>, encoded: Vec<u8>) -> Events {
+    fn new(list: Vec<Event>, encoded: Encoded, appended: Option<watch::Sender<bool>>) -> Events {
         Events(Arc::new(SharedEvents {
             list,
-            encoded: Mutex::new(Encoded::Kept(encoded)),
-            appended: None,
+            encoded: Mutex::new(encoded),
+            appended,
         }))
+    }
+
+    /// Events decoded from `encoded`, which is kept as their encoding.
+    pub(crate) fn decoded(list: Vec<Event>, encoded: Vec<u8>) -> Events {
+        Events::new(list, Encoded::Kept(encoded), None)
     }
 
     /// Events to propose, and what tells their proposer when their entry is handed to its
@@ -114,12 +118,7 @@ impl Events {
     /// next can put everything that arrived meanwhile into that next entry.
     pub fn watched(list: Vec<Event>) -> (Events, Appended) {
         let (tx, rx) = watch::channel(false);
-        let events = Events(Arc::new(SharedEvents {
-            list,
-            encoded: Mutex::default(),
-            appended: Some(tx),
-        }));
-        (events, Appended(rx))
+        (Events::new(list, Encoded::Not, Some(tx)), Appended(rx))
     }
 
     /// Tells the proposer, if it watches, that the entry is handed to the log.
@@ -160,11 +159,7 @@ impl Events {
 
 impl From<Vec<Event>> for Events {
     fn from(list: Vec<Event>) -> Events {
-        Events(Arc::new(SharedEvents {
-            list,
-            encoded: Mutex::default(),
-            appended: None,
-        }))
+        Events::new(list, Encoded::Not, None)
     }
 }
 

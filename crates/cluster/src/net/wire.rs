@@ -263,7 +263,7 @@ pub fn decode_append_entries(
     let count = d.u32("entry count")?;
     let mut entries: Vec<Entry> = Vec::new();
     for _ in 0..count {
-        entries.push(d.entry_keeping_bytes()?);
+        entries.push(d.entry(true)?);
     }
     d.end()?;
     Ok(AppendEntriesRequest {

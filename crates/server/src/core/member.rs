@@ -238,8 +238,8 @@ async fn proposer(
         if let Some(appended) = appended.take() {
             appended.wait().await;
         }
+        let mut bytes = first.bytes();
         let mut batches = vec![first];
-        let mut bytes = batches.iter().map(Gated::bytes).sum::<usize>();
         while bytes < limits::RAFT_APPEND_BYTES_MAX {
             match from_core.try_recv() {
                 Ok(gated) => {
