@@ -75,7 +75,7 @@ pub use forward::{Forward, ForwardError, NotCommitted, Proposer, RETRY_EVERY, le
 pub use group::{Commit, Metrics, ProposeError, QUEUE_GROUP, QueueGroup, Role, needs_leader};
 pub use leader::{Adopted, adopt, leader_now, take_over};
 pub use leaders::LeaderAddrs;
-pub use log_store::{OpenError, WalLogReader, WalLogStore, events_bytes};
+pub use log_store::{EarlySend, OpenError, WalLogReader, WalLogStore, events_bytes};
 pub use metadata::{METADATA_COMMIT_WAIT, MetadataError, MetadataGroup, Proposed};
 pub use node::{
     GroupHandle, METADATA_GROUP, Node, NodeConfig, NodeError, Timing, remote_add_member,

@@ -31,6 +31,7 @@ use std::ops::RangeBounds;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use openraft::raft::AppendEntriesRequest;
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{RaftLogReader, StorageIOError};
 use tokio::sync::mpsc;
@@ -38,7 +39,7 @@ use wharf_base::limits;
 use wharf_wal::{Appender, Lsn, RecordRef, Storage, Wal, WalConfig, WalError};
 
 use crate::record::{self, RAFT_FORMAT_VERSION, RaftRecord};
-use crate::types::{Entry, LogId, StorageError, TypeConfig, Vote};
+use crate::types::{Entry, LogId, NodeId, StorageError, TypeConfig, Vote};
 
 /// What reopening a log found, and why it could not.
 #[derive(Debug, thiserror::Error)]
@@ -134,6 +135,10 @@ fn lock(log: &Mutex<Log>) -> MutexGuard<'_, Log> {
 /// A flush to report once the WAL is durable through `lsn`.
 type Pending = (Lsn, LogFlushed<TypeConfig>);
 
+/// Sends a leader's entries to the group's other members as its log takes them, before they
+/// are durable on it ([`WalLogStore::sending_early`]). Must not block.
+pub type EarlySend = Arc<dyn Fn(AppendEntriesRequest<TypeConfig>) + Send + Sync>;
+
 /// A Raft group's log on a WAL. Cheap to read from several replication tasks
 /// ([`WalLogReader`]); written only by openraft's storage task.
 pub struct WalLogStore {
@@ -145,6 +150,9 @@ pub struct WalLogStore {
     /// The thread of the last reclamation's segment deletions ([`WalLogStore::reclaim`]),
     /// joined before the WAL closes.
     deleting: Option<std::thread::JoinHandle<()>>,
+    /// This member's id and where its entries go early while it leads
+    /// ([`WalLogStore::sending_early`]).
+    early: Option<(NodeId, EarlySend)>,
 }
 
 /// Reads entries of a [`WalLogStore`] (openraft's replication tasks hold one each).
@@ -219,6 +227,61 @@ impl WalLogStore {
             flushes,
             wal: Some(wal),
             deleting: None,
+            early: None,
+        })
+    }
+
+    /// Hands the entries member `me` appends while it leads to `send` as soon as they are in
+    /// the log, before its own fsync (S-CLU-90). openraft 0.9 waits for a leader's fsync before
+    /// it replicates an entry, so a confirm waited for the leader's fsync and then a
+    /// follower's; sent early, the followers write and sync theirs meanwhile, and openraft's
+    /// own append, once the leader's copy is durable, finds them there and is answered at once.
+    /// Safe as Raft allows a leader to replicate before it persists (Ongaro's thesis, 10.2.1):
+    /// an entry still commits only once openraft counts a majority durable, the leader's own
+    /// copy counted only after its fsync; the early request is an ordinary `AppendEntries` of
+    /// the leader's committed vote, which a follower refuses, or applies as it would
+    /// openraft's, whatever order the two arrive in.
+    ///
+    /// A leader restarted with its committed vote would lead the same term again (openraft
+    /// 0.9's startup), and could then make a different entry under a log id it sent early
+    /// before it crashed, which a follower may hold: so this member's own committed vote is
+    /// read back uncommitted, and it campaigns for a new term instead.
+    #[must_use]
+    pub fn sending_early(mut self, me: NodeId, send: EarlySend) -> WalLogStore {
+        if let Some(vote) = &mut lock(&self.log).vote
+            && vote.leader_id.node_id == me
+        {
+            vote.committed = false;
+        }
+        self.early = Some((me, send));
+        self
+    }
+
+    /// The request that sends `entries` early, when this member leads them: its vote is
+    /// committed and theirs, and they follow the log's last entry.
+    fn early_request(
+        &self,
+        me: NodeId,
+        entries: &[Entry],
+    ) -> Option<AppendEntriesRequest<TypeConfig>> {
+        let log = lock(&self.log);
+        let vote = log.vote?;
+        let first = entries.first()?;
+        let ours = |e: &Entry| {
+            e.log_id.leader_id.term == vote.leader_id.term && e.log_id.leader_id.node_id == me
+        };
+        if !vote.committed || vote.leader_id.node_id != me || !entries.iter().all(ours) {
+            return None;
+        }
+        let prev_log_id = log.state().last_log_id;
+        if prev_log_id.map_or(0, |p| p.index + 1) != first.log_id.index {
+            return None;
+        }
+        Some(AppendEntriesRequest {
+            vote,
+            prev_log_id,
+            entries: entries.to_vec(),
+            leader_commit: log.committed,
         })
     }
 
@@ -494,6 +557,11 @@ impl RaftLogStorage<TypeConfig> for WalLogStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let early = self
+            .early
+            .as_ref()
+            .and_then(|(me, send)| Some((send, self.early_request(*me, &entries)?)));
         let mut last = self.appender.durable_lsn();
         for entry in entries {
             if let openraft::EntryPayload::Normal(p) = &entry.payload {
@@ -503,6 +571,9 @@ impl RaftLogStorage<TypeConfig> for WalLogStore {
                 group: self.group,
                 entry,
             })?;
+        }
+        if let Some((send, request)) = early {
+            send(request);
         }
         self.flushes
             .send((last, callback))
@@ -639,6 +710,100 @@ mod tests {
             purged_message.upgrade().is_none(),
             "a purged entry is freed"
         );
+    }
+
+    /// S-CLU-90: a member sends early only the entries it appends as the leader of its
+    /// committed vote, right after its log's last entry; and a member opened to send early
+    /// reads its own committed vote back uncommitted, so that it never leads a term again
+    /// after a restart (and never makes a second entry under a log id it sent early).
+    #[tokio::test]
+    async fn only_a_leaders_own_next_entries_go_early_and_its_vote_is_read_back_uncommitted() {
+        let open = || {
+            WalLogStore::open(
+                std::path::Path::new("/raft"),
+                Arc::new(wharf_wal::SimStorage::new(1)),
+                &WalConfig::default(),
+                1,
+            )
+            .unwrap()
+        };
+        let noop: EarlySend = Arc::new(|_| {});
+        let store = open().sending_early(1, Arc::clone(&noop));
+        let mut leads = Vote::new(1, 1);
+        leads.commit();
+        // No vote yet: nothing goes early.
+        assert!(store.early_request(1, &[publish(1, 10)]).is_none());
+        store
+            .write(RaftRecord::Vote {
+                group: 1,
+                vote: leads,
+            })
+            .unwrap();
+        let sent = store
+            .early_request(1, &[publish(0, 10), publish(1, 10)])
+            .unwrap();
+        assert_eq!(sent.vote, leads);
+        assert_eq!(sent.prev_log_id, None);
+        assert_eq!(indexes(&sent.entries), [0, 1]);
+        store
+            .write(RaftRecord::Entry {
+                group: 1,
+                entry: publish(0, 10),
+            })
+            .unwrap();
+        store
+            .write(RaftRecord::Committed {
+                group: 1,
+                log_id: Some(log_id_at(0)),
+            })
+            .unwrap();
+        let sent = store.early_request(1, &[publish(1, 10)]).unwrap();
+        assert_eq!(sent.prev_log_id, Some(log_id_at(0)));
+        assert_eq!(sent.leader_commit, Some(log_id_at(0)));
+        // Not after the last entry (a gap, or over it): not sent.
+        assert!(store.early_request(1, &[publish(2, 10)]).is_none());
+        assert!(store.early_request(1, &[publish(0, 10)]).is_none());
+        // Another member's entries, or this member's under a vote not committed or not its own.
+        assert!(store.early_request(2, &[publish(1, 10)]).is_none());
+        let mut other = Vote::new(2, 2);
+        other.commit();
+        store
+            .write(RaftRecord::Vote {
+                group: 1,
+                vote: other,
+            })
+            .unwrap();
+        assert!(store.early_request(1, &[publish(1, 10)]).is_none());
+        store
+            .write(RaftRecord::Vote {
+                group: 1,
+                vote: Vote::new(1, 1),
+            })
+            .unwrap();
+        assert!(store.early_request(1, &[publish(1, 10)]).is_none());
+
+        // Reopened on the same disk with its own committed vote.
+        let disk = wharf_wal::SimStorage::new(1);
+        let dir = std::path::Path::new("/raft");
+        let reopen = || WalLogStore::open(dir, Arc::new(disk.clone()), &WalConfig::default(), 1);
+        let store = reopen().unwrap();
+        store
+            .write(RaftRecord::Vote {
+                group: 1,
+                vote: leads,
+            })
+            .unwrap();
+        let last = store.write(RaftRecord::Format {
+            group: 1,
+            version: RAFT_FORMAT_VERSION,
+        });
+        store.appender.wait_durable(last.unwrap()).unwrap();
+        drop(store);
+        assert_eq!(lock(&reopen().unwrap().log).vote, Some(leads), "as saved");
+        let store = reopen().unwrap().sending_early(1, Arc::clone(&noop));
+        assert_eq!(lock(&store.log).vote, Some(Vote::new(1, 1)), "uncommitted");
+        let store = reopen().unwrap().sending_early(2, noop);
+        assert_eq!(lock(&store.log).vote, Some(leads), "another member's stays");
     }
 
     fn log_id_at(index: u64) -> LogId {

@@ -25,7 +25,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
@@ -40,7 +40,7 @@ use crate::lock;
 use crate::log_store::{OpenError, WalLogStore};
 use crate::members;
 use crate::net::wire::{self, ANY_MEMBER, Failure, Header, Kind};
-use crate::net::{CallError, Groups, LinkForward, Peers, TcpNetwork, has_state, serve};
+use crate::net::{self, CallError, Groups, LinkForward, Peers, TcpNetwork, has_state, serve};
 use crate::state_machine::{MachineOpenError, QueueStateMachine};
 use crate::status::{self, GroupStatus};
 use crate::types::{LogId, NodeId, Raft};
@@ -524,6 +524,16 @@ impl Node {
             group,
         )
         .map_err(|source| NodeError::Log { group, source })?;
+        let led: Arc<OnceLock<Raft>> = Arc::default();
+        let log = log.sending_early(
+            member,
+            net::early_append(
+                member,
+                group,
+                Arc::clone(&self.inner.peers),
+                Arc::clone(&led),
+            ),
+        );
         let machine = QueueStateMachine::open(storage, &dir.join("snapshot"))
             .map_err(|source| NodeError::Snapshot { group, source })?
             .with_log(group, log.reader());
@@ -534,6 +544,7 @@ impl Node {
                 group,
                 reason: e.to_string(),
             })?;
+        let _ = led.set(raft.clone());
         self.inner.groups.insert(group, raft.clone());
         let snapshots = machine.snapshot_by(config.snapshot_rule(), raft.clone());
         let handle = GroupHandle {

@@ -394,6 +394,48 @@ impl<'a> Dec<'a> {
         Ok(Entry { log_id, payload })
     }
 
+    /// An entry, or the one `recent` holds under the same log id, whose bytes are then only
+    /// stepped over (their framing checked, their events not decoded): a leader makes one
+    /// entry per log id, so the same log id is the same entry. A decoded entry joins `recent`.
+    pub(crate) fn entry_or_recent(
+        &mut self,
+        recent: &RecentEntries,
+    ) -> Result<Entry, RecordDecodeError> {
+        let at = self.at;
+        let log_id = self.log_id()?;
+        if let Some(entry) = recent.get(&log_id) {
+            self.skip_payload()?;
+            return Ok(entry);
+        }
+        self.at = at;
+        let entry = self.entry(true)?;
+        recent.put(&entry, self.at - at);
+        Ok(entry)
+    }
+
+    /// Steps over a payload (see [`put_payload`]): a normal one's events by their lengths.
+    fn skip_payload(&mut self) -> Result<(), RecordDecodeError> {
+        match self.u8("entry tag")? {
+            TAG_BLANK => {}
+            tag @ (TAG_NORMAL | TAG_NORMAL_ORIGIN) => {
+                if tag == TAG_NORMAL_ORIGIN {
+                    self.bytes(16, "origin")?;
+                }
+                self.u64("now")?;
+                for _ in 0..self.u32("event count")? {
+                    self.u8("event kind")?;
+                    let len = self.len("event length")?;
+                    self.bytes(len, "event payload")?;
+                }
+            }
+            TAG_MEMBERSHIP => {
+                decode_membership(self)?;
+            }
+            _ => return Err(self.err("unknown entry tag")),
+        }
+        Ok(())
+    }
+
     /// How many bytes are left.
     pub(crate) fn remaining(&self) -> usize {
         self.buf.len().saturating_sub(self.at)
@@ -444,6 +486,48 @@ pub fn decode(kind: u8, payload: &[u8]) -> Result<RaftRecord, RecordDecodeError>
     };
     d.end()?;
     Ok(record)
+}
+
+/// The entries a follower decoded last, by log id, up to [`RecentEntries::BYTES_MAX`] of
+/// their encoding: a leader sends an entry early (S-CLU-90), then again in openraft's own
+/// append, and the second copy is taken from here instead of decoded again.
+#[derive(Default)]
+pub struct RecentEntries {
+    inner: std::sync::Mutex<Recent>,
+}
+
+#[derive(Default)]
+struct Recent {
+    entries: std::collections::VecDeque<(Entry, usize)>,
+    bytes: usize,
+}
+
+impl RecentEntries {
+    /// The most encoded bytes of entries kept.
+    pub const BYTES_MAX: usize = 16 * 1024 * 1024;
+
+    fn get(&self, log_id: &LogId) -> Option<Entry> {
+        let recent = crate::lock(&self.inner);
+        let found = recent
+            .entries
+            .iter()
+            .rev()
+            .find(|(e, _)| e.log_id == *log_id);
+        found.map(|(e, _)| e.clone())
+    }
+
+    /// Keeps `entry`, `bytes` long encoded, dropping the oldest beyond the bound.
+    fn put(&self, entry: &Entry, bytes: usize) {
+        let mut recent = crate::lock(&self.inner);
+        recent.entries.push_back((entry.clone(), bytes));
+        recent.bytes += bytes;
+        while recent.bytes > Self::BYTES_MAX {
+            let Some((_, b)) = recent.entries.pop_front() else {
+                break;
+            };
+            recent.bytes -= b;
+        }
+    }
 }
 
 /// An entry's payload; a normal one keeps its events' bytes as their encoding when `keep`.

@@ -294,4 +294,74 @@ mod tests {
             "an applied entry's encoding is not kept again"
         );
     }
+
+    /// S-CLU-90: an entry sent early and again is decoded once: the second append takes the
+    /// entry the first decoded, by its log id, after stepping over its bytes, which must
+    /// still frame (a cut one is refused); an entry not seen yet, or gone past the bound, is
+    /// decoded.
+    #[test]
+    fn a_second_copy_of_an_entry_is_taken_from_the_entries_decoded_last() {
+        let with = |entries: Vec<Entry>| {
+            let rpc = AppendEntriesRequest {
+                vote: Vote::new_committed(3, 1),
+                prev_log_id: None,
+                leader_commit: None,
+                entries,
+            };
+            wire::append_entries(&rpc).unwrap().0
+        };
+        let events_of = |rpc: &AppendEntriesRequest<TypeConfig>| -> Vec<Events> {
+            let events = rpc.entries.iter().map(|e| match &e.payload {
+                EntryPayload::Normal(p) => p.events.clone(),
+                _ => panic!("a normal entry"),
+            });
+            events.collect()
+        };
+        let at = |index: u64| {
+            let mut e = entry(events().into());
+            e.log_id.index = index;
+            e
+        };
+        let recent = record::RecentEntries::default();
+        let early = wire::decode_append_entries_with(&with(vec![at(1), at(2)]), &recent).unwrap();
+        let again =
+            wire::decode_append_entries_with(&with(vec![at(1), at(2), at(3)]), &recent).unwrap();
+        assert_eq!(again.entries, vec![at(1), at(2), at(3)]);
+        let (first, second) = (events_of(&early), events_of(&again));
+        assert!(Arc::ptr_eq(&first[0].0, &second[0].0), "taken, not decoded");
+        assert!(Arc::ptr_eq(&first[1].0, &second[1].0), "taken, not decoded");
+        let third = wire::decode_append_entries_with(&with(vec![at(3)]), &recent).unwrap();
+        assert!(
+            Arc::ptr_eq(&second[2].0, &events_of(&third)[0].0),
+            "kept once decoded"
+        );
+
+        let whole = with(vec![at(1)]);
+        let cut = whole.get(..whole.len() - 1).unwrap();
+        assert!(
+            wire::decode_append_entries_with(cut, &recent).is_err(),
+            "a cut entry"
+        );
+
+        // Past the bound, the oldest entries are decoded again; the newest are still taken.
+        let size = whole.len();
+        let many = (2 * record::RecentEntries::BYTES_MAX / size) as u64;
+        let decode = |i: u64| {
+            let rpc = wire::decode_append_entries_with(&with(vec![at(i)]), &recent).unwrap();
+            events_of(&rpc).remove(0)
+        };
+        let oldest = decode(10);
+        let mut newest = oldest.clone();
+        for i in 11..10 + many {
+            newest = decode(i);
+        }
+        assert!(
+            !Arc::ptr_eq(&oldest.0, &decode(10).0),
+            "dropped past the bound"
+        );
+        assert!(
+            Arc::ptr_eq(&newest.0, &decode(9 + many).0),
+            "the newest are kept"
+        );
+    }
 }

@@ -16,7 +16,7 @@ mod relay;
 mod serve;
 pub mod wire;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use openraft::BasicNode;
@@ -99,6 +99,51 @@ fn member_addr(raft: &crate::types::Raft, member: NodeId) -> Option<String> {
         .get_node(&member)
         .map(|n| n.addr.clone())
 }
+
+/// Sends a leader's entries early ([`crate::WalLogStore::sending_early`]) over the cluster
+/// link: to every other member of the group as `raft`'s membership names them, once `raft` is
+/// set. A reply is not awaited by anyone: openraft's own append, sent once the leader's copy
+/// is durable, is what counts (S-CLU-90).
+pub fn early_append(
+    me: NodeId,
+    group: u64,
+    peers: Arc<Peers>,
+    raft: Arc<OnceLock<crate::types::Raft>>,
+) -> crate::EarlySend {
+    Arc::new(move |rpc| {
+        let Some(raft) = raft.get() else {
+            return;
+        };
+        let targets: Vec<(NodeId, String)> = {
+            let m = raft.metrics();
+            let m = m.borrow();
+            m.membership_config
+                .membership()
+                .nodes()
+                .filter(|(id, _)| **id != me)
+                .map(|(id, node)| (*id, node.addr.clone()))
+                .collect()
+        };
+        let peers = Arc::clone(&peers);
+        tokio::spawn(async move {
+            let Ok((body, _)) = wire::append_entries(&rpc) else {
+                return;
+            };
+            let body: Arc<[u8]> = body.into();
+            for (target, addr) in targets {
+                let peers = Arc::clone(&peers);
+                let body = Arc::clone(&body);
+                tokio::spawn(async move {
+                    let call = peers.call(&addr, Kind::AppendEntries, group, target, &body);
+                    let _ = tokio::time::timeout(EARLY_WAIT, call).await;
+                });
+            }
+        });
+    })
+}
+
+/// How long an early append's call is kept before it is dropped unanswered.
+const EARLY_WAIT: Duration = Duration::from_secs(2);
 
 /// How long openraft waits before it calls an unreachable peer again.
 pub const RETRY_AFTER: Duration = Duration::from_millis(100);

@@ -20,6 +20,7 @@ use tokio::task::JoinSet;
 use super::frames::{read_frame, write_frames};
 use super::wire::{self, Failure, Header, Kind};
 use crate::forward::{self, ForwardError};
+use crate::record::RecentEntries;
 use crate::status;
 use crate::types::{NodeId, Raft};
 
@@ -44,6 +45,8 @@ pub struct Groups {
     member: Arc<AtomicU64>,
     admin: Arc<OnceLock<Admin>>,
     relays: super::relay::Sessions,
+    /// Each group's entries decoded last (S-CLU-90).
+    recent: Arc<RwLock<BTreeMap<u64, Arc<RecentEntries>>>>,
 }
 
 impl Groups {
@@ -57,6 +60,7 @@ impl Groups {
             member: Arc::new(AtomicU64::new(wire::ANY_MEMBER)),
             admin: Arc::default(),
             relays: super::relay::Sessions::default(),
+            recent: Arc::default(),
         }
     }
 
@@ -110,10 +114,18 @@ impl Groups {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(group, raft);
+        self.recent
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(group, Arc::default());
     }
 
     /// Requests for `group` are answered `NoGroup` from now on.
     pub fn remove(&self, group: u64) -> Option<Raft> {
+        self.recent
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&group);
         self.rafts
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -127,6 +139,16 @@ impl Groups {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&group)
             .cloned()
+    }
+
+    /// The entries `group`'s appends decoded last.
+    fn recent(&self, group: u64) -> Arc<RecentEntries> {
+        self.recent
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&group)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Every group, by id.
@@ -274,13 +296,15 @@ async fn answer(header: Header, body: &[u8], groups: &Groups, conn: u64) -> Vec<
         wire::failed(&Failure::BadRequest)
     };
     match header.kind {
-        Kind::AppendEntries => match wire::decode_append_entries(body) {
-            Ok(rpc) => match raft.append_entries(rpc).await {
-                Ok(resp) => wire::ok(&wire::append_entries_response(&resp)),
-                Err(e) => stopped(&e),
-            },
-            Err(e) => bad(e),
-        },
+        Kind::AppendEntries => {
+            match wire::decode_append_entries_with(body, &groups.recent(header.group)) {
+                Ok(rpc) => match raft.append_entries(rpc).await {
+                    Ok(resp) => wire::ok(&wire::append_entries_response(&resp)),
+                    Err(e) => stopped(&e),
+                },
+                Err(e) => bad(e),
+            }
+        }
         Kind::Vote => match wire::decode_vote(body) {
             Ok(rpc) => match raft.vote(rpc).await {
                 Ok(resp) => wire::ok(&wire::vote_response(&resp)),

@@ -14,7 +14,7 @@ use openraft::raft::{
 use openraft::{EntryPayload, SnapshotSegmentId};
 use wharf_wal::le;
 
-use crate::record::{self, Dec, RecordDecodeError, RecordEncodeError};
+use crate::record::{self, Dec, RecentEntries, RecordDecodeError, RecordEncodeError};
 use crate::snapshot_file::{self, Meta};
 use crate::types::{Entry, LogId, NodeId, Proposal, TypeConfig};
 
@@ -256,6 +256,17 @@ pub fn append_entries(
 pub fn decode_append_entries(
     body: &[u8],
 ) -> Result<AppendEntriesRequest<TypeConfig>, RecordDecodeError> {
+    decode_append_entries_with(body, &RecentEntries::default())
+}
+
+/// Decodes an `AppendEntries` body, taking the entries `recent` holds from there (S-CLU-90).
+///
+/// # Errors
+/// A body that does not decode.
+pub fn decode_append_entries_with(
+    body: &[u8],
+    recent: &RecentEntries,
+) -> Result<AppendEntriesRequest<TypeConfig>, RecordDecodeError> {
     let d = &mut Dec::new(Kind::AppendEntries as u8, body);
     let vote = d.vote()?;
     let prev_log_id = d.opt_log_id()?;
@@ -263,7 +274,7 @@ pub fn decode_append_entries(
     let count = d.u32("entry count")?;
     let mut entries: Vec<Entry> = Vec::new();
     for _ in 0..count {
-        entries.push(d.entry(true)?);
+        entries.push(d.entry_or_recent(recent)?);
     }
     d.end()?;
     Ok(AppendEntriesRequest {
