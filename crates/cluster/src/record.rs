@@ -488,8 +488,8 @@ pub fn decode(kind: u8, payload: &[u8]) -> Result<RaftRecord, RecordDecodeError>
     Ok(record)
 }
 
-/// The entries a follower decoded last, by log id, up to [`RecentEntries::BYTES_MAX`] of
-/// their encoding: a leader sends an entry early (S-CLU-90), then again in openraft's own
+/// The entries a follower decoded last, by log id (a lookup per entry it receives, so a map,
+/// not a scan), up to [`RecentEntries::BYTES_MAX`] of their encoding: a leader sends an entry early (S-CLU-90), then again in openraft's own
 /// append, and the second copy is taken from here instead of decoded again.
 #[derive(Default)]
 pub struct RecentEntries {
@@ -498,7 +498,9 @@ pub struct RecentEntries {
 
 #[derive(Default)]
 struct Recent {
-    entries: std::collections::VecDeque<(Entry, usize)>,
+    /// Each entry and its encoded length, by log id: the lowest (the oldest in the log's
+    /// order) goes first past the bound.
+    entries: BTreeMap<LogId, (Entry, usize)>,
     bytes: usize,
 }
 
@@ -508,21 +510,18 @@ impl RecentEntries {
 
     fn get(&self, log_id: &LogId) -> Option<Entry> {
         let recent = crate::lock(&self.inner);
-        let found = recent
-            .entries
-            .iter()
-            .rev()
-            .find(|(e, _)| e.log_id == *log_id);
-        found.map(|(e, _)| e.clone())
+        recent.entries.get(log_id).map(|(e, _)| e.clone())
     }
 
-    /// Keeps `entry`, `bytes` long encoded, dropping the oldest beyond the bound.
+    /// Keeps `entry`, `bytes` long encoded, dropping the lowest log ids beyond the bound.
     fn put(&self, entry: &Entry, bytes: usize) {
         let mut recent = crate::lock(&self.inner);
-        recent.entries.push_back((entry.clone(), bytes));
+        if let Some((_, replaced)) = recent.entries.insert(entry.log_id, (entry.clone(), bytes)) {
+            recent.bytes -= replaced;
+        }
         recent.bytes += bytes;
         while recent.bytes > Self::BYTES_MAX {
-            let Some((_, b)) = recent.entries.pop_front() else {
+            let Some((_, (_, b))) = recent.entries.pop_first() else {
                 break;
             };
             recent.bytes -= b;

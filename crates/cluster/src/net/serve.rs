@@ -40,13 +40,18 @@ pub struct Groups {
     me: NodeId,
     addr: String,
     amqp: Arc<RwLock<Option<String>>>,
-    rafts: Arc<RwLock<BTreeMap<u64, Raft>>>,
+    served: Arc<RwLock<BTreeMap<u64, Served>>>,
     /// This node's member id, [`wire::ANY_MEMBER`] until its incarnation is settled.
     member: Arc<AtomicU64>,
     admin: Arc<OnceLock<Admin>>,
     relays: super::relay::Sessions,
-    /// Each group's entries decoded last (S-CLU-90).
-    recent: Arc<RwLock<BTreeMap<u64, Arc<RecentEntries>>>>,
+}
+
+/// A group this node serves: its Raft, and the entries its appends decoded last (S-CLU-90).
+#[derive(Clone)]
+struct Served {
+    raft: Raft,
+    recent: Arc<RecentEntries>,
 }
 
 impl Groups {
@@ -56,11 +61,10 @@ impl Groups {
             me,
             addr,
             amqp: Arc::default(),
-            rafts: Arc::default(),
+            served: Arc::default(),
             member: Arc::new(AtomicU64::new(wire::ANY_MEMBER)),
             admin: Arc::default(),
             relays: super::relay::Sessions::default(),
-            recent: Arc::default(),
         }
     }
 
@@ -110,54 +114,46 @@ impl Groups {
 
     /// Requests for `group` go to `raft` from now on.
     pub fn insert(&self, group: u64, raft: Raft) {
-        self.rafts
+        let served = Served {
+            raft,
+            recent: Arc::default(),
+        };
+        self.served
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(group, raft);
-        self.recent
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(group, Arc::default());
+            .insert(group, served);
     }
 
     /// Requests for `group` are answered `NoGroup` from now on.
     pub fn remove(&self, group: u64) -> Option<Raft> {
-        self.recent
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&group);
-        self.rafts
+        self.served
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&group)
+            .map(|served| served.raft)
     }
 
     /// The Raft of `group`, if this node runs it.
     pub fn get(&self, group: u64) -> Option<Raft> {
-        self.rafts
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&group)
-            .cloned()
+        self.served(group).map(|served| served.raft)
     }
 
-    /// The entries `group`'s appends decoded last.
-    fn recent(&self, group: u64) -> Arc<RecentEntries> {
-        self.recent
+    /// What this node serves of `group`, if it runs it.
+    fn served(&self, group: u64) -> Option<Served> {
+        self.served
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&group)
             .cloned()
-            .unwrap_or_default()
     }
 
     /// Every group, by id.
     pub fn all(&self) -> Vec<(u64, Raft)> {
-        self.rafts
+        self.served
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .iter()
-            .map(|(g, r)| (*g, r.clone()))
+            .map(|(g, served)| (*g, served.raft.clone()))
             .collect()
     }
 }
@@ -260,7 +256,8 @@ async fn serve_conn(stream: TcpStream, groups: Groups, conn: u64) -> String {
 
 /// The reply body (status and body) to one request.
 async fn answer(header: Header, body: &[u8], groups: &Groups, conn: u64) -> Vec<u8> {
-    let raft = groups.get(header.group);
+    let served = groups.served(header.group);
+    let raft = served.as_ref().map(|served| served.raft.clone());
     match header.kind {
         Kind::Status => return wire::ok(groups.status().as_bytes()),
         Kind::Probe => {
@@ -288,7 +285,7 @@ async fn answer(header: Header, body: &[u8], groups: &Groups, conn: u64) -> Vec<
     if member == wire::ANY_MEMBER || header.target != member {
         return wire::failed(&Failure::WrongMember);
     }
-    let Some(raft) = raft else {
+    let Some(Served { raft, recent }) = served else {
         return wire::failed(&Failure::NoGroup);
     };
     let bad = |e: crate::record::RecordDecodeError| {
@@ -296,15 +293,13 @@ async fn answer(header: Header, body: &[u8], groups: &Groups, conn: u64) -> Vec<
         wire::failed(&Failure::BadRequest)
     };
     match header.kind {
-        Kind::AppendEntries => {
-            match wire::decode_append_entries_with(body, &groups.recent(header.group)) {
-                Ok(rpc) => match raft.append_entries(rpc).await {
-                    Ok(resp) => wire::ok(&wire::append_entries_response(&resp)),
-                    Err(e) => stopped(&e),
-                },
-                Err(e) => bad(e),
-            }
-        }
+        Kind::AppendEntries => match wire::decode_append_entries_with(body, &recent) {
+            Ok(rpc) => match raft.append_entries(rpc).await {
+                Ok(resp) => wire::ok(&wire::append_entries_response(&resp)),
+                Err(e) => stopped(&e),
+            },
+            Err(e) => bad(e),
+        },
         Kind::Vote => match wire::decode_vote(body) {
             Ok(rpc) => match raft.vote(rpc).await {
                 Ok(resp) => wire::ok(&wire::vote_response(&resp)),
