@@ -190,7 +190,11 @@ impl Cluster {
         assert!(ok, "kill {sig} {pid}");
     }
 
-    /// SIGSTOP to node `id`: it stops answering, its connections stay open.
+    /// SIGSTOP to node `id`: it stops answering, its connections stay open. It stays stopped
+    /// until [`Cluster::resume`], unless the kernel continues it: POSIX sends SIGHUP and
+    /// SIGCONT to the stopped processes of a process group that becomes orphaned, which
+    /// happens to the nodes of a test run in the background from a shell that exits while
+    /// it runs (`setsid` avoids it). [`Cluster::is_stopped`] tells.
     pub fn pause(&mut self, id: u64) {
         self.signal(id, "-STOP");
         self.paused[slot(id)] = true;
@@ -237,6 +241,17 @@ impl Cluster {
         super::mgmt_request(self.http_base(id, false), method, path, body)
             .await
             .unwrap_or((0, serde_json::Value::Null))
+    }
+
+    /// Whether node `id`'s process is stopped now (state `T` in `/proc/PID/stat`), as a
+    /// paused node must be until it is resumed.
+    pub fn is_stopped(&self, id: u64) -> bool {
+        let pid = self.nodes[slot(id)].as_ref().expect("node running").pid();
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            // The state follows the command's closing parenthesis.
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+        })
     }
 
     /// Whether node `id` is paused (SIGSTOP sent, no SIGCONT yet).
