@@ -196,6 +196,17 @@ async fn s_clu_52_definitions_made_on_any_node_reach_every_node() {
     .await;
 }
 
+/// Panics for a definition committed while nodes `ids` were paused (of three), saying whether
+/// they were still stopped: a node the kernel continued (see `Cluster::pause`) is not wharf's
+/// fault.
+fn declared_while_paused(c: &Cluster, ids: &[u64]) -> ! {
+    let stopped: Vec<bool> = ids.iter().map(|&id| c.is_stopped(id)).collect();
+    panic!(
+        "a definition without a majority is refused, yet declared; nodes {ids:?} still \
+         stopped: {stopped:?} (false: continued by someone else, see Cluster::pause)"
+    )
+}
+
 /// S-CLU-53: with both other nodes paused, an exchange declared on node 1 does not commit: the
 /// client gets no `declare-ok` but its connection closed with 541, and once the others are
 /// back the exchange exists on no node (node 1 undid it).
@@ -232,13 +243,9 @@ async fn s_clu_53_a_definition_without_a_majority_is_refused_and_undone() {
     )
     .await
     .unwrap_or_else(|_| panic!("no answer in 60 s; node 1:\n{}", c.output(1)));
-    let stopped = [2, 3].map(|id| c.is_stopped(id));
-    let err = declared.err().unwrap_or_else(|| {
-        panic!(
-            "a definition without a majority is refused, yet declared; nodes 2 and 3 still \
-             stopped: {stopped:?} (false: continued by someone else, see Cluster::pause)"
-        )
-    });
+    let err = declared
+        .err()
+        .unwrap_or_else(|| declared_while_paused(&c, &[2, 3]));
     assert_eq!(reply_code(&err), Some(541), "{}", reply_text(&err));
     assert!(
         reply_text(&err).contains("metadata group"),
