@@ -47,7 +47,7 @@ const STEPPED_DOWN: &str = "this node stopped leading the quorum queues' group; 
 /// The start of the 541 close a member whose definitions the metadata group did not take sends
 /// every connection (S-CLU-53); the reason follows.
 const DEFINITIONS_REFUSED: &str = "a definition made on this node was not committed by the \
-     cluster's metadata group, and is undone; reconnect";
+     cluster's metadata group and is undone here (the group may still take it); reconnect";
 /// The text of the 541 close a leader whose entry was voided sends every connection (S-CLU-60).
 const VOIDED: &str = "an entry of the quorum queues' group did not fit its committed state \
      and was voided; this node rebuilds its quorum queues from the committed state; reconnect";
