@@ -128,10 +128,20 @@ pub fn early_append(
         let targets: Vec<_> = {
             let m = raft.metrics();
             let m = m.borrow();
+            // Only to a member that answered one of this leader's own appends: before that its
+            // log may lack what the entries follow (the group's membership, at a start), so an
+            // early copy would be refused, and it would learn of the leader from it before it
+            // knows the members' addresses (a client of it then could not be forwarded).
+            let matched = |id: &NodeId| {
+                m.replication
+                    .as_ref()
+                    .and_then(|r| r.get(id))
+                    .is_some_and(Option::is_some)
+            };
             m.membership_config
                 .membership()
                 .nodes()
-                .filter(|(id, _)| **id != me)
+                .filter(|(id, _)| **id != me && matched(id))
                 .filter_map(|(id, node)| Some((*id, node.addr.clone(), budget.take(*id, bytes)?)))
                 .collect()
         };
