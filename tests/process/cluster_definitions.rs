@@ -1,9 +1,10 @@
 //! Definitions of `wharf` processes in a cluster (issue #17): vhosts, users, permissions,
 //! exchanges, bindings between exchanges and policies made on any node go through the metadata
 //! group (group 0) and reach every node (S-CLU-51, S-CLU-52); one made without a majority is
-//! refused, and the group alone decides whether it takes it later (S-CLU-53); a node that lost its disk gets them back (S-CLU-54). Three
-//! processes behind the fault-injecting proxy (tests/support/cluster.rs); what a node holds is
-//! read from its management API, what a client sees from lapin.
+//! refused, and the group alone decides whether it takes it later (S-CLU-53); a node that lost
+//! its disk gets them back (S-CLU-54). Three processes behind the fault-injecting proxy
+//! (tests/support/cluster.rs); what a node holds is read from its management API, what a
+//! client sees from lapin.
 
 #![allow(
     clippy::unwrap_used,

@@ -489,8 +489,9 @@ pub fn decode(kind: u8, payload: &[u8]) -> Result<RaftRecord, RecordDecodeError>
 }
 
 /// The entries a follower decoded last, by log id (a lookup per entry it receives, so a map,
-/// not a scan), up to [`RecentEntries::BYTES_MAX`] of their encoding: a leader sends an entry early (S-CLU-90), then again in openraft's own
-/// append, and the second copy is taken from here instead of decoded again.
+/// not a scan), up to [`RecentEntries::BYTES_MAX`] of their encoding: a leader sends an entry
+/// early (S-CLU-90), then again in openraft's own append, and the second copy is taken from
+/// here instead of decoded again.
 #[derive(Default)]
 pub struct RecentEntries {
     inner: std::sync::Mutex<Recent>,
