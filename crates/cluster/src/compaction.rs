@@ -3,13 +3,16 @@
 //! cost grows with the queues' depth; building one every fixed number of entries made the cost
 //! of a queue filled by a publisher quadratic (a 767 MB snapshot every 10,000 entries). Here a
 //! snapshot is due once at least [`SnapshotRule::every`] entries were applied since the last
-//! one **and** the bytes those entries logged reach the smaller of the last snapshot's size
-//! and the content the committed queues hold now. A growing queue's next snapshot then costs
+//! one, or those entries logged at least [`SnapshotRule::bytes`], **and** the bytes they logged
+//! reach the smaller of the last snapshot's size and the content the committed queues hold
+//! now. A growing queue's next snapshot then costs
 //! at most the last one plus what was logged since, about twice the bytes logged since, so the
 //! bytes spent writing snapshots stay within a small factor of the bytes the log took,
 //! whatever the depth (a publisher filling a queue gets snapshots of doubling sizes); a
-//! shallow queue (a small snapshot) still snapshots every `every` entries, which keeps its log
-//! short; and a queue emptied (a purge, consumers catching up) snapshots soon after, not once
+//! shallow queue (a small snapshot) still snapshots every `every` entries, or sooner when its
+//! entries are large (an entry holds up to 1 MiB: 10,000 of them held up to 10 GB in memory,
+//! and a consumer keeping a queue of 64 KiB messages empty grew each member by 50 MB a second
+//! until then), which keeps its log short; and a queue emptied (a purge, consumers catching up) snapshots soon after, not once
 //! the log outgrew the old, deep snapshot. (The last snapshot's size alone would miss that;
 //! the queued content alone, an estimate counting more per message than an entry logs, could
 //! outrun the log of a filling queue for ever.)
@@ -18,7 +21,8 @@
 //! counts what it applies ([`Compaction::applied`]) and, when a snapshot falls due, wakes the
 //! group's trigger task ([`trigger_task`]), which asks its Raft (`trigger().snapshot()`).
 //! openraft ignores a request while a build runs (and this side cannot tell when openraft has
-//! seen a build end): a request no build followed is made again after `every` more entries.
+//! seen a build end): a request no build followed is made again after `every` more entries or
+//! `bytes` more bytes.
 
 use std::sync::Arc;
 
@@ -29,22 +33,27 @@ use crate::types::Raft;
 /// When a group's member builds a snapshot (S-CLU-80).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotRule {
-    /// The fewest entries applied since the last snapshot before another is built.
+    /// The fewest entries applied since the last snapshot before another is built...
     pub every: u64,
+    /// ...or the fewest bytes they logged, whichever comes first (large entries reach it).
+    pub bytes: u64,
 }
 
 impl SnapshotRule {
     /// The rule for the member in seed slot `slot` (from 1) of `members` seeds: at least
-    /// `every` entries, and `every / members` more for each slot before it, so that the
+    /// `every` entries (or `bytes`), and `every / members` more (`bytes / members`) for each
+    /// slot before it, so that the
     /// members of a group do not all build at the same entry (S-CLU-81). A build of a deep
     /// queue's snapshot takes a core and the disk for seconds; built on every member at
     /// once, it slowed the whole group (a follower campaigned during one), while built on one
     /// member at a time it leaves a majority at full speed. Later snapshots stay apart: each
     /// member's falls due after as many bytes as its own last snapshot held.
-    pub fn staggered(every: u64, slot: u64, members: u64) -> SnapshotRule {
-        let step = every / members.max(1);
+    pub fn staggered(every: u64, bytes: u64, slot: u64, members: u64) -> SnapshotRule {
+        let before = slot.saturating_sub(1).min(members.saturating_sub(1));
+        let stagger = |base: u64| base.saturating_add(base / members.max(1) * before);
         SnapshotRule {
-            every: every + step * slot.saturating_sub(1).min(members.saturating_sub(1)),
+            every: stagger(every),
+            bytes: stagger(bytes),
         }
     }
 
@@ -52,7 +61,8 @@ impl SnapshotRule {
     /// whose size was `sizes.last_snapshot` (0: none), the committed queues holding about
     /// `sizes.queued` bytes.
     pub fn due(&self, entries: u64, bytes: u64, sizes: Sizes) -> bool {
-        entries >= self.every && bytes >= sizes.last_snapshot.min(sizes.queued)
+        (entries >= self.every || bytes >= self.bytes)
+            && bytes >= sizes.last_snapshot.min(sizes.queued)
     }
 }
 
@@ -73,8 +83,8 @@ pub(crate) struct Compaction {
     rule: Option<SnapshotRule>,
     entries: u64,
     bytes: u64,
-    /// `entries` when a snapshot was last asked for, if none took the state since.
-    asked_at: Option<u64>,
+    /// `entries` and `bytes` when a snapshot was last asked for, if none took the state since.
+    asked_at: Option<(u64, u64)>,
     wake: Arc<Notify>,
 }
 
@@ -100,18 +110,19 @@ impl Compaction {
     }
 
     /// Asks for a snapshot if one is due under the rule, with `sizes`, unless it asked within
-    /// the last `every` entries. Whether it asked.
+    /// the last `every` entries and `bytes` bytes. Whether it asked.
     pub(crate) fn request_if_due(&mut self, sizes: Sizes) -> bool {
         let Some(rule) = self.rule else {
             return false;
         };
-        let asked_lately = self
-            .asked_at
-            .is_some_and(|at| self.entries < at.saturating_add(rule.every));
+        let asked_lately = self.asked_at.is_some_and(|(entries, bytes)| {
+            self.entries < entries.saturating_add(rule.every)
+                && self.bytes < bytes.saturating_add(rule.bytes)
+        });
         if asked_lately || !self.due(rule, sizes) {
             return false;
         }
-        self.asked_at = Some(self.entries);
+        self.asked_at = Some((self.entries, self.bytes));
         // A permit is kept when the task is not waiting yet: no request is lost.
         self.wake.notify_one();
         true
@@ -143,19 +154,31 @@ pub(crate) async fn trigger_task(wake: Arc<Notify>, raft: Raft) {
 mod tests {
     use super::*;
 
-    const RULE: SnapshotRule = SnapshotRule { every: 100 };
+    const RULE: SnapshotRule = SnapshotRule {
+        every: 100,
+        bytes: u64::MAX,
+    };
 
     /// S-CLU-81: three members' first snapshots fall due 10,000, 13,333 and 16,666 entries
     /// in; a slot past the seed list gets the last one's; one member alone is not delayed.
     #[test]
     fn s_clu_81_members_snapshot_at_staggered_entries() {
-        let every = |slot| SnapshotRule::staggered(10_000, slot, 3).every;
-        assert_eq!([every(1), every(2), every(3)], [10_000, 13_333, 16_666]);
-        assert_eq!(every(9), 16_666);
-        assert_eq!(SnapshotRule::staggered(10_000, 1, 1).every, 10_000);
+        let rule = |slot| SnapshotRule::staggered(10_000, 3 << 20, slot, 3);
+        assert_eq!(
+            [rule(1), rule(2), rule(3)].map(|r| r.every),
+            [10_000, 13_333, 16_666]
+        );
+        assert_eq!(
+            [rule(1), rule(2), rule(3)].map(|r| r.bytes),
+            [3 << 20, 4 << 20, 5 << 20]
+        );
+        assert_eq!(rule(9), rule(3));
+        assert_eq!(SnapshotRule::staggered(10_000, 3 << 20, 1, 1), rule(1));
         let empty = sizes(0, 0);
-        assert!(!SnapshotRule::staggered(10_000, 2, 3).due(10_000, 1, empty));
-        assert!(SnapshotRule::staggered(10_000, 2, 3).due(13_333, 1, empty));
+        assert!(!rule(2).due(10_000, 1, empty));
+        assert!(rule(2).due(13_333, 1, empty));
+        assert!(!rule(2).due(1, (4 << 20) - 1, empty));
+        assert!(rule(2).due(1, 4 << 20, empty));
     }
 
     fn sizes(last_snapshot: u64, queued: u64) -> Sizes {
@@ -178,6 +201,31 @@ mod tests {
             RULE.due(100, 0, sizes(1 << 20, 0)),
             "nothing queued: the count alone"
         );
+    }
+
+    /// S-CLU-80: a shallow queue's log of large entries snapshots once it logged `bytes`,
+    /// long before `every` entries; a deep queue's still waits for the bytes of its last
+    /// snapshot.
+    #[test]
+    fn s_clu_80_large_entries_snapshot_after_bytes_not_entries() {
+        let rule = SnapshotRule {
+            every: 10_000,
+            bytes: 64 << 20,
+        };
+        let mib = 1 << 20;
+        let mut c = Compaction::default();
+        let _wake = c.listen(rule);
+        let mut asked = Vec::new();
+        for entry in 1..=200u64 {
+            c.applied(mib);
+            if c.request_if_due(sizes(mib, 0)) {
+                asked.push(entry);
+            }
+        }
+        assert_eq!(asked, [64, 128, 192], "asked at 64 MiB, again 64 MiB later");
+        let deep = 767 << 20;
+        assert!(!rule.due(100, 100 * mib, sizes(deep, deep)));
+        assert!(rule.due(767, deep, sizes(deep, deep)));
     }
 
     /// S-CLU-80: a deep queue's snapshot is due only once the log took as many bytes as the

@@ -62,9 +62,13 @@ pub struct Timing {
     pub form_every: Duration,
     /// How long a formation probe waits for a seed's answer.
     pub probe_timeout: Duration,
-    /// A snapshot is built (and the log behind it purged) after at least this many entries,
-    /// once they logged as many bytes as the last snapshot holds (S-CLU-80).
+    /// A snapshot is built (and the log behind it purged) after at least this many entries
+    /// or `snapshot_bytes` logged, once they logged as many bytes as the last snapshot holds
+    /// (S-CLU-80).
     pub snapshot_every: u64,
+    /// See `snapshot_every`: what keeps a log of large entries short (an entry holds up to
+    /// [`wharf_base::limits::RAFT_APPEND_BYTES_MAX`]).
+    pub snapshot_bytes: u64,
 }
 
 impl Default for Timing {
@@ -80,6 +84,8 @@ impl Default for Timing {
             form_every: Duration::from_millis(300),
             probe_timeout: Duration::from_millis(300),
             snapshot_every: 10_000,
+            // As the store's checkpoint minimum (DESIGN "Checkpoints").
+            snapshot_bytes: 64 << 20,
         }
     }
 }
@@ -209,7 +215,13 @@ impl NodeConfig {
 
     /// When each group's member builds a snapshot (S-CLU-80, S-CLU-81).
     fn snapshot_rule(&self) -> crate::SnapshotRule {
-        crate::SnapshotRule::staggered(self.timing.snapshot_every, self.id, self.seeds.len() as u64)
+        let t = &self.timing;
+        crate::SnapshotRule::staggered(
+            t.snapshot_every,
+            t.snapshot_bytes,
+            self.id,
+            self.seeds.len() as u64,
+        )
     }
 
     fn raft_config(&self) -> Result<Arc<Config>, NodeError> {

@@ -629,9 +629,10 @@ mod tests {
     #[tokio::test]
     async fn the_machine_asks_for_a_snapshot_after_every_entries_and_a_build_resets() {
         let sm = QueueStateMachine::new();
-        let wake = lock(&sm.machine)
-            .compaction
-            .listen(SnapshotRule { every: 3 });
+        let wake = lock(&sm.machine).compaction.listen(SnapshotRule {
+            every: 3,
+            bytes: u64::MAX,
+        });
         let blank = |i| Entry {
             log_id: at(i),
             payload: EntryPayload::Blank,
