@@ -3,16 +3,17 @@
 //! cost grows with the queues' depth; building one every fixed number of entries made the cost
 //! of a queue filled by a publisher quadratic (a 767 MB snapshot every 10,000 entries). Here a
 //! snapshot is due once at least [`SnapshotRule::every`] entries were applied since the last
-//! one, or those entries logged at least [`SnapshotRule::bytes`], **and** the bytes they logged
-//! reach the smaller of the last snapshot's size and the content the committed queues hold
-//! now. A growing queue's next snapshot then costs
+//! one, or those entries logged at least [`SnapshotRule::bytes`] more than the committed queues
+//! hold now, **and** the bytes they logged reach the smaller of the last snapshot's size and
+//! the content the committed queues hold now. A growing queue's next snapshot then costs
 //! at most the last one plus what was logged since, about twice the bytes logged since, so the
 //! bytes spent writing snapshots stay within a small factor of the bytes the log took,
 //! whatever the depth (a publisher filling a queue gets snapshots of doubling sizes); a
 //! shallow queue (a small snapshot) still snapshots every `every` entries, or sooner when its
 //! entries are large (an entry holds up to 1 MiB: 10,000 of them held up to 10 GB in memory,
 //! and a consumer keeping a queue of 64 KiB messages empty grew each member by 50 MB a second
-//! until then), which keeps its log short; and a queue emptied (a purge, consumers catching up) snapshots soon after, not once
+//! until then), which keeps its log short (a filling queue's log holds the queue's own bodies,
+//! shared, so it costs no memory of its own and does not hasten a snapshot); and a queue emptied (a purge, consumers catching up) snapshots soon after, not once
 //! the log outgrew the old, deep snapshot. (The last snapshot's size alone would miss that;
 //! the queued content alone, an estimate counting more per message than an entry logs, could
 //! outrun the log of a filling queue for ever.)
@@ -35,7 +36,9 @@ use crate::types::Raft;
 pub struct SnapshotRule {
     /// The fewest entries applied since the last snapshot before another is built...
     pub every: u64,
-    /// ...or the fewest bytes they logged, whichever comes first (large entries reach it).
+    /// ...or the fewest bytes they logged beyond what the queues hold now, whichever comes
+    /// first: the log's dead weight, the bodies it alone still holds (large entries reach
+    /// it; a filling queue, whose log holds the queue's own bodies, never does).
     pub bytes: u64,
 }
 
@@ -61,7 +64,7 @@ impl SnapshotRule {
     /// whose size was `sizes.last_snapshot` (0: none), the committed queues holding about
     /// `sizes.queued` bytes.
     pub fn due(&self, entries: u64, bytes: u64, sizes: Sizes) -> bool {
-        (entries >= self.every || bytes >= self.bytes)
+        (entries >= self.every || bytes >= self.bytes.saturating_add(sizes.queued))
             && bytes >= sizes.last_snapshot.min(sizes.queued)
     }
 }
@@ -205,7 +208,7 @@ mod tests {
 
     /// S-CLU-80: a shallow queue's log of large entries snapshots once it logged `bytes`,
     /// long before `every` entries; a deep queue's still waits for the bytes of its last
-    /// snapshot.
+    /// snapshot and for `bytes` beyond what it holds; a filling queue's for the count.
     #[test]
     fn s_clu_80_large_entries_snapshot_after_bytes_not_entries() {
         let rule = SnapshotRule {
@@ -225,7 +228,16 @@ mod tests {
         assert_eq!(asked, [64, 128, 192], "asked at 64 MiB, again 64 MiB later");
         let deep = 767 << 20;
         assert!(!rule.due(100, 100 * mib, sizes(deep, deep)));
-        assert!(rule.due(767, deep, sizes(deep, deep)));
+        assert!(
+            !rule.due(767, deep, sizes(deep, deep)),
+            "the log holds the queue"
+        );
+        assert!(rule.due(767, deep, sizes(deep, deep - (64 << 20))));
+        assert!(
+            !rule.due(100, 100 * mib, sizes(0, 101 * mib)),
+            "a queue filling since a snapshot: the count alone"
+        );
+        assert!(rule.due(10_000, 100 * mib, sizes(0, 101 * mib)));
     }
 
     /// S-CLU-80: a deep queue's snapshot is due only once the log took as many bytes as the
