@@ -13,8 +13,9 @@
 //! entries are large (an entry holds up to 1 MiB: 10,000 of them held up to 10 GB in memory,
 //! and a consumer keeping a queue of 64 KiB messages empty grew each member by 50 MB a second
 //! until then), which keeps its log short (a filling queue's log holds the queue's own bodies,
-//! shared, so it costs no memory of its own and does not hasten a snapshot); and a queue emptied (a purge, consumers catching up) snapshots soon after, not once
-//! the log outgrew the old, deep snapshot. (The last snapshot's size alone would miss that;
+//! shared, so it costs no memory of its own and does not hasten a snapshot); and a queue
+//! emptied (a purge, consumers catching up) snapshots soon after, not once the log outgrew the
+//! old, deep snapshot. (The last snapshot's size alone would miss that;
 //! the queued content alone, an estimate counting more per message than an entry logs, could
 //! outrun the log of a filling queue for ever.)
 //!
@@ -45,12 +46,12 @@ pub struct SnapshotRule {
 impl SnapshotRule {
     /// The rule for the member in seed slot `slot` (from 1) of `members` seeds: at least
     /// `every` entries (or `bytes`), and `every / members` more (`bytes / members`) for each
-    /// slot before it, so that the
-    /// members of a group do not all build at the same entry (S-CLU-81). A build of a deep
-    /// queue's snapshot takes a core and the disk for seconds; built on every member at
-    /// once, it slowed the whole group (a follower campaigned during one), while built on one
-    /// member at a time it leaves a majority at full speed. Later snapshots stay apart: each
-    /// member's falls due after as many bytes as its own last snapshot held.
+    /// slot before it, so that the members of a group do not all build at the same entry
+    /// (S-CLU-81). A build of a deep queue's snapshot takes a core and the disk for seconds;
+    /// built on every member at once, it slowed the whole group (a follower campaigned during
+    /// one), while built on one member at a time it leaves a majority at full speed. Later
+    /// snapshots stay apart: each member's falls due after as many bytes as its own last
+    /// snapshot held.
     pub fn staggered(every: u64, bytes: u64, slot: u64, members: u64) -> SnapshotRule {
         let before = slot.saturating_sub(1).min(members.saturating_sub(1));
         let stagger = |base: u64| base.saturating_add(base / members.max(1) * before);

@@ -62,9 +62,9 @@ pub struct Timing {
     pub form_every: Duration,
     /// How long a formation probe waits for a seed's answer.
     pub probe_timeout: Duration,
-    /// A snapshot is built (and the log behind it purged) after at least this many entries
-    /// or `snapshot_bytes` logged, once they logged as many bytes as the last snapshot holds
-    /// (S-CLU-80).
+    /// A snapshot is built (and the log behind it purged) after at least this many entries,
+    /// or once they logged `snapshot_bytes` more than the queues hold, when they logged as
+    /// many bytes as the last snapshot holds (S-CLU-80).
     pub snapshot_every: u64,
     /// See `snapshot_every`: what keeps a log of large entries short (an entry holds up to
     /// [`wharf_base::limits::RAFT_APPEND_BYTES_MAX`]).
