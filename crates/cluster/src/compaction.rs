@@ -15,9 +15,9 @@
 //! until then), which keeps its log short (a filling queue's log holds the queue's own bodies,
 //! shared, so it costs no memory of its own and does not hasten a snapshot); and a queue
 //! emptied (a purge, consumers catching up) snapshots soon after, not once the log outgrew the
-//! old, deep snapshot. (The last snapshot's size alone would miss that;
-//! the queued content alone, an estimate counting more per message than an entry logs, could
-//! outrun the log of a filling queue for ever.)
+//! old, deep snapshot. (The last snapshot's size alone would miss that; the queued content
+//! alone, an estimate counting more per message than an entry logs, could outrun the log of a
+//! filling queue for ever.)
 //!
 //! openraft builds only when asked (`SnapshotPolicy::Never`, `node.rs`): the state machine
 //! counts what it applies ([`Compaction::applied`]) and, when a snapshot falls due, wakes the

@@ -84,8 +84,8 @@ impl Default for Timing {
             form_every: Duration::from_millis(300),
             probe_timeout: Duration::from_millis(300),
             snapshot_every: 10_000,
-            // As the store's checkpoint minimum (DESIGN "Checkpoints").
-            snapshot_bytes: 64 << 20,
+            // The store's checkpoint minimum (DESIGN "Checkpoints").
+            snapshot_bytes: wharf_base::limits::CHECKPOINT_LOG_BYTES_MIN,
         }
     }
 }

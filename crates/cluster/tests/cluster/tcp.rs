@@ -26,7 +26,7 @@ pub fn timing() -> Timing {
         form_every: Duration::from_millis(100),
         probe_timeout: Duration::from_millis(200),
         snapshot_every: 10_000,
-        snapshot_bytes: 64 << 20,
+        snapshot_bytes: Timing::default().snapshot_bytes,
     }
 }
 
