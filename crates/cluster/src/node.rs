@@ -537,6 +537,7 @@ impl Node {
         )
         .map_err(|source| NodeError::Log { group, source })?;
         let led: Arc<OnceLock<Raft>> = Arc::default();
+        let early = Arc::new(net::EarlyLanes::default());
         let log = log.sending_early(
             member,
             net::early_append(
@@ -544,12 +545,13 @@ impl Node {
                 group,
                 Arc::clone(&self.inner.peers),
                 Arc::clone(&led),
+                Arc::clone(&early),
             ),
         );
         let machine = QueueStateMachine::open(storage, &dir.join("snapshot"))
             .map_err(|source| NodeError::Snapshot { group, source })?
             .with_log(group, log.reader());
-        let network = TcpNetwork::new(member, group, Arc::clone(&self.inner.peers));
+        let network = TcpNetwork::new(member, group, Arc::clone(&self.inner.peers), early);
         let raft = Raft::new(member, config.raft_config()?, network, log, machine.clone())
             .await
             .map_err(|e| NodeError::Raft {

@@ -57,13 +57,43 @@ struct Shared {
     alive: AtomicBool,
 }
 
-/// Removes a call's waiter when the call ends, however it ends (a timeout included).
-struct Waiting<'a> {
-    shared: &'a Shared,
+/// A request on its way to a peer, its reply still to come ([`Peers::send`]). Dropped, it
+/// stops waiting: the reply, if one comes, is let go.
+pub struct Sent {
+    addr: String,
+    shared: Arc<Shared>,
     id: u64,
+    reply: oneshot::Receiver<Vec<u8>>,
 }
 
-impl Drop for Waiting<'_> {
+impl Sent {
+    /// The reply's body (after its status).
+    ///
+    /// # Errors
+    /// [`CallError`]: the connection broke, or the peer refused.
+    pub async fn reply(mut self) -> Result<Vec<u8>, CallError> {
+        let reply = (&mut self.reply)
+            .await
+            .map_err(|_| CallError::Unreachable {
+                addr: self.addr.clone(),
+                reason: "connection closed before the reply".into(),
+            })?;
+        match wire::decode_reply(&reply) {
+            Ok(Ok(body)) => Ok(body.to_vec()),
+            Ok(Err(failure)) => Err(CallError::Failed {
+                addr: self.addr.clone(),
+                failure,
+            }),
+            Err(e) => Err(CallError::Unreachable {
+                addr: self.addr.clone(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+}
+
+impl Drop for Sent {
+    /// Removes the waiter however the call ends (a timeout included).
     fn drop(&mut self) {
         lock(&self.shared.pending).remove(&self.id);
     }
@@ -103,6 +133,25 @@ impl Peers {
         target: NodeId,
         body: &[u8],
     ) -> Result<Vec<u8>, CallError> {
+        self.send(addr, kind, group, target, body)
+            .await?
+            .reply()
+            .await
+    }
+
+    /// Sends a request as [`Peers::call`] does, returning once it is queued on the
+    /// connection: requests sent one after the other to one peer reach it in that order.
+    ///
+    /// # Errors
+    /// [`CallError::Unreachable`]: no connection, or it closed.
+    pub async fn send(
+        &self,
+        addr: &str,
+        kind: Kind,
+        group: u64,
+        target: NodeId,
+        body: &[u8],
+    ) -> Result<Sent, CallError> {
         let unreachable = |reason: String| CallError::Unreachable {
             addr: addr.to_owned(),
             reason,
@@ -116,24 +165,16 @@ impl Peers {
             wire::frame(kind, id, group, target, body).map_err(|e| unreachable(e.to_string()))?;
         let (tx, rx) = oneshot::channel();
         lock(&conn.shared.pending).insert(id, tx);
-        let _waiting = Waiting {
-            shared: &conn.shared,
+        let sent = Sent {
+            addr: addr.to_owned(),
+            shared: Arc::clone(&conn.shared),
             id,
+            reply: rx,
         };
         if !conn.shared.alive.load(Ordering::Acquire) || conn.out.send(frame).await.is_err() {
             return Err(unreachable("connection closed".into()));
         }
-        let reply = rx
-            .await
-            .map_err(|_| unreachable("connection closed before the reply".into()))?;
-        match wire::decode_reply(&reply) {
-            Ok(Ok(body)) => Ok(body.to_vec()),
-            Ok(Err(failure)) => Err(CallError::Failed {
-                addr: addr.to_owned(),
-                failure,
-            }),
-            Err(e) => Err(unreachable(e.to_string())),
-        }
+        Ok(sent)
     }
 
     /// The open connection to `addr`, opened now if there is none or it broke.

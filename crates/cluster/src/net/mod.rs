@@ -29,9 +29,9 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
-pub use client::{CONNECT_TIMEOUT, CallError, Peers};
+pub use client::{CONNECT_TIMEOUT, CallError, Peers, Sent};
 pub use frames::read_frame;
 pub use relay::{CHUNK_BYTES, IDLE_MAX, LinkRelay, PULL_WAIT, Sessions, relay_pull, relay_push};
 pub use serve::{Admin, Groups, IN_FLIGHT_MAX, has_state, serve};
@@ -105,26 +105,35 @@ fn member_addr(raft: &crate::types::Raft, member: NodeId) -> Option<String> {
 /// Sends a leader's entries early ([`crate::WalLogStore::sending_early`]) over the cluster
 /// link: to every other member of the group as `raft`'s membership names them, once `raft` is
 /// set. A reply is not awaited by anyone: openraft's own append, sent once the leader's copy
-/// is durable, is what counts (S-CLU-90). The early copies waiting for one member's answer
-/// hold at most [`EARLY_BYTES_IN_FLIGHT`] of entries; past that, and for an append larger than
-/// that, entries go by openraft's append alone. A member that falls behind (building a
-/// snapshot, paused, cut off) is not sent a backlog of copies openraft's replication carries
-/// anyway; and under a load that fills large entries (the proposer merges the batches that
-/// arrive while the last entry is written), the pipeline is full without them and a second
-/// copy of every byte would cost more than the wait it saves (16 publishers: 112-121k msg/s
-/// with every entry sent early, against 120-125k without).
+/// is durable, is what counts (S-CLU-90).
+///
+/// A member is sent only copies that follow what its connection was last given, early or by
+/// openraft's own append ([`EarlyLanes`]): a copy that does not start right after the
+/// member's log would be refused, and would cost the member's Raft a turn for nothing. The
+/// copies go in the order the leader appended them: one task sends a member's copies one
+/// after the other on its connection, and its server hands them to the member's Raft in the
+/// order they came (`serve`). Each member's copies waiting for its answer hold at most
+/// [`EARLY_BYTES_IN_FLIGHT`] of entries; past that, and for an append larger than that,
+/// entries go by openraft's append alone, and so do the next ones until openraft's append
+/// carried the entry they follow: a member that falls behind (building a snapshot, paused,
+/// cut off) is not sent a backlog of copies openraft's replication carries anyway.
 pub fn early_append(
     me: NodeId,
     group: u64,
     peers: Arc<Peers>,
     raft: Arc<OnceLock<crate::types::Raft>>,
+    lanes: Arc<EarlyLanes>,
 ) -> crate::EarlySend {
-    let budget = EarlyBudget::default();
+    let (to_sender, copies) = mpsc::unbounded_channel();
+    tokio::spawn(send_early(group, peers, copies));
     Arc::new(move |rpc| {
         let Some(raft) = raft.get() else {
             return;
         };
         let bytes: usize = rpc.entries.iter().map(crate::log_store::entry_bytes).sum();
+        let Some(last) = rpc.entries.last().map(|e| e.log_id) else {
+            return;
+        };
         let targets: Vec<_> = {
             let m = raft.metrics();
             let m = m.borrow();
@@ -132,66 +141,149 @@ pub fn early_append(
             // log may lack what the entries follow (the group's membership, at a start), so an
             // early copy would be refused, and it would learn of the leader from it before it
             // knows the members' addresses (a client of it then could not be forwarded).
-            let matched = |id: &NodeId| {
-                m.replication
-                    .as_ref()
-                    .and_then(|r| r.get(id))
-                    .is_some_and(Option::is_some)
-            };
+            let matched = |id: &NodeId| m.replication.as_ref().and_then(|r| r.get(id)).copied();
             m.membership_config
                 .membership()
                 .nodes()
-                .filter(|(id, _)| **id != me && matched(id))
-                .filter_map(|(id, node)| Some((*id, node.addr.clone(), budget.take(*id, bytes)?)))
+                .filter(|(id, _)| **id != me)
+                .filter_map(|(id, node)| {
+                    let matched = matched(id).flatten()?;
+                    let copy = Copy {
+                        prev: rpc.prev_log_id,
+                        last,
+                        bytes,
+                    };
+                    let permit = lanes.take(*id, Some(matched), copy)?;
+                    Some((*id, node.addr.clone(), permit))
+                })
                 .collect()
         };
-        if targets.is_empty() {
-            return;
+        if !targets.is_empty() {
+            let _ = to_sender.send((rpc, targets));
         }
-        let peers = Arc::clone(&peers);
-        tokio::spawn(async move {
-            let Ok((body, _)) = wire::append_entries(&rpc) else {
-                return;
-            };
-            let body: Arc<[u8]> = body.into();
-            for (target, addr, permit) in targets {
-                let peers = Arc::clone(&peers);
-                let body = Arc::clone(&body);
-                tokio::spawn(async move {
-                    let call = peers.call(&addr, Kind::AppendEntries, group, target, &body);
-                    let _ = tokio::time::timeout(EARLY_WAIT, call).await;
-                    drop(permit);
-                });
-            }
-        });
     })
 }
 
-/// What each member may still be sent early: [`EARLY_BYTES_IN_FLIGHT`] of entries, by KiB.
-#[derive(Default)]
-struct EarlyBudget {
-    members: Mutex<BTreeMap<NodeId, Arc<Semaphore>>>,
+/// An early copy for some members: the request and, for each member, where it goes and the
+/// room it holds in the member's budget.
+type EarlyCopy = (
+    AppendEntriesRequest<TypeConfig>,
+    Vec<(NodeId, String, OwnedSemaphorePermit)>,
+);
+
+/// An early copy as one member's sender takes it: the encoded request, and its room in the
+/// member's budget.
+type MemberCopy = (Arc<[u8]>, OwnedSemaphorePermit);
+
+/// Encodes each early copy once and hands it to each of its members' senders, in order.
+async fn send_early(group: u64, peers: Arc<Peers>, mut copies: mpsc::UnboundedReceiver<EarlyCopy>) {
+    let mut senders: BTreeMap<NodeId, mpsc::UnboundedSender<MemberCopy>> = BTreeMap::new();
+    while let Some((rpc, targets)) = copies.recv().await {
+        let Ok((body, _)) = wire::append_entries(&rpc) else {
+            continue;
+        };
+        let body: Arc<[u8]> = body.into();
+        for (target, addr, permit) in targets {
+            let sender = senders.entry(target).or_insert_with(|| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                tokio::spawn(send_to_member(group, target, addr, Arc::clone(&peers), rx));
+                tx
+            });
+            let _ = sender.send((Arc::clone(&body), permit));
+        }
+    }
 }
 
-impl EarlyBudget {
-    /// Room for `bytes` of entries early to `member`, held until the permit drops; none when
-    /// its budget has not that much left, or is smaller.
-    fn take(&self, member: NodeId, bytes: usize) -> Option<OwnedSemaphorePermit> {
-        let kib = u32::try_from(bytes.div_ceil(1024).max(1)).ok()?;
-        if kib as usize > EARLY_KIB_IN_FLIGHT {
-            return None;
+/// Sends one member its early copies one after the other, each queued on the connection
+/// before the next, so they reach it in the order the leader appended them (a copy that
+/// overtook the one before it would be refused). Each copy's room in the member's budget is
+/// freed once it is answered, or after [`EARLY_WAIT`].
+async fn send_to_member(
+    group: u64,
+    target: NodeId,
+    addr: String,
+    peers: Arc<Peers>,
+    mut copies: mpsc::UnboundedReceiver<MemberCopy>,
+) {
+    while let Some((body, permit)) = copies.recv().await {
+        if let Ok(sent) = peers
+            .send(&addr, Kind::AppendEntries, group, target, &body)
+            .await
+        {
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(EARLY_WAIT, sent.reply()).await;
+                drop(permit);
+            });
         }
-        let slot = Arc::clone(
-            crate::lock(&self.members)
-                .entry(member)
-                .or_insert_with(|| Arc::new(Semaphore::new(EARLY_KIB_IN_FLIGHT))),
-        );
-        slot.try_acquire_many_owned(kib).ok()
+    }
+}
+
+/// An early copy's entries, as a member's lane sees them.
+#[derive(Clone, Copy)]
+struct Copy {
+    /// The entry they follow.
+    prev: Option<LogId>,
+    /// Their last.
+    last: LogId,
+    /// Their size.
+    bytes: usize,
+}
+
+/// A group's early copies to each member (S-CLU-90): the room left in the member's budget
+/// ([`EARLY_BYTES_IN_FLIGHT`] of entries waiting for its answer, by KiB), and the last entry
+/// queued on its connection, by an early copy or openraft's own append, while the copies
+/// followed it. Shared by the group's [`early_append`] and its [`TcpNetwork`].
+#[derive(Default)]
+pub struct EarlyLanes {
+    members: Mutex<BTreeMap<NodeId, Lane>>,
+}
+
+struct Lane {
+    room: Arc<Semaphore>,
+    last: Option<LogId>,
+}
+
+impl EarlyLanes {
+    fn lane(members: &mut BTreeMap<NodeId, Lane>, member: NodeId) -> &mut Lane {
+        members.entry(member).or_insert_with(|| Lane {
+            room: Arc::new(Semaphore::new(EARLY_KIB_IN_FLIGHT)),
+            last: None,
+        })
+    }
+
+    /// Room for `copy` early to `member`, whose log matches the leader's through `matched`,
+    /// held until the permit drops. None when the copy would not follow the member's log (it
+    /// starts neither right after the last entry queued for it nor within what it matched),
+    /// or its budget has not that much room left, or is smaller. A copy not sent breaks the
+    /// chain: the next ones wait for openraft's append to carry what they follow.
+    fn take(
+        &self,
+        member: NodeId,
+        matched: Option<LogId>,
+        copy: Copy,
+    ) -> Option<OwnedSemaphorePermit> {
+        let mut members = crate::lock(&self.members);
+        let lane = Self::lane(&mut members, member);
+        let follows = (copy.prev.is_some() && lane.last == copy.prev) || matched >= copy.prev;
+        let permit = u32::try_from(copy.bytes.div_ceil(1024).max(1))
+            .ok()
+            .filter(|kib| follows && *kib as usize <= EARLY_KIB_IN_FLIGHT)
+            .and_then(|kib| Arc::clone(&lane.room).try_acquire_many_owned(kib).ok());
+        lane.last = permit.as_ref().map(|_| copy.last);
+        permit
+    }
+
+    /// openraft's append queued entries through `last` on `member`'s connection: early copies
+    /// may follow it (unless those sent are further on already).
+    fn queued(&self, member: NodeId, last: LogId) {
+        let mut members = crate::lock(&self.members);
+        let lane = Self::lane(&mut members, member);
+        lane.last = lane.last.max(Some(last));
     }
 }
 
 /// The most bytes of entries sent early that may wait for one member's answer at once.
-pub const EARLY_BYTES_IN_FLIGHT: usize = 256 * 1024;
+pub const EARLY_BYTES_IN_FLIGHT: usize = 4 * 1024 * 1024;
 
 /// [`EARLY_BYTES_IN_FLIGHT`] in KiB, the permits of a member's budget.
 const EARLY_KIB_IN_FLIGHT: usize = EARLY_BYTES_IN_FLIGHT / 1024;
@@ -209,12 +301,18 @@ pub struct TcpNetwork {
     me: NodeId,
     group: u64,
     peers: Arc<Peers>,
+    early: Arc<EarlyLanes>,
 }
 
 impl TcpNetwork {
-    /// The network of group `group` on node `me`.
-    pub fn new(me: NodeId, group: u64, peers: Arc<Peers>) -> TcpNetwork {
-        TcpNetwork { me, group, peers }
+    /// The network of group `group` on node `me`, telling `early` what its appends queue.
+    pub fn new(me: NodeId, group: u64, peers: Arc<Peers>, early: Arc<EarlyLanes>) -> TcpNetwork {
+        TcpNetwork {
+            me,
+            group,
+            peers,
+            early,
+        }
     }
 }
 
@@ -225,6 +323,7 @@ pub struct GroupClient {
     group: u64,
     addr: String,
     peers: Arc<Peers>,
+    early: Arc<EarlyLanes>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
@@ -237,6 +336,7 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
             group: self.group,
             addr: node.addr.clone(),
             peers: Arc::clone(&self.peers),
+            early: Arc::clone(&self.early),
         }
     }
 }
@@ -257,14 +357,27 @@ enum Fail {
 
 impl GroupClient {
     async fn call(&self, kind: Kind, body: &[u8], option: &RPCOption) -> Result<Vec<u8>, Fail> {
+        self.call_noting(kind, body, option, || {}).await
+    }
+
+    /// [`GroupClient::call`], running `queued` once the request is queued on the connection.
+    async fn call_noting(
+        &self,
+        kind: Kind,
+        body: &[u8],
+        option: &RPCOption,
+        queued: impl FnOnce(),
+    ) -> Result<Vec<u8>, Fail> {
         let ttl = option.hard_ttl();
-        match tokio::time::timeout(
-            ttl,
-            self.peers
-                .call(&self.addr, kind, self.group, self.target, body),
-        )
-        .await
-        {
+        let call = async {
+            let sent = self
+                .peers
+                .send(&self.addr, kind, self.group, self.target, body)
+                .await?;
+            queued();
+            sent.reply().await
+        };
+        match tokio::time::timeout(ttl, call).await {
             Err(_) => Err(Fail::Timeout(ttl)),
             Ok(Ok(body)) => Ok(body),
             Ok(Err(CallError::Failed { failure, .. })) => Err(Fail::Remote(failure)),
@@ -312,20 +425,26 @@ impl RaftNetwork<TypeConfig> for GroupClient {
     ) -> Rpc<AppendEntriesResponse<NodeId>> {
         let (body, sent) = wire::append_entries(&rpc)
             .map_err(|e| PlainError::Unreachable(Unreachable::new(&e)))?;
+        let last = sent
+            .checked_sub(1)
+            .and_then(|i| rpc.entries.get(i))
+            .map(|e| e.log_id);
+        let queued = || {
+            if let Some(last) = last {
+                self.early.queued(self.target, last);
+            }
+        };
         let reply = self
-            .call(Kind::AppendEntries, &body, &option)
+            .call_noting(Kind::AppendEntries, &body, &option, queued)
             .await
             .map_err(|f| -> PlainError { self.error(RPCTypes::AppendEntries, f) })?;
         let resp = wire::decode_append_entries_response(&reply)
             .map_err(|e| -> PlainError { Self::undecodable(&e) })?;
         // The frame held only the first `sent` entries: a success covers those alone.
         if sent < rpc.entries.len() && resp == AppendEntriesResponse::Success {
-            let last = sent
-                .checked_sub(1)
-                .and_then(|i| rpc.entries.get(i))
-                .map(|e| e.log_id)
-                .or(rpc.prev_log_id);
-            return Ok(AppendEntriesResponse::PartialSuccess(last));
+            return Ok(AppendEntriesResponse::PartialSuccess(
+                last.or(rpc.prev_log_id),
+            ));
         }
         Ok(resp)
     }
@@ -372,27 +491,128 @@ impl RaftNetwork<TypeConfig> for GroupClient {
 mod tests {
     use super::*;
 
+    fn id(index: u64) -> LogId {
+        LogId::new(openraft::CommittedLeaderId::new(3, 1), index)
+    }
+
+    /// A copy of the entries `from..=to`, `parts` 256ths of a member's budget.
+    fn copy(from: u64, to: u64, parts: usize) -> Copy {
+        Copy {
+            prev: from.checked_sub(1).map(id),
+            last: id(to),
+            bytes: parts * EARLY_BYTES_IN_FLIGHT / 256,
+        }
+    }
+
     /// S-CLU-90: each member's early copies in flight stay within the byte budget, an append
     /// larger than the budget never goes early, and a member's answer frees its room.
     #[test]
     fn early_copies_in_flight_stay_within_each_members_budget() {
-        let budget = EarlyBudget::default();
-        let kib = |n: usize| n * 1024;
-        let first = budget.take(1, kib(100)).expect("room");
-        let second = budget.take(1, kib(100)).expect("room");
-        assert!(budget.take(1, kib(100)).is_none(), "300 KiB over 256");
-        assert!(budget.take(1, kib(56)).is_some(), "exactly the rest");
+        let lanes = EarlyLanes::default();
+        let matched = Some(id(0));
+        let first = lanes.take(1, matched, copy(1, 1, 100)).expect("room");
+        let second = lanes.take(1, matched, copy(2, 2, 100)).expect("room");
         assert!(
-            budget.take(2, kib(100)).is_some(),
+            lanes.take(1, matched, copy(3, 3, 100)).is_none(),
+            "300 parts over 256"
+        );
+        assert!(
+            lanes.take(2, matched, copy(1, 1, 100)).is_some(),
             "another member's own budget"
         );
         drop(first);
-        assert!(budget.take(1, kib(100)).is_some(), "freed by an answer");
+        // Entry 3 was not sent: 4 goes once member 1 has matched 3 from openraft's append.
+        assert!(
+            lanes.take(1, Some(id(3)), copy(4, 4, 100)).is_some(),
+            "freed by an answer"
+        );
+        assert!(
+            lanes.take(1, Some(id(3)), copy(5, 5, 56)).is_some(),
+            "exactly the rest"
+        );
         drop(second);
         assert!(
-            budget.take(3, EARLY_BYTES_IN_FLIGHT + 1).is_none(),
+            lanes
+                .take(
+                    3,
+                    matched,
+                    Copy {
+                        bytes: EARLY_BYTES_IN_FLIGHT + 1,
+                        ..copy(1, 1, 0)
+                    }
+                )
+                .is_none(),
             "larger than the budget"
         );
-        assert!(budget.take(3, EARLY_BYTES_IN_FLIGHT).is_some());
+        assert!(
+            lanes
+                .take(
+                    3,
+                    matched,
+                    Copy {
+                        bytes: EARLY_BYTES_IN_FLIGHT,
+                        ..copy(1, 1, 0)
+                    }
+                )
+                .is_some()
+        );
+    }
+
+    /// S-CLU-90: a member is sent only copies that follow its log: right after the last entry
+    /// queued for it (an early copy's or openraft's append's), or within what it matched.
+    /// After a copy that was not sent (its budget full), the next ones wait until the member
+    /// matched what they follow; a copy that would leave a gap is never sent.
+    #[test]
+    fn a_member_is_sent_only_copies_that_follow_its_log() {
+        let lanes = EarlyLanes::default();
+        let matched = Some(id(10));
+        assert!(
+            lanes.take(1, matched, copy(12, 12, 1)).is_none(),
+            "11 missing"
+        );
+        let held = lanes
+            .take(1, matched, copy(11, 12, 255))
+            .expect("follows 10");
+        let _thirteen = lanes.take(1, matched, copy(13, 13, 1)).expect("follows 12");
+        assert!(
+            lanes.take(1, matched, copy(14, 14, 1)).is_none(),
+            "budget full"
+        );
+        drop(held);
+        assert!(
+            lanes.take(1, matched, copy(15, 15, 1)).is_none(),
+            "14 was not sent"
+        );
+        assert!(
+            lanes.take(1, Some(id(13)), copy(15, 15, 1)).is_none(),
+            "14 not matched yet"
+        );
+        assert!(
+            lanes.take(1, Some(id(14)), copy(15, 15, 1)).is_some(),
+            "matched 14"
+        );
+        assert!(
+            lanes.take(1, Some(id(14)), copy(16, 17, 1)).is_some(),
+            "follows 15"
+        );
+        // Another term's entry under the same index does not follow the last copy sent.
+        let other = Copy {
+            prev: Some(LogId::new(openraft::CommittedLeaderId::new(4, 2), 17)),
+            ..copy(18, 18, 1)
+        };
+        assert!(lanes.take(1, Some(id(14)), other).is_none());
+        // openraft's append queued 18 on the connection: a copy may follow it again, and an
+        // append of entries already sent early leaves the chain where the copies are.
+        assert!(lanes.take(1, Some(id(14)), copy(19, 19, 1)).is_none());
+        lanes.queued(1, id(18));
+        assert!(
+            lanes.take(1, Some(id(14)), copy(19, 19, 1)).is_some(),
+            "follows 18"
+        );
+        lanes.queued(1, id(18));
+        assert!(
+            lanes.take(1, Some(id(14)), copy(20, 20, 1)).is_some(),
+            "follows 19"
+        );
     }
 }

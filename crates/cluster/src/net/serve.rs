@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 use openraft::ServerState;
 use openraft::error::RaftError;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use super::frames::{read_frame, write_frames};
@@ -22,7 +22,8 @@ use super::wire::{self, Failure, Header, Kind};
 use crate::forward::{self, ForwardError};
 use crate::record::RecentEntries;
 use crate::status;
-use crate::types::{NodeId, Raft};
+use crate::types::{NodeId, Raft, TypeConfig};
+use openraft::raft::AppendEntriesRequest;
 
 /// Requests of one connection running at once; the reader waits for a slot before it reads on.
 pub const IN_FLIGHT_MAX: usize = 256;
@@ -47,12 +48,17 @@ pub struct Groups {
     relays: super::relay::Sessions,
 }
 
-/// A group this node serves: its Raft, and the entries its appends decoded last (S-CLU-90).
+/// A group this node serves: its Raft, the entries its appends decoded last (S-CLU-90), and
+/// the queue its appends go through ([`append_in_order`]).
 #[derive(Clone)]
 struct Served {
     raft: Raft,
     recent: Arc<RecentEntries>,
+    appends: mpsc::UnboundedSender<Append>,
 }
+
+/// An `AppendEntries` waiting for the group's Raft, and where its answer goes.
+type Append = (AppendEntriesRequest<TypeConfig>, oneshot::Sender<Vec<u8>>);
 
 impl Groups {
     /// No groups yet, on node `me` listening at `addr` (both named in its status).
@@ -114,9 +120,12 @@ impl Groups {
 
     /// Requests for `group` go to `raft` from now on.
     pub fn insert(&self, group: u64, raft: Raft) {
+        let (appends, queue) = mpsc::unbounded_channel();
+        tokio::spawn(append_in_order(raft.clone(), queue));
         let served = Served {
             raft,
             recent: Arc::default(),
+            appends,
         };
         self.served
             .write()
@@ -239,12 +248,20 @@ async fn serve_conn(stream: TcpStream, groups: Groups, conn: u64) -> String {
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
             return "semaphore closed".into();
         };
+        // An append is queued for its group's Raft before the next frame is read, so that a
+        // leader's appends reach it in the order they were sent (a task each could reorder
+        // them, and an early copy that overtook the one before it is refused: S-CLU-90).
+        let started = (header.kind == Kind::AppendEntries)
+            .then(|| wire::split(&frame).ok())
+            .flatten()
+            .map(|(header, body)| start_append(header, body, &groups));
         let groups = groups.clone();
         let out = out.clone();
         tokio::spawn(async move {
-            let reply = match wire::split(&frame) {
-                Ok((header, body)) => answer(header, body, &groups, conn).await,
-                Err(_) => wire::failed(&Failure::BadRequest),
+            let reply = match (started, wire::split(&frame)) {
+                (Some(started), _) => started.await,
+                (None, Ok((header, body))) => answer(header, body, &groups, conn).await,
+                (None, Err(_)) => wire::failed(&Failure::BadRequest),
             };
             if let Ok(frame) = wire::frame(Kind::Reply, header.id, 0, wire::ANY_MEMBER, &reply) {
                 let _ = out.send(frame).await;
@@ -252,6 +269,111 @@ async fn serve_conn(stream: TcpStream, groups: Groups, conn: u64) -> String {
             drop(slot);
         });
     }
+}
+
+/// An answer on its way.
+type Answering = Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
+
+/// The group a Raft request is for, as this node serves it; or the refusal. A request for
+/// another incarnation of this node (its directory was wiped since), or before it settled
+/// which member it is, is never answered, so this node never votes or acknowledges as a member
+/// it is not (S-CLU-21).
+fn raft_request(header: Header, groups: &Groups) -> Result<Served, Vec<u8>> {
+    let member = groups.member();
+    if member == wire::ANY_MEMBER || header.target != member {
+        return Err(wire::failed(&Failure::WrongMember));
+    }
+    groups
+        .served(header.group)
+        .ok_or_else(|| wire::failed(&Failure::NoGroup))
+}
+
+/// The answer to a request that does not decode.
+fn bad_request(header: Header) -> impl Fn(crate::record::RecordDecodeError) -> Vec<u8> {
+    move |e| {
+        tracing::warn!(group = header.group, error = %e, "cluster link: a request that does not decode");
+        wire::failed(&Failure::BadRequest)
+    }
+}
+
+/// Decodes an `AppendEntries` and queues it for its group's Raft now ([`append_in_order`]);
+/// the answer is what the returned future yields.
+fn start_append(header: Header, body: &[u8], groups: &Groups) -> Answering {
+    let served = match raft_request(header, groups) {
+        Ok(served) => served,
+        Err(refused) => return Box::pin(std::future::ready(refused)),
+    };
+    let rpc = match wire::decode_append_entries_with(body, &served.recent) {
+        Ok(rpc) => rpc,
+        Err(e) => return Box::pin(std::future::ready(bad_request(header)(e))),
+    };
+    let (answer, answered) = oneshot::channel();
+    if served.appends.send((rpc, answer)).is_err() {
+        return Box::pin(std::future::ready(wire::failed(&Failure::Stopped)));
+    }
+    Box::pin(async move {
+        answered
+            .await
+            .unwrap_or_else(|_| wire::failed(&Failure::Stopped))
+    })
+}
+
+/// Hands a group's appends to its Raft one at a time, in the order they came, and the ones
+/// that came meanwhile as one (S-CLU-90): openraft 0.9's core handles an append by writing its
+/// entries and waiting for their fsync before anything else, so a follower sent a leader's
+/// entries early, an append each, would otherwise sync once per entry, each append waiting
+/// behind the ones before it. Appends merge only when they are the same leader's and each
+/// starts right after the one before it ([`merge`]); the merged append's answer is each one's.
+/// Ends when the group is no longer served.
+async fn append_in_order(raft: Raft, mut queue: mpsc::UnboundedReceiver<Append>) {
+    let mut next = None;
+    loop {
+        let (mut rpc, first) = match next.take() {
+            Some(append) => append,
+            None => match queue.recv().await {
+                Some(append) => append,
+                None => return,
+            },
+        };
+        let mut answers = vec![first];
+        while let Ok((more, answer)) = queue.try_recv() {
+            match merge(rpc, more) {
+                Ok(merged) => {
+                    rpc = merged;
+                    answers.push(answer);
+                }
+                Err(both) => {
+                    let [kept, more] = *both;
+                    rpc = kept;
+                    next = Some((more, answer));
+                    break;
+                }
+            }
+        }
+        let reply = match raft.append_entries(rpc).await {
+            Ok(resp) => wire::ok(&wire::append_entries_response(&resp)),
+            Err(e) => stopped(&e),
+        };
+        for answer in answers {
+            let _ = answer.send(reply.clone());
+        }
+    }
+}
+
+/// `b` appended to `a`, when it is the same leader's (the same vote) and starts right after
+/// `a`'s last entry (or `a`'s previous one, for an `a` without entries): then handling the
+/// one append is handling `a` and then `b`, and its answer is both's. Otherwise both back.
+fn merge(
+    mut a: AppendEntriesRequest<TypeConfig>,
+    b: AppendEntriesRequest<TypeConfig>,
+) -> Result<AppendEntriesRequest<TypeConfig>, Box<[AppendEntriesRequest<TypeConfig>; 2]>> {
+    let last = a.entries.last().map(|e| e.log_id).or(a.prev_log_id);
+    if a.vote != b.vote || b.prev_log_id != last {
+        return Err(Box::new([a, b]));
+    }
+    a.entries.extend(b.entries);
+    a.leader_commit = a.leader_commit.max(b.leader_commit);
+    Ok(a)
 }
 
 /// The reply body (status and body) to one request.
@@ -278,28 +400,12 @@ async fn answer(header: Header, body: &[u8], groups: &Groups, conn: u64) -> Vec<
         }
         _ => {}
     }
-    // A Raft request for another incarnation of this node (its directory was wiped since), or
-    // before it settled which member it is: never answered, so this node never votes or
-    // acknowledges as a member it is not (S-CLU-21).
-    let member = groups.member();
-    if member == wire::ANY_MEMBER || header.target != member {
-        return wire::failed(&Failure::WrongMember);
-    }
-    let Some(Served { raft, recent }) = served else {
-        return wire::failed(&Failure::NoGroup);
-    };
-    let bad = |e: crate::record::RecordDecodeError| {
-        tracing::warn!(group = header.group, error = %e, "cluster link: a request that does not decode");
-        wire::failed(&Failure::BadRequest)
+    let (raft, bad) = match raft_request(header, groups) {
+        Ok(served) => (served.raft, bad_request(header)),
+        Err(refused) => return refused,
     };
     match header.kind {
-        Kind::AppendEntries => match wire::decode_append_entries_with(body, &recent) {
-            Ok(rpc) => match raft.append_entries(rpc).await {
-                Ok(resp) => wire::ok(&wire::append_entries_response(&resp)),
-                Err(e) => stopped(&e),
-            },
-            Err(e) => bad(e),
-        },
+        Kind::AppendEntries => start_append(header, body, groups).await,
         Kind::Vote => match wire::decode_vote(body) {
             Ok(rpc) => match raft.vote(rpc).await {
                 Ok(resp) => wire::ok(&wire::vote_response(&resp)),
@@ -353,4 +459,61 @@ async fn propose(raft: Option<Raft>, body: &[u8]) -> Vec<u8> {
 fn stopped<E: std::fmt::Display>(e: &E) -> Vec<u8> {
     tracing::debug!(error = %e, "cluster link: the group's Raft refused a request");
     wire::failed(&Failure::Stopped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{Entry, LogId, Vote};
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    fn id(term: u64, index: u64) -> LogId {
+        LogId::new(CommittedLeaderId::new(term, 1), index)
+    }
+
+    /// An append of term `term`'s entries `from..=to` (none when `to < from`).
+    fn append(term: u64, from: u64, to: u64, commit: u64) -> AppendEntriesRequest<TypeConfig> {
+        AppendEntriesRequest {
+            vote: Vote::new_committed(term, 1),
+            prev_log_id: from.checked_sub(1).map(|i| id(term, i)),
+            entries: (from..=to)
+                .map(|i| Entry {
+                    log_id: id(term, i),
+                    payload: EntryPayload::Blank,
+                })
+                .collect(),
+            leader_commit: Some(id(term, commit)),
+        }
+    }
+
+    fn indexes(rpc: &AppendEntriesRequest<TypeConfig>) -> Vec<u64> {
+        rpc.entries.iter().map(|e| e.log_id.index).collect()
+    }
+
+    /// S-CLU-90: appends that came while the follower's Raft was busy merge into one when each
+    /// is the same leader's and starts right after the one before it; others stay apart.
+    #[test]
+    fn appends_merge_only_when_the_same_leaders_and_contiguous() {
+        let merged = merge(append(3, 5, 6, 2), append(3, 7, 7, 4)).expect("follows");
+        assert_eq!(indexes(&merged), [5, 6, 7]);
+        assert_eq!(merged.prev_log_id, Some(id(3, 4)));
+        assert_eq!(merged.leader_commit, Some(id(3, 4)), "the later commit");
+        // A heartbeat (no entries) right after the last entry merges, and so does an append
+        // after a heartbeat.
+        let merged = merge(merged, append(3, 8, 7, 6)).expect("heartbeat");
+        assert_eq!(indexes(&merged), [5, 6, 7]);
+        assert_eq!(merged.leader_commit, Some(id(3, 6)));
+        let merged = merge(append(3, 8, 7, 6), append(3, 8, 9, 6)).expect("after a heartbeat");
+        assert_eq!(indexes(&merged), [8, 9]);
+        // A gap, an overlap, and another leader's append stay apart, both given back.
+        for (a, b) in [
+            (append(3, 5, 6, 2), append(3, 8, 8, 2)),
+            (append(3, 5, 6, 2), append(3, 6, 7, 2)),
+            (append(3, 5, 6, 2), append(4, 7, 7, 2)),
+        ] {
+            let both = merge(a, b).expect_err("apart");
+            assert_eq!(indexes(&both[0]), [5, 6]);
+            assert!(!both[1].entries.is_empty());
+        }
+    }
 }
