@@ -59,11 +59,16 @@ steps() {
   "$perf" --uri "$uri" -x 1 -y 1 -q 256 "${q[@]}" > "$prefix-pc.json"
 }
 
+# Each system starts with the disk written back: the one before it leaves up to gigabytes of
+# dirty pages (and deleted files) behind, whose writeback would slow the next one's fsyncs.
+settle() { sync; }
+
 for r in $(seq "$rounds"); do
   d="$out/round-$r"
   mkdir -p "$d"
   echo "round $r" >&2
   data="$(mktemp -d)"
+  settle
   "$bin_dir/wharf" --bind 127.0.0.1 --port 5701 --mgmt-port 5711 --prometheus-port 5721 \
     --data-dir "$data" --log warn > "$d/wharf.log" 2>&1 &
   pid=$!
@@ -73,6 +78,7 @@ for r in $(seq "$rounds"); do
   wait "$pid" || true
   rm -rf "$data"
   if [ "$rabbit" = 1 ]; then
+    settle
     ERL_EPMD_ADDRESS=127.0.0.1 RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_NODE_PORT=5702 \
       rabbitmq-server -detached
     # await_startup fails until the node has registered with epmd: ask again.
@@ -81,11 +87,13 @@ for r in $(seq "$rounds"); do
     steps amqp://guest:guest@127.0.0.1:5702/%2f "$rpid" "$d/rabbit1" wharf-perf-q
     rabbitmqctl -q delete_queue wharf-perf-q >/dev/null 2>&1 || true
     rabbitmqctl -q stop
+    settle
     "$here/rabbitmq-cluster.sh" start > "$d/rabbit3.txt" 2>&1
     rpid=$(awk '$1 == "r1" { print $4 }' "$d/rabbit3.txt")
     steps amqp://guest:guest@127.0.0.1:5901/%2f "$rpid" "$d/rabbit3" wharf-perf-q
     "$here/rabbitmq-cluster.sh" stop
   fi
+  settle
   # A failed step (its error in wharf3.err) leaves its report and the later ones missing: the
   # summary says so instead of the whole comparison stopping.
   "$here/cluster.sh" --time "$time_s" --size "$size" --window "$window" --bin-dir "$bin_dir" \
