@@ -130,9 +130,13 @@ pub fn early_append(
         let Some(raft) = raft.get() else {
             return;
         };
-        let bytes: usize = rpc.entries.iter().map(crate::log_store::entry_bytes).sum();
         let Some(last) = rpc.entries.last().map(|e| e.log_id) else {
             return;
+        };
+        let copy = Copy {
+            prev: rpc.prev_log_id,
+            last,
+            bytes: rpc.entries.iter().map(crate::log_store::entry_bytes).sum(),
         };
         let targets: Vec<_> = {
             let m = raft.metrics();
@@ -147,13 +151,7 @@ pub fn early_append(
                 .nodes()
                 .filter(|(id, _)| **id != me)
                 .filter_map(|(id, node)| {
-                    let matched = matched(id).flatten()?;
-                    let copy = Copy {
-                        prev: rpc.prev_log_id,
-                        last,
-                        bytes,
-                    };
-                    let permit = lanes.take(*id, Some(matched), copy)?;
+                    let permit = lanes.take(*id, matched(id).flatten()?, copy)?;
                     Some((*id, node.addr.clone(), permit))
                 })
                 .collect()
@@ -256,15 +254,10 @@ impl EarlyLanes {
     /// starts neither right after the last entry queued for it nor within what it matched),
     /// or its budget has not that much room left, or is smaller. A copy not sent breaks the
     /// chain: the next ones wait for openraft's append to carry what they follow.
-    fn take(
-        &self,
-        member: NodeId,
-        matched: Option<LogId>,
-        copy: Copy,
-    ) -> Option<OwnedSemaphorePermit> {
+    fn take(&self, member: NodeId, matched: LogId, copy: Copy) -> Option<OwnedSemaphorePermit> {
         let mut members = crate::lock(&self.members);
         let lane = Self::lane(&mut members, member);
-        let follows = (copy.prev.is_some() && lane.last == copy.prev) || matched >= copy.prev;
+        let follows = (copy.prev.is_some() && lane.last == copy.prev) || Some(matched) >= copy.prev;
         let permit = u32::try_from(copy.bytes.div_ceil(1024).max(1))
             .ok()
             .filter(|kib| follows && *kib as usize <= EARLY_KIB_IN_FLIGHT)
@@ -509,7 +502,7 @@ mod tests {
     #[test]
     fn early_copies_in_flight_stay_within_each_members_budget() {
         let lanes = EarlyLanes::default();
-        let matched = Some(id(0));
+        let matched = id(0);
         let first = lanes.take(1, matched, copy(1, 1, 100)).expect("room");
         let second = lanes.take(1, matched, copy(2, 2, 100)).expect("room");
         assert!(
@@ -523,11 +516,11 @@ mod tests {
         drop(first);
         // Entry 3 was not sent: 4 goes once member 1 has matched 3 from openraft's append.
         assert!(
-            lanes.take(1, Some(id(3)), copy(4, 4, 100)).is_some(),
+            lanes.take(1, id(3), copy(4, 4, 100)).is_some(),
             "freed by an answer"
         );
         assert!(
-            lanes.take(1, Some(id(3)), copy(5, 5, 56)).is_some(),
+            lanes.take(1, id(3), copy(5, 5, 56)).is_some(),
             "exactly the rest"
         );
         drop(second);
@@ -565,7 +558,7 @@ mod tests {
     #[test]
     fn a_member_is_sent_only_copies_that_follow_its_log() {
         let lanes = EarlyLanes::default();
-        let matched = Some(id(10));
+        let matched = id(10);
         assert!(
             lanes.take(1, matched, copy(12, 12, 1)).is_none(),
             "11 missing"
@@ -584,15 +577,15 @@ mod tests {
             "14 was not sent"
         );
         assert!(
-            lanes.take(1, Some(id(13)), copy(15, 15, 1)).is_none(),
+            lanes.take(1, id(13), copy(15, 15, 1)).is_none(),
             "14 not matched yet"
         );
         assert!(
-            lanes.take(1, Some(id(14)), copy(15, 15, 1)).is_some(),
+            lanes.take(1, id(14), copy(15, 15, 1)).is_some(),
             "matched 14"
         );
         assert!(
-            lanes.take(1, Some(id(14)), copy(16, 17, 1)).is_some(),
+            lanes.take(1, id(14), copy(16, 17, 1)).is_some(),
             "follows 15"
         );
         // Another term's entry under the same index does not follow the last copy sent.
@@ -600,18 +593,18 @@ mod tests {
             prev: Some(LogId::new(openraft::CommittedLeaderId::new(4, 2), 17)),
             ..copy(18, 18, 1)
         };
-        assert!(lanes.take(1, Some(id(14)), other).is_none());
+        assert!(lanes.take(1, id(14), other).is_none());
         // openraft's append queued 18 on the connection: a copy may follow it again, and an
         // append of entries already sent early leaves the chain where the copies are.
-        assert!(lanes.take(1, Some(id(14)), copy(19, 19, 1)).is_none());
+        assert!(lanes.take(1, id(14), copy(19, 19, 1)).is_none());
         lanes.queued(1, id(18));
         assert!(
-            lanes.take(1, Some(id(14)), copy(19, 19, 1)).is_some(),
+            lanes.take(1, id(14), copy(19, 19, 1)).is_some(),
             "follows 18"
         );
         lanes.queued(1, id(18));
         assert!(
-            lanes.take(1, Some(id(14)), copy(20, 20, 1)).is_some(),
+            lanes.take(1, id(14), copy(20, 20, 1)).is_some(),
             "follows 19"
         );
     }

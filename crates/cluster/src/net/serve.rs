@@ -251,10 +251,12 @@ async fn serve_conn(stream: TcpStream, groups: Groups, conn: u64) -> String {
         // An append is queued for its group's Raft before the next frame is read, so that a
         // leader's appends reach it in the order they were sent (a task each could reorder
         // them, and an early copy that overtook the one before it is refused: S-CLU-90).
-        let started = (header.kind == Kind::AppendEntries)
-            .then(|| wire::split(&frame).ok())
-            .flatten()
-            .map(|(header, body)| start_append(header, body, &groups));
+        let started = match wire::split(&frame) {
+            Ok((header, body)) if header.kind == Kind::AppendEntries => {
+                Some(start_append(header, body, &groups))
+            }
+            _ => None,
+        };
         let groups = groups.clone();
         let out = out.clone();
         tokio::spawn(async move {
