@@ -46,7 +46,7 @@ pub(crate) async fn probe_all(
         let peers = Arc::clone(peers);
         let addr = addr.to_string();
         calls.spawn(async move {
-            let call = peers.call(&addr, Kind::Probe, group, ANY_MEMBER, &[]);
+            let call = peers.call(&addr, Kind::Probe, group, ANY_MEMBER, Vec::new());
             let answer = match tokio::time::timeout(timeout, call).await {
                 Ok(Ok(reply)) => wire::decode_probe_response(&reply).ok(),
                 _ => None,
@@ -250,7 +250,7 @@ pub(crate) async fn add_member(
         .ok_or_else(|| format!("{parsed} is not one of the cluster seeds"))?;
     let view = leader_view(raft)?;
     let target = parsed.to_string();
-    let probe = peers.call(&target, Kind::Probe, group, ANY_MEMBER, &[]);
+    let probe = peers.call(&target, Kind::Probe, group, ANY_MEMBER, Vec::new());
     let probed = match tokio::time::timeout(Duration::from_secs(5), probe).await {
         Ok(Ok(reply)) => wire::decode_probe_response(&reply).map_err(|e| e.to_string())?,
         Ok(Err(e)) => return Err(e.to_string()),

@@ -467,7 +467,7 @@ impl Node {
                 header.kind,
                 header.group,
                 ANY_MEMBER,
-                &forwarded,
+                forwarded,
             );
             return match call.await {
                 Ok(text) => wire::ok(&text),
@@ -824,11 +824,14 @@ async fn remote_call(
     wait: Duration,
 ) -> Result<String, CallError> {
     let peers = Peers::new(0);
-    let reply = tokio::time::timeout(wait, peers.call(addr, kind, group, ANY_MEMBER, body))
-        .await
-        .map_err(|_| CallError::Unreachable {
-            addr: addr.to_owned(),
-            reason: format!("no answer within {wait:?}"),
-        })??;
+    let reply = tokio::time::timeout(
+        wait,
+        peers.call(addr, kind, group, ANY_MEMBER, body.to_vec()),
+    )
+    .await
+    .map_err(|_| CallError::Unreachable {
+        addr: addr.to_owned(),
+        reason: format!("no answer within {wait:?}"),
+    })??;
     Ok(String::from_utf8_lossy(&reply).into_owned())
 }

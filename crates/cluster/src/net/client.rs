@@ -10,10 +10,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
-use super::frames::{read_frame, write_frames};
+use super::frames::{FrameReader, write_frames};
 use super::wire::{self, Failure, Kind};
 use crate::lock;
 use crate::types::NodeId;
@@ -47,7 +48,7 @@ pub enum CallError {
 /// One open connection to a peer. Dropping it (with the [`Peers`] holding it) ends the
 /// writer, which closes the socket, which ends the reader.
 struct Conn {
-    out: mpsc::Sender<Vec<u8>>,
+    out: mpsc::Sender<wire::Frame>,
     shared: Arc<Shared>,
 }
 
@@ -131,7 +132,7 @@ impl Peers {
         kind: Kind,
         group: u64,
         target: NodeId,
-        body: &[u8],
+        body: impl Into<Bytes>,
     ) -> Result<Vec<u8>, CallError> {
         self.send(addr, kind, group, target, body)
             .await?
@@ -150,7 +151,7 @@ impl Peers {
         kind: Kind,
         group: u64,
         target: NodeId,
-        body: &[u8],
+        body: impl Into<Bytes>,
     ) -> Result<Sent, CallError> {
         let unreachable = |reason: String| CallError::Unreachable {
             addr: addr.to_owned(),
@@ -161,8 +162,8 @@ impl Peers {
             .await
             .map_err(|e| unreachable(e.to_string()))?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let frame =
-            wire::frame(kind, id, group, target, body).map_err(|e| unreachable(e.to_string()))?;
+        let frame = wire::frame(kind, id, group, target, body.into())
+            .map_err(|e| unreachable(e.to_string()))?;
         let (tx, rx) = oneshot::channel();
         lock(&conn.shared.pending).insert(id, tx);
         let sent = Sent {
@@ -199,8 +200,14 @@ impl Peers {
         stream.set_nodelay(true)?;
         let (mut read, write) = stream.into_split();
         let (out, rx) = mpsc::channel(OUTBOX_FRAMES);
-        let hello = wire::frame(Kind::Hello, 0, 0, wire::ANY_MEMBER, &wire::hello(self.me))
-            .map_err(|e| io::Error::other(e.to_string()))?;
+        let hello = wire::frame(
+            Kind::Hello,
+            0,
+            0,
+            wire::ANY_MEMBER,
+            wire::hello(self.me).into(),
+        )
+        .map_err(|e| io::Error::other(e.to_string()))?;
         out.try_send(hello)
             .map_err(|_| io::Error::other("outbox full"))?;
         tokio::spawn(write_frames(write, rx));
@@ -223,13 +230,14 @@ impl Peers {
 
 /// Hands each reply to its waiter until the connection ends; returns why it ended.
 async fn read_replies(read: &mut tokio::net::tcp::OwnedReadHalf, conn: &Shared) -> String {
+    let mut frames = FrameReader::default();
     loop {
-        let frame = match read_frame(read, wire::FRAME_BYTES_MAX).await {
+        let frame = match frames.next(read, wire::FRAME_BYTES_MAX).await {
             Ok(Some(frame)) => frame,
             Ok(None) => return "closed by the peer".into(),
             Err(e) => return e.to_string(),
         };
-        match wire::split(&frame) {
+        match wire::split(frame) {
             Ok((header, body)) if header.kind == Kind::Reply => {
                 if let Some(waiter) = lock(&conn.pending).remove(&header.id) {
                     let _ = waiter.send(body.to_vec());

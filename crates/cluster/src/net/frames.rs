@@ -5,60 +5,103 @@
 
 use std::io;
 
+use bytes::Buf;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 use wharf_wal::le;
 
-use super::wire::FRAME_HEADER_BYTES;
+use super::wire::{self, FRAME_HEADER_BYTES, Frame};
 
-/// What a read buffer starts with at most (it grows as bytes arrive).
+/// What a connection's read buffer starts with at most (it grows as bytes arrive).
 const READ_CHUNK: usize = 64 * 1024;
+/// The most a connection's read buffer keeps between frames: room for the entries a leader
+/// sends at once (`wire::APPEND_BYTES_SOFT`) and their framing; a larger one is let go after
+/// its frame.
+const READ_KEEP_BYTES: usize = wire::APPEND_BYTES_SOFT + 64 * 1024;
 
-/// Reads one frame (without its length field) of at most `max` bytes (`wire::FRAME_BYTES_MAX`,
-/// or `wire::HELLO_BYTES_MAX` for a connection's first frame); `None` at a clean end of the stream.
+/// Reads a connection's frames into one buffer, kept from frame to frame: a frame's bytes are
+/// not allocated again each time (a leader's appends are hundreds of kilobytes each, and a
+/// fresh buffer that size costs more to fault in than to fill).
+#[derive(Default)]
+pub struct FrameReader {
+    buf: Vec<u8>,
+}
+
+impl FrameReader {
+    /// Reads one frame (without its length field) of at most `max` bytes
+    /// (`wire::FRAME_BYTES_MAX`, or `wire::HELLO_BYTES_MAX` for a connection's first frame);
+    /// `None` at a clean end of the stream. The frame is valid until the next read.
+    ///
+    /// # Errors
+    /// The socket's errors; a length under the header or over `max` (`InvalidData`); a stream
+    /// that ends inside a frame (`UnexpectedEof`).
+    pub async fn next<R: AsyncRead + Unpin>(
+        &mut self,
+        r: &mut R,
+        max: usize,
+    ) -> io::Result<Option<&[u8]>> {
+        let mut len = [0u8; 4];
+        let mut got = 0;
+        while let Some(rest) = len.get_mut(got..).filter(|rest| !rest.is_empty()) {
+            match r.read(rest).await? {
+                0 if got == 0 => return Ok(None),
+                0 => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the stream ended inside a frame's length",
+                    ));
+                }
+                n => got += n,
+            }
+        }
+        let len = le::u32_at(&len, 0).map_or(0, |l| usize::try_from(l).unwrap_or(usize::MAX));
+        if !(FRAME_HEADER_BYTES..=max).contains(&len) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("frame length {len} outside {FRAME_HEADER_BYTES}..={max}"),
+            ));
+        }
+        if self.buf.capacity() > READ_KEEP_BYTES {
+            self.buf = Vec::new();
+        }
+        self.buf.clear();
+        self.buf.reserve(len.min(READ_CHUNK));
+        r.take(len as u64).read_to_end(&mut self.buf).await?;
+        if self.buf.len() == len {
+            Ok(Some(&self.buf))
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the stream ended inside a frame",
+            ))
+        }
+    }
+}
+
+/// Reads one frame as [`FrameReader::next`] does, into a buffer of its own (a connection
+/// reading frame after frame keeps a [`FrameReader`]).
 ///
 /// # Errors
-/// The socket's errors; a length under the header or over `max` (`InvalidData`); a stream
-/// that ends inside a frame (`UnexpectedEof`).
+/// [`FrameReader::next`]'s.
 pub async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
     max: usize,
 ) -> io::Result<Option<Vec<u8>>> {
-    let mut len = [0u8; 4];
-    match r.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
-    }
-    let len = le::u32_at(&len, 0).map_or(0, |l| usize::try_from(l).unwrap_or(usize::MAX));
-    if !(FRAME_HEADER_BYTES..=max).contains(&len) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("frame length {len} outside {FRAME_HEADER_BYTES}..={max}"),
-        ));
-    }
-    let mut buf = Vec::with_capacity(len.min(READ_CHUNK));
-    r.take(len as u64).read_to_end(&mut buf).await?;
-    if buf.len() == len {
-        Ok(Some(buf))
-    } else {
-        Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "the stream ended inside a frame",
-        ))
-    }
+    let mut frames = FrameReader::default();
+    Ok(frames.next(r, max).await?.map(<[u8]>::to_vec))
 }
 
-/// Writes the frames `rx` hands it (each already length-prefixed), in order, flushing when
-/// none is waiting; ends when every sender is gone or the socket fails.
-pub async fn write_frames<W: AsyncWrite + Unpin>(w: W, mut rx: mpsc::Receiver<Vec<u8>>) {
-    let mut w = BufWriter::new(w);
+/// Writes the frames `rx` hands it, in order, each with one vectored write of its head and
+/// body (or through the buffer, a small one), flushing when none is waiting; ends when every
+/// sender is gone or the socket fails.
+pub async fn write_frames<W: AsyncWrite + Unpin>(w: W, mut rx: mpsc::Receiver<Frame>) {
+    let mut w = BufWriter::with_capacity(WRITE_BUFFER_BYTES, w);
     while let Some(frame) = rx.recv().await {
-        if w.write_all(&frame).await.is_err() {
+        if write_frame(&mut w, frame).await.is_err() {
             return;
         }
         while let Ok(frame) = rx.try_recv() {
-            if w.write_all(&frame).await.is_err() {
+            if write_frame(&mut w, frame).await.is_err() {
                 return;
             }
         }
@@ -67,4 +110,111 @@ pub async fn write_frames<W: AsyncWrite + Unpin>(w: W, mut rx: mpsc::Receiver<Ve
         }
     }
     let _ = w.shutdown().await;
+}
+
+/// What a connection's writer gathers before a write: small frames (replies, votes) share
+/// one; a larger frame goes out in a write of its own.
+const WRITE_BUFFER_BYTES: usize = 64 * 1024;
+
+async fn write_frame<W: AsyncWrite + Unpin>(w: &mut BufWriter<W>, frame: Frame) -> io::Result<()> {
+    let mut bytes = Buf::chain(frame.head.as_slice(), frame.body);
+    w.write_all_buf(&mut bytes).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::wire::{FRAME_BYTES_MAX, Kind};
+
+    fn frame(id: u64, body_len: usize) -> Frame {
+        let body: Vec<u8> = (0..body_len).map(|i| (i % 251).to_le_bytes()[0]).collect();
+        wire::frame(Kind::Vote, id, 1, 2, body.into()).unwrap()
+    }
+
+    /// Frames written by `write_frames` read back whole and in order through one reader, a
+    /// large one between small ones included: the kept buffer never shows a byte of the frame
+    /// before, and a frame past what it keeps is let go after it.
+    #[tokio::test]
+    async fn frames_read_back_whole_and_in_order_through_one_buffer() {
+        let sizes = [0, 700_000, 10, READ_KEEP_BYTES + 1, 3, 300_000, 0];
+        let (w, mut r) = tokio::io::duplex(64 * 1024);
+        let (tx, rx) = mpsc::channel(4);
+        let writer = tokio::spawn(write_frames(w, rx));
+        let sent: Vec<Frame> = (0u64..).zip(sizes).map(|(id, n)| frame(id, n)).collect();
+        let feeding = {
+            let sent = sent.clone();
+            tokio::spawn(async move {
+                for f in sent {
+                    tx.send(f).await.unwrap();
+                }
+            })
+        };
+        let mut frames = FrameReader::default();
+        for (f, n) in sent.iter().zip(sizes) {
+            let got = frames.next(&mut r, FRAME_BYTES_MAX).await.unwrap().unwrap();
+            assert_eq!(got, &f.to_vec()[4..], "a frame of {n} bytes");
+            let (header, body) = wire::split(got).unwrap();
+            assert_eq!(
+                (header.kind, header.group, header.target, body.len()),
+                (Kind::Vote, 1, 2, n)
+            );
+        }
+        assert!(
+            frames.buf.capacity() <= READ_KEEP_BYTES,
+            "the large frame's buffer is let go"
+        );
+        feeding.await.unwrap();
+        writer.await.unwrap();
+        assert!(
+            frames
+                .next(&mut r, FRAME_BYTES_MAX)
+                .await
+                .unwrap()
+                .is_none(),
+            "a clean end"
+        );
+    }
+
+    /// S-ERR-2: a length under the header or over the bound is refused before a byte of the
+    /// body is read, a stream cut inside a frame is an error, and a length alone never
+    /// allocates more than a chunk.
+    #[tokio::test]
+    async fn a_frame_out_of_bounds_or_cut_short_is_an_error() {
+        for len in [0, FRAME_HEADER_BYTES - 1, 65].map(|l| u32::try_from(l).unwrap()) {
+            let mut bytes: &[u8] = &len.to_le_bytes();
+            let e = FrameReader::default()
+                .next(&mut bytes, 64)
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData, "length {len}");
+        }
+
+        let mut cut = u32::try_from(FRAME_BYTES_MAX)
+            .unwrap()
+            .to_le_bytes()
+            .to_vec();
+        cut.extend_from_slice(&[0x11; 40]);
+        let mut frames = FrameReader::default();
+        let e = frames
+            .next(&mut cut.as_slice(), FRAME_BYTES_MAX)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(
+            frames.buf.capacity() <= READ_CHUNK,
+            "allocated from the length alone"
+        );
+
+        let whole = frame(1, 5).to_vec();
+        let mut half: &[u8] = &whole[..2];
+        let e = FrameReader::default()
+            .next(&mut half, FRAME_BYTES_MAX)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.kind(),
+            io::ErrorKind::UnexpectedEof,
+            "cut inside the length"
+        );
+    }
 }

@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use bytes::Bytes;
 use openraft::BasicNode;
 use openraft::error::{
     InstallSnapshotError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
@@ -32,7 +33,7 @@ use openraft::raft::{
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 pub use client::{CONNECT_TIMEOUT, CallError, Peers, Sent};
-pub use frames::read_frame;
+pub use frames::{FrameReader, read_frame};
 pub use relay::{CHUNK_BYTES, IDLE_MAX, LinkRelay, PULL_WAIT, Sessions, relay_pull, relay_push};
 pub use serve::{Admin, Groups, IN_FLIGHT_MAX, has_state, serve};
 
@@ -67,7 +68,7 @@ impl Forward for LinkForward {
         let body = wire::propose(proposal).map_err(|e| ForwardError::Refused(e.to_string()))?;
         let call = self
             .peers
-            .call(&addr, Kind::Propose, group, wire::ANY_MEMBER, &body);
+            .call(&addr, Kind::Propose, group, wire::ANY_MEMBER, body);
         match call.await {
             Ok(reply) => wire::decode_propose_response(&reply)
                 .map_err(|e| ForwardError::Unreachable(format!("leader {leader}: {e}"))),
@@ -171,7 +172,7 @@ type EarlyCopy = (
 
 /// An early copy as one member's sender takes it: the encoded request, and its room in the
 /// member's budget.
-type MemberCopy = (Arc<[u8]>, OwnedSemaphorePermit);
+type MemberCopy = (Bytes, OwnedSemaphorePermit);
 
 /// Encodes each early copy once and hands it to each of its members' senders, in order.
 async fn send_early(group: u64, peers: Arc<Peers>, mut copies: mpsc::UnboundedReceiver<EarlyCopy>) {
@@ -180,14 +181,14 @@ async fn send_early(group: u64, peers: Arc<Peers>, mut copies: mpsc::UnboundedRe
         let Ok((body, _)) = wire::append_entries(&rpc) else {
             continue;
         };
-        let body: Arc<[u8]> = body.into();
+        let body = Bytes::from(body);
         for (target, addr, permit) in targets {
             let sender = senders.entry(target).or_insert_with(|| {
                 let (tx, rx) = mpsc::unbounded_channel();
                 tokio::spawn(send_to_member(group, target, addr, Arc::clone(&peers), rx));
                 tx
             });
-            let _ = sender.send((Arc::clone(&body), permit));
+            let _ = sender.send((body.clone(), permit));
         }
     }
 }
@@ -205,7 +206,7 @@ async fn send_to_member(
 ) {
     while let Some((body, permit)) = copies.recv().await {
         if let Ok(sent) = peers
-            .send(&addr, Kind::AppendEntries, group, target, &body)
+            .send(&addr, Kind::AppendEntries, group, target, body)
             .await
         {
             tokio::spawn(async move {
@@ -349,7 +350,7 @@ enum Fail {
 }
 
 impl GroupClient {
-    async fn call(&self, kind: Kind, body: &[u8], option: &RPCOption) -> Result<Vec<u8>, Fail> {
+    async fn call(&self, kind: Kind, body: Vec<u8>, option: &RPCOption) -> Result<Vec<u8>, Fail> {
         self.call_noting(kind, body, option, || {}).await
     }
 
@@ -357,7 +358,7 @@ impl GroupClient {
     async fn call_noting(
         &self,
         kind: Kind,
-        body: &[u8],
+        body: Vec<u8>,
         option: &RPCOption,
         queued: impl FnOnce(),
     ) -> Result<Vec<u8>, Fail> {
@@ -428,7 +429,7 @@ impl RaftNetwork<TypeConfig> for GroupClient {
             }
         };
         let reply = self
-            .call_noting(Kind::AppendEntries, &body, &option, queued)
+            .call_noting(Kind::AppendEntries, body, &option, queued)
             .await
             .map_err(|f| -> PlainError { self.error(RPCTypes::AppendEntries, f) })?;
         let resp = wire::decode_append_entries_response(&reply)
@@ -449,7 +450,7 @@ impl RaftNetwork<TypeConfig> for GroupClient {
     ) -> Rpc<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
         let body = wire::install_snapshot(&rpc)
             .map_err(|e| InstallError::Unreachable(Unreachable::new(&e)))?;
-        match self.call(Kind::InstallSnapshot, &body, &option).await {
+        match self.call(Kind::InstallSnapshot, body, &option).await {
             Ok(reply) => {
                 wire::decode_install_snapshot_response(&reply).map_err(|e| Self::undecodable(&e))
             }
@@ -469,7 +470,7 @@ impl RaftNetwork<TypeConfig> for GroupClient {
         option: RPCOption,
     ) -> Rpc<VoteResponse<NodeId>> {
         let reply = self
-            .call(Kind::Vote, &wire::vote(&rpc), &option)
+            .call(Kind::Vote, wire::vote(&rpc), &option)
             .await
             .map_err(|f| -> PlainError { self.error(RPCTypes::Vote, f) })?;
         wire::decode_vote_response(&reply).map_err(|e| Self::undecodable(&e))

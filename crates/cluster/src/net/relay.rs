@@ -188,7 +188,7 @@ impl Relay for LinkRelay {
         Box::pin(async move {
             let addr = addr.ok_or_else(|| format!("member {member} has no address"))?;
             let reply = peers
-                .call(&addr, Kind::RelayOpen, 0, wire::ANY_MEMBER, &[])
+                .call(&addr, Kind::RelayOpen, 0, wire::ANY_MEMBER, Vec::new())
                 .await
                 .map_err(|e| e.to_string())?;
             let session = reply
@@ -222,7 +222,7 @@ async fn pump(peers: Arc<Peers>, addr: String, session: u64, stream: RelayStream
     let call = |kind: Kind, body: Vec<u8>| {
         let peers = Arc::clone(&peers);
         let addr = addr.clone();
-        async move { peers.call(&addr, kind, 0, wire::ANY_MEMBER, &body).await }
+        async move { peers.call(&addr, kind, 0, wire::ANY_MEMBER, body).await }
     };
     let up = async {
         let mut buf = vec![0u8; CHUNK_BYTES];

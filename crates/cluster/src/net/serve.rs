@@ -17,7 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
 
-use super::frames::{read_frame, write_frames};
+use super::frames::{FrameReader, write_frames};
 use super::wire::{self, Failure, Header, Kind};
 use crate::forward::{self, ForwardError};
 use crate::record::RecentEntries;
@@ -212,8 +212,9 @@ async fn serve_conn(stream: TcpStream, groups: Groups, conn: u64) -> String {
         return e.to_string();
     }
     let (mut read, write) = stream.into_split();
-    let from = match read_frame(&mut read, wire::HELLO_BYTES_MAX).await {
-        Ok(Some(frame)) => match wire::split(&frame) {
+    let mut frames = FrameReader::default();
+    let from = match frames.next(&mut read, wire::HELLO_BYTES_MAX).await {
+        Ok(Some(frame)) => match wire::split(frame) {
             Ok((h, body)) if h.kind == Kind::Hello => match wire::decode_hello(body) {
                 Ok(node) => node,
                 Err(e) => {
@@ -229,17 +230,17 @@ async fn serve_conn(stream: TcpStream, groups: Groups, conn: u64) -> String {
         Ok(None) => return "closed before hello".into(),
         Err(e) => return e.to_string(),
     };
-    let (out, rx) = mpsc::channel::<Vec<u8>>(OUTBOX_FRAMES);
+    let (out, rx) = mpsc::channel::<wire::Frame>(OUTBOX_FRAMES);
     tokio::spawn(write_frames(write, rx));
     let slots = Arc::new(Semaphore::new(IN_FLIGHT_MAX));
     loop {
-        let frame = match read_frame(&mut read, wire::FRAME_BYTES_MAX).await {
+        let frame = match frames.next(&mut read, wire::FRAME_BYTES_MAX).await {
             Ok(Some(frame)) => frame,
             Ok(None) => return format!("node {from} hung up"),
             Err(e) => return format!("node {from}: {e}"),
         };
-        let header = match wire::split(&frame) {
-            Ok((h, _)) => h,
+        let (header, body) = match wire::split(frame) {
+            Ok(split) => split,
             Err(e) => return format!("node {from}: {e}"),
         };
         if matches!(header.kind, Kind::Hello | Kind::Reply) {
@@ -248,24 +249,24 @@ async fn serve_conn(stream: TcpStream, groups: Groups, conn: u64) -> String {
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
             return "semaphore closed".into();
         };
-        // An append is queued for its group's Raft before the next frame is read, so that a
-        // leader's appends reach it in the order they were sent (a task each could reorder
-        // them, and an early copy that overtook the one before it is refused: S-CLU-90).
-        let started = match wire::split(&frame) {
-            Ok((header, body)) if header.kind == Kind::AppendEntries => {
-                Some(start_append(header, body, &groups))
-            }
-            _ => None,
+        // An append is decoded and queued for its group's Raft before the next frame is read,
+        // so that a leader's appends reach it in the order they were sent (a task each could
+        // reorder them, and an early copy that overtook the one before it is refused:
+        // S-CLU-90). Any other request is answered by a task of its own, with its own copy of
+        // the body (the read buffer is the next frame's).
+        let answering: Answering = if header.kind == Kind::AppendEntries {
+            start_append(header, body, &groups)
+        } else {
+            let body = body.to_vec();
+            let groups = groups.clone();
+            Box::pin(async move { answer(header, &body, &groups, conn).await })
         };
-        let groups = groups.clone();
         let out = out.clone();
         tokio::spawn(async move {
-            let reply = match (started, wire::split(&frame)) {
-                (Some(started), _) => started.await,
-                (None, Ok((header, body))) => answer(header, body, &groups, conn).await,
-                (None, Err(_)) => wire::failed(&Failure::BadRequest),
-            };
-            if let Ok(frame) = wire::frame(Kind::Reply, header.id, 0, wire::ANY_MEMBER, &reply) {
+            let reply = answering.await;
+            if let Ok(frame) =
+                wire::frame(Kind::Reply, header.id, 0, wire::ANY_MEMBER, reply.into())
+            {
                 let _ = out.send(frame).await;
             }
             drop(slot);

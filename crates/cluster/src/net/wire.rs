@@ -6,6 +6,7 @@
 //! allocate, trailing bytes refused) and never panics (S-ERR-2).
 #![warn(clippy::indexing_slicing)]
 
+use bytes::Bytes;
 use openraft::error::{InstallSnapshotError, SnapshotMismatch};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
@@ -138,6 +139,23 @@ pub struct Header {
     pub target: NodeId,
 }
 
+/// A frame on its way out: its length field and header, then `body`, which is shared, not
+/// copied (an early copy's body goes to every follower as one buffer).
+#[derive(Debug, Clone)]
+pub struct Frame {
+    /// The length field and the header.
+    pub head: [u8; 4 + FRAME_HEADER_BYTES],
+    /// The body.
+    pub body: Bytes,
+}
+
+impl Frame {
+    /// The frame in one buffer, as it goes on the wire.
+    pub fn to_vec(&self) -> Vec<u8> {
+        [self.head.as_slice(), &self.body].concat()
+    }
+}
+
 /// A frame: its length field, the header, then `body`.
 ///
 /// # Errors
@@ -147,20 +165,25 @@ pub fn frame(
     id: u64,
     group: u64,
     target: NodeId,
-    body: &[u8],
-) -> Result<Vec<u8>, RecordEncodeError> {
+    body: Bytes,
+) -> Result<Frame, RecordEncodeError> {
     let len = FRAME_HEADER_BYTES + body.len();
     if len > FRAME_BYTES_MAX {
         return Err(RecordEncodeError::TooLong { what: "frame" });
     }
-    let mut out = Vec::with_capacity(4 + len);
-    le::put_u32(&mut out, record::count_u32(len, "frame")?);
-    out.push(kind as u8);
-    le::put_u64(&mut out, id);
-    le::put_u64(&mut out, group);
-    le::put_u64(&mut out, target);
-    out.extend_from_slice(body);
-    Ok(out)
+    let len = record::count_u32(len, "frame")?.to_le_bytes();
+    let fields: [&[u8]; 5] = [
+        &len,
+        &[kind as u8],
+        &id.to_le_bytes(),
+        &group.to_le_bytes(),
+        &target.to_le_bytes(),
+    ];
+    let mut head = [0; 4 + FRAME_HEADER_BYTES];
+    for (to, from) in head.iter_mut().zip(fields.into_iter().flatten()) {
+        *to = *from;
+    }
+    Ok(Frame { head, body })
 }
 
 /// Splits a frame (without its length field) into its header and body.
@@ -227,7 +250,15 @@ pub fn decode_hello(body: &[u8]) -> Result<NodeId, RecordDecodeError> {
 pub fn append_entries(
     rpc: &AppendEntriesRequest<TypeConfig>,
 ) -> Result<(Vec<u8>, usize), RecordEncodeError> {
-    let mut out = Vec::new();
+    // Sized for the entries up front (about: `entry_bytes`), not grown to them by copies.
+    let mut about = 0usize;
+    for entry in &rpc.entries {
+        if about >= APPEND_BYTES_SOFT {
+            break;
+        }
+        about = about.saturating_add(crate::log_store::entry_bytes(entry));
+    }
+    let mut out = Vec::with_capacity(about.saturating_add(64));
     record::put_vote(&mut out, &rpc.vote);
     record::put_opt_log_id(&mut out, rpc.prev_log_id.as_ref());
     record::put_opt_log_id(&mut out, rpc.leader_commit.as_ref());

@@ -336,7 +336,9 @@ async fn every_member_holds(three: &Three, back: &Node, ids: &BTreeSet<MessageId
 /// refused, never answered as that member.
 async fn refuses_the_old_incarnation(addr: &str, old: u64) {
     let mut s = TcpStream::connect(addr).await.unwrap();
-    let hello = wire::frame(Kind::Hello, 0, 0, wire::ANY_MEMBER, &wire::hello(9)).unwrap();
+    let hello = wire::frame(Kind::Hello, 0, 0, wire::ANY_MEMBER, wire::hello(9).into())
+        .unwrap()
+        .to_vec();
     s.write_all(&hello).await.unwrap();
     let vote = openraft::raft::VoteRequest {
         vote: wharf_cluster::Vote::new(1_000, 2),
@@ -353,7 +355,9 @@ async fn refuses_the_old_incarnation(addr: &str, old: u64) {
         (1, Kind::Vote, wire::vote(&vote)),
         (2, Kind::AppendEntries, append),
     ] {
-        let f = wire::frame(kind, id, METADATA_GROUP, old, &body).unwrap();
+        let f = wire::frame(kind, id, METADATA_GROUP, old, body.into())
+            .unwrap()
+            .to_vec();
         s.write_all(&f).await.unwrap();
         let reply = read_frame(&mut s, wire::FRAME_BYTES_MAX)
             .await

@@ -3,6 +3,7 @@
 //! relayed connection behind it closes at once (its consumers' unacked messages go back to
 //! their queues) rather than after `IDLE_MAX`.
 
+use bytes::Bytes;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,9 +32,13 @@ async fn s_clu_76_a_relay_session_ends_with_its_link_connection() {
     let serving = tokio::spawn(serve(listener, groups));
 
     let mut link = TcpStream::connect(addr).await.unwrap();
-    let hello = wire::frame(Kind::Hello, 0, 0, wire::ANY_MEMBER, &wire::hello(2)).unwrap();
+    let hello = wire::frame(Kind::Hello, 0, 0, wire::ANY_MEMBER, wire::hello(2).into())
+        .unwrap()
+        .to_vec();
     link.write_all(&hello).await.unwrap();
-    let open = wire::frame(Kind::RelayOpen, 1, 0, wire::ANY_MEMBER, &[]).unwrap();
+    let open = wire::frame(Kind::RelayOpen, 1, 0, wire::ANY_MEMBER, Bytes::new())
+        .unwrap()
+        .to_vec();
     link.write_all(&open).await.unwrap();
     let reply = read_frame(&mut link, wire::FRAME_BYTES_MAX)
         .await

@@ -3,6 +3,7 @@
 //! commit on a majority, elect a new leader when the leader stops (S-CLU-9), and the stopped
 //! node catches up when it comes back. The link refuses garbage without panicking (S-ERR-2).
 
+use bytes::Bytes;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
@@ -243,7 +244,7 @@ async fn s_clu_50_a_follower_node_proposes_over_the_link() {
             Kind::Propose,
             METADATA_GROUP,
             wire::ANY_MEMBER,
-            &body,
+            body,
         )
         .await;
     assert!(
@@ -312,7 +313,9 @@ async fn the_cluster_link_refuses_garbage_without_panicking() {
     assert!(closes(&mut s).await, "garbage instead of a hello closes");
 
     let mut s = TcpStream::connect(&addr).await.unwrap();
-    let hello = wire::frame(Kind::Hello, 0, 0, wire::ANY_MEMBER, &wire::hello(9)).unwrap();
+    let hello = wire::frame(Kind::Hello, 0, 0, wire::ANY_MEMBER, wire::hello(9).into())
+        .unwrap()
+        .to_vec();
     s.write_all(&hello).await.unwrap();
     s.write_all(&u32::MAX.to_le_bytes()).await.unwrap();
     s.write_all(&[0x10; 64]).await.unwrap();
@@ -320,7 +323,15 @@ async fn the_cluster_link_refuses_garbage_without_panicking() {
 
     let mut s = TcpStream::connect(&addr).await.unwrap();
     s.write_all(&hello).await.unwrap();
-    let bad = wire::frame(Kind::AppendEntries, 7, METADATA_GROUP, 1, &[0xff; 40]).unwrap();
+    let bad = wire::frame(
+        Kind::AppendEntries,
+        7,
+        METADATA_GROUP,
+        1,
+        vec![0xff; 40].into(),
+    )
+    .unwrap()
+    .to_vec();
     s.write_all(&bad).await.unwrap();
     let reply = read_frame(&mut s, wire::FRAME_BYTES_MAX)
         .await
@@ -332,7 +343,9 @@ async fn the_cluster_link_refuses_garbage_without_panicking() {
         wire::decode_reply(body).unwrap(),
         Err(wire::Failure::BadRequest)
     );
-    let status = wire::frame(Kind::Status, 8, 0, wire::ANY_MEMBER, &[]).unwrap();
+    let status = wire::frame(Kind::Status, 8, 0, wire::ANY_MEMBER, Bytes::new())
+        .unwrap()
+        .to_vec();
     s.write_all(&status).await.unwrap();
     let reply = read_frame(&mut s, wire::FRAME_BYTES_MAX)
         .await
@@ -363,7 +376,9 @@ async fn the_cluster_link_refuses_garbage_without_panicking() {
         let body: Vec<u8> = (0..(seed >> 8) % 96)
             .map(|i| (seed >> (i % 56)).to_le_bytes()[0])
             .collect();
-        let f = wire::frame(kind, id, (seed >> 3) % 2, (seed >> 5) % 2, &body).unwrap();
+        let f = wire::frame(kind, id, (seed >> 3) % 2, (seed >> 5) % 2, body.into())
+            .unwrap()
+            .to_vec();
         s.write_all(&f).await.unwrap();
         let reply = read_frame(&mut s, wire::FRAME_BYTES_MAX)
             .await

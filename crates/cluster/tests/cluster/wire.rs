@@ -2,6 +2,7 @@
 //! vote; every message decodes back to itself; cut or damaged bodies are refused or decoded,
 //! never a panic (S-ERR-2).
 
+use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet};
 
 use openraft::error::SnapshotMismatch;
@@ -31,7 +32,9 @@ fn log_id(term: u64, node: u64, index: u64) -> LogId {
 /// of group 1, a `Vote` body, a `Probe` reply and an `AddMember` body.
 #[test]
 fn cluster_link_frames_match_the_documented_bytes() {
-    let hello = wire::frame(Kind::Hello, 0, 0, wire::ANY_MEMBER, &wire::hello(2)).unwrap();
+    let hello = wire::frame(Kind::Hello, 0, 0, wire::ANY_MEMBER, wire::hello(2).into())
+        .unwrap()
+        .to_vec();
     assert_eq!(
         hex(&hello),
         "2b000000 01 0000000000000000 0000000000000000 0000000000000000 77686172666e6574 0400 0200000000000000"
@@ -93,7 +96,9 @@ fn cluster_link_frames_match_the_documented_bytes() {
     ];
     assert_eq!(kinds.map(|k| k as u8), [0x18, 0x19, 0x1a, 0x1b]);
     assert_eq!(kinds.map(|k| Kind::from_byte(k as u8)), kinds.map(Some));
-    let to_member = wire::frame(Kind::Vote, 5, 1, 3, &[]).unwrap();
+    let to_member = wire::frame(Kind::Vote, 5, 1, 3, Bytes::new())
+        .unwrap()
+        .to_vec();
     assert_eq!(
         hex(&to_member),
         "19000000 11 0500000000000000 0100000000000000 0300000000000000".replace(' ', "")
