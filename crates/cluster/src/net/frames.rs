@@ -15,8 +15,8 @@ use super::wire::{self, FRAME_HEADER_BYTES, Frame};
 /// What a connection's read buffer starts with at most (it grows as bytes arrive).
 const READ_CHUNK: usize = 64 * 1024;
 /// The most a connection's read buffer keeps between frames: room for the entries a leader
-/// sends at once (`wire::APPEND_BYTES_SOFT`) and their framing; a larger one is let go after
-/// its frame.
+/// sends at once (`wire::APPEND_BYTES_SOFT`) and their framing; a larger one is let go at the
+/// next read (the frame it holds is the caller's until then).
 const READ_KEEP_BYTES: usize = wire::APPEND_BYTES_SOFT + 64 * 1024;
 
 /// Reads a connection's frames into one buffer, kept from frame to frame: a frame's bytes are
@@ -40,20 +40,21 @@ impl FrameReader {
         r: &mut R,
         max: usize,
     ) -> io::Result<Option<&[u8]>> {
+        // The stream may end cleanly before a frame, never inside its length.
         let mut len = [0u8; 4];
-        let mut got = 0;
-        while let Some(rest) = len.get_mut(got..).filter(|rest| !rest.is_empty()) {
-            match r.read(rest).await? {
-                0 if got == 0 => return Ok(None),
-                0 => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the stream ended inside a frame's length",
-                    ));
-                }
-                n => got += n,
-            }
+        let [first, rest @ ..] = &mut len;
+        match r.read_u8().await {
+            Ok(byte) => *first = byte,
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(e),
         }
+        r.read_exact(rest).await.map_err(|e| match e.kind() {
+            io::ErrorKind::UnexpectedEof => io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the stream ended inside a frame's length",
+            ),
+            _ => e,
+        })?;
         let len = le::u32_at(&len, 0).map_or(0, |l| usize::try_from(l).unwrap_or(usize::MAX));
         if !(FRAME_HEADER_BYTES..=max).contains(&len) {
             return Err(io::Error::new(
