@@ -64,8 +64,9 @@ pub fn encode_taken(
     now_ms: u64,
     sessions: &Sessions,
 ) -> Result<Vec<u8>, SnapshotError> {
-    let body = checkpoint::encode_to_vec(taken, Lsn(index))?;
-    let mut out = Vec::with_capacity(SNAPSHOT_HEADER_BYTES + 4 + 16 * sessions.len() + body.len());
+    let mut out = Vec::with_capacity(
+        SNAPSHOT_HEADER_BYTES + 4 + 16 * sessions.len() + checkpoint_bytes_estimate(taken),
+    );
     out.extend_from_slice(&SNAPSHOT_MAGIC);
     le::put_u16(&mut out, SNAPSHOT_VERSION);
     le::put_u64(&mut out, now_ms);
@@ -76,8 +77,24 @@ pub fn encode_taken(
         le::put_u64(&mut out, *session);
         le::put_u64(&mut out, *seq);
     }
-    out.extend_from_slice(&body);
+    checkpoint::encode_into(taken, Lsn(index), &mut out)?;
     Ok(out)
+}
+
+/// About what the checkpoint of `taken` takes: every body and a record's worth more per
+/// message. Only sizes the buffer up front (a deep queue's snapshot is hundreds of megabytes,
+/// and a buffer grown by doubling held up to twice that); the encoding grows it if it must.
+fn checkpoint_bytes_estimate(taken: &wharf_broker::Snapshot) -> usize {
+    const PER_MESSAGE: u64 = 128;
+    let bytes: u64 = taken
+        .queues
+        .iter()
+        .flat_map(|q| &q.messages)
+        .map(|m| m.message.body_len() + PER_MESSAGE)
+        .sum();
+    usize::try_from(bytes)
+        .unwrap_or(usize::MAX)
+        .min(isize::MAX as usize / 2)
 }
 
 /// A snapshot decoded: a fresh broker holding its state (nothing fired: the replay state, as

@@ -138,6 +138,13 @@ fn encode_head(meta: &Meta, bytes: &[u8]) -> Result<Vec<u8>, RecordEncodeError> 
 /// # Errors
 /// A bad magic, version or CRC, or metadata that does not decode.
 pub fn decode(file: &[u8]) -> Result<(Meta, Vec<u8>), RecordDecodeError> {
+    let (meta, start) = decode_head(file)?;
+    Ok((meta, file.get(start..).unwrap_or_default().to_vec()))
+}
+
+/// Checks a snapshot file's bytes (magic, version, CRC) and decodes its metadata; returns it
+/// and where the snapshot bytes start.
+fn decode_head(file: &[u8]) -> Result<(Meta, usize), RecordDecodeError> {
     let d = &mut Dec::new(FILE_KIND, file);
     if d.bytes(8, "magic")? != SNAPSHOT_FILE_MAGIC {
         return Err(d.err("not a wharf snapshot file (magic)"));
@@ -153,8 +160,7 @@ pub fn decode(file: &[u8]) -> Result<(Meta, Vec<u8>), RecordDecodeError> {
     let d = &mut Dec::new(FILE_KIND, body);
     let meta_len = d.len("metadata length")?;
     let meta = decode_meta(d.bytes(meta_len, "metadata")?)?;
-    let bytes = d.bytes(d.remaining(), "snapshot")?.to_vec();
-    Ok((meta, bytes))
+    Ok((meta, file.len() - d.remaining()))
 }
 
 /// Writes the snapshot file in `dir` durably, replacing the previous one: a temporary file,
@@ -232,12 +238,13 @@ pub fn read(
     })?;
     let mut data = vec![0; len];
     file.read_exact_at(&mut data, 0).map_err(io_err(&path))?;
-    decode(&data)
-        .map(Some)
-        .map_err(|e| SnapshotFileError::Damaged {
-            path,
-            reason: e.to_string(),
-        })
+    let (meta, start) = decode_head(&data).map_err(|e| SnapshotFileError::Damaged {
+        path,
+        reason: e.to_string(),
+    })?;
+    // The snapshot bytes moved to the front, not copied: a deep queue's are hundreds of MB.
+    data.drain(..start);
+    Ok(Some((meta, data)))
 }
 
 #[cfg(test)]

@@ -57,6 +57,25 @@ pub struct Machine {
     voids: Voids,
 }
 
+/// Where the current snapshot's bytes are: a copy of those a machine without a disk keeps, or
+/// its snapshot file.
+enum SnapshotSource {
+    Memory(SnapshotMeta<u64, openraft::BasicNode>, Vec<u8>),
+    File(SnapshotDisk),
+}
+
+impl SnapshotSource {
+    /// The snapshot's metadata and bytes; from a file, the file's own metadata (a build may
+    /// have replaced the file and not recorded it yet: the file is still a snapshot of
+    /// committed state, and its metadata is its own).
+    fn read(self) -> Result<Option<(snapshot_file::Meta, Vec<u8>)>, SnapshotFileError> {
+        match self {
+            SnapshotSource::Memory(meta, bytes) => Ok(Some((meta, bytes))),
+            SnapshotSource::File(disk) => snapshot_file::read(disk.storage.as_ref(), &disk.dir),
+        }
+    }
+}
+
 /// Where a state machine keeps its snapshot file.
 #[derive(Clone)]
 struct SnapshotDisk {
@@ -75,11 +94,16 @@ pub enum MachineOpenError {
     Snapshot(#[from] SnapshotError),
 }
 
-/// The current snapshot: its metadata and bytes.
+/// The current snapshot: its metadata, its size, and its bytes when the machine has no disk.
+/// A machine with a disk reads them from its snapshot file when they are needed (openraft
+/// sending the snapshot to a member, a void's rebuild, S-CLU-60): a snapshot holds every
+/// queued body, and kept in memory besides the committed broker it nearly doubled what a
+/// deep queue cost each member until the next snapshot replaced it.
 #[derive(Clone)]
 struct StoredSnapshot {
     meta: SnapshotMeta<u64, openraft::BasicNode>,
-    bytes: Vec<u8>,
+    len: u64,
+    bytes: Option<Vec<u8>>,
 }
 
 impl Machine {
@@ -139,7 +163,7 @@ impl Machine {
 
     /// The current snapshot's size in bytes (0: none).
     pub fn snapshot_bytes(&self) -> u64 {
-        self.snapshot.as_ref().map_or(0, |s| s.bytes.len() as u64)
+        self.snapshot.as_ref().map_or(0, |s| s.len)
     }
 
     /// Entries applied since the last snapshot was taken, installed or loaded (S-CLU-80).
@@ -216,11 +240,31 @@ impl Machine {
     /// Makes `meta` and `bytes` (on disk already, when the machine has a disk) the current
     /// snapshot.
     fn record_snapshot(&mut self, meta: &SnapshotMeta<u64, openraft::BasicNode>, bytes: Vec<u8>) {
-        self.snapshot = Some(StoredSnapshot {
-            meta: meta.clone(),
-            bytes,
-        });
+        self.snapshot = Some(self.stored(meta.clone(), bytes));
         self.voids.snapshot_at(meta.last_log_id.map(|l| l.index));
+    }
+
+    /// The current snapshot of `meta` and `bytes`: the bytes are let go when the file has them.
+    fn stored(
+        &self,
+        meta: SnapshotMeta<u64, openraft::BasicNode>,
+        bytes: Vec<u8>,
+    ) -> StoredSnapshot {
+        StoredSnapshot {
+            meta,
+            len: bytes.len() as u64,
+            bytes: self.disk.is_none().then_some(bytes),
+        }
+    }
+
+    /// Where the current snapshot's bytes are (`None`: no snapshot).
+    fn snapshot_source(&self) -> Option<SnapshotSource> {
+        let current = self.snapshot.as_ref()?;
+        match (&current.bytes, &self.disk) {
+            (Some(bytes), _) => Some(SnapshotSource::Memory(current.meta.clone(), bytes.clone())),
+            (None, Some(disk)) => Some(SnapshotSource::File(disk.clone())),
+            (None, None) => None,
+        }
     }
 
     /// Starts from snapshot `bytes` (with its `meta`).
@@ -231,7 +275,7 @@ impl Machine {
         self.membership = meta.last_membership.clone();
         self.now_ms = decoded.now_ms;
         self.sessions = decoded.sessions;
-        self.snapshot = Some(StoredSnapshot { meta, bytes });
+        self.snapshot = Some(self.stored(meta, bytes));
         self.compaction.covered();
         Ok(())
     }
@@ -299,9 +343,12 @@ impl Machine {
         refused: &wharf_broker::BrokerError,
     ) -> Result<(), StorageError> {
         let base = self
-            .snapshot
+            .snapshot_source()
+            .map_or(Ok(None), SnapshotSource::read)
+            .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        let base = base
             .as_ref()
-            .map(|s| (s.bytes.as_slice(), s.meta.last_log_id.map(|l| l.index)));
+            .map(|(meta, bytes)| (bytes.as_slice(), meta.last_log_id.map(|l| l.index)));
         let rebuilt = self
             .voids
             .rebuild(base, log_id.index)
@@ -569,11 +616,22 @@ impl RaftStateMachine<TypeConfig> for QueueStateMachine {
         Ok(())
     }
 
+    /// Read from the snapshot file (under `files`, so a build's file is read only once it is
+    /// the current snapshot) on a blocking thread: a deep queue's snapshot is hundreds of
+    /// megabytes.
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let m = lock(&self.machine);
-        Ok(m.snapshot.clone().map(|s| Snapshot {
-            meta: s.meta,
-            snapshot: Box::new(Cursor::new(s.bytes)),
+        let (machine, files) = (Arc::clone(&self.machine), Arc::clone(&self.files));
+        let data = tokio::task::spawn_blocking(move || {
+            let _files = lock_files(&files);
+            let source = lock(&machine).snapshot_source();
+            source.map_or(Ok(None), SnapshotSource::read)
+        })
+        .await
+        .map_err(|e| StorageIOError::read_snapshot(None, &e))?
+        .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        Ok(data.map(|(meta, bytes)| Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(bytes)),
         }))
     }
 }
@@ -661,6 +719,62 @@ mod tests {
         assert!(!asked(), "2 entries since the build");
         sm.apply_entries([blank(6)]).unwrap();
         assert!(asked(), "3 entries since the build, nothing queued");
+    }
+
+    /// A machine with a disk keeps no snapshot bytes in memory, whether it built the snapshot,
+    /// installed it or found it in its file at a restart: openraft gets the file's bytes, the
+    /// very ones built (S-CLU-4, S-CLU-7). A machine without a disk keeps them.
+    #[tokio::test]
+    async fn a_machine_with_a_disk_hands_out_its_snapshot_from_the_file_and_keeps_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage: Arc<dyn Storage> = Arc::new(wharf_wal::FileStorage);
+        let mut sm = QueueStateMachine::open(Arc::clone(&storage), dir.path()).unwrap();
+        assert!(sm.get_current_snapshot().await.unwrap().is_none());
+        lock(&sm.machine).last_applied = Some(at(5));
+        let built = sm
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        let kept = |sm: &QueueStateMachine| lock(&sm.machine).snapshot.clone().unwrap();
+        assert!(kept(&sm).bytes.is_none(), "built: not kept in memory");
+        let (_, on_disk) = snapshot_file::read(storage.as_ref(), dir.path())
+            .unwrap()
+            .unwrap();
+        assert_eq!(sm.with(Machine::snapshot_bytes), on_disk.len() as u64);
+        let handed = sm.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(handed.meta, built.meta);
+        assert_eq!(handed.snapshot.into_inner(), on_disk);
+
+        let mut restarted = QueueStateMachine::open(Arc::clone(&storage), dir.path()).unwrap();
+        assert!(kept(&restarted).bytes.is_none(), "restored: not kept");
+        let handed = restarted.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(handed.meta, built.meta);
+        assert_eq!(handed.snapshot.into_inner(), on_disk);
+
+        let other = tempfile::tempdir().unwrap();
+        let mut installed = QueueStateMachine::open(Arc::clone(&storage), other.path()).unwrap();
+        installed
+            .install_snapshot(&built.meta, Box::new(Cursor::new(on_disk.clone())))
+            .await
+            .unwrap();
+        assert!(kept(&installed).bytes.is_none(), "installed: not kept");
+        let handed = installed.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(handed.snapshot.into_inner(), on_disk);
+
+        let mut memory = QueueStateMachine::new();
+        lock(&memory.machine).last_applied = Some(at(5));
+        memory
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        let held = kept(&memory).bytes.unwrap();
+        assert_eq!(memory.with(Machine::snapshot_bytes), held.len() as u64);
+        let handed = memory.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(handed.snapshot.into_inner(), held);
     }
 
     /// Without a newer snapshot, the build becomes the current one and the file's.

@@ -260,9 +260,21 @@ fn encode_header(h: CheckpointHeader) -> [u8; CHECKPOINT_HEADER_BYTES] {
 /// An event or message that does not fit the record format, or a stored message with no log
 /// position.
 pub fn encode_to_vec(snapshot: &Snapshot, lsn: Lsn) -> Result<Vec<u8>, StoreError> {
-    let mut body = vec![0u8; CHECKPOINT_HEADER_BYTES];
+    let mut out = Vec::new();
+    encode_into(snapshot, lsn, &mut out)?;
+    Ok(out)
+}
+
+/// As [`encode_to_vec`], appended to `out` (after what a caller puts before it: a snapshot's
+/// header), so a checkpoint of every queued body is not copied once more into place.
+///
+/// # Errors
+/// As [`encode_to_vec`].
+pub fn encode_into(snapshot: &Snapshot, lsn: Lsn, out: &mut Vec<u8>) -> Result<(), StoreError> {
+    let start = out.len();
+    out.resize(start + CHECKPOINT_HEADER_BYTES, 0);
     let mut sink = |bytes: &[u8]| {
-        body.extend_from_slice(bytes);
+        out.extend_from_slice(bytes);
         Ok(())
     };
     let mut enc = Encoder {
@@ -284,10 +296,10 @@ pub fn encode_to_vec(snapshot: &Snapshot, lsn: Lsn) -> Result<Vec<u8>, StoreErro
         next_message_id: snapshot.next_message_id,
         records,
     });
-    if let Some(head) = body.get_mut(..CHECKPOINT_HEADER_BYTES) {
+    if let Some(head) = out.get_mut(start..start + CHECKPOINT_HEADER_BYTES) {
         head.copy_from_slice(&header);
     }
-    Ok(body)
+    Ok(())
 }
 
 /// Writes the checkpoint of `snapshot` covering the log through `lsn` atomically: into
