@@ -14,6 +14,8 @@ use wharf_store::StoreError;
 use wharf_store::checkpoint::{self, CheckpointRecord};
 use wharf_wal::{Lsn, SimStorage, le};
 
+use crate::snapshot_file::{SnapshotFileError, Stream};
+
 /// The snapshot header's magic bytes (`wharfsnp`), then a version.
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"wharfsnp";
 /// The snapshot format this build writes (it reads version 1 too: no sessions).
@@ -33,6 +35,9 @@ pub enum SnapshotError {
     /// The header is not a wharf snapshot of a version this build reads.
     #[error("not a wharf snapshot (or a newer version): {0}")]
     Header(&'static str),
+    /// The snapshot file could not be written.
+    #[error(transparent)]
+    File(#[from] SnapshotFileError),
     /// The committed broker refused a record of the snapshot.
     #[error("the snapshot does not fit the broker")]
     Refused(#[from] wharf_broker::BrokerError),
@@ -67,18 +72,57 @@ pub fn encode_taken(
     let mut out = Vec::with_capacity(
         SNAPSHOT_HEADER_BYTES + 4 + 16 * sessions.len() + checkpoint_bytes_estimate(taken),
     );
-    out.extend_from_slice(&SNAPSHOT_MAGIC);
-    le::put_u16(&mut out, SNAPSHOT_VERSION);
-    le::put_u64(&mut out, now_ms);
-    let count =
-        u32::try_from(sessions.len()).map_err(|_| SnapshotError::Header("too many sessions"))?;
-    le::put_u32(&mut out, count);
-    for (session, seq) in sessions {
-        le::put_u64(&mut out, *session);
-        le::put_u64(&mut out, *seq);
-    }
+    put_head(&mut out, now_ms, sessions)?;
     checkpoint::encode_into(taken, Lsn(index), &mut out)?;
     Ok(out)
+}
+
+/// As [`encode_taken`], written to the snapshot file being written (`stream`) as it is encoded:
+/// the header and sessions, a place for the checkpoint's header, then its records a chunk at a
+/// time. Returns the checkpoint's header, the reserved part's bytes. The bytes are
+/// [`encode_taken`]'s; no buffer holds them all.
+///
+/// # Errors
+/// The checkpoint encoder's errors, and the disk's.
+pub fn encode_to_stream(
+    taken: &wharf_broker::Snapshot,
+    index: u64,
+    now_ms: u64,
+    sessions: &Sessions,
+    stream: &mut Stream,
+) -> Result<Vec<u8>, SnapshotError> {
+    let mut head = Vec::with_capacity(SNAPSHOT_HEADER_BYTES + 4 + 16 * sessions.len());
+    put_head(&mut head, now_ms, sessions)?;
+    stream.put(&head)?;
+    stream.reserve(checkpoint::CHECKPOINT_HEADER_BYTES)?;
+    // The disk's error is kept as it is; the encoder only needs to stop.
+    let mut failed = None;
+    let header = checkpoint::encode_streamed(taken, Lsn(index), &mut |bytes: &[u8]| {
+        stream.put(bytes).map_err(|e| {
+            let stop = StoreError::Log(e.to_string());
+            failed = Some(e);
+            stop
+        })
+    });
+    match (header, failed) {
+        (_, Some(e)) => Err(e.into()),
+        (header, None) => Ok(header?.to_vec()),
+    }
+}
+
+/// The snapshot's header (magic, version, highest applied `now`) and its sessions.
+fn put_head(out: &mut Vec<u8>, now_ms: u64, sessions: &Sessions) -> Result<(), SnapshotError> {
+    out.extend_from_slice(&SNAPSHOT_MAGIC);
+    le::put_u16(out, SNAPSHOT_VERSION);
+    le::put_u64(out, now_ms);
+    let count =
+        u32::try_from(sessions.len()).map_err(|_| SnapshotError::Header("too many sessions"))?;
+    le::put_u32(out, count);
+    for (session, seq) in sessions {
+        le::put_u64(out, *session);
+        le::put_u64(out, *seq);
+    }
+    Ok(())
 }
 
 /// About what the checkpoint of `taken` takes: every body and a record's worth more per

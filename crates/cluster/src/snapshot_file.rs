@@ -115,6 +115,15 @@ pub fn encode(meta: &Meta, bytes: &[u8]) -> Result<Vec<u8>, RecordEncodeError> {
 /// metadata), the CRC covering `bytes` too: the file is this head, then `bytes` as they are,
 /// so writing it copies no snapshot byte (a snapshot holds every queued body).
 fn encode_head(meta: &Meta, bytes: &[u8]) -> Result<Vec<u8>, RecordEncodeError> {
+    let body_head = encode_body_head(meta)?;
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&body_head);
+    crc.update(bytes);
+    Ok(file_head(crc.finalize(), &body_head))
+}
+
+/// The metadata's length and bytes: what the CRC covers before the snapshot bytes.
+fn encode_body_head(meta: &Meta) -> Result<Vec<u8>, RecordEncodeError> {
     let m = encode_meta(meta)?;
     let mut body_head = Vec::with_capacity(4 + m.len());
     le::put_u32(
@@ -122,15 +131,17 @@ fn encode_head(meta: &Meta, bytes: &[u8]) -> Result<Vec<u8>, RecordEncodeError> 
         record::count_u32(m.len(), "snapshot metadata")?,
     );
     body_head.extend_from_slice(&m);
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&body_head);
-    crc.update(bytes);
-    let mut out = Vec::with_capacity(HEADER_BYTES + body_head.len());
+    Ok(body_head)
+}
+
+/// Magic, version, `crc`, then `body_head`.
+fn file_head(crc: u32, body_head: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_BYTES - 4 + body_head.len());
     out.extend_from_slice(&SNAPSHOT_FILE_MAGIC);
     le::put_u16(&mut out, SNAPSHOT_FILE_VERSION);
-    le::put_u32(&mut out, crc.finalize());
-    out.extend_from_slice(&body_head);
-    Ok(out)
+    le::put_u32(&mut out, crc);
+    out.extend_from_slice(body_head);
+    out
 }
 
 /// Decodes a snapshot file's bytes: the metadata and the snapshot bytes.
@@ -206,6 +217,147 @@ fn install(
     storage.sync_dir(dir).map_err(io_err(dir))
 }
 
+/// The snapshot bytes of a file [`write_streamed`] writes, handed over in order; the CRC is
+/// computed as they go. One part may be reserved and filled at the end (a checkpoint's header
+/// counts its records, known only once they are all written).
+pub struct Stream {
+    file: Box<dyn wharf_wal::StorageFile>,
+    path: PathBuf,
+    /// Where the next bytes go.
+    offset: u64,
+    /// Where the snapshot bytes start.
+    start: u64,
+    /// The CRC of the bytes before the reserved part (of all of them when none is).
+    before: crc32fast::Hasher,
+    /// The reserved part (its offset and length) and the CRC of the bytes after it.
+    reserved: Option<(u64, usize, crc32fast::Hasher)>,
+}
+
+impl Stream {
+    /// Writes `bytes` next.
+    ///
+    /// # Errors
+    /// The disk's.
+    pub fn put(&mut self, bytes: &[u8]) -> Result<(), SnapshotFileError> {
+        self.file
+            .write_all_at(bytes, self.offset)
+            .map_err(io_err(&self.path))?;
+        self.offset += bytes.len() as u64;
+        match &mut self.reserved {
+            Some((_, _, after)) => after.update(bytes),
+            None => self.before.update(bytes),
+        }
+        Ok(())
+    }
+
+    /// Leaves the next `len` bytes to be filled at the end, by what `write_streamed`'s
+    /// `encode` returns. Once per file.
+    ///
+    /// # Errors
+    /// A second reservation (a bug).
+    pub fn reserve(&mut self, len: usize) -> Result<(), SnapshotFileError> {
+        if self.reserved.is_some() {
+            return Err(SnapshotFileError::Damaged {
+                path: self.path.clone(),
+                reason: "a second reserved part (a bug)".into(),
+            });
+        }
+        self.reserved = Some((self.offset, len, crc32fast::Hasher::new()));
+        self.offset += len as u64;
+        Ok(())
+    }
+
+    /// The snapshot bytes written so far, the reserved part included.
+    pub fn len(&self) -> u64 {
+        self.offset - self.start
+    }
+
+    /// Whether nothing was written yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// As [`write`], the snapshot bytes written as `encode` makes them, through a [`Stream`],
+/// rather than from one buffer holding them all (a deep queue's are hundreds of megabytes):
+/// `encode` returns the bytes of the part it reserved (empty when none). Returns the
+/// snapshot bytes' length. The file is the same, byte for byte, as `write` of those bytes.
+///
+/// # Errors
+/// `encode`'s, and the disk's (the temporary file is then removed when possible).
+pub fn write_streamed<E: From<SnapshotFileError>>(
+    storage: &dyn Storage,
+    dir: &Path,
+    meta: &Meta,
+    encode: impl FnOnce(&mut Stream) -> Result<Vec<u8>, E>,
+) -> Result<u64, E> {
+    let body_head = encode_body_head(meta).map_err(SnapshotFileError::from)?;
+    storage.create_dir_all(dir).map_err(io_err(dir))?;
+    remove_temporary(storage, dir)?;
+    let written = stream_and_install(storage, dir, &body_head, encode);
+    if written.is_err()
+        && let Err(e) = remove_temporary(storage, dir)
+    {
+        tracing::warn!(error = %e, "cannot remove a failed snapshot file");
+    }
+    written
+}
+
+fn stream_and_install<E: From<SnapshotFileError>>(
+    storage: &dyn Storage,
+    dir: &Path,
+    body_head: &[u8],
+    encode: impl FnOnce(&mut Stream) -> Result<Vec<u8>, E>,
+) -> Result<u64, E> {
+    let tmp = dir.join(TEMPORARY_NAME);
+    let file = storage.create_new(&tmp).map_err(io_err(&tmp))?;
+    // The head's length does not depend on the CRC it holds.
+    let start = file_head(0, body_head).len() as u64;
+    let mut before = crc32fast::Hasher::new();
+    before.update(body_head);
+    let mut stream = Stream {
+        file,
+        path: tmp.clone(),
+        offset: start,
+        start,
+        before,
+        reserved: None,
+    };
+    let part = encode(&mut stream)?;
+    let len = stream.len();
+    let Stream {
+        file,
+        before: mut crc,
+        reserved,
+        ..
+    } = stream;
+    if let Some((offset, reserved, after)) = reserved {
+        if part.len() != reserved {
+            return Err(SnapshotFileError::Damaged {
+                path: tmp,
+                reason: format!(
+                    "{} bytes for a reserved part of {reserved} (a bug)",
+                    part.len()
+                ),
+            }
+            .into());
+        }
+        file.write_all_at(&part, offset).map_err(io_err(&tmp))?;
+        let mut filled = crc32fast::Hasher::new();
+        filled.update(&part);
+        crc.combine(&filled);
+        crc.combine(&after);
+    }
+    let head = file_head(crc.finalize(), body_head);
+    file.write_all_at(&head, 0).map_err(io_err(&tmp))?;
+    file.sync_all().map_err(io_err(&tmp))?;
+    drop(file);
+    let path = dir.join(SNAPSHOT_FILE_NAME);
+    storage.rename(&tmp, &path).map_err(io_err(&path))?;
+    storage.sync_dir(dir).map_err(io_err(dir))?;
+    Ok(len)
+}
+
 fn remove_temporary(storage: &dyn Storage, dir: &Path) -> Result<(), SnapshotFileError> {
     let names = storage.list(dir).map_err(io_err(dir))?;
     if names.iter().any(|n| n == TEMPORARY_NAME) {
@@ -276,5 +428,74 @@ mod tests {
         let (back, read) = read(&storage, dir.path()).unwrap().unwrap();
         assert_eq!(back, meta);
         assert_eq!(read, bytes);
+    }
+
+    /// A file written as a stream, a part reserved and filled at the end, is byte for byte the
+    /// file `write` makes of the same bytes (the CRC combined around the part). An encoding
+    /// that fails, or fills its part with the wrong length, leaves the previous file as it was
+    /// and no temporary file.
+    #[test]
+    fn a_streamed_file_is_the_file_of_its_bytes_and_a_failed_one_leaves_the_old() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = wharf_wal::FileStorage;
+        let meta = Meta {
+            last_log_id: Some(crate::types::LogId::new(
+                openraft::CommittedLeaderId::new(3, 2),
+                41,
+            )),
+            last_membership: StoredMembership::default(),
+            snapshot_id: "41-2".into(),
+        };
+        let bytes: Vec<u8> = (0..=250u8).cycle().take(100_000).collect();
+        let len = write_streamed(&storage, dir.path(), &meta, |out| {
+            out.put(&bytes[..100])?;
+            out.reserve(28)?;
+            for chunk in bytes[128..].chunks(7_000) {
+                out.put(chunk)?;
+            }
+            assert_eq!(out.len(), bytes.len() as u64);
+            Ok::<_, SnapshotFileError>(bytes[100..128].to_vec())
+        })
+        .unwrap();
+        assert_eq!(len, bytes.len() as u64);
+        let path = dir.path().join(SNAPSHOT_FILE_NAME);
+        let file = std::fs::read(&path).unwrap();
+        assert_eq!(file, encode(&meta, &bytes).unwrap());
+        assert_eq!(
+            read(&storage, dir.path()).unwrap().unwrap(),
+            (meta.clone(), bytes)
+        );
+
+        let nothing_reserved = write_streamed(&storage, dir.path(), &meta, |out| {
+            out.put(b"whole")?;
+            Ok::<_, SnapshotFileError>(Vec::new())
+        });
+        assert_eq!(nothing_reserved.unwrap(), 5);
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            encode(&meta, b"whole").unwrap()
+        );
+
+        let before = std::fs::read(&path).unwrap();
+        let failed = write_streamed(&storage, dir.path(), &meta, |out| {
+            out.put(b"half of it")?;
+            Err::<Vec<u8>, _>(SnapshotFileError::Damaged {
+                path: "encoder".into(),
+                reason: "stopped".into(),
+            })
+        });
+        assert!(failed.is_err());
+        let wrong_part = write_streamed(&storage, dir.path(), &meta, |out| {
+            out.reserve(4)?;
+            out.put(b"rest")?;
+            Ok::<_, SnapshotFileError>(vec![1, 2, 3])
+        });
+        assert!(wrong_part.is_err());
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [SNAPSHOT_FILE_NAME], "no temporary file left");
     }
 }

@@ -233,15 +233,16 @@ impl Machine {
         if let Some(disk) = &self.disk {
             snapshot_file::write(disk.storage.as_ref(), &disk.dir, meta, &bytes)?;
         }
-        self.record_snapshot(meta, bytes);
+        let current = self.stored(meta.clone(), bytes);
+        self.record_snapshot(current);
         Ok(())
     }
 
-    /// Makes `meta` and `bytes` (on disk already, when the machine has a disk) the current
-    /// snapshot.
-    fn record_snapshot(&mut self, meta: &SnapshotMeta<u64, openraft::BasicNode>, bytes: Vec<u8>) {
-        self.snapshot = Some(self.stored(meta.clone(), bytes));
-        self.voids.snapshot_at(meta.last_log_id.map(|l| l.index));
+    /// Makes `current` (on disk already, when the machine has a disk) the current snapshot.
+    fn record_snapshot(&mut self, current: StoredSnapshot) {
+        self.voids
+            .snapshot_at(current.meta.last_log_id.map(|l| l.index));
+        self.snapshot = Some(current);
     }
 
     /// The current snapshot of `meta` and `bytes`: the bytes are let go when the file has them.
@@ -512,10 +513,12 @@ struct Taken {
     disk: Option<SnapshotDisk>,
 }
 
-/// Encodes what [`Machine::take_snapshot`] took, writes it to the snapshot file under `files`
-/// and makes it the current snapshot (its bytes moved there, not copied), unless a newer one
-/// was installed meanwhile (then it is dropped). Holds `machine`'s lock only to look and to
-/// record. Returns the build's metadata.
+/// Encodes what [`Machine::take_snapshot`] took and makes it the current snapshot, unless a
+/// newer one was installed meanwhile (then nothing is built). With a disk, the encoding goes
+/// to the snapshot file as it is made (`snapshot_file::write_streamed`), under `files`: no
+/// buffer holds every queued body, which took a deep queue's size in fresh memory each build.
+/// Without one, the bytes are kept. Holds `machine`'s lock only to look and to record. Returns
+/// the build's metadata.
 fn finish_build(
     machine: &Mutex<Machine>,
     files: &Mutex<()>,
@@ -523,17 +526,31 @@ fn finish_build(
 ) -> Result<SnapshotMeta<u64, openraft::BasicNode>, StorageError> {
     let meta = taken.meta;
     let index = meta.last_log_id.map_or(0, |l| l.index);
-    let bytes = snapshot::encode_taken(&taken.broker, index, taken.now_ms, &taken.sessions)
-        .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
     let _files = lock_files(files);
     if lock(machine).has_newer_snapshot(&meta) {
         return Ok(meta);
     }
-    if let Some(disk) = &taken.disk {
-        snapshot_file::write(disk.storage.as_ref(), &disk.dir, &meta, &bytes)
-            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-    }
-    lock(machine).record_snapshot(&meta, bytes);
+    let failed = |e: SnapshotError| StorageIOError::write_snapshot(Some(meta.signature()), &e);
+    let current = if let Some(disk) = &taken.disk {
+        let len = snapshot_file::write_streamed(disk.storage.as_ref(), &disk.dir, &meta, |out| {
+            snapshot::encode_to_stream(&taken.broker, index, taken.now_ms, &taken.sessions, out)
+        })
+        .map_err(failed)?;
+        StoredSnapshot {
+            meta: meta.clone(),
+            len,
+            bytes: None,
+        }
+    } else {
+        let bytes = snapshot::encode_taken(&taken.broker, index, taken.now_ms, &taken.sessions)
+            .map_err(failed)?;
+        StoredSnapshot {
+            meta: meta.clone(),
+            len: bytes.len() as u64,
+            bytes: Some(bytes),
+        }
+    };
+    lock(machine).record_snapshot(current);
     Ok(meta)
 }
 
@@ -548,7 +565,8 @@ impl RaftSnapshotBuilder<TypeConfig> for MachineSnapshotBuilder {
     /// lock. Encoding every body and writing the file (seconds for a queue of a few hundred
     /// megabytes) run on a blocking thread, so entries go on being applied and the runtime's
     /// workers go on answering Raft (heartbeats, appends) meanwhile: a long pause there made
-    /// followers time out their leader. The file is written under `files`, as an install's is.
+    /// followers time out their leader. The file is written under `files`, as an install's is
+    /// (and `get_current_snapshot` reads it under `files`, so it waits for a build to end).
     ///
     /// The snapshot handed back carries its metadata only, no bytes: openraft 0.9 keeps
     /// nothing of a build but its metadata (`core::sm::worker`'s `build_snapshot`), and reads

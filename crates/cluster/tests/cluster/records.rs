@@ -9,8 +9,8 @@ use openraft::storage::RaftLogStorage;
 use openraft::{BasicNode, CommittedLeaderId, EntryPayload, RaftLogReader};
 use wharf_broker::{Broker, Event};
 use wharf_cluster::record::{self, RAFT_FORMAT_VERSION, RaftRecord};
-use wharf_cluster::snapshot;
 use wharf_cluster::{Entry, LogId, Membership, Origin, Proposal, Vote};
+use wharf_cluster::{snapshot, snapshot_file};
 
 use crate::commands::{declare_quorum, publish};
 use crate::support::{Cluster, GROUP, HangGuard, LiveBroker, open_log};
@@ -258,6 +258,23 @@ fn raft_snapshot_is_a_header_and_a_checkpoint() {
         "the checkpoint's CRC catches it"
     );
     assert!(snapshot::decode(&bytes[..bytes.len() - 1]).is_err());
+
+    // Written to its file as it is encoded (a member's build), the same bytes.
+    let dir = tempfile::tempdir().unwrap();
+    let storage = wharf_wal::FileStorage;
+    let meta = snapshot_file::Meta {
+        last_log_id: Some(log_id(1, 1, 5)),
+        last_membership: wharf_cluster::StoredMembership::default(),
+        snapshot_id: "5-1".into(),
+    };
+    let taken = committed.snapshot();
+    let len = snapshot_file::write_streamed(&storage, dir.path(), &meta, |out| {
+        snapshot::encode_to_stream(&taken, 5, 1_000, &sessions, out)
+    })
+    .unwrap();
+    assert_eq!(len, bytes.len() as u64);
+    let (_, streamed) = snapshot_file::read(&storage, dir.path()).unwrap().unwrap();
+    assert_eq!(streamed, bytes);
 }
 
 /// S-CLU-1: a follower acknowledges an entry only once its WAL synced it. Member 3 is cut off

@@ -29,4 +29,6 @@ mod write;
 pub use files::{file_name, list, parse_file_name, remove_older, remove_temporaries};
 pub use layout::{CHECKPOINT_HEADER_BYTES, CHECKPOINT_MAGIC, CheckpointHeader};
 pub use read::{CheckpointRecord, FrameVisitor, Loaded, decode_record, load, read, read_frames};
-pub use write::{Locate, PartSource, Written, encode_into, encode_to_vec, held_position, write};
+pub use write::{
+    Locate, PartSource, Written, encode_into, encode_streamed, encode_to_vec, held_position, write,
+};

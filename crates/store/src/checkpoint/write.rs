@@ -273,12 +273,30 @@ pub fn encode_to_vec(snapshot: &Snapshot, lsn: Lsn) -> Result<Vec<u8>, StoreErro
 pub fn encode_into(snapshot: &Snapshot, lsn: Lsn, out: &mut Vec<u8>) -> Result<(), StoreError> {
     let start = out.len();
     out.resize(start + CHECKPOINT_HEADER_BYTES, 0);
-    let mut sink = |bytes: &[u8]| {
+    let header = encode_streamed(snapshot, lsn, &mut |bytes: &[u8]| {
         out.extend_from_slice(bytes);
         Ok(())
-    };
+    })?;
+    if let Some(head) = out.get_mut(start..start + CHECKPOINT_HEADER_BYTES) {
+        head.copy_from_slice(&header);
+    }
+    Ok(())
+}
+
+/// As [`encode_to_vec`], handed to `sink` in chunks of about `CHUNK_BYTES` as it is encoded,
+/// but for its header: the caller leaves `CHECKPOINT_HEADER_BYTES` before the first chunk and
+/// writes the header returned there (it counts the records, known only at the end). A
+/// snapshot written to its file so needs no buffer the size of every queued body.
+///
+/// # Errors
+/// As [`encode_to_vec`], and `sink`'s.
+pub fn encode_streamed(
+    snapshot: &Snapshot,
+    lsn: Lsn,
+    sink: &mut dyn FnMut(&[u8]) -> Result<(), StoreError>,
+) -> Result<[u8; CHECKPOINT_HEADER_BYTES], StoreError> {
     let mut enc = Encoder {
-        sink: &mut sink,
+        sink,
         buf: Vec::new(),
         payload: Vec::new(),
         records: 0,
@@ -289,17 +307,12 @@ pub fn encode_into(snapshot: &Snapshot, lsn: Lsn, out: &mut Vec<u8>) -> Result<(
     let no_store = |s: &StoredMessage| Err(format!("message {} is stored, not in memory", s.id.0));
     encode_records(snapshot, &mut enc, &no_store, &held_position)?;
     enc.flush()?;
-    let records = enc.records;
-    let header = encode_header(CheckpointHeader {
+    Ok(encode_header(CheckpointHeader {
         version: STORE_FORMAT_VERSION,
         lsn,
         next_message_id: snapshot.next_message_id,
-        records,
-    });
-    if let Some(head) = out.get_mut(start..start + CHECKPOINT_HEADER_BYTES) {
-        head.copy_from_slice(&header);
-    }
-    Ok(())
+        records: enc.records,
+    }))
 }
 
 /// Writes the checkpoint of `snapshot` covering the log through `lsn` atomically: into
