@@ -549,7 +549,10 @@ pub(crate) fn decode_payload(
             let now_ms = d.u64("now")?;
             let count = d.u32("event count")?;
             let start = d.at;
-            let mut events = Vec::new();
+            // Sized from the count, bounded by what the bytes left can hold (an event takes at
+            // least its kind and length): a follower keeps an applied entry's list until the
+            // log is purged, and one grown by doubling kept up to twice the room.
+            let mut events = Vec::with_capacity((count as usize).min(d.remaining() / 5));
             for _ in 0..count {
                 let kind = d.u8("event kind")?;
                 let len = d.len("event length")?;

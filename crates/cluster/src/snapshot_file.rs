@@ -22,7 +22,7 @@ pub const SNAPSHOT_FILE_VERSION: u16 = 1;
 /// The file's name in the group's snapshot directory.
 pub const SNAPSHOT_FILE_NAME: &str = "snapshot.raft";
 /// The name of the file being written (removed at open when a crash left it).
-const TEMPORARY_NAME: &str = "snapshot.raft.tmp";
+pub(crate) const TEMPORARY_NAME: &str = "snapshot.raft.tmp";
 /// Magic, version (u16), CRC (u32), metadata length (u32).
 const HEADER_BYTES: usize = 8 + 2 + 4 + 4;
 /// A "kind" for the decoder's errors (the file is not a WAL record).
@@ -377,6 +377,18 @@ pub fn read(
 ) -> Result<Option<(Meta, Vec<u8>)>, SnapshotFileError> {
     storage.create_dir_all(dir).map_err(io_err(dir))?;
     remove_temporary(storage, dir)?;
+    read_current(storage, dir)
+}
+
+/// As [`read`], for a running member: a temporary file is left alone (a build or an install
+/// may be writing it, and replaces the file by a rename, so what is read is one whole file).
+///
+/// # Errors
+/// The disk's errors, or a damaged file.
+pub fn read_current(
+    storage: &dyn Storage,
+    dir: &Path,
+) -> Result<Option<(Meta, Vec<u8>)>, SnapshotFileError> {
     let names = storage.list(dir).map_err(io_err(dir))?;
     if !names.iter().any(|n| n == SNAPSHOT_FILE_NAME) {
         return Ok(None);

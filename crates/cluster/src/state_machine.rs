@@ -71,7 +71,9 @@ impl SnapshotSource {
     fn read(self) -> Result<Option<(snapshot_file::Meta, Vec<u8>)>, SnapshotFileError> {
         match self {
             SnapshotSource::Memory(meta, bytes) => Ok(Some((meta, bytes))),
-            SnapshotSource::File(disk) => snapshot_file::read(disk.storage.as_ref(), &disk.dir),
+            SnapshotSource::File(disk) => {
+                snapshot_file::read_current(disk.storage.as_ref(), &disk.dir)
+            }
         }
     }
 }
@@ -565,8 +567,7 @@ impl RaftSnapshotBuilder<TypeConfig> for MachineSnapshotBuilder {
     /// lock. Encoding every body and writing the file (seconds for a queue of a few hundred
     /// megabytes) run on a blocking thread, so entries go on being applied and the runtime's
     /// workers go on answering Raft (heartbeats, appends) meanwhile: a long pause there made
-    /// followers time out their leader. The file is written under `files`, as an install's is
-    /// (and `get_current_snapshot` reads it under `files`, so it waits for a build to end).
+    /// followers time out their leader. The file is written under `files`, as an install's is.
     ///
     /// The snapshot handed back carries its metadata only, no bytes: openraft 0.9 keeps
     /// nothing of a build but its metadata (`core::sm::worker`'s `build_snapshot`), and reads
@@ -634,13 +635,13 @@ impl RaftStateMachine<TypeConfig> for QueueStateMachine {
         Ok(())
     }
 
-    /// Read from the snapshot file (under `files`, so a build's file is read only once it is
-    /// the current snapshot) on a blocking thread: a deep queue's snapshot is hundreds of
-    /// megabytes.
+    /// Read from the snapshot file on a blocking thread (a deep queue's snapshot is hundreds of
+    /// megabytes), without `files`: a build or an install replaces the file by a rename, so a
+    /// read gets one whole file, with its own metadata, and does not wait (with openraft's
+    /// state machine task) for a build to end.
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let (machine, files) = (Arc::clone(&self.machine), Arc::clone(&self.files));
+        let machine = Arc::clone(&self.machine);
         let data = tokio::task::spawn_blocking(move || {
-            let _files = lock_files(&files);
             let source = lock(&machine).snapshot_source();
             source.map_or(Ok(None), SnapshotSource::read)
         })
@@ -761,9 +762,14 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(sm.with(Machine::snapshot_bytes), on_disk.len() as u64);
+        // A build or an install writing its temporary file meanwhile is left alone.
+        let tmp = dir.path().join(snapshot_file::TEMPORARY_NAME);
+        std::fs::write(&tmp, b"being written").unwrap();
         let handed = sm.get_current_snapshot().await.unwrap().unwrap();
         assert_eq!(handed.meta, built.meta);
         assert_eq!(handed.snapshot.into_inner(), on_disk);
+        assert!(tmp.exists(), "the temporary file stays");
+        std::fs::remove_file(&tmp).unwrap();
 
         let mut restarted = QueueStateMachine::open(Arc::clone(&storage), dir.path()).unwrap();
         assert!(kept(&restarted).bytes.is_none(), "restored: not kept");
