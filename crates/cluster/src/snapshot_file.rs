@@ -101,25 +101,20 @@ pub fn decode_meta(bytes: &[u8]) -> Result<Meta, RecordDecodeError> {
     })
 }
 
-/// The file's bytes for `meta` and the snapshot `bytes`.
+/// The file's bytes for `meta` and the snapshot `bytes`: magic, version, CRC, metadata length
+/// and metadata, then `bytes` as they are, the CRC covering all after it. (What [`write`] and
+/// [`write_streamed`] leave on disk; the tests' reference.)
 ///
 /// # Errors
 /// A membership or id over its length field.
 pub fn encode(meta: &Meta, bytes: &[u8]) -> Result<Vec<u8>, RecordEncodeError> {
-    let mut out = encode_head(meta, bytes)?;
-    out.extend_from_slice(bytes);
-    Ok(out)
-}
-
-/// The file's bytes before the snapshot `bytes` (magic, version, CRC, metadata length and
-/// metadata), the CRC covering `bytes` too: the file is this head, then `bytes` as they are,
-/// so writing it copies no snapshot byte (a snapshot holds every queued body).
-fn encode_head(meta: &Meta, bytes: &[u8]) -> Result<Vec<u8>, RecordEncodeError> {
     let body_head = encode_body_head(meta)?;
     let mut crc = crc32fast::Hasher::new();
     crc.update(&body_head);
     crc.update(bytes);
-    Ok(file_head(crc.finalize(), &body_head))
+    let mut out = file_head(crc.finalize(), &body_head);
+    out.extend_from_slice(bytes);
+    Ok(out)
 }
 
 /// The metadata's length and bytes: what the CRC covers before the snapshot bytes.
@@ -185,36 +180,11 @@ pub fn write(
     meta: &Meta,
     bytes: &[u8],
 ) -> Result<(), SnapshotFileError> {
-    let head = encode_head(meta, bytes)?;
-    storage.create_dir_all(dir).map_err(io_err(dir))?;
-    remove_temporary(storage, dir)?;
-    let written = install(storage, dir, &head, bytes);
-    if written.is_err()
-        && let Err(e) = remove_temporary(storage, dir)
-    {
-        tracing::warn!(error = %e, "cannot remove a failed snapshot file");
-    }
-    written
-}
-
-/// Writes `head` then `bytes` to the temporary file, syncs it, renames it over the snapshot
-/// file and syncs the directory.
-fn install(
-    storage: &dyn Storage,
-    dir: &Path,
-    head: &[u8],
-    bytes: &[u8],
-) -> Result<(), SnapshotFileError> {
-    let tmp = dir.join(TEMPORARY_NAME);
-    let file = storage.create_new(&tmp).map_err(io_err(&tmp))?;
-    file.write_all_at(head, 0).map_err(io_err(&tmp))?;
-    file.write_all_at(bytes, head.len() as u64)
-        .map_err(io_err(&tmp))?;
-    file.sync_all().map_err(io_err(&tmp))?;
-    drop(file);
-    let path = dir.join(SNAPSHOT_FILE_NAME);
-    storage.rename(&tmp, &path).map_err(io_err(&path))?;
-    storage.sync_dir(dir).map_err(io_err(dir))
+    write_streamed(storage, dir, meta, |out| {
+        out.put(bytes)?;
+        Ok::<_, SnapshotFileError>(Vec::new())
+    })
+    .map(|_| ())
 }
 
 /// The snapshot bytes of a file [`write_streamed`] writes, handed over in order; the CRC is
