@@ -108,6 +108,18 @@ struct StoredSnapshot {
     bytes: Option<Vec<u8>>,
 }
 
+impl StoredSnapshot {
+    /// The snapshot of `meta` and `bytes`, the bytes kept when `keep` (a machine without a
+    /// disk) and let go otherwise (the file has them).
+    fn new(meta: SnapshotMeta<u64, openraft::BasicNode>, bytes: Vec<u8>, keep: bool) -> Self {
+        StoredSnapshot {
+            meta,
+            len: bytes.len() as u64,
+            bytes: keep.then_some(bytes),
+        }
+    }
+}
+
 impl Machine {
     /// Nothing applied yet: a fresh broker; its snapshots kept on `disk` when given.
     fn empty(disk: Option<SnapshotDisk>) -> Machine {
@@ -253,11 +265,7 @@ impl Machine {
         meta: SnapshotMeta<u64, openraft::BasicNode>,
         bytes: Vec<u8>,
     ) -> StoredSnapshot {
-        StoredSnapshot {
-            meta,
-            len: bytes.len() as u64,
-            bytes: self.disk.is_none().then_some(bytes),
-        }
+        StoredSnapshot::new(meta, bytes, self.disk.is_none())
     }
 
     /// Where the current snapshot's bytes are (`None`: no snapshot).
@@ -546,11 +554,7 @@ fn finish_build(
     } else {
         let bytes = snapshot::encode_taken(&taken.broker, index, taken.now_ms, &taken.sessions)
             .map_err(failed)?;
-        StoredSnapshot {
-            meta: meta.clone(),
-            len: bytes.len() as u64,
-            bytes: Some(bytes),
-        }
+        StoredSnapshot::new(meta.clone(), bytes, true)
     };
     lock(machine).record_snapshot(current);
     Ok(meta)
