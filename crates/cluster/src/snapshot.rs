@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use wharf_broker::{Broker, MessageRef};
+use wharf_broker::{Broker, MessageRef, StoredMessage};
 use wharf_store::StoreError;
 use wharf_store::checkpoint::{self, CheckpointRecord};
 use wharf_wal::{Lsn, SimStorage, le};
@@ -73,7 +73,7 @@ pub fn encode_taken(
         SNAPSHOT_HEADER_BYTES + 4 + 16 * sessions.len() + checkpoint_bytes_estimate(taken),
     );
     put_head(&mut out, now_ms, sessions)?;
-    checkpoint::encode_into(taken, Lsn(index), &mut out)?;
+    checkpoint::encode_into(taken, Lsn(index), &mut out, &in_memory, &carried)?;
     Ok(out)
 }
 
@@ -97,17 +97,35 @@ pub fn encode_to_stream(
     stream.reserve(checkpoint::CHECKPOINT_HEADER_BYTES)?;
     // The disk's error is kept as it is; the encoder only needs to stop.
     let mut failed = None;
-    let header = checkpoint::encode_streamed(taken, Lsn(index), &mut |bytes: &[u8]| {
-        stream.put(bytes).map_err(|e| {
-            let stop = StoreError::Log(e.to_string());
-            failed = Some(e);
-            stop
-        })
-    });
+    let header = checkpoint::encode_streamed(
+        taken,
+        Lsn(index),
+        &mut |bytes: &[u8]| {
+            stream.put(bytes).map_err(|e| {
+                let stop = StoreError::Log(e.to_string());
+                failed = Some(e);
+                stop
+            })
+        },
+        &in_memory,
+        &carried,
+    );
     match (header, failed) {
         (_, Some(e)) => Err(e.into()),
         (header, None) => Ok(header?.to_vec()),
     }
+}
+
+/// A snapshot carries every message whole (S-CLU-4): where a member's own log wrote a message
+/// routed to one of its classic queues too (the slot its store keeps in the shared message)
+/// means nothing to another member, nor to this one's snapshot file once that log moved on.
+fn carried(_: &MessageRef) -> Option<wharf_wal::Position> {
+    None
+}
+
+/// The content of a message the committed broker left on disk: none does.
+fn in_memory(stored: &StoredMessage) -> Result<Vec<u8>, String> {
+    Err(format!("message {} is not in memory", stored.id.0))
 }
 
 /// The snapshot's header (magic, version, highest applied `now`) and its sessions.

@@ -308,3 +308,40 @@ async fn s_clu_1_an_entry_a_follower_could_not_sync_is_not_confirmed() {
     );
     drop(pending);
 }
+
+/// A message routed to a classic queue and a quorum queue is one message in the leader's
+/// memory: the member's own log records where it wrote it (the slot a page-out uses), and the
+/// group's committed broker holds the same message. Its snapshot still carries it whole (a
+/// position in one member's log means nothing to another, nor to its own snapshot file), and
+/// reads back.
+#[test]
+fn s_clu_4_a_snapshot_carries_a_message_the_members_own_log_also_holds() {
+    let mut live = LiveBroker::new();
+    let (p, _) = live.batch(
+        vec![declare_quorum("q", None), publish("q", "m", None)],
+        1_000,
+    );
+    let mut committed = Broker::new();
+    for e in p.events.iter() {
+        committed.apply(e).unwrap();
+    }
+    let message = p
+        .events
+        .iter()
+        .find_map(|e| match e {
+            Event::Published { message, .. } => Some(std::sync::Arc::clone(&message.message)),
+            _ => None,
+        })
+        .unwrap();
+    // The store's position of a record at offset 4,096 of its segment 3.
+    let at = (3 << 40) | 4_096;
+    live.broker.messages_logged(&[wharf_broker::LoggedMessage {
+        message,
+        lsn: 7,
+        at,
+    }]);
+    let sessions = snapshot::Sessions::new();
+    let bytes = snapshot::encode(&committed, 5, 1_000, &sessions).unwrap();
+    let back = snapshot::decode(&bytes).unwrap();
+    assert_eq!(back.broker.durable_state(), committed.durable_state());
+}

@@ -261,39 +261,56 @@ fn encode_header(h: CheckpointHeader) -> [u8; CHECKPOINT_HEADER_BYTES] {
 /// position.
 pub fn encode_to_vec(snapshot: &Snapshot, lsn: Lsn) -> Result<Vec<u8>, StoreError> {
     let mut out = Vec::new();
-    encode_into(snapshot, lsn, &mut out)?;
+    let no_store = |s: &StoredMessage| Err(format!("message {} is stored, not in memory", s.id.0));
+    encode_into(snapshot, lsn, &mut out, &no_store, &held_position)?;
     Ok(out)
 }
 
 /// As [`encode_to_vec`], appended to `out` (after what a caller puts before it: a snapshot's
-/// header), so a checkpoint of every queued body is not copied once more into place.
+/// header), so a checkpoint of every queued body is not copied once more into place; a message
+/// `locate` finds in the log is referred to there, the others carried, stored ones' Message
+/// parts read from `parts`.
 ///
 /// # Errors
-/// As [`encode_to_vec`].
-pub fn encode_into(snapshot: &Snapshot, lsn: Lsn, out: &mut Vec<u8>) -> Result<(), StoreError> {
+/// As [`encode_to_vec`], and `parts`'.
+pub fn encode_into(
+    snapshot: &Snapshot,
+    lsn: Lsn,
+    out: &mut Vec<u8>,
+    parts: PartSource<'_>,
+    locate: Locate<'_>,
+) -> Result<(), StoreError> {
     let start = out.len();
     out.resize(start + CHECKPOINT_HEADER_BYTES, 0);
-    let header = encode_streamed(snapshot, lsn, &mut |bytes: &[u8]| {
-        out.extend_from_slice(bytes);
-        Ok(())
-    })?;
+    let header = encode_streamed(
+        snapshot,
+        lsn,
+        &mut |bytes: &[u8]| {
+            out.extend_from_slice(bytes);
+            Ok(())
+        },
+        parts,
+        locate,
+    )?;
     if let Some(head) = out.get_mut(start..start + CHECKPOINT_HEADER_BYTES) {
         head.copy_from_slice(&header);
     }
     Ok(())
 }
 
-/// As [`encode_to_vec`], handed to `sink` in chunks of about `CHUNK_BYTES` as it is encoded,
+/// As [`encode_into`], handed to `sink` in chunks of about `CHUNK_BYTES` as it is encoded,
 /// but for its header: the caller leaves `CHECKPOINT_HEADER_BYTES` before the first chunk and
 /// writes the header returned there (it counts the records, known only at the end). A
 /// snapshot written to its file so needs no buffer the size of every queued body.
 ///
 /// # Errors
-/// As [`encode_to_vec`], and `sink`'s.
+/// As [`encode_into`], and `sink`'s.
 pub fn encode_streamed(
     snapshot: &Snapshot,
     lsn: Lsn,
     sink: &mut dyn FnMut(&[u8]) -> Result<(), StoreError>,
+    parts: PartSource<'_>,
+    locate: Locate<'_>,
 ) -> Result<[u8; CHECKPOINT_HEADER_BYTES], StoreError> {
     let mut enc = Encoder {
         sink,
@@ -304,8 +321,7 @@ pub fn encode_streamed(
         index: Vec::new(),
         referenced: BTreeSet::new(),
     };
-    let no_store = |s: &StoredMessage| Err(format!("message {} is stored, not in memory", s.id.0));
-    encode_records(snapshot, &mut enc, &no_store, &held_position)?;
+    encode_records(snapshot, &mut enc, parts, locate)?;
     enc.flush()?;
     Ok(encode_header(CheckpointHeader {
         version: STORE_FORMAT_VERSION,
