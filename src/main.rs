@@ -248,12 +248,13 @@ async fn start_cluster(config: &Config) -> anyhow::Result<Option<Cluster>> {
     let (Some(listen), Some(seeds)) = (&config.cluster_listen, &config.cluster_seeds) else {
         return Ok(None);
     };
-    let node_config = wharf_cluster::NodeConfig::from_seeds(
+    let mut node_config = wharf_cluster::NodeConfig::from_seeds(
         listen,
         seeds,
         config.data_dir.join("raft"),
         config.cluster_id,
     )?;
+    node_config.message_memory_bytes = config.message_memory_bytes;
     let node = wharf_cluster::Node::start(node_config)
         .await
         .context("starting the cluster node")?;

@@ -94,11 +94,11 @@ pub use routing::{TopicIndex, topic_matches};
 pub use types::{
     ApplyTo, BindingInfo, ChanRef, ChannelId, Command, ConnId, ConsumerInfo, Death, DeathFate,
     DeathReason, DelayedType, Delivery, DeliveryTag, DestName, DurableMessage, DurableState,
-    Effect, Event, ExchangeDeclare, ExchangeInfo, ExchangeKind, ExchangeStats, GetOk, HeldDeath,
-    LoggedMessage, Message, MessageId, MessageLoader, MessageRecord, MessageRef, Outcome,
-    PermissionInfo, Placement, PolicyInfo, PolicySpec, Properties, Publish, PublishResult,
-    QueueDeclare, QueueDeletedReason, QueueInfo, QueueSnapshot, QueueStats, RecordSize, Reply,
-    SettleKind, Snapshot, SnapshotMessage, StoredAt, StoredEvent, StoredMessage, StoredSlot,
-    TopicPermissionInfo, Totals, UserInfo,
+    Effect, Event, ExchangeDeclare, ExchangeInfo, ExchangeKind, ExchangeStats, GROUP_LOG_BIT,
+    GetOk, HeldDeath, LoggedMessage, Message, MessageId, MessageLoader, MessageRecord, MessageRef,
+    Outcome, PageOut, PermissionInfo, Placement, PolicyInfo, PolicySpec, Properties, Publish,
+    PublishResult, QueueDeclare, QueueDeletedReason, QueueInfo, QueueSnapshot, QueueStats,
+    RecordSize, Reply, SettleKind, Snapshot, SnapshotMessage, StoredAt, StoredEvent, StoredMessage,
+    StoredSlot, TopicPermissionInfo, Totals, UserInfo, store_pages,
 };
 pub use value::{FieldTable, Value};

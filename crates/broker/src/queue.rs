@@ -16,7 +16,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use crate::types::{Message, MessageId, MessageRef};
+use crate::types::{Message, MessageId, MessageRef, PageOut};
 use std::collections::{BTreeSet, VecDeque};
 use std::ops::Bound;
 
@@ -272,21 +272,21 @@ impl Ready {
     }
 
     /// Replaces in-memory content by its stored reference, oldest first in each lane (the
-    /// lowest lane first: it is delivered last), for messages whose record is durable (Lsn at
-    /// most `durable_lsn`), until about `want` body bytes are freed; a lane is left at the
-    /// first message not yet durable (its later ones are not either). Only for a queue whose
-    /// messages are all in the log (a logged queue): a stored message must stay readable for
-    /// as long as it is queued, and the log (or a checkpoint) keeps exactly those. Returns the
-    /// bytes freed.
+    /// lowest lane first: it is delivered last), for messages `pages` lets go (whose record is
+    /// durable, in a log the broker's loader reads), until about `want` body bytes are freed;
+    /// a lane is left at the first message `pages` stops at (one the store has not made
+    /// durable yet: its later ones are not either). Only for a queue whose messages are all in
+    /// a log (a logged queue): a stored message must stay readable for as long as it is
+    /// queued, and the log (or a checkpoint) keeps exactly those. Returns the bytes freed.
     /// Large messages paged out go into `large` (as weak references), so that one still
     /// held elsewhere can be used again instead of read back (S-BIG-3).
-    pub fn page_out(&mut self, durable_lsn: u64, want: u64, large: &mut Vec<Weak<Message>>) -> u64 {
+    pub fn page_out(&mut self, pages: Pages<'_>, want: u64, large: &mut Vec<Weak<Message>>) -> u64 {
         let mut freed = 0;
         for lane in &mut self.lanes {
             if freed >= want {
                 break;
             }
-            freed += page_out_lane(lane, durable_lsn, want - freed, large);
+            freed += page_out_lane(lane, pages, want - freed, large);
         }
         self.sub_loaded(freed);
         freed
@@ -603,11 +603,15 @@ impl Ready {
     }
 }
 
+/// What a page-out does with each message in memory, from its slot ([`MessageLoader::pages`]
+/// with the log's durable Lsn).
+pub type Pages<'a> = &'a dyn Fn(Option<(u64, crate::types::StoredAt)>) -> PageOut;
+
 /// [`Ready::page_out`] in one lane: oldest first from its hint, until `want` bytes are freed
-/// or a message not yet durable is met. Returns the bytes freed.
+/// or `pages` stops at a message. Returns the bytes freed.
 fn page_out_lane(
     lane: &mut Lane,
-    durable_lsn: u64,
+    pages: Pages<'_>,
     want: u64,
     large: &mut Vec<Weak<Message>>,
 ) -> u64 {
@@ -628,12 +632,17 @@ fn page_out_lane(
             lane.paged_through = e.id;
             continue;
         }
-        let Some((lsn, stored)) = m.stored_ref() else {
+        match pages(m.slot()) {
+            PageOut::Stop => break,
+            PageOut::Skip => {
+                lane.paged_through = e.id;
+                continue;
+            }
+            PageOut::Page => {}
+        }
+        let Some((_, stored)) = m.stored_ref() else {
             break;
         };
-        if lsn > durable_lsn {
-            break;
-        }
         freed += u64::from(stored.body_len) + LOADED_OVERHEAD_BYTES;
         if u64::from(stored.body_len) >= REUSE_BODY_BYTES_MIN {
             large.push(Arc::downgrade(m));
@@ -649,6 +658,7 @@ mod tests {
     use super::*;
     use crate::types::Message;
     use crate::types::Properties;
+    use crate::types::store_pages;
     use std::sync::Arc;
 
     fn msg(id: u64, at: u64, ttl: Option<u32>) -> MessageRef {
@@ -809,12 +819,21 @@ mod tests {
         let each = 10 + LOADED_OVERHEAD_BYTES;
         assert_eq!(r.loaded_bytes(), 5 * each);
         // Only what is durable (Lsn <= 2), oldest first.
-        assert_eq!(r.page_out(2, u64::MAX, &mut Vec::new()), 2 * each);
+        assert_eq!(
+            r.page_out(&|s| store_pages(s, 2), u64::MAX, &mut Vec::new()),
+            2 * each
+        );
         assert_eq!(r.loaded_bytes(), 3 * each);
         r.check_invariants();
         // A small want stops after the first message that reaches it.
-        assert_eq!(r.page_out(10, 5, &mut Vec::new()), each);
-        assert_eq!(r.page_out(10, u64::MAX, &mut Vec::new()), each);
+        assert_eq!(
+            r.page_out(&|s| store_pages(s, 10), 5, &mut Vec::new()),
+            each
+        );
+        assert_eq!(
+            r.page_out(&|s| store_pages(s, 10), u64::MAX, &mut Vec::new()),
+            each
+        );
         // The unwritten one stays in memory.
         assert_eq!(r.loaded_bytes(), each);
         r.check_invariants();

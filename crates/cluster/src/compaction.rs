@@ -75,7 +75,8 @@ impl SnapshotRule {
 pub struct Sizes {
     /// The last snapshot's bytes (0: none yet).
     pub last_snapshot: u64,
-    /// The content the committed queues hold (`Broker::loaded_bytes`).
+    /// The content the committed queues hold, in memory or left in the log
+    /// (`Broker::queued_bytes`).
     pub queued: u64,
 }
 

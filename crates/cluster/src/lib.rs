@@ -56,6 +56,7 @@ mod members;
 mod metadata;
 pub mod net;
 mod node;
+pub mod paging;
 mod peers;
 pub mod record;
 mod relay;

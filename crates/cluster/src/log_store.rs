@@ -29,6 +29,7 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::RangeBounds;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use openraft::raft::AppendEntriesRequest;
@@ -36,7 +37,9 @@ use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{RaftLogReader, StorageIOError};
 use tokio::sync::mpsc;
 use wharf_base::limits;
-use wharf_wal::{Appender, Lsn, RecordRef, Storage, Wal, WalConfig, WalError};
+use wharf_wal::{Appender, Lsn, Position, Reader, RecordRef, Storage, Wal, WalConfig, WalError};
+
+use crate::paging::stamp;
 
 use crate::record::{self, RAFT_FORMAT_VERSION, RaftRecord};
 use crate::types::{Entry, LogId, NodeId, StorageError, TypeConfig, Vote};
@@ -65,9 +68,12 @@ pub enum OpenError {
 /// The log as memory holds it: what the records replayed so far say.
 #[derive(Debug, Default)]
 struct Log {
+    /// The entries whose events memory holds: the newest of `held` (those after the ones
+    /// [`WalLogReader::release`] let go).
     entries: BTreeMap<u64, Entry>,
-    /// Where each entry's record is in the WAL (what a reclamation must keep).
-    lsns: BTreeMap<u64, Lsn>,
+    /// Every entry the log holds, by index: where its record is in the WAL (what a
+    /// reclamation must keep, and where an entry no longer in memory is read back from).
+    held: BTreeMap<u64, Held>,
     vote: Option<Vote>,
     last_purged: Option<LogId>,
     committed: Option<LogId>,
@@ -77,10 +83,18 @@ struct Log {
     purged: Vec<BTreeMap<u64, Entry>>,
 }
 
+/// Where an entry the log holds is: its log id, its record's Lsn and position.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    log_id: LogId,
+    lsn: Lsn,
+    position: Position,
+}
+
 impl Log {
-    /// Applies one record, as `append`, `truncate`, `purge` and `save_vote` did when they wrote
-    /// it (and as reopening replays it).
-    fn replay(&mut self, record: RaftRecord, lsn: Lsn) {
+    /// Applies one record at `lsn` and `position`, as `append`, `truncate`, `purge` and
+    /// `save_vote` did when they wrote it (and as reopening replays it).
+    fn replay(&mut self, record: RaftRecord, lsn: Lsn, position: Position) {
         match record {
             RaftRecord::Format { .. } => {}
             RaftRecord::Vote { vote, .. } => self.vote = Some(vote),
@@ -90,18 +104,25 @@ impl Log {
                 // on a log openraft wrote. It keeps the log free of holes if it ever did.
                 let index = entry.log_id.index;
                 self.entries.split_off(&index);
-                self.lsns.split_off(&index);
+                self.held.split_off(&index);
+                self.held.insert(
+                    index,
+                    Held {
+                        log_id: entry.log_id,
+                        lsn,
+                        position,
+                    },
+                );
                 self.entries.insert(index, entry);
-                self.lsns.insert(index, lsn);
             }
             RaftRecord::Truncate { index, .. } => {
                 self.entries.split_off(&index);
-                self.lsns.split_off(&index);
+                self.held.split_off(&index);
             }
             RaftRecord::Purge { log_id, .. } => {
                 let kept = self.entries.split_off(&(log_id.index + 1));
                 self.purged.push(std::mem::replace(&mut self.entries, kept));
-                self.lsns = self.lsns.split_off(&(log_id.index + 1));
+                self.held = self.held.split_off(&(log_id.index + 1));
                 if self.last_purged.is_none_or(|p| p < log_id) {
                     self.last_purged = Some(log_id);
                 }
@@ -115,11 +136,25 @@ impl Log {
     }
 
     fn state(&self) -> LogState<TypeConfig> {
-        let last = self.entries.values().next_back().map(|e| e.log_id);
+        let last = self.held.values().next_back().map(|h| h.log_id);
         LogState {
             last_purged_log_id: self.last_purged,
             last_log_id: last.or(self.last_purged),
         }
+    }
+
+    /// The entries of `range`: those memory let go as where to read them back, then those it
+    /// holds, in index order.
+    fn range(&self, range: impl RangeBounds<u64> + Clone) -> (Vec<Held>, Vec<Entry>) {
+        let first_in_memory = self.entries.keys().next().copied().unwrap_or(u64::MAX);
+        let on_disk = self
+            .held
+            .range(range.clone())
+            .take_while(|(i, _)| **i < first_in_memory)
+            .map(|(_, h)| *h)
+            .collect();
+        let in_memory = self.entries.range(range).map(|(_, e)| e.clone()).collect();
+        (on_disk, in_memory)
     }
 }
 
@@ -143,8 +178,12 @@ pub type EarlySend = Arc<dyn Fn(AppendEntriesRequest<TypeConfig>) + Send + Sync>
 /// ([`WalLogReader`]); written only by openraft's storage task.
 pub struct WalLogStore {
     group: u64,
+    /// The tag of its stamps (`paging::next_log_tag`).
+    tag: u64,
     log: Arc<Mutex<Log>>,
+    keep_segment: Arc<AtomicU64>,
     appender: Appender,
+    wal_reader: Reader,
     flushes: mpsc::Sender<Pending>,
     wal: Option<Wal>,
     /// The thread of the last reclamation's segment deletions ([`WalLogStore::reclaim`]),
@@ -158,8 +197,15 @@ pub struct WalLogStore {
 /// Reads entries of a [`WalLogStore`] (openraft's replication tasks hold one each).
 #[derive(Clone)]
 pub struct WalLogReader {
+    group: u64,
+    tag: u64,
     log: Arc<Mutex<Log>>,
+    /// The oldest segment a message of the committed broker may be read back from
+    /// ([`WalLogReader::keep_segments_from`]): a reclamation keeps it and every later one,
+    /// and a page-out leaves only messages of those on disk. 0 until a snapshot sets it.
+    keep_segment: Arc<AtomicU64>,
     appender: Appender,
+    wal_reader: Reader,
 }
 
 impl WalLogStore {
@@ -177,6 +223,7 @@ impl WalLogStore {
         group: u64,
     ) -> Result<WalLogStore, OpenError> {
         let mut log = Log::default();
+        let tag = crate::paging::next_log_tag();
         let mut bad: Option<OpenError> = None;
         let mut visit = |r: RecordRef<'_>| {
             if record::RaftKind::from_byte(r.kind).is_none() || bad.is_some() {
@@ -191,7 +238,12 @@ impl WalLogStore {
                         reason: format!("format version {version} is newer than this build's"),
                     });
                 }
-                Ok(rec) => log.replay(rec, r.lsn),
+                Ok(rec) => {
+                    if let RaftRecord::Entry { entry, .. } = &rec {
+                        stamp(entry, tag, r.lsn, r.position);
+                    }
+                    log.replay(rec, r.lsn, r.position);
+                }
                 Err(e) => {
                     bad = Some(OpenError::Record {
                         group,
@@ -208,6 +260,7 @@ impl WalLogStore {
         }
         log.purged.clear();
         let appender = wal.appender();
+        let wal_reader = wal.reader();
         let (kind, payload) = record::encode(&RaftRecord::Format {
             group,
             version: RAFT_FORMAT_VERSION,
@@ -222,8 +275,11 @@ impl WalLogStore {
         tokio::spawn(flusher(appender.clone(), pending));
         Ok(WalLogStore {
             group,
+            tag,
             log: Arc::new(Mutex::new(log)),
+            keep_segment: Arc::default(),
             appender,
+            wal_reader,
             flushes,
             wal: Some(wal),
             deleting: None,
@@ -293,8 +349,12 @@ impl WalLogStore {
     /// A reader of this log (for tests and inspection, as openraft's replication uses).
     pub fn reader(&self) -> WalLogReader {
         WalLogReader {
+            group: self.group,
+            tag: self.tag,
             log: Arc::clone(&self.log),
+            keep_segment: Arc::clone(&self.keep_segment),
             appender: self.appender.clone(),
+            wal_reader: self.wal_reader.clone(),
         }
     }
 
@@ -314,8 +374,22 @@ impl WalLogStore {
             record::encode(&record).map_err(|e| StorageIOError::write_logs(&e))?;
         let appended =
             append(&self.appender, kind, &payload).map_err(|e| StorageIOError::write_logs(&e))?;
-        lock(&self.log).replay(record, appended.lsn);
+        if let RaftRecord::Entry { entry, .. } = &record
+            && !self.leads(entry)
+        {
+            stamp(entry, self.tag, appended.lsn, appended.position);
+        }
+        lock(&self.log).replay(record, appended.lsn, appended.position);
         Ok(appended.lsn)
+    }
+
+    /// Whether this member appends `entry` as its leader: its messages are its live broker's,
+    /// which holds them in memory whatever the committed broker does, so they are not
+    /// stamped with their place in this log.
+    fn leads(&self, entry: &Entry) -> bool {
+        self.early
+            .as_ref()
+            .is_some_and(|(me, _)| entry.log_id.leader_id.node_id == *me)
     }
 }
 
@@ -339,8 +413,13 @@ impl WalLogStore {
         }
         let (vote, committed, first_kept) = {
             let log = lock(&self.log);
-            (log.vote, log.committed, log.lsns.values().next().copied())
+            (
+                log.vote,
+                log.committed,
+                log.held.values().next().map(|h| h.lsn),
+            )
         };
+        let keep_segment = self.keep_segment.load(Ordering::Acquire);
         let rewritten = self.write(RaftRecord::Format {
             group: self.group,
             version: RAFT_FORMAT_VERSION,
@@ -357,7 +436,9 @@ impl WalLogStore {
         })?;
         self.appender.durable(last).await?;
         let keep_from = first_kept.map_or(rewritten, |f| f.min(rewritten));
-        let segments = reclaimer.segments_through(Lsn(keep_from.0.saturating_sub(1)))?;
+        let mut segments = reclaimer.segments_through(Lsn(keep_from.0.saturating_sub(1)))?;
+        // A message the committed broker left on disk stays readable (S-CLU-82).
+        segments.retain(|s| s.0 < keep_segment);
         let group = self.group;
         let deleting = std::thread::Builder::new()
             .name("wharf-raft-reclaim".into())
@@ -423,27 +504,147 @@ impl WalLogReader {
         self.appender.stats()
     }
 
-    /// The entries held in `range` of indexes, read at once (the log keeps what it holds in
-    /// memory): a state machine rebuilding its broker reads them while it holds its own lock.
-    pub fn entries(&self, range: std::ops::Range<u64>) -> Vec<Entry> {
-        lock(&self.log)
-            .entries
-            .range(range)
-            .map(|(_, e)| e.clone())
-            .collect()
+    /// The entries held in `range` of indexes: a state machine rebuilding its broker reads
+    /// them while it holds its own lock (those memory let go are read back from the WAL).
+    ///
+    /// # Errors
+    /// An entry let go cannot be read back (I/O, damage).
+    pub fn entries(&self, range: std::ops::Range<u64>) -> Result<Vec<Entry>, StorageError> {
+        let (on_disk, in_memory) = lock(&self.log).range(range);
+        let mut entries = self.read_back(&on_disk, usize::MAX)?;
+        entries.extend(in_memory);
+        Ok(entries)
+    }
+
+    /// The entries of `on_disk`, read back from the WAL in order, until their sizes (about:
+    /// `entry_bytes`) pass `budget` (at least the first).
+    fn read_back(&self, on_disk: &[Held], budget: usize) -> Result<Vec<Entry>, StorageError> {
+        let mut entries = Vec::with_capacity(on_disk.len().min(64));
+        let mut bytes = 0usize;
+        for held in on_disk {
+            let entry = read_entry(&self.wal_reader, (self.group, self.tag), held)?;
+            bytes = bytes.saturating_add(entry_bytes(&entry));
+            if bytes > budget && !entries.is_empty() {
+                break;
+            }
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+
+    /// Lets memory go of the events of every entry through index `through` that the WAL has
+    /// made durable, but the newest ones (`RELEASE_KEEP_ENTRIES`, or `RELEASE_KEEP_BYTES` of
+    /// them): each entry's record is read back when it is wanted again (a lagging member's
+    /// append, a void's rebuild). The committed broker has applied them, and leaves their
+    /// messages on disk too (S-CLU-82); the newest stay for a member a little behind.
+    pub fn release(&self, through: u64) {
+        let durable = self.appender.durable_lsn();
+        let released = {
+            let mut log = lock(&self.log);
+            let mut kept_bytes = 0usize;
+            let tail = log
+                .entries
+                .iter()
+                .rev()
+                .take(RELEASE_KEEP_ENTRIES)
+                .take_while(|(_, e)| {
+                    kept_bytes = kept_bytes.saturating_add(entry_bytes(e));
+                    kept_bytes <= RELEASE_KEEP_BYTES
+                })
+                .last()
+                .map_or(u64::MAX, |(i, _)| *i);
+            let Some(cut) = log
+                .held
+                .range(..=through.min(tail.saturating_sub(1)))
+                .rev()
+                .find(|(_, h)| h.lsn <= durable)
+                .map(|(i, _)| *i)
+            else {
+                return;
+            };
+            let kept = log.entries.split_off(&(cut + 1));
+            std::mem::replace(&mut log.entries, kept)
+        };
+        drop(released);
+    }
+
+    /// Keeps the WAL segments from `oldest` (the oldest a message the committed broker left
+    /// on disk is in; `None`: none is), or from the one the log's newest entry is in if that
+    /// is older, through the next reclamations; and from now on lets the committed broker
+    /// leave on disk only messages of those segments (S-CLU-82). The caller holds the
+    /// committed broker still meanwhile: whatever it pages out later is in a segment kept.
+    pub fn keep_segments_from(&self, oldest: Option<u64>) {
+        let newest = lock(&self.log)
+            .held
+            .values()
+            .next_back()
+            .map(|h| h.position.segment.0);
+        let keep = match (oldest, newest) {
+            (Some(o), Some(n)) => o.min(n),
+            (o, n) => o.or(n).unwrap_or(0),
+        };
+        self.keep_segment.store(keep, Ordering::Release);
+    }
+
+    /// The WAL's Lsn durable so far: a message whose record is at or below it may be left
+    /// on disk.
+    pub fn durable_lsn(&self) -> u64 {
+        self.appender.durable_lsn().0
+    }
+
+    /// A reader of the messages this log stamped ([`crate::paging`]), with a cache of its own.
+    pub fn loader(&self) -> crate::paging::GroupLoader {
+        crate::paging::GroupLoader::new(
+            self.group,
+            self.tag,
+            self.wal_reader.clone(),
+            Arc::clone(&self.keep_segment),
+        )
     }
 }
+
+/// The newest entries [`WalLogReader::release`] keeps in memory, at most.
+const RELEASE_KEEP_ENTRIES: usize = 64;
+/// ... and at most this many bytes of them.
+const RELEASE_KEEP_BYTES: usize = 8 << 20;
+
+/// Reads the entry `held` says where to find back from the WAL, and checks it is that entry.
+/// `log` is the group and the log's stamp tag.
+fn read_entry(reader: &Reader, log: (u64, u64), held: &Held) -> Result<Entry, StorageError> {
+    let (group, tag) = log;
+    let record = reader
+        .read_at(held.position)
+        .map_err(|e| StorageIOError::read_logs(&e))?;
+    match record::decode(record.kind, &record.payload) {
+        Ok(RaftRecord::Entry { group: g, entry }) if g == group && entry.log_id == held.log_id => {
+            // Its messages are new copies: a committed broker rebuilt from them may leave
+            // them on disk again (S-CLU-82).
+            stamp(&entry, tag, held.lsn, held.position);
+            Ok(entry)
+        }
+        Ok(_) => Err(StorageIOError::read_logs(&NotTheEntry(format!(
+            "the record at {:?} is not entry {} of group {group}",
+            held.position, held.log_id
+        )))
+        .into()),
+        Err(e) => Err(StorageIOError::read_logs(&e).into()),
+    }
+}
+
+/// A record read back is not the entry the log said was there.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct NotTheEntry(String);
 
 impl RaftLogReader<TypeConfig> for WalLogReader {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        Ok(lock(&self.log)
-            .entries
-            .range(range)
-            .map(|(_, e)| e.clone())
-            .collect())
+        let (on_disk, in_memory) = lock(&self.log).range(range);
+        let mut entries = self.read_back(&on_disk, usize::MAX)?;
+        entries.extend(in_memory);
+        Ok(entries)
     }
 
     /// What one append to a follower carries: the entries from `start`, up to about
@@ -453,8 +654,12 @@ impl RaftLogReader<TypeConfig> for WalLogReader {
         start: u64,
         end: u64,
     ) -> Result<Vec<Entry>, StorageError> {
+        let (on_disk, in_memory) = lock(&self.log).range(start..end);
+        if !on_disk.is_empty() {
+            return self.read_back(&on_disk, limits::RAFT_APPEND_BYTES_MAX);
+        }
         Ok(within_bytes(
-            lock(&self.log).entries.range(start..end).map(|(_, e)| e),
+            in_memory.iter(),
             limits::RAFT_APPEND_BYTES_MAX,
         ))
     }

@@ -103,6 +103,10 @@ pub struct NodeConfig {
     pub dir: PathBuf,
     /// Raft's timing.
     pub timing: Timing,
+    /// The content of queued messages each group's committed broker keeps in memory, at most
+    /// (about; the server's `message_memory_bytes`): beyond, the oldest are read back from
+    /// the group's log when needed (S-CLU-82).
+    pub message_memory_bytes: u64,
 }
 
 /// Why a node or a group did not start.
@@ -210,6 +214,7 @@ impl NodeConfig {
             seeds,
             dir,
             timing: Timing::default(),
+            message_memory_bytes: wharf_base::limits::MESSAGE_MEMORY_BYTES,
         })
     }
 
@@ -550,7 +555,8 @@ impl Node {
         );
         let machine = QueueStateMachine::open(storage, &dir.join("snapshot"))
             .map_err(|source| NodeError::Snapshot { group, source })?
-            .with_log(group, log.reader());
+            .with_log(group, log.reader())
+            .message_memory(config.message_memory_bytes);
         let network = TcpNetwork::new(member, group, Arc::clone(&self.inner.peers), early);
         let raft = Raft::new(member, config.raft_config()?, network, log, machine.clone())
             .await

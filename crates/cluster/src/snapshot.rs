@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use wharf_broker::{Broker, MessageRef, StoredMessage};
+use wharf_broker::{Broker, MessageLoader, MessageRef, StoredMessage};
 use wharf_store::StoreError;
 use wharf_store::checkpoint::{self, CheckpointRecord};
 use wharf_wal::{Lsn, SimStorage, le};
@@ -55,7 +55,13 @@ pub fn encode(
     now_ms: u64,
     sessions: &Sessions,
 ) -> Result<Vec<u8>, SnapshotError> {
-    encode_taken(&broker.snapshot(), index, now_ms, sessions)
+    encode_taken(
+        &broker.snapshot(),
+        index,
+        now_ms,
+        sessions,
+        broker.loader().as_deref(),
+    )
 }
 
 /// As [`encode`], from the broker's `taken` snapshot (`Broker::snapshot`: one reference per
@@ -68,12 +74,14 @@ pub fn encode_taken(
     index: u64,
     now_ms: u64,
     sessions: &Sessions,
+    loader: Option<&dyn MessageLoader>,
 ) -> Result<Vec<u8>, SnapshotError> {
     let mut out = Vec::with_capacity(
         SNAPSHOT_HEADER_BYTES + 4 + 16 * sessions.len() + checkpoint_bytes_estimate(taken),
     );
     put_head(&mut out, now_ms, sessions)?;
-    checkpoint::encode_into(taken, Lsn(index), &mut out, &in_memory, &carried)?;
+    let parts = |s: &StoredMessage| read_back(loader, s);
+    checkpoint::encode_into(taken, Lsn(index), &mut out, &parts, &carried)?;
     Ok(out)
 }
 
@@ -89,6 +97,7 @@ pub fn encode_to_stream(
     index: u64,
     now_ms: u64,
     sessions: &Sessions,
+    loader: Option<&dyn MessageLoader>,
     stream: &mut Stream,
 ) -> Result<Vec<u8>, SnapshotError> {
     let mut head = Vec::with_capacity(SNAPSHOT_HEADER_BYTES + 4 + 16 * sessions.len());
@@ -97,6 +106,7 @@ pub fn encode_to_stream(
     stream.reserve(checkpoint::CHECKPOINT_HEADER_BYTES)?;
     // The disk's error is kept as it is; the encoder only needs to stop.
     let mut failed = None;
+    let parts = |s: &StoredMessage| read_back(loader, s);
     let header = checkpoint::encode_streamed(
         taken,
         Lsn(index),
@@ -107,7 +117,7 @@ pub fn encode_to_stream(
                 stop
             })
         },
-        &in_memory,
+        &parts,
         &carried,
     );
     match (header, failed) {
@@ -123,9 +133,15 @@ fn carried(_: &MessageRef) -> Option<wharf_wal::Position> {
     None
 }
 
-/// The content of a message the committed broker left on disk: none does.
-fn in_memory(stored: &StoredMessage) -> Result<Vec<u8>, String> {
-    Err(format!("message {} is not in memory", stored.id.0))
+/// The content of a message the committed broker left on disk (S-CLU-82), read back through
+/// its `loader` and carried whole.
+fn read_back(
+    loader: Option<&dyn MessageLoader>,
+    stored: &StoredMessage,
+) -> Result<Vec<u8>, String> {
+    let loader = loader.ok_or_else(|| format!("message {} is not in memory", stored.id.0))?;
+    let message = loader.load(stored)?;
+    wharf_store::codec::encode_message_part(&message).map_err(|e| e.to_string())
 }
 
 /// The snapshot's header (magic, version, highest applied `now`) and its sessions.

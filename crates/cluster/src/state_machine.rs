@@ -33,6 +33,7 @@ use wharf_wal::Storage;
 
 use crate::compaction::{self, Compaction, Sizes, SnapshotRule};
 use crate::log_store::{WalLogReader, entry_bytes};
+use crate::paging::{self, GroupLoader};
 use crate::snapshot::{self, Sessions, SnapshotError};
 use crate::snapshot_file::{self, SnapshotFileError};
 use crate::types::{Applied, Entry, LogId, Origin, StorageError, StoredMembership, TypeConfig};
@@ -55,6 +56,16 @@ pub struct Machine {
     /// The group's id, for the log lines (0 until a log is attached).
     group: u64,
     voids: Voids,
+    /// Where the committed broker leaves queued bodies (S-CLU-82): a machine on a log.
+    paging: Option<Paging>,
+}
+
+/// How a machine on a log pages its committed broker's messages out (S-CLU-82).
+struct Paging {
+    log: WalLogReader,
+    loader: Arc<GroupLoader>,
+    /// The content of queued messages the broker keeps in memory, at most (about).
+    budget: u64,
 }
 
 /// Where the current snapshot's bytes are: a copy of those a machine without a disk keeps, or
@@ -135,7 +146,36 @@ impl Machine {
             disk,
             group: 0,
             voids: Voids::new(History::Memory(std::collections::BTreeMap::new())),
+            paging: None,
         }
+    }
+
+    /// Makes `broker` the committed broker, reading messages back through the log's loader
+    /// when the machine is on a log.
+    fn set_broker(&mut self, mut broker: Broker) {
+        if let Some(p) = &self.paging {
+            broker.set_loader(Arc::clone(&p.loader) as Arc<dyn wharf_broker::MessageLoader>);
+        }
+        self.broker = broker;
+    }
+
+    /// Leaves the oldest queued bodies on disk when those in memory exceed the budget, and
+    /// lets the log forget the events of the entries applied (S-CLU-82).
+    ///
+    /// # Errors
+    /// A message could not be read back since the last call: the log is damaged (S-DUR-7).
+    fn page_out(&mut self) -> Result<(), StorageError> {
+        let Some(p) = &self.paging else {
+            return Ok(());
+        };
+        if let Some(e) = self.broker.storage_failure() {
+            return Err(StorageIOError::read_logs(&std::io::Error::other(e.to_owned())).into());
+        }
+        self.broker.page_out(p.log.durable_lsn(), p.budget);
+        if let Some(last) = self.last_applied {
+            p.log.release(last.index);
+        }
+        Ok(())
     }
 
     /// How many committed entries this machine voided since it started, its replay of its log
@@ -196,7 +236,9 @@ impl Machine {
     fn snapshot_sizes(&self) -> Sizes {
         Sizes {
             last_snapshot: self.snapshot_bytes(),
-            queued: self.broker.loaded_bytes(),
+            // All of it, whether in memory or left in the log (S-CLU-82): a snapshot writes
+            // it all.
+            queued: self.broker.queued_bytes(),
         }
     }
 
@@ -219,8 +261,15 @@ impl Machine {
         let index = self.last_applied.map_or(0, |l| l.index);
         self.snapshots_built += 1;
         self.compaction.covered();
+        let broker = self.broker.snapshot();
+        if let Some(p) = &self.paging {
+            // Every message it may read back later is in this snapshot, or in an entry after
+            // it, which the log keeps anyway (S-CLU-82).
+            p.log.keep_segments_from(paging::oldest_segment(&broker));
+        }
         Taken {
-            broker: self.broker.snapshot(),
+            loader: self.paging.as_ref().map(|p| Arc::new(p.loader.fresh())),
+            broker,
             now_ms: self.now_ms,
             sessions: self.sessions.clone(),
             meta: SnapshotMeta {
@@ -281,7 +330,7 @@ impl Machine {
     /// Starts from snapshot `bytes` (with its `meta`).
     fn restore(&mut self, meta: snapshot_file::Meta, bytes: Vec<u8>) -> Result<(), SnapshotError> {
         let decoded = snapshot::decode(&bytes)?;
-        self.broker = decoded.broker;
+        self.set_broker(decoded.broker);
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         self.now_ms = decoded.now_ms;
@@ -364,7 +413,7 @@ impl Machine {
             .voids
             .rebuild(base, log_id.index)
             .map_err(|e| StorageIOError::apply(log_id, &e))?;
-        self.broker = rebuilt;
+        self.set_broker(rebuilt);
         self.voids.voided(log_id.index);
         tracing::error!(
             group = self.group,
@@ -471,6 +520,7 @@ impl QueueStateMachine {
                 m.apply_entry(&e)
             })
             .collect();
+        m.page_out()?;
         m.request_snapshot_if_due();
         applied
     }
@@ -491,12 +541,32 @@ impl QueueStateMachine {
     /// Rebuilds from group `group`'s log `log` when an entry is voided (S-CLU-60), instead of
     /// keeping the events applied since the snapshot in memory. Every member started on a log
     /// attaches it, before its Raft starts.
+    /// Its committed broker then also leaves queued bodies on disk, in the log, beyond
+    /// `limits::MESSAGE_MEMORY_BYTES` ([`QueueStateMachine::message_memory`], S-CLU-82).
     #[must_use]
     pub fn with_log(self, group: u64, log: WalLogReader) -> QueueStateMachine {
         {
             let mut m = lock(&self.machine);
             m.group = group;
-            m.voids.attach_log(log);
+            m.voids.attach_log(log.clone());
+            m.paging = Some(Paging {
+                loader: Arc::new(log.loader()),
+                log,
+                budget: wharf_base::limits::MESSAGE_MEMORY_BYTES,
+            });
+            let broker = std::mem::take(&mut m.broker);
+            m.set_broker(broker);
+        }
+        self
+    }
+
+    /// The content of queued messages the committed broker keeps in memory, at most (about;
+    /// the node's `message_memory_bytes`): beyond, the oldest are left in the log and read
+    /// back when needed (S-CLU-82). Only for a machine on a log.
+    #[must_use]
+    pub fn message_memory(self, budget: u64) -> QueueStateMachine {
+        if let Some(p) = &mut lock(&self.machine).paging {
+            p.budget = budget;
         }
         self
     }
@@ -517,6 +587,8 @@ impl QueueStateMachine {
 /// What [`Machine::take_snapshot`] took under the lock.
 struct Taken {
     broker: wharf_broker::Snapshot,
+    /// Reads back the messages the broker left on disk.
+    loader: Option<Arc<GroupLoader>>,
     now_ms: u64,
     sessions: Sessions,
     meta: SnapshotMeta<u64, openraft::BasicNode>,
@@ -541,9 +613,20 @@ fn finish_build(
         return Ok(meta);
     }
     let failed = |e: SnapshotError| StorageIOError::write_snapshot(Some(meta.signature()), &e);
+    let loader = taken
+        .loader
+        .as_deref()
+        .map(|l| l as &dyn wharf_broker::MessageLoader);
     let current = if let Some(disk) = &taken.disk {
         let len = snapshot_file::write_streamed(disk.storage.as_ref(), &disk.dir, &meta, |out| {
-            snapshot::encode_to_stream(&taken.broker, index, taken.now_ms, &taken.sessions, out)
+            snapshot::encode_to_stream(
+                &taken.broker,
+                index,
+                taken.now_ms,
+                &taken.sessions,
+                loader,
+                out,
+            )
         })
         .map_err(failed)?;
         StoredSnapshot {
@@ -552,8 +635,9 @@ fn finish_build(
             bytes: None,
         }
     } else {
-        let bytes = snapshot::encode_taken(&taken.broker, index, taken.now_ms, &taken.sessions)
-            .map_err(failed)?;
+        let bytes =
+            snapshot::encode_taken(&taken.broker, index, taken.now_ms, &taken.sessions, loader)
+                .map_err(failed)?;
         StoredSnapshot::new(meta.clone(), bytes, true)
     };
     lock(machine).record_snapshot(current);
@@ -630,7 +714,11 @@ impl RaftStateMachine<TypeConfig> for QueueStateMachine {
         // On disk before the state changes: openraft purges the log behind it next.
         m.keep_snapshot(meta, bytes)
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-        m.broker = decoded.broker;
+        m.set_broker(decoded.broker);
+        if let Some(p) = &m.paging {
+            // Nothing it holds now was stamped: a snapshot's messages stay in memory.
+            p.log.keep_segments_from(None);
+        }
         m.now_ms = m.now_ms.max(decoded.now_ms);
         m.sessions = decoded.sessions;
         m.last_applied = meta.last_log_id;
@@ -684,7 +772,7 @@ mod tests {
             m.last_applied = Some(at(9));
             m.take_snapshot()
         };
-        let installed = snapshot::encode_taken(&newer.broker, 9, 0, &newer.sessions).unwrap();
+        let installed = snapshot::encode_taken(&newer.broker, 9, 0, &newer.sessions, None).unwrap();
         {
             let _files = lock_files(&sm.files);
             lock(&sm.machine)

@@ -211,6 +211,31 @@ pub async fn busy<F: std::future::Future>(fut: F) -> F::Output {
     }
 }
 
+/// `rpc` with entries of the member's own, decoded from their records as a member reading
+/// them off the cluster link decodes them: no two members share a message (each member's log
+/// stamps its own copy with where it wrote it, S-CLU-82).
+fn own_copies(mut rpc: AppendEntriesRequest<TypeConfig>) -> AppendEntriesRequest<TypeConfig> {
+    use crate::record::{self, RaftRecord};
+    for entry in &mut rpc.entries {
+        let record = RaftRecord::Entry {
+            group: 0,
+            entry: entry.clone(),
+        };
+        #[expect(
+            clippy::expect_used,
+            reason = "test support: an entry the leader logged encodes and decodes"
+        )]
+        let copy = record::encode(&record)
+            .ok()
+            .and_then(|(kind, payload)| record::decode(kind, &payload).ok())
+            .expect("an entry encodes and decodes");
+        if let RaftRecord::Entry { entry: copy, .. } = copy {
+            *entry = copy;
+        }
+    }
+    rpc
+}
+
 type Rpc<T, E = openraft::error::Infallible> =
     Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>;
 
@@ -222,6 +247,7 @@ impl RaftNetwork<TypeConfig> for Conn {
     ) -> Rpc<AppendEntriesResponse<NodeId>> {
         let raft = self.router.target(self.from, self.to)?;
         let carries_entries = !rpc.entries.is_empty();
+        let rpc = own_copies(rpc);
         let resp = self.router.call(raft.append_entries(rpc)).await;
         if carries_entries && lock(&self.router.cut_after_append).remove(&self.to) {
             self.router.isolate(self.to);

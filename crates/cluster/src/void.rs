@@ -48,6 +48,9 @@ pub(crate) enum RebuildError {
     /// The log no longer holds an entry after the snapshot.
     #[error("the log no longer holds entry {0}, needed to rebuild the committed state")]
     Missing(u64),
+    /// An entry after the snapshot could not be read back from the log.
+    #[error("reading the log to rebuild the committed state: {0}")]
+    Log(String),
     /// An entry that applied before does not apply again (a bug: apply is not deterministic).
     #[error("entry {index} applied before but not when rebuilding: {error}")]
     Replay {
@@ -141,7 +144,9 @@ impl Voids {
                 }
             }
             History::Log(log) => {
-                let entries = log.entries(from..before);
+                let entries = log
+                    .entries(from..before)
+                    .map_err(|e| RebuildError::Log(e.to_string()))?;
                 let mut expected = from;
                 for entry in &entries {
                     if entry.log_id.index != expected {

@@ -4,9 +4,11 @@
 //! knows nothing of AMQP.
 //!
 //! A position ([`StoredAt`]) packs into 64 bits: bit 63 clear = a log record, segment id in
-//! bits 40..63 and the frame's offset in bits 0..40; bit 63 set = a checkpoint record, the low
-//! 23 bits of the checkpoint's Lsn in bits 40..63 and the frame's offset below. Positions are
-//! never written to disk: they live in memory for one run.
+//! bits 40..62 and the frame's offset in bits 0..40; bit 63 set = a checkpoint record, the low
+//! 22 bits of the checkpoint's Lsn in bits 40..62 and the frame's offset below. Bit 62 is
+//! never set: it marks a replicated group's positions (`wharf_broker::GROUP_LOG_BIT`), which a
+//! message routed to a classic and a quorum queue may hold instead. Positions are never
+//! written to disk: they live in memory for one run.
 //!
 //! A position can go stale: compaction copies a live message forward in the log (a `Copied`
 //! record) and its old segment is deleted, a checkpoint carries a message that has no log
@@ -28,9 +30,9 @@ use wharf_wal::{Position, Reader, SegmentId, StorageFile, read_frame_at};
 const CHECKPOINT_BIT: u64 = 1 << 63;
 const OFFSET_BITS: u32 = 40;
 const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
-const FILE_MASK: u64 = (1 << 23) - 1;
+const FILE_MASK: u64 = (1 << 22) - 1;
 
-/// The position of a log record, if it fits the packing (segment ids below 2^23, offsets
+/// The position of a log record, if it fits the packing (segment ids below 2^22, offsets
 /// below 2^40; beyond, the message simply stays in memory).
 pub fn pack_log(position: Position) -> Option<StoredAt> {
     (position.segment.0 <= FILE_MASK && position.offset <= OFFSET_MASK)
@@ -295,11 +297,22 @@ mod tests {
         ));
         assert_eq!(
             pack_log(Position {
-                segment: SegmentId(1 << 23),
+                segment: SegmentId(1 << 22),
                 offset: 0
             }),
             None
         );
         assert_eq!(pack_checkpoint(1, 1 << 40), None);
+        // The largest of either never sets the bit a replicated group's positions set.
+        let largest = [
+            pack_log(Position {
+                segment: SegmentId(FILE_MASK),
+                offset: OFFSET_MASK,
+            }),
+            pack_checkpoint(u64::MAX, OFFSET_MASK),
+        ];
+        for at in largest {
+            assert_eq!(at.unwrap() & wharf_broker::GROUP_LOG_BIT, 0);
+        }
     }
 }

@@ -44,9 +44,20 @@ impl Broker {
         self.loaded_total.load(Ordering::Relaxed)
     }
 
+    /// What the ready messages of logged queues take, in memory or left on disk (bodies plus
+    /// about 512 bytes each, as [`Broker::loaded_bytes`] counts): what a checkpoint of them
+    /// writes. Goes over every queue.
+    pub fn queued_bytes(&self) -> u64 {
+        self.queues
+            .values()
+            .filter(|q| q.logged())
+            .map(|q| q.ready.bytes() + q.ready.len() as u64 * crate::queue::LOADED_OVERHEAD_BYTES)
+            .sum()
+    }
+
     /// Keeps memory bounded (DESIGN "Memory"): when the content of queued messages in memory
     /// exceeds `budget` bytes, the oldest whose record is durable (Lsn at most `durable_lsn`)
-    /// in logged queues are replaced by stored references until a quarter of the budget is
+    /// in a log the loader reads back ([`MessageLoader::pages`]) in logged queues are replaced by stored references until a quarter of the budget is
     /// free again, queue after queue, each page-out going on from the queue where the one
     /// before stopped. Returns the body bytes released from the queues (a message still held
     /// elsewhere, unacked or in another queue, is freed when the last holder lets go).
@@ -55,6 +66,11 @@ impl Broker {
         if loaded <= budget {
             return 0;
         }
+        // Only what the loader reads back leaves memory (none without one).
+        let Some(reader) = self.loader.clone() else {
+            return 0;
+        };
+        let pages = |slot| reader.pages(slot, durable_lsn);
         let mut want = loaded - budget / 4 * 3;
         let mut freed = 0;
         let mut large = Vec::new();
@@ -73,7 +89,7 @@ impl Broker {
                 if !q.logged() {
                     continue;
                 }
-                let got = q.ready.page_out(durable_lsn, want, &mut large);
+                let got = q.ready.page_out(&pages, want, &mut large);
                 want = want.saturating_sub(got);
                 freed += got;
                 self.page_cursor = id;
@@ -245,6 +261,34 @@ mod tests {
             panic!("{:?}", out.reply)
         };
         g.message
+    }
+
+    /// A message routed to a classic and a quorum queue is one message: the slot a
+    /// replicated group's log filled (`GROUP_LOG_BIT`) is not the store's to read back, so the
+    /// store's page-out keeps that message in memory and goes on with the next one.
+    #[test]
+    fn a_page_out_leaves_on_disk_only_what_its_loader_reads_back() {
+        let loader = Arc::new(Counting::default());
+        let mut b = Broker::new();
+        b.set_loader(Arc::clone(&loader) as Arc<dyn MessageLoader>);
+        declare(&mut b, "q");
+        let first = publish(&mut b, "q", 1000);
+        let second = publish(&mut b, "q", 1000);
+        first.set_group_stored(1, crate::types::GROUP_LOG_BIT | 7);
+        b.messages_logged(&[logged_at_1(&second)]);
+        let freed = b.page_out(1, 0);
+        assert_eq!(
+            freed,
+            1000 + crate::queue::LOADED_OVERHEAD_BYTES,
+            "the second only"
+        );
+        let snapshot = b.snapshot();
+        let kinds: Vec<bool> = snapshot.queues[0]
+            .messages
+            .iter()
+            .map(|m| matches!(m.message, MessageRef::Loaded(_)))
+            .collect();
+        assert_eq!(kinds, [true, false], "the group's stays in memory");
     }
 
     #[test]

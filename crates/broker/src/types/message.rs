@@ -99,17 +99,34 @@ impl Message {
     /// store has written its record.
     pub fn stored_ref(&self) -> Option<(u64, StoredMessage)> {
         let &(lsn, at) = self.stored.0.get()?;
-        Some((
-            lsn,
-            StoredMessage {
-                id: self.id,
-                enqueued_at_ms: self.enqueued_at_ms,
-                ttl_ms: self.ttl_ms,
-                body_len: self.body_len(),
-                priority: self.properties.priority.unwrap_or(0),
-                at,
-            },
-        ))
+        Some((lsn, self.stored_as(at)))
+    }
+
+    /// Where a log wrote it, if one did: its record's Lsn and position.
+    pub fn slot(&self) -> Option<(u64, StoredAt)> {
+        self.stored.0.get().copied()
+    }
+
+    /// Records where a log that is not the store's wrote it (a replicated group's, whose
+    /// positions set [`GROUP_LOG_BIT`]); a second call keeps the first, as for the store's.
+    pub fn set_group_stored(&self, lsn: u64, at: StoredAt) {
+        debug_assert!(
+            at & GROUP_LOG_BIT != 0,
+            "a group's position sets GROUP_LOG_BIT"
+        );
+        let _ = self.stored.0.set((lsn, at));
+    }
+
+    /// The reference that stands for it with its content at `at`.
+    fn stored_as(&self, at: StoredAt) -> StoredMessage {
+        StoredMessage {
+            id: self.id,
+            enqueued_at_ms: self.enqueued_at_ms,
+            ttl_ms: self.ttl_ms,
+            body_len: self.body_len(),
+            priority: self.properties.priority.unwrap_or(0),
+            at,
+        }
     }
 }
 
@@ -240,7 +257,43 @@ pub trait MessageLoader: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// The record cannot be read or is damaged (the caller stops: S-DUR-7).
     fn load(&self, stored: &StoredMessage) -> Result<Message, String>;
+
+    /// What a page-out does with a message in memory whose slot is `slot` (where a log wrote
+    /// it, if one did: its record's Lsn and position), its log durable through `durable_lsn`.
+    /// A message is left on disk only where this loader reads it back. The default is the
+    /// store's: its log writes messages in queue order, so a message not yet written, or not
+    /// yet durable, stops the page-out of its lane (those after it are not either); a
+    /// position in a replicated group's log ([`GROUP_LOG_BIT`]) is not the store's to read.
+    fn pages(&self, slot: Option<(u64, StoredAt)>, durable_lsn: u64) -> PageOut {
+        store_pages(slot, durable_lsn)
+    }
 }
+
+/// The store's rule for [`MessageLoader::pages`].
+pub fn store_pages(slot: Option<(u64, StoredAt)>, durable_lsn: u64) -> PageOut {
+    match slot {
+        None => PageOut::Stop,
+        Some((_, at)) if at & GROUP_LOG_BIT != 0 => PageOut::Skip,
+        Some((lsn, _)) if lsn > durable_lsn => PageOut::Stop,
+        Some(_) => PageOut::Page,
+    }
+}
+
+/// What [`MessageLoader::pages`] decides for one message in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageOut {
+    /// Leave its content on disk.
+    Page,
+    /// Keep it in memory, and go on with the next.
+    Skip,
+    /// Keep it, and the rest of its lane, in memory for now.
+    Stop,
+}
+
+/// Set in a [`StoredAt`] written by a replicated group's log (`wharf_cluster`), clear in one of
+/// the store's: a message routed to a classic and a quorum queue is one message, whose slot
+/// either log may fill, and each reads back only its own.
+pub const GROUP_LOG_BIT: u64 = 1 << 62;
 
 /// The store's rule for the size of the one log record that holds a published message (the
 /// store implements it next to its encoder and hands one to the broker with

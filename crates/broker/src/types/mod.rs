@@ -32,8 +32,8 @@ pub use info::{
     QueueStats, TopicPermissionInfo, Totals, UserInfo,
 };
 pub use message::{
-    LoggedMessage, Message, MessageLoader, MessageRef, Properties, RecordSize, StoredAt,
-    StoredMessage, StoredSlot,
+    GROUP_LOG_BIT, LoggedMessage, Message, MessageLoader, MessageRef, PageOut, Properties,
+    RecordSize, StoredAt, StoredMessage, StoredSlot, store_pages,
 };
 pub use outcome::{
     DeathFate, Delivery, Effect, GetOk, Outcome, PublishResult, QueueDeletedReason, Reply,

@@ -217,7 +217,7 @@ async fn s_clu_7_a_member_restarted_before_it_heard_a_commit_applies_the_entry_o
     let (p, _) = leader.batch(vec![publish("q", "m", None)], 2_000);
     let last = c.raft(1).client_write(p).await.unwrap().log_id.index;
     assert!(c.router.is_cut(3), "member 3 answered the append");
-    let held = c.members[&3].log.entries(last..last + 1);
+    let held = c.members[&3].log.entries(last..last + 1).unwrap();
     assert_eq!(held.len(), 1, "member 3's log holds the entry");
     let applied = c.members[&3]
         .machine

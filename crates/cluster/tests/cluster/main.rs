@@ -16,6 +16,7 @@ mod durability;
 mod expiry;
 mod forward;
 mod members;
+mod paging;
 mod records;
 mod relay_link;
 mod replication;

@@ -45,13 +45,14 @@ async fn s_clu_1_a_followers_confirmed_entries_survive_its_power_loss() {
 
     // Member 2 acknowledged every entry through `index` (the last one was committed by 1 and
     // 2 alone); cut its power now, keeping only what its disk had synced.
-    let synced = c.members[&2].disk.power_loss();
+    // (What its log holds, read first: entries it let go of are read back from its disk.)
     let want = c.members[&2]
         .log
         .clone()
         .try_get_log_entries(0..=index)
         .await
         .unwrap();
+    let synced = c.members[&2].disk.power_loss();
     let mut reopened = open_log(&synced);
     let got = reopened.try_get_log_entries(0..=index).await.unwrap();
     assert_eq!(got.len(), want.len());
@@ -269,7 +270,7 @@ fn raft_snapshot_is_a_header_and_a_checkpoint() {
     };
     let taken = committed.snapshot();
     let len = snapshot_file::write_streamed(&storage, dir.path(), &meta, |out| {
-        snapshot::encode_to_stream(&taken, 5, 1_000, &sessions, out)
+        snapshot::encode_to_stream(&taken, 5, 1_000, &sessions, None, out)
     })
     .unwrap();
     assert_eq!(len, bytes.len() as u64);

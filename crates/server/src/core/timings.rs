@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use wharf_base::{Histogram, HistogramSnapshot};
-use wharf_broker::{Message, MessageLoader, StoredMessage};
+use wharf_broker::{Message, MessageLoader, PageOut, StoredAt, StoredMessage};
 use wharf_clock::Stopwatch;
 
 /// The broker task's histograms.
@@ -73,5 +73,9 @@ impl MessageLoader for TimedLoader {
         let loaded = self.inner.load(stored);
         self.took.record_duration(started.elapsed());
         loaded
+    }
+
+    fn pages(&self, slot: Option<(u64, StoredAt)>, durable_lsn: u64) -> PageOut {
+        self.inner.pages(slot, durable_lsn)
     }
 }

@@ -50,5 +50,6 @@ pub use referenced::{
     encode_referenced,
 };
 pub use stored::{
-    decode_message_part, decode_message_part_shared, decode_stored, message_part, message_part_id,
+    decode_message_part, decode_message_part_shared, decode_stored, encode_message_part,
+    message_part, message_part_id,
 };

@@ -8,9 +8,11 @@ use bytes::Bytes;
 
 use super::carried::{CARRIED_KIND, skip_placements};
 use super::cursor::Dec;
+use super::cursor::Enc;
 use super::error::DecodeError;
+use super::error::EncodeError;
 use super::kind::RecordKind;
-use super::message::{get_message, get_stored_message};
+use super::message::{get_message, get_stored_message, put_message};
 use super::message_events::{get_dead_letter_head, get_published_head};
 use wharf_broker::{Message, MessageId, StoredAt, StoredEvent};
 use wharf_wal::le;
@@ -93,6 +95,17 @@ pub fn message_part(kind: u8, payload: &[u8]) -> Result<&[u8], DecodeError> {
         }
     }
     Ok(payload.get(d.at..).unwrap_or_default())
+}
+
+/// The Message part of `message` (what [`decode_message_part`] reads): a message read back
+/// from another log, carried into a checkpoint as the store's own stored ones are.
+///
+/// # Errors
+/// [`EncodeError`] when a name does not fit the format.
+pub fn encode_message_part(message: &Message) -> Result<Vec<u8>, EncodeError> {
+    let mut out = Vec::with_capacity(message.body.len() + 128);
+    put_message(&mut Enc::new(&mut out), message)?;
+    Ok(out)
 }
 
 /// The id at the start of a Message part, without decoding the rest.
