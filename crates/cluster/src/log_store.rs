@@ -881,6 +881,84 @@ mod tests {
 
     /// A purge takes the entries up to its index out of the log and hands them over to be
     /// freed off openraft's core task: none is left behind in memory.
+    /// S-CLU-82: a log stamps the messages of the entries it appends with their place in its
+    /// WAL, and its loader reads one back once durable; a message another log stamped first
+    /// (one `Arc` two logs of a process took) is left to that log: never paged out, never
+    /// read back from this log's WAL.
+    #[tokio::test]
+    async fn s_clu_82_a_log_reads_back_only_the_messages_it_stamped() {
+        use wharf_broker::{MessageLoader, PageOut};
+        let open = |id| {
+            WalLogStore::open(
+                std::path::Path::new("/raft"),
+                Arc::new(wharf_wal::SimStorage::new(id)),
+                &WalConfig::default(),
+                1,
+            )
+            .unwrap()
+        };
+        let (ours, theirs) = (open(1), open(2));
+        // The other log holds another entry where ours holds this one.
+        theirs
+            .write(RaftRecord::Entry {
+                group: 1,
+                entry: publish(7, 1_000),
+            })
+            .unwrap();
+        let entry = publish(1, 1_000);
+        let message = entry_message(&entry);
+        let lsn = ours
+            .write(RaftRecord::Entry {
+                group: 1,
+                entry: entry.clone(),
+            })
+            .unwrap();
+        theirs
+            .write(RaftRecord::Truncate { group: 1, index: 1 })
+            .unwrap();
+        theirs.write(RaftRecord::Entry { group: 1, entry }).unwrap();
+        let (loader, other) = (ours.reader().loader(), theirs.reader().loader());
+        let slot = message.slot();
+        assert!(slot.is_some(), "stamped");
+        assert_eq!(
+            loader.pages(slot, lsn.0 - 1),
+            PageOut::Stop,
+            "not durable yet"
+        );
+        ours.appender.durable(lsn).await.unwrap();
+        assert_eq!(loader.pages(slot, lsn.0), PageOut::Page);
+        assert_eq!(
+            other.pages(slot, u64::MAX),
+            PageOut::Skip,
+            "the other log's"
+        );
+        assert_eq!(
+            loader.pages(None, u64::MAX),
+            PageOut::Skip,
+            "a leader's own"
+        );
+        let (_, stored) = message.stored_ref().unwrap();
+        let back = loader.load(&stored).unwrap();
+        assert_eq!(back, *message);
+        assert!(
+            other.load(&stored).is_err(),
+            "not in the other log's record"
+        );
+        // Kept segments only: once the log keeps from a later segment, the message stays.
+        ours.reader().keep_segments_from(Some(u64::MAX - 1));
+        let newest = lock(&ours.log)
+            .held
+            .values()
+            .next_back()
+            .unwrap()
+            .position
+            .segment
+            .0;
+        assert_eq!(ours.keep_segment.load(Ordering::Acquire), newest);
+        ours.keep_segment.store(newest + 1, Ordering::Release);
+        assert_eq!(loader.pages(slot, u64::MAX), PageOut::Skip);
+    }
+
     #[tokio::test]
     async fn a_purge_hands_the_purged_entries_over_to_be_freed() {
         let disk = wharf_wal::SimStorage::new(1);
