@@ -71,20 +71,6 @@ pub fn unpack(at: StoredAt) -> Option<(Position, usize)> {
     ))
 }
 
-/// The message event `event` carries, if it carries one.
-fn message_of(event: &Event) -> Option<&std::sync::Arc<Message>> {
-    match event {
-        Event::Published { message, .. } | Event::Scheduled { message, .. } => {
-            Some(&message.message)
-        }
-        Event::DeadLettered {
-            message: Some(message),
-            ..
-        } => Some(&message.message),
-        _ => None,
-    }
-}
-
 /// Which log a stamp is from: each log opened in the process takes the next of these 16-bit
 /// tags, carried in the stamp's top 16 bits of Lsn. A message is one `Arc` wherever it is held,
 /// so a message two logs of one process both took (members of one group in one test process,
@@ -110,7 +96,7 @@ pub(crate) fn stamp(entry: &Entry, tag: u64, lsn: Lsn, position: Position) {
         return;
     }
     for (i, event) in proposal.events.iter().enumerate() {
-        if let (Some(message), Some(at)) = (message_of(event), pack(position, i)) {
+        if let (Some(message), Some(at)) = (event.message(), pack(position, i)) {
             message.set_group_stored(tag << TAG_SHIFT | lsn.0, at);
         }
     }
@@ -208,7 +194,7 @@ impl MessageLoader for GroupLoader {
         let events = self.events_at(position)?;
         let message = events
             .get(index)
-            .and_then(message_of)
+            .and_then(Event::message)
             .filter(|m| m.id == stored.id)
             .ok_or_else(|| {
                 format!(

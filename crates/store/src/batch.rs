@@ -66,25 +66,11 @@ impl Scratch {
                 max: limits::RECORD_PAYLOAD_BYTES_MAX,
             });
         }
-        let message = message_of(event).cloned();
+        let message = event.message().cloned();
         segment_index::event_ids(event, &mut self.ids);
         self.records
             .push((kind.byte(), self.bytes.len(), body, message, self.ids.len()));
         Ok(())
-    }
-}
-
-/// The message an event's record holds, if any.
-fn message_of(event: &Event) -> Option<&Arc<Message>> {
-    match event {
-        Event::Published { message, .. } | Event::Scheduled { message, .. } => {
-            Some(&message.message)
-        }
-        Event::DeadLettered {
-            message: Some(message),
-            ..
-        } => Some(&message.message),
-        _ => None,
     }
 }
 

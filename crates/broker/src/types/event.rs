@@ -311,3 +311,20 @@ pub enum Event {
         exchange: String,
     },
 }
+
+impl Event {
+    /// The message whose content the event carries (a publish, a schedule, a dead-lettered
+    /// copy), if any.
+    pub fn message(&self) -> Option<&Arc<Message>> {
+        match self {
+            Event::Published { message, .. } | Event::Scheduled { message, .. } => {
+                Some(&message.message)
+            }
+            Event::DeadLettered {
+                message: Some(message),
+                ..
+            } => Some(&message.message),
+            _ => None,
+        }
+    }
+}
