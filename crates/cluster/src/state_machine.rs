@@ -541,6 +541,7 @@ impl QueueStateMachine {
     /// Rebuilds from group `group`'s log `log` when an entry is voided (S-CLU-60), instead of
     /// keeping the events applied since the snapshot in memory. Every member started on a log
     /// attaches it, before its Raft starts.
+    ///
     /// Its committed broker then also leaves queued bodies on disk, in the log, beyond
     /// `limits::MESSAGE_MEMORY_BYTES` ([`QueueStateMachine::message_memory`], S-CLU-82).
     #[must_use]
