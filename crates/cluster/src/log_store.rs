@@ -881,6 +881,46 @@ mod tests {
 
     /// A purge takes the entries up to its index out of the log and hands them over to be
     /// freed off openraft's core task: none is left behind in memory.
+    /// S-CLU-82: once applied and durable, a log lets the events of its entries go but the
+    /// newest `RELEASE_KEEP_ENTRIES`, and reads the others back from its WAL, the same.
+    #[tokio::test]
+    async fn s_clu_82_a_log_lets_applied_entries_go_and_reads_them_back() {
+        let store = WalLogStore::open(
+            std::path::Path::new("/raft"),
+            Arc::new(wharf_wal::SimStorage::new(1)),
+            &WalConfig::default(),
+            1,
+        )
+        .unwrap();
+        let held = RELEASE_KEEP_ENTRIES + 36;
+        let count = u64::try_from(held).unwrap();
+        let mut last = Lsn(0);
+        for i in 1..=count {
+            let entry = publish(i, 100);
+            last = store.write(RaftRecord::Entry { group: 1, entry }).unwrap();
+        }
+        let mut reader = store.reader();
+        let before = reader.try_get_log_entries(1..=count).await.unwrap();
+        reader.release(count);
+        assert_eq!(lock(&store.log).entries.len(), held, "nothing durable yet");
+        store.appender.durable(last).await.unwrap();
+        reader.release(count);
+        assert_eq!(lock(&store.log).entries.len(), RELEASE_KEEP_ENTRIES);
+        assert_eq!(lock(&store.log).held.len(), held);
+        let after = reader.try_get_log_entries(1..=count).await.unwrap();
+        assert_eq!(format!("{before:?}"), format!("{after:?}"));
+        // An append carries those read back, then (the next one) those in memory.
+        let on_disk = count - u64::try_from(RELEASE_KEEP_ENTRIES).unwrap();
+        let limited = reader.limited_get_log_entries(1, count + 1).await.unwrap();
+        assert_eq!(indexes(&limited), (1..=on_disk).collect::<Vec<_>>());
+        let rest = reader
+            .limited_get_log_entries(on_disk + 1, count + 1)
+            .await
+            .unwrap();
+        assert_eq!(indexes(&rest), (on_disk + 1..=count).collect::<Vec<_>>());
+        assert_eq!(reader.entries(5..9).unwrap().len(), 4);
+    }
+
     /// S-CLU-82: a log stamps the messages of the entries it appends with their place in its
     /// WAL, and its loader reads one back once durable; a message another log stamped first
     /// (one `Arc` two logs of a process took) is left to that log: never paged out, never

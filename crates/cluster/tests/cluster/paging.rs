@@ -66,11 +66,12 @@ async fn s_clu_82_a_members_committed_broker_leaves_bodies_in_the_log_and_reads_
     let mut leader = LiveBroker::new();
     let (p, _) = leader.batch(vec![declare_quorum("q", None)], 1_000);
     c.raft(1).client_write(p).await.unwrap();
-    // 300 messages of 4 KiB, 10 an entry: 1.2 MB, far beyond 64 KiB.
+    // 300 messages of 4 KiB, 2 an entry: 1.2 MB, far beyond 64 KiB, in 150 entries (more
+    // than the newest the log keeps in memory).
     let count = 300;
     let mut last = 0;
-    for batch in 0..count / 10 {
-        let cmds = (batch * 10..batch * 10 + 10)
+    for batch in 0..count / 2 {
+        let cmds = (batch * 2..batch * 2 + 2)
             .map(|i| publish("q", &body(i), None))
             .collect();
         let (p, _) = leader.batch(cmds, 2_000 + batch as u64);
@@ -82,8 +83,8 @@ async fn s_clu_82_a_members_committed_broker_leaves_bodies_in_the_log_and_reads_
     // Member 2 holds about its budget in memory, the rest on disk, in queue order.
     let held = c.members[&2].machine.with(|m| bodies(m.broker()));
     assert_eq!(held.len(), count);
-    // About the budget (16 messages), and the last entries' ten each, if the disk had not
-    // made them durable yet when they were applied.
+    // About the budget (16 messages), and the last entries' messages, if the disk had not made
+    // them durable yet when they were applied.
     let in_memory = held.iter().filter(|b| b.is_some()).count();
     assert!(
         (1..=36).contains(&in_memory),
