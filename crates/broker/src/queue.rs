@@ -148,9 +148,20 @@ pub(crate) struct Ready {
     ttl_ms: Option<u32>,
     /// Memory the content of the live entries held in memory takes (`loaded_len`).
     loaded_bytes: u64,
-    /// The same summed over every queue of the broker (shared, so the total is O(1) to read:
-    /// the broker task checks it after every batch). A queue's share leaves with it (`Drop`).
-    loaded_total: Arc<AtomicU64>,
+    /// The same, and what every live entry takes in memory or not, summed over every queue of
+    /// the broker (shared, so a total is O(1) to read: the broker task checks it after every
+    /// batch, a group's state machine after every apply). A queue's share leaves with it
+    /// (`Drop`).
+    totals: Arc<ContentTotals>,
+}
+
+/// What the ready messages of every queue of a broker take, summed ([`Ready`]'s `totals`).
+#[derive(Debug, Default)]
+pub(crate) struct ContentTotals {
+    /// In memory: `loaded_len` of each.
+    pub(crate) loaded: AtomicU64,
+    /// In memory or left on disk: each body plus `LOADED_OVERHEAD_BYTES`.
+    pub(crate) queued: AtomicU64,
 }
 
 impl Default for Ready {
@@ -187,14 +198,18 @@ fn live_entry(e: &Entry) -> Option<(&MessageRef, &Entry)> {
 
 impl Drop for Ready {
     fn drop(&mut self) {
-        self.loaded_total
+        self.totals
+            .loaded
             .fetch_sub(self.loaded_bytes, Ordering::Relaxed);
+        self.totals
+            .queued
+            .fetch_sub(self.queued_bytes(), Ordering::Relaxed);
     }
 }
 
 impl Ready {
-    /// An empty plain queue (one lane) whose loaded bytes count into `total` (the broker's).
-    pub fn counting_into(total: Arc<AtomicU64>) -> Self {
+    /// An empty plain queue (one lane) whose bytes count into `totals` (the broker's).
+    pub fn counting_into(totals: Arc<ContentTotals>) -> Self {
         Self {
             lanes: vec![Lane::default()],
             live: 0,
@@ -202,7 +217,7 @@ impl Ready {
             deadlines: BTreeSet::new(),
             ttl_ms: None,
             loaded_bytes: 0,
-            loaded_total: total,
+            totals,
         }
     }
 
@@ -237,13 +252,18 @@ impl Ready {
 
     fn add_loaded(&mut self, n: u64) {
         self.loaded_bytes += n;
-        self.loaded_total.fetch_add(n, Ordering::Relaxed);
+        self.totals.loaded.fetch_add(n, Ordering::Relaxed);
     }
 
     fn sub_loaded(&mut self, n: u64) {
         let n = n.min(self.loaded_bytes);
         self.loaded_bytes -= n;
-        self.loaded_total.fetch_sub(n, Ordering::Relaxed);
+        self.totals.loaded.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// What its live entries take, in memory or not: each body plus `LOADED_OVERHEAD_BYTES`.
+    fn queued_bytes(&self) -> u64 {
+        self.bytes + self.live as u64 * LOADED_OVERHEAD_BYTES
     }
 
     pub fn len(&self) -> usize {
@@ -363,6 +383,9 @@ impl Ready {
         }
         self.live += 1;
         self.bytes += body_len(msg);
+        self.totals
+            .queued
+            .fetch_add(body_len(msg) + LOADED_OVERHEAD_BYTES, Ordering::Relaxed);
         self.add_loaded(loaded_len(msg));
     }
 
@@ -378,6 +401,9 @@ impl Ready {
         }
         self.live -= 1;
         self.bytes -= body_len(msg);
+        self.totals
+            .queued
+            .fetch_sub(body_len(msg) + LOADED_OVERHEAD_BYTES, Ordering::Relaxed);
         self.sub_loaded(loaded_len(msg));
     }
 
@@ -507,6 +533,9 @@ impl Ready {
             lane.tombstones = 0;
         }
         self.deadlines.clear();
+        self.totals
+            .queued
+            .fetch_sub(self.queued_bytes(), Ordering::Relaxed);
         self.live = 0;
         self.bytes = 0;
         self.sub_loaded(self.loaded_bytes);

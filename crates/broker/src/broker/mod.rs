@@ -59,7 +59,6 @@ pub use self::time_views::{ExpiryHorizon, ScheduledFor, ScheduledMessage, Schedu
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 pub use self::reply_names::REPLY_QUEUE;
 
@@ -106,8 +105,8 @@ pub struct Broker {
     record_size: Option<Arc<dyn RecordSize>>,
     /// The first failure to read a stored message back: the server stops (S-DUR-7).
     storage_failure: Option<String>,
-    /// Memory the content of queued messages held in memory takes, over every queue.
-    loaded_total: Arc<AtomicU64>,
+    /// What the content of queued messages takes (in memory, and in all), over every queue.
+    totals: Arc<crate::queue::ContentTotals>,
     /// Large messages paged out whose content may still be held elsewhere (`paging.rs`):
     /// read from here while it is, instead of from disk (S-BIG-3). Pruned at each page-out.
     paged_large: std::collections::HashMap<MessageId, std::sync::Weak<crate::types::Message>>,
@@ -151,7 +150,7 @@ impl Broker {
             loader: None,
             record_size: None,
             storage_failure: None,
-            loaded_total: Arc::default(),
+            totals: Arc::default(),
             paged_large: std::collections::HashMap::new(),
             page_cursor: QueueId(0),
             reply_to: reply_names::ReplyConsumers::default(),

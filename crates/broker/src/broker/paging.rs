@@ -41,25 +41,21 @@ impl Broker {
     /// Memory the content of queued messages held in memory takes (bodies plus about 512
     /// bytes each), over every queue.
     pub fn loaded_bytes(&self) -> u64 {
-        self.loaded_total.load(Ordering::Relaxed)
+        self.totals.loaded.load(Ordering::Relaxed)
     }
 
-    /// What the ready messages of logged queues take, in memory or left on disk (bodies plus
-    /// about 512 bytes each, as [`Broker::loaded_bytes`] counts): what a checkpoint of them
-    /// writes. Goes over every queue.
+    /// What the ready messages take, in memory or left on disk (bodies plus about 512 bytes
+    /// each, as [`Broker::loaded_bytes`] counts), over every queue: what a checkpoint of them
+    /// writes, for a broker of logged queues only (a group's committed one).
     pub fn queued_bytes(&self) -> u64 {
-        self.queues
-            .values()
-            .filter(|q| q.logged())
-            .map(|q| q.ready.bytes() + q.ready.len() as u64 * crate::queue::LOADED_OVERHEAD_BYTES)
-            .sum()
+        self.totals.queued.load(Ordering::Relaxed)
     }
 
     /// Keeps memory bounded (DESIGN "Memory"): when the content of queued messages in memory
     /// exceeds `budget` bytes, the oldest whose record is durable (Lsn at most `durable_lsn`)
-    /// in a log the loader reads back ([`MessageLoader::pages`]) in logged queues are replaced by stored references until a quarter of the budget is
-    /// free again, queue after queue, each page-out going on from the queue where the one
-    /// before stopped. Returns the body bytes released from the queues (a message still held
+    /// in a log the loader reads back ([`MessageLoader::pages`]) in logged queues are replaced
+    /// by stored references until a quarter of the budget is free again, queue after queue,
+    /// each page-out going on from the queue where the one before stopped. Returns the body bytes released from the queues (a message still held
     /// elsewhere, unacked or in another queue, is freed when the last holder lets go).
     pub fn page_out(&mut self, durable_lsn: u64, budget: u64) -> u64 {
         let loaded = self.loaded_bytes();
@@ -289,6 +285,24 @@ mod tests {
             .map(|m| matches!(m.message, MessageRef::Loaded(_)))
             .collect();
         assert_eq!(kinds, [true, false], "the group's stays in memory");
+    }
+
+    /// What a checkpoint writes counts a message whether in memory or paged out, and leaves
+    /// with it.
+    #[test]
+    fn queued_bytes_count_messages_in_memory_or_not() {
+        let loader = Arc::new(Counting::default());
+        let (mut b, _held) = paged_out(1000, &loader);
+        let each = 1000 + crate::queue::LOADED_OVERHEAD_BYTES;
+        assert_eq!(b.loaded_bytes(), 0, "paged out");
+        assert_eq!(b.queued_bytes(), each);
+        publish(&mut b, "q", 10);
+        assert_eq!(
+            b.queued_bytes(),
+            each + 10 + crate::queue::LOADED_OVERHEAD_BYTES
+        );
+        get(&mut b);
+        assert_eq!(b.queued_bytes(), 10 + crate::queue::LOADED_OVERHEAD_BYTES);
     }
 
     #[test]

@@ -199,7 +199,7 @@ impl Broker {
     ) -> QueueId {
         let id = QueueId(self.next_queue);
         self.next_queue += 1;
-        let ready = Ready::counting_into(Arc::clone(&self.loaded_total))
+        let ready = Ready::counting_into(Arc::clone(&self.totals))
             .with_max_priority(priority_lanes(settings.max_priority));
         self.queues.insert(
             id,
