@@ -510,6 +510,11 @@ impl WalLogReader {
     /// # Errors
     /// An entry let go cannot be read back (I/O, damage).
     pub fn entries(&self, range: std::ops::Range<u64>) -> Result<Vec<Entry>, StorageError> {
+        self.read(range)
+    }
+
+    /// The entries held in `range`, those memory let go read back first.
+    fn read(&self, range: impl RangeBounds<u64> + Clone) -> Result<Vec<Entry>, StorageError> {
         let (on_disk, in_memory) = lock(&self.log).range(range);
         let mut entries = self.read_back(&on_disk, usize::MAX)?;
         entries.extend(in_memory);
@@ -641,10 +646,7 @@ impl RaftLogReader<TypeConfig> for WalLogReader {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        let (on_disk, in_memory) = lock(&self.log).range(range);
-        let mut entries = self.read_back(&on_disk, usize::MAX)?;
-        entries.extend(in_memory);
-        Ok(entries)
+        self.read(range)
     }
 
     /// What one append to a follower carries: the entries from `start`, up to about
