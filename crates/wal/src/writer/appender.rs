@@ -61,8 +61,9 @@ impl Appender {
     }
 
     /// Appends one record as [`Appender::append`] does, without waking the writer: it is
-    /// written and synced with the next batch another append starts (or at close), never on
-    /// its own. For a record nobody waits for, which is worth less than an `fdatasync`.
+    /// written and synced with the next batch another append (or a waiter) starts, or at
+    /// close, never on its own, even when the writer is busy as it arrives. For a record
+    /// nobody waits for, which is worth less than an `fdatasync`.
     ///
     /// # Errors
     /// As [`Appender::append`].
@@ -131,6 +132,9 @@ impl Appender {
                     Err(err) => return Err(err),
                 }
             }
+            // Room comes only from the writer: it must take what is pending, lazy or not.
+            pending.wanted = true;
+            shared.work.notify_one();
             pending = shared
                 .space
                 .wait(pending)
@@ -166,6 +170,7 @@ impl Appender {
         chunk.frames.push((start, payload_crc));
         chunk.last_lsn = appended.lsn;
         pending.bytes += frame_len;
+        pending.wanted |= wake;
         drop(pending);
         if wake {
             shared.work.notify_one();
@@ -200,6 +205,7 @@ impl Appender {
     pub fn wait_durable(&self, lsn: Lsn) -> Result<(), WalError> {
         let d = &self.shared.durability;
         let mut state = lock(&d.state);
+        let mut wanted = false;
         loop {
             if let Some(result) = Durability::check(&state, lsn) {
                 return result;
@@ -207,6 +213,14 @@ impl Appender {
             if self.shared.inline {
                 drop(state);
                 self.shared.step_inline(lsn)?;
+                state = lock(&d.state);
+                continue;
+            }
+            if !wanted {
+                // Outside the durability lock: the writer takes the pending lock first.
+                wanted = true;
+                drop(state);
+                self.shared.want();
                 state = lock(&d.state);
                 continue;
             }
@@ -352,11 +366,17 @@ impl Future for Durable {
             }
             state = lock(&this.shared.durability.state);
         }
+        let first = this.registration.is_none();
         let id = *this.registration.get_or_insert_with(|| {
             state.next_waker_id += 1;
             state.next_waker_id
         });
         state.wakers.insert((this.lsn, id), cx.waker().clone());
+        drop(state);
+        if first {
+            // Registered first, so the batch this asks for cannot complete unseen.
+            this.shared.want();
+        }
         Poll::Pending
     }
 }

@@ -137,11 +137,12 @@ impl Writer {
         self.shared.durability.finish(failure);
     }
 
-    /// Waits for pending records; `None` when closed and drained.
+    /// Waits for pending records someone wants durable ([`Pending::ready`]); `None` when
+    /// closed and drained.
     fn take_batch(&self) -> Option<Vec<Chunk>> {
         let shared = &*self.shared;
         let mut pending = lock(&shared.pending);
-        while pending.chunks.is_empty() {
+        while !pending.ready() {
             if pending.closed {
                 return None;
             }
@@ -162,6 +163,7 @@ impl Writer {
             return None;
         }
         pending.bytes = 0;
+        pending.wanted = false;
         let chunks = std::mem::take(&mut pending.chunks);
         drop(pending);
         shared.space.notify_all();

@@ -142,6 +142,19 @@ struct Pending {
     closed: bool,
     /// Emptied buffers handed back by the writer, so steady state allocates nothing.
     spare: Vec<Vec<u8>>,
+    /// Something pending is wanted durable: a record appended to be (`Appender::append`), a
+    /// waiter's, or room an appender waits for. Until then the writer leaves pending records
+    /// alone, so a lazy one (`Appender::append_lazy`) rides with the next batch even when the
+    /// writer is busy as it arrives, instead of costing an fsync of its own after that batch.
+    wanted: bool,
+}
+
+impl Pending {
+    /// Whether the writer thread takes what is pending now: something is, and it is wanted
+    /// durable, or the log is closing (drained whatever it holds).
+    fn ready(&self) -> bool {
+        !self.chunks.is_empty() && (self.wanted || self.closed)
+    }
 }
 
 /// The durable watermark and everyone waiting on it.
@@ -339,6 +352,7 @@ impl Shared {
                 failed: None,
                 closed: false,
                 spare: Vec::new(),
+                wanted: false,
             }),
             work: Condvar::new(),
             space: Condvar::new(),
@@ -421,6 +435,18 @@ impl Shared {
 
     pub(crate) fn segment_path(&self, id: SegmentId) -> PathBuf {
         self.dir.join(segment_file_name(id))
+    }
+
+    /// A waiter wants what is pending durable: the writer takes it even if it was all
+    /// appended lazily (a waiter of a lazy record is then not left waiting for another one).
+    pub(crate) fn want(&self) {
+        let mut pending = lock(&self.pending);
+        if pending.wanted || pending.chunks.is_empty() {
+            return;
+        }
+        pending.wanted = true;
+        drop(pending);
+        self.work.notify_one();
     }
 
     /// Asks the writer to finish what is pending and stop.

@@ -439,6 +439,163 @@ fn a_lazy_record_rides_on_the_next_batch_and_is_kept_at_close() {
     }
 }
 
+/// A storage whose files' `sync_data` waits while the gate is held: a test knows the writer is
+/// inside a sync (and what it took) and chooses when the sync ends.
+#[derive(Debug)]
+struct Gated {
+    inner: SimStorage,
+    gate: Arc<Gate>,
+}
+
+#[derive(Debug, Default)]
+struct Gate {
+    /// (held, syncs waiting at the gate)
+    state: std::sync::Mutex<(bool, usize)>,
+    changed: std::sync::Condvar,
+}
+
+impl Gate {
+    fn set(&self, held: bool) {
+        self.state.lock().unwrap().0 = held;
+        self.changed.notify_all();
+    }
+    fn pass(&self) {
+        let mut state = self.state.lock().unwrap();
+        state.1 += 1;
+        self.changed.notify_all();
+        while state.0 {
+            state = self.changed.wait(state).unwrap();
+        }
+        state.1 -= 1;
+    }
+    fn wait_for_a_sync(&self) {
+        let mut state = self.state.lock().unwrap();
+        while state.1 == 0 {
+            state = self.changed.wait(state).unwrap();
+        }
+    }
+}
+
+#[derive(Debug)]
+struct GatedFile {
+    inner: Box<dyn wharf_wal::StorageFile>,
+    gate: Arc<Gate>,
+}
+
+impl wharf_wal::StorageFile for GatedFile {
+    fn len_bytes(&self) -> std::io::Result<u64> {
+        self.inner.len_bytes()
+    }
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_exact_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.inner.write_all_at(buf, offset)
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.gate.pass();
+        self.inner.sync_data()
+    }
+    fn sync_all(&self) -> std::io::Result<()> {
+        self.inner.sync_all()
+    }
+    fn reserve(&self, len: u64) -> std::io::Result<()> {
+        self.inner.reserve(len)
+    }
+}
+
+impl Storage for Gated {
+    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
+        self.inner.create_dir_all(dir)
+    }
+    fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
+        self.inner.list(dir)
+    }
+    fn create_new(&self, path: &Path) -> std::io::Result<Box<dyn wharf_wal::StorageFile>> {
+        let inner = self.inner.create_new(path)?;
+        Ok(Box::new(GatedFile {
+            inner,
+            gate: Arc::clone(&self.gate),
+        }))
+    }
+    fn open(
+        &self,
+        path: &Path,
+        writable: bool,
+    ) -> std::io::Result<Box<dyn wharf_wal::StorageFile>> {
+        let inner = self.inner.open(path, writable)?;
+        Ok(Box::new(GatedFile {
+            inner,
+            gate: Arc::clone(&self.gate),
+        }))
+    }
+    fn remove(&self, path: &Path) -> std::io::Result<()> {
+        self.inner.remove(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.inner.rename(from, to)
+    }
+}
+
+/// A lazy record appended while the writer syncs a batch is left for the next batch someone
+/// wants, not synced on its own once that sync ends (the Raft log's commit records cost
+/// followers an fsync each that way, delaying the entry behind them).
+#[test]
+fn a_lazy_record_appended_during_a_sync_waits_for_the_next_batch() {
+    let gate = Arc::new(Gate::default());
+    let storage = Gated {
+        inner: SimStorage::new(11),
+        gate: Arc::clone(&gate),
+    };
+    let config = WalConfig {
+        segment_bytes_max: 1 << 20,
+        preallocate: false,
+        ..WalConfig::default()
+    };
+    let (wal, _, _) = open(Path::new("/wal"), Arc::new(storage), &config).unwrap();
+    let app = wal.appender();
+    gate.set(true);
+    let first = app.append(0, &payload(1, 100)).unwrap().lsn;
+    gate.wait_for_a_sync();
+    let syncs = app.stats().syncs;
+    let lazy = app.append_lazy(1, &payload(2, 20)).unwrap().lsn;
+    gate.set(false);
+    app.wait_durable(first).unwrap();
+    let next = app.append_durable(0, &payload(3, 100)).unwrap().lsn;
+    assert!(app.durable_lsn() >= next && next > lazy);
+    assert_eq!(
+        app.stats().syncs - syncs,
+        2,
+        "the first batch's sync, then the lazy record's with the next one"
+    );
+    wal.close().unwrap();
+}
+
+/// Whoever waits for a lazy record gets it synced, blocking or through the future, though
+/// nothing else is appended after it.
+#[test]
+fn a_waiter_of_a_lazy_record_gets_it_synced() {
+    let config = WalConfig {
+        segment_bytes_max: 1 << 20,
+        preallocate: false,
+        ..WalConfig::default()
+    };
+    let (wal, _, _) = open(Path::new("/wal"), Arc::new(SimStorage::new(12)), &config).unwrap();
+    let app = wal.appender();
+    let lazy = app.append_lazy(1, &payload(1, 20)).unwrap().lsn;
+    app.wait_durable(lazy).unwrap();
+    let lazy = app.append_lazy(1, &payload(2, 20)).unwrap().lsn;
+    block_on(app.durable(lazy)).unwrap();
+    assert_eq!(app.durable_lsn(), lazy);
+    wal.close().unwrap();
+}
+
 #[test]
 fn handles_can_be_shared_across_threads_and_tasks() {
     fn shareable<T: Clone + Send + Sync + 'static>() {}
