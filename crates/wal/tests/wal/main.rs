@@ -7,6 +7,7 @@
 //! names keep their file as a prefix (`cargo test --test wal <name>::`). Depends only on wharf's
 //! public API, the test clients and the shared helpers under tests/.
 
+mod hooked;
 mod wal_basic;
 mod wal_decode;
 mod wal_diskfull;

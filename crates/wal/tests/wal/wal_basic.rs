@@ -439,14 +439,8 @@ fn a_lazy_record_rides_on_the_next_batch_and_is_kept_at_close() {
     }
 }
 
-/// A storage whose files' `sync_data` waits while the gate is held: a test knows the writer is
-/// inside a sync (and what it took) and chooses when the sync ends.
-#[derive(Debug)]
-struct Gated {
-    inner: SimStorage,
-    gate: Arc<Gate>,
-}
-
+/// Holds syncs while set: a test knows the writer is inside a sync (and what it took) and
+/// chooses when the sync ends.
 #[derive(Debug, Default)]
 struct Gate {
     /// (held, syncs waiting at the gate)
@@ -476,82 +470,16 @@ impl Gate {
     }
 }
 
-#[derive(Debug)]
-struct GatedFile {
-    inner: Box<dyn wharf_wal::StorageFile>,
-    gate: Arc<Gate>,
-}
-
-impl wharf_wal::StorageFile for GatedFile {
-    fn len_bytes(&self) -> std::io::Result<u64> {
-        self.inner.len_bytes()
-    }
-    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_exact_at(buf, offset)
-    }
-    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.inner.write_all_at(buf, offset)
-    }
-    fn set_len(&self, len: u64) -> std::io::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn sync_data(&self) -> std::io::Result<()> {
-        self.gate.pass();
-        self.inner.sync_data()
-    }
-    fn sync_all(&self) -> std::io::Result<()> {
-        self.inner.sync_all()
-    }
-    fn reserve(&self, len: u64) -> std::io::Result<()> {
-        self.inner.reserve(len)
-    }
-}
-
-impl Storage for Gated {
-    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
-        self.inner.create_dir_all(dir)
-    }
-    fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
-        self.inner.list(dir)
-    }
-    fn create_new(&self, path: &Path) -> std::io::Result<Box<dyn wharf_wal::StorageFile>> {
-        let inner = self.inner.create_new(path)?;
-        Ok(Box::new(GatedFile {
-            inner,
-            gate: Arc::clone(&self.gate),
-        }))
-    }
-    fn open(
-        &self,
-        path: &Path,
-        writable: bool,
-    ) -> std::io::Result<Box<dyn wharf_wal::StorageFile>> {
-        let inner = self.inner.open(path, writable)?;
-        Ok(Box::new(GatedFile {
-            inner,
-            gate: Arc::clone(&self.gate),
-        }))
-    }
-    fn remove(&self, path: &Path) -> std::io::Result<()> {
-        self.inner.remove(path)
-    }
-    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-        self.inner.sync_dir(dir)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
-        self.inner.rename(from, to)
-    }
-}
-
 /// A lazy record appended while the writer syncs a batch is left for the next batch someone
 /// wants, not synced on its own once that sync ends (the Raft log's commit records cost
 /// followers an fsync each that way, delaying the entry behind them).
 #[test]
 fn a_lazy_record_appended_during_a_sync_waits_for_the_next_batch() {
     let gate = Arc::new(Gate::default());
-    let storage = Gated {
+    let held = Arc::clone(&gate);
+    let storage = crate::hooked::SyncHooked {
         inner: SimStorage::new(11),
-        gate: Arc::clone(&gate),
+        hook: Arc::new(move || held.pass()),
     };
     let config = WalConfig {
         segment_bytes_max: 1 << 20,

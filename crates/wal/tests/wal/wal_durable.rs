@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use wharf_wal::{
-    FileStorage, Lsn, MarkState, RecoveryError, RecoveryMode, RecoveryReport, SegmentId, Storage,
-    StorageFile, Wal, WalConfig, segment_file_name,
+    FileStorage, Lsn, MarkState, RecoveryError, RecoveryMode, RecoveryReport, SegmentId, Wal,
+    WalConfig, segment_file_name,
 };
 
 const RECORDS: u64 = 2700;
@@ -189,74 +189,6 @@ fn s_disk_6_a_torn_tail_beyond_the_mark_is_still_cut() {
     wal.close().unwrap();
 }
 
-/// Counts every sync of every file (and directory) of a storage.
-#[derive(Debug)]
-struct CountingStorage {
-    inner: FileStorage,
-    syncs: Arc<AtomicU64>,
-}
-
-#[derive(Debug)]
-struct CountingFile {
-    inner: Box<dyn StorageFile>,
-    syncs: Arc<AtomicU64>,
-}
-
-impl CountingStorage {
-    fn wrap(&self, inner: Box<dyn StorageFile>) -> Box<dyn StorageFile> {
-        let syncs = Arc::clone(&self.syncs);
-        Box::new(CountingFile { inner, syncs })
-    }
-}
-
-impl Storage for CountingStorage {
-    fn create_dir_all(&self, dir: &Path) -> std::io::Result<()> {
-        self.inner.create_dir_all(dir)
-    }
-    fn list(&self, dir: &Path) -> std::io::Result<Vec<String>> {
-        self.inner.list(dir)
-    }
-    fn create_new(&self, path: &Path) -> std::io::Result<Box<dyn StorageFile>> {
-        self.inner.create_new(path).map(|f| self.wrap(f))
-    }
-    fn open(&self, path: &Path, writable: bool) -> std::io::Result<Box<dyn StorageFile>> {
-        self.inner.open(path, writable).map(|f| self.wrap(f))
-    }
-    fn remove(&self, path: &Path) -> std::io::Result<()> {
-        self.inner.remove(path)
-    }
-    fn sync_dir(&self, dir: &Path) -> std::io::Result<()> {
-        self.syncs.fetch_add(1, Ordering::SeqCst);
-        self.inner.sync_dir(dir)
-    }
-}
-
-impl StorageFile for CountingFile {
-    fn len_bytes(&self) -> std::io::Result<u64> {
-        self.inner.len_bytes()
-    }
-    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_exact_at(buf, offset)
-    }
-    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.inner.write_all_at(buf, offset)
-    }
-    fn set_len(&self, len: u64) -> std::io::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn sync_data(&self) -> std::io::Result<()> {
-        self.syncs.fetch_add(1, Ordering::SeqCst);
-        self.inner.sync_data()
-    }
-    fn sync_all(&self) -> std::io::Result<()> {
-        self.syncs.fetch_add(1, Ordering::SeqCst);
-        self.inner.sync_all()
-    }
-    fn reserve(&self, len: u64) -> std::io::Result<()> {
-        self.inner.reserve(len)
-    }
-}
-
 /// The mark is rewritten after every group commit without a sync of its own: exactly one
 /// fsync per batch, as before the mark (every sync of every file is counted). A crash (the
 /// process gone, the page cache kept) leaves a mark naming the last confirmed record, so damage
@@ -265,9 +197,12 @@ impl StorageFile for CountingFile {
 fn s_disk_6_the_mark_follows_every_group_commit_without_another_fsync() {
     let tmp = tempfile::tempdir().unwrap();
     let syncs = Arc::new(AtomicU64::new(0));
-    let storage = Arc::new(CountingStorage {
+    let counted = Arc::clone(&syncs);
+    let storage = Arc::new(crate::hooked::SyncHooked {
         inner: FileStorage,
-        syncs: Arc::clone(&syncs),
+        hook: Arc::new(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }),
     });
     let (wal, _) = Wal::open(
         tmp.path(),
