@@ -530,12 +530,12 @@ impl WalLogReader {
         let mut entries = Vec::with_capacity(on_disk.len().min(64));
         let mut bytes = 0usize;
         for held in on_disk {
-            let entry = read_entry(&self.wal_reader, (self.group, self.tag), held)?;
-            bytes = bytes.saturating_add(entry_bytes(&entry));
+            // Its size was counted as it was appended: an entry past the budget is not read.
+            bytes = bytes.saturating_add(held.bytes);
             if bytes > budget && !entries.is_empty() {
                 break;
             }
-            entries.push(entry);
+            entries.push(read_entry(&self.wal_reader, (self.group, self.tag), held)?);
         }
         Ok(entries)
     }
@@ -895,7 +895,12 @@ mod tests {
         let store = WalLogStore::open(
             std::path::Path::new("/raft"),
             Arc::new(wharf_wal::SimStorage::new(1)),
-            &WalConfig::default(),
+            // Nothing is durable until the test waits for it: with a writer thread, the
+            // entries could be synced before the first release, which must find none durable.
+            &WalConfig {
+                inline_writer: true,
+                ..WalConfig::default()
+            },
             1,
         )
         .unwrap();
@@ -916,6 +921,12 @@ mod tests {
         assert_eq!(lock(&store.log).held.len(), held);
         let after = reader.try_get_log_entries(1..=count).await.unwrap();
         assert_eq!(format!("{before:?}"), format!("{after:?}"));
+        // Read back within a budget, by the sizes counted at append: at least the first.
+        let (on_disk_held, _) = lock(&store.log).range(1..=count);
+        let two = on_disk_held[0].bytes + on_disk_held[1].bytes;
+        assert_eq!(reader.read_back(&on_disk_held, two).unwrap().len(), 2);
+        assert_eq!(reader.read_back(&on_disk_held, two - 1).unwrap().len(), 1);
+        assert_eq!(reader.read_back(&on_disk_held, 0).unwrap().len(), 1);
         // An append carries those read back, then (the next one) those in memory.
         let on_disk = count - u64::try_from(RELEASE_KEEP_ENTRIES).unwrap();
         let limited = reader.limited_get_log_entries(1, count + 1).await.unwrap();
