@@ -64,26 +64,13 @@ impl FrameReader {
                 if self.buf.is_empty() {
                     return Ok(None);
                 }
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the stream ended inside a frame's length",
-                ));
+                return Err(ended_inside("a frame's length"));
             }
         }
-        let len = le::u32_at(&self.buf, 0).map_or(0, |l| usize::try_from(l).unwrap_or(usize::MAX));
-        if !(FRAME_HEADER_BYTES..=max).contains(&len) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("frame length {len} outside {FRAME_HEADER_BYTES}..={max}"),
-            ));
-        }
-        let whole = 4 + len;
+        let whole = 4 + frame_len(&self.buf, max)?;
         while self.buf.len() < whole {
             if self.fill(r, whole).await? == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the stream ended inside a frame",
-                ));
+                return Err(ended_inside("a frame"));
             }
         }
         self.taken = whole;
@@ -118,24 +105,39 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e),
     }
-    r.read_exact(rest).await?;
-    let len = le::u32_at(&len, 0).map_or(0, |l| usize::try_from(l).unwrap_or(usize::MAX));
-    if !(FRAME_HEADER_BYTES..=max).contains(&len) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("frame length {len} outside {FRAME_HEADER_BYTES}..={max}"),
-        ));
-    }
+    r.read_exact(rest).await.map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof => ended_inside("a frame's length"),
+        _ => e,
+    })?;
+    let len = frame_len(&len, max)?;
     let mut frame = Vec::with_capacity(len.min(READ_CHUNK));
     r.take(len as u64).read_to_end(&mut frame).await?;
     if frame.len() == len {
         Ok(Some(frame))
     } else {
+        Err(ended_inside("a frame"))
+    }
+}
+
+/// The length a frame's first four bytes give, if within `FRAME_HEADER_BYTES..=max`.
+fn frame_len(prefix: &[u8], max: usize) -> io::Result<usize> {
+    let len = le::u32_at(prefix, 0).map_or(0, |l| usize::try_from(l).unwrap_or(usize::MAX));
+    if (FRAME_HEADER_BYTES..=max).contains(&len) {
+        Ok(len)
+    } else {
         Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "the stream ended inside a frame",
+            io::ErrorKind::InvalidData,
+            format!("frame length {len} outside {FRAME_HEADER_BYTES}..={max}"),
         ))
     }
+}
+
+/// The error of a stream that ended inside `what`.
+fn ended_inside(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        format!("the stream ended inside {what}"),
+    )
 }
 
 /// Writes the frames `rx` hands it, in order, each with one vectored write of its head and
