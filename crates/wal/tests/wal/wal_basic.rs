@@ -53,6 +53,15 @@ fn small_segments() -> WalConfig {
     }
 }
 
+/// 1 MiB segments, no zeros written ahead: every sync is a batch's.
+fn unpreallocated() -> WalConfig {
+    WalConfig {
+        segment_bytes_max: 1 << 20,
+        preallocate: false,
+        ..WalConfig::default()
+    }
+}
+
 fn payload(i: u64, len: usize) -> Vec<u8> {
     (0..len).map(|j| (i as usize * 31 + j) as u8).collect()
 }
@@ -220,16 +229,7 @@ fn block_on<F: std::future::Future>(fut: F) -> F::Output {
 #[test]
 fn durable_future_resolves_without_an_async_runtime() {
     let sim = SimStorage::new(4);
-    let (wal, _, _) = open(
-        Path::new("/wal"),
-        Arc::new(sim),
-        &WalConfig {
-            segment_bytes_max: 1 << 20,
-            preallocate: false,
-            ..WalConfig::default()
-        },
-    )
-    .unwrap();
+    let (wal, _, _) = open(Path::new("/wal"), Arc::new(sim), &unpreallocated()).unwrap();
     let app = wal.appender();
     let lsns: Vec<_> = (0..20).map(|i| app.append(0, &[i]).unwrap().lsn).collect();
     for lsn in lsns {
@@ -338,11 +338,7 @@ fn a_garbled_version_in_a_header_is_damage_not_a_newer_format() {
 #[test]
 fn torn_tail_on_a_real_file_is_truncated_and_reported() {
     let tmp = tempfile::tempdir().unwrap();
-    let config = WalConfig {
-        segment_bytes_max: 1 << 20,
-        preallocate: false,
-        ..WalConfig::default()
-    };
+    let config = unpreallocated();
     let (wal, _, _) = open(tmp.path(), Arc::new(FileStorage), &config).unwrap();
     let mut last = None;
     for i in 0..10u64 {
@@ -379,11 +375,7 @@ fn torn_tail_on_a_real_file_is_truncated_and_reported() {
 #[test]
 fn a_single_waiting_producer_costs_one_fsync_per_record_and_many_share_one() {
     let sim = SimStorage::new(8);
-    let config = WalConfig {
-        segment_bytes_max: 1 << 20,
-        preallocate: false,
-        ..WalConfig::default()
-    };
+    let config = unpreallocated();
     let (wal, _, _) = open(Path::new("/wal"), Arc::new(sim), &config).unwrap();
     let app = wal.appender();
     for i in 0..100u64 {
@@ -410,11 +402,7 @@ fn a_single_waiting_producer_costs_one_fsync_per_record_and_many_share_one() {
 #[test]
 fn a_lazy_record_rides_on_the_next_batch_and_is_kept_at_close() {
     let sim = SimStorage::new(9);
-    let config = WalConfig {
-        segment_bytes_max: 1 << 20,
-        preallocate: false,
-        ..WalConfig::default()
-    };
+    let config = unpreallocated();
     let (wal, _, _) = open(Path::new("/wal"), Arc::new(sim.clone()), &config).unwrap();
     let app = wal.appender();
     let before = app.stats();
@@ -481,11 +469,7 @@ fn a_lazy_record_appended_during_a_sync_waits_for_the_next_batch() {
         inner: SimStorage::new(11),
         hook: Arc::new(move || held.pass()),
     };
-    let config = WalConfig {
-        segment_bytes_max: 1 << 20,
-        preallocate: false,
-        ..WalConfig::default()
-    };
+    let config = unpreallocated();
     let (wal, _, _) = open(Path::new("/wal"), Arc::new(storage), &config).unwrap();
     let app = wal.appender();
     gate.set(true);
@@ -509,11 +493,7 @@ fn a_lazy_record_appended_during_a_sync_waits_for_the_next_batch() {
 /// nothing else is appended after it.
 #[test]
 fn a_waiter_of_a_lazy_record_gets_it_synced() {
-    let config = WalConfig {
-        segment_bytes_max: 1 << 20,
-        preallocate: false,
-        ..WalConfig::default()
-    };
+    let config = unpreallocated();
     let (wal, _, _) = open(Path::new("/wal"), Arc::new(SimStorage::new(12)), &config).unwrap();
     let app = wal.appender();
     let lazy = app.append_lazy(1, &payload(1, 20)).unwrap().lsn;
