@@ -55,8 +55,9 @@ impl Broker {
     /// exceeds `budget` bytes, the oldest whose record is durable (Lsn at most `durable_lsn`)
     /// in a log the loader reads back ([`MessageLoader::pages`]) in logged queues are replaced
     /// by stored references until a quarter of the budget is free again, queue after queue,
-    /// each page-out going on from the queue where the one before stopped. Returns the body bytes released from the queues (a message still held
-    /// elsewhere, unacked or in another queue, is freed when the last holder lets go).
+    /// each page-out going on from the queue where the one before stopped. Returns the body
+    /// bytes released from the queues (a message still held elsewhere, unacked or in another
+    /// queue, is freed when the last holder lets go).
     pub fn page_out(&mut self, durable_lsn: u64, budget: u64) -> u64 {
         let loaded = self.loaded_bytes();
         if loaded <= budget {
