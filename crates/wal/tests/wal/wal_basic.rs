@@ -504,6 +504,30 @@ fn a_waiter_of_a_lazy_record_gets_it_synced() {
     wal.close().unwrap();
 }
 
+/// Lazy records that fill the pending buffer are written to make room: an appender waiting
+/// for room wants them taken, so appending lazily alone never blocks for good.
+#[test]
+fn lazy_records_that_fill_the_pending_buffer_make_room() {
+    let config = WalConfig {
+        pending_bytes_max: 512,
+        ..unpreallocated()
+    };
+    let sim = SimStorage::new(13);
+    let (wal, _, _) = open(Path::new("/wal"), Arc::new(sim.clone()), &config).unwrap();
+    let app = wal.appender();
+    let lsns: Vec<Lsn> = (0..40)
+        .map(|i| app.append_lazy(1, &payload(i, 100)).unwrap().lsn)
+        .collect();
+    assert!(
+        app.stats().syncs > 0,
+        "room was made by syncing lazy records"
+    );
+    wal.close().unwrap();
+    let (_, _, recs) = open(Path::new("/wal"), Arc::new(sim), &config).unwrap();
+    let kept: Vec<Lsn> = recs.iter().map(|r| r.lsn).collect();
+    assert_eq!(kept, lsns, "every one kept, in order");
+}
+
 #[test]
 fn handles_can_be_shared_across_threads_and_tasks() {
     fn shareable<T: Clone + Send + Sync + 'static>() {}
