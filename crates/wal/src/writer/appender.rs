@@ -220,7 +220,7 @@ impl Appender {
                 // Outside the durability lock: the writer takes the pending lock first.
                 wanted = true;
                 drop(state);
-                self.shared.want();
+                self.shared.want(lsn);
                 state = lock(&d.state);
                 continue;
             }
@@ -375,7 +375,7 @@ impl Future for Durable {
         drop(state);
         if first {
             // Registered first, so the batch this asks for cannot complete unseen.
-            this.shared.want();
+            this.shared.want(this.lsn);
         }
         Poll::Pending
     }

@@ -164,6 +164,9 @@ impl Writer {
         }
         pending.bytes = 0;
         pending.wanted = false;
+        if let Some(last) = pending.chunks.last() {
+            pending.taken_through = last.last_lsn;
+        }
         let chunks = std::mem::take(&mut pending.chunks);
         drop(pending);
         shared.space.notify_all();

@@ -147,6 +147,8 @@ struct Pending {
     /// alone, so a lazy one (`Appender::append_lazy`) rides with the next batch even when the
     /// writer is busy as it arrives, instead of costing an fsync of its own after that batch.
     wanted: bool,
+    /// The last record the writer has taken: a waiter for one up to it needs no batch more.
+    taken_through: Lsn,
 }
 
 impl Pending {
@@ -353,6 +355,7 @@ impl Shared {
                 closed: false,
                 spare: Vec::new(),
                 wanted: false,
+                taken_through: durable,
             }),
             work: Condvar::new(),
             space: Condvar::new(),
@@ -437,11 +440,13 @@ impl Shared {
         self.dir.join(segment_file_name(id))
     }
 
-    /// A waiter wants what is pending durable: the writer takes it even if it was all
-    /// appended lazily (a waiter of a lazy record is then not left waiting for another one).
-    pub(crate) fn want(&self) {
+    /// A waiter wants `lsn` durable: if it is still pending, the writer takes it even if it
+    /// was appended lazily (a waiter of a lazy record is then not left waiting for another
+    /// one). A record the writer has taken already asks for nothing: a lazy one pending
+    /// meanwhile keeps waiting for a batch of its own kind to ride with.
+    pub(crate) fn want(&self, lsn: Lsn) {
         let mut pending = lock(&self.pending);
-        if pending.wanted || pending.chunks.is_empty() {
+        if pending.wanted || pending.chunks.is_empty() || lsn <= pending.taken_through {
             return;
         }
         pending.wanted = true;
